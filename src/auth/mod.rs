@@ -1,0 +1,220 @@
+//! Bearer authentication: verifies a JWT and returns its claims; never looks at the database.
+//!
+//! The algorithm is chosen by the key, never by the token: HS256 tokens are checked only
+//! against the configured development secret, and a JWKS key verifies only the one
+//! algorithm its type (or its declared `alg`) allows. So an HS256 token signed with an
+//! RSA public key, or an `alg: none` token, never verifies.
+
+pub mod jwks;
+pub mod mint;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+use jwks::{Jwks, JwksError, JwksSource};
+
+/// Why a bearer token was refused. Every variant is a 401; the text goes to logs and
+/// metrics, and a short, fixed description goes to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("no bearer token")]
+    Missing,
+    #[error("malformed token")]
+    Malformed,
+    #[error("algorithm not accepted")]
+    Algorithm,
+    #[error("unknown key id")]
+    UnknownKey,
+    #[error("bad signature")]
+    Signature,
+    #[error("token expired")]
+    Expired,
+    #[error("token not yet valid")]
+    NotYetValid,
+    #[error("wrong issuer")]
+    Issuer,
+    #[error("wrong audience")]
+    Audience,
+    #[error("missing or invalid claim")]
+    Claims,
+    #[error("no tenant claim")]
+    MissingTenant,
+}
+
+impl AuthError {
+    /// A stable label for metrics and logs.
+    pub fn reason(self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing_token",
+            AuthError::Malformed => "malformed",
+            AuthError::Algorithm => "algorithm",
+            AuthError::UnknownKey => "unknown_kid",
+            AuthError::Signature => "signature",
+            AuthError::Expired => "expired",
+            AuthError::NotYetValid => "not_yet_valid",
+            AuthError::Issuer => "issuer",
+            AuthError::Audience => "audience",
+            AuthError::Claims => "claims",
+            AuthError::MissingTenant => "missing_tenant",
+        }
+    }
+
+    /// What the client is told in `error_description`.
+    pub fn description(self) -> &'static str {
+        match self {
+            AuthError::Missing => "a bearer token is required",
+            AuthError::Expired => "the access token expired",
+            AuthError::NotYetValid => "the access token is not valid yet",
+            AuthError::Malformed
+            | AuthError::Algorithm
+            | AuthError::UnknownKey
+            | AuthError::Signature
+            | AuthError::Issuer
+            | AuthError::Audience
+            | AuthError::Claims
+            | AuthError::MissingTenant => "the access token is invalid",
+        }
+    }
+}
+
+/// Claims of a verified token: who (`sub`), which tenant, until when.
+#[derive(Debug, Clone)]
+pub struct Claims {
+    pub subject: String,
+    pub tenant: String,
+    pub expires_at: i64,
+    pub issuer: String,
+}
+
+#[derive(Deserialize)]
+struct RawClaims {
+    sub: String,
+    exp: i64,
+    iss: String,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// Verifies bearer tokens against the configured keys.
+pub struct Authenticator {
+    hs256: Option<DecodingKey>,
+    jwks: Option<Arc<Jwks>>,
+    validation_base: Validation,
+    tenant_claim: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error(transparent)]
+    Jwks(#[from] JwksError),
+    #[error("auth.hs256_secret: {0}")]
+    Secret(jsonwebtoken::errors::Error),
+}
+
+impl Authenticator {
+    pub async fn from_config(config: &Config) -> Result<Self, AuthSetupError> {
+        let a = &config.auth;
+        let hs256 = if a.hs256_secret.is_empty() {
+            None
+        } else {
+            Some(
+                DecodingKey::from_secret(a.hs256_secret.expose().as_bytes())
+                    .map_err(AuthSetupError::Secret)?,
+            )
+        };
+        let source = match (&a.jwks_file, &a.jwks_url) {
+            (Some(path), _) => Some(JwksSource::File(path.clone())),
+            (None, Some(url)) => Some(JwksSource::Url(url.clone())),
+            (None, None) => None,
+        };
+        let jwks = match source {
+            Some(source) => Some(
+                Jwks::load(
+                    source,
+                    Duration::from_secs(a.jwks_cache_secs),
+                    Duration::from_secs(a.jwks_refetch_min_interval_secs),
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.leeway = a.leeway_secs;
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.validate_aud = true;
+        validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+        validation.set_issuer(&[a.issuer.as_str()]);
+        validation.set_audience(&[config.audience()]);
+        Ok(Self {
+            hs256,
+            jwks,
+            validation_base: validation,
+            tenant_claim: a.tenant_claim.clone(),
+        })
+    }
+
+    /// Verifies `token` (without the `Bearer ` prefix).
+    pub async fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        // Unknown algorithms, `none` included, fail here: the header's `alg` must name one
+        // of jsonwebtoken's algorithms.
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
+        let (key, alg) = match header.alg {
+            Algorithm::HS256 => match &self.hs256 {
+                Some(key) => (key.clone(), Algorithm::HS256),
+                None => return Err(AuthError::Algorithm),
+            },
+            Algorithm::HS384 | Algorithm::HS512 => return Err(AuthError::Algorithm),
+            _ => {
+                let Some(jwks) = &self.jwks else {
+                    return Err(AuthError::Algorithm);
+                };
+                let vk = jwks
+                    .key(header.kid.as_deref())
+                    .await
+                    .ok_or(AuthError::UnknownKey)?;
+                if vk.alg != header.alg {
+                    return Err(AuthError::Algorithm);
+                }
+                (vk.key, vk.alg)
+            }
+        };
+        let mut validation = self.validation_base.clone();
+        validation.algorithms = vec![alg];
+        let data =
+            jsonwebtoken::decode::<RawClaims>(token, &key, &validation).map_err(map_jwt_error)?;
+        let raw = data.claims;
+        let tenant = match raw.rest.get(&self.tenant_claim) {
+            Some(Value::String(t)) if !t.is_empty() => t.clone(),
+            _ => return Err(AuthError::MissingTenant),
+        };
+        if raw.sub.is_empty() {
+            return Err(AuthError::Claims);
+        }
+        Ok(Claims {
+            subject: raw.sub,
+            tenant,
+            expires_at: raw.exp,
+            issuer: raw.iss,
+        })
+    }
+}
+
+fn map_jwt_error(e: jsonwebtoken::errors::Error) -> AuthError {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match e.kind() {
+        K::ExpiredSignature => AuthError::Expired,
+        K::ImmatureSignature => AuthError::NotYetValid,
+        K::InvalidIssuer => AuthError::Issuer,
+        K::InvalidAudience => AuthError::Audience,
+        K::InvalidSignature => AuthError::Signature,
+        K::InvalidAlgorithm | K::InvalidAlgorithmName => AuthError::Algorithm,
+        K::MissingRequiredClaim(_) | K::InvalidSubject | K::Json(_) => AuthError::Claims,
+        _ => AuthError::Malformed,
+    }
+}

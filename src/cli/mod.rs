@@ -1,0 +1,59 @@
+//! The command line: `serve`, `migrate`, `token`. Each subcommand lives in its own file.
+
+mod migrate;
+mod serve;
+mod token;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, ConfigError};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "scopegate",
+    version,
+    about = "Identity-scoped MCP gateway for multi-tenant SaaS"
+)]
+pub struct Cli {
+    /// A TOML file layered over the built-in defaults (config/default.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(serve::ServeArgs),
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Mint a development token (HS256) and print it alone on stdout.
+    Token(token::TokenArgs),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Start(#[from] crate::http::StartError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Mint(#[from] crate::auth::mint::MintError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Serve(args) => serve::run(cli.config.as_deref(), args).await,
+        Command::Migrate => migrate::run(&Config::load(cli.config.as_deref())?).await,
+        Command::Token(args) => token::run(&Config::load(cli.config.as_deref())?, args),
+    }
+}

@@ -1,0 +1,62 @@
+//! `scopegate serve`: run the gateway; `--demo` seeds the demo data and prints a token per user.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use clap::Args;
+use figment::providers::Serialized;
+
+use super::CliError;
+use crate::auth::mint::dev_token;
+use crate::config::Config;
+use crate::http::{Gateway, shutdown_signal};
+use crate::store::demo::{self, DEMO_USERS, SeedOutcome};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Listen address (overrides server.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Seed the demo tenants into an empty database and print a token per demo user.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+pub async fn run(config_file: Option<&Path>, args: ServeArgs) -> Result<(), CliError> {
+    let mut figment = Config::figment(config_file);
+    if let Some(listen) = args.listen {
+        figment = figment.merge(Serialized::default("server.listen", listen));
+    }
+    let config = Config::from_figment(figment)?;
+    crate::telemetry::init(&config.telemetry);
+    if args.demo && config.auth.hs256_secret.is_empty() {
+        return Err(CliError::Usage(
+            "--demo needs a development secret (auth.hs256_secret) to mint the demo tokens".into(),
+        ));
+    }
+    let gateway = Gateway::build(config).await?;
+    if args.demo {
+        print_demo(&gateway).await?;
+    }
+    let addr = gateway.local_addr();
+    tracing::info!(%addr, "scopegate listening");
+    eprintln!("scopegate listening on http://{addr}");
+    gateway.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn print_demo(gateway: &Gateway) -> Result<(), CliError> {
+    let state = gateway.state();
+    match demo::seed(&state.db).await? {
+        SeedOutcome::Seeded => eprintln!("demo data seeded"),
+        SeedOutcome::AlreadyPresent => eprintln!("demo data already present"),
+    }
+    let ttl = state.config.auth.demo_token_ttl_secs;
+    println!("Demo bearer tokens (valid {}h):", ttl / 3600);
+    for (tenant, subject, _, roles, _) in DEMO_USERS {
+        let token = dev_token(&state.config, tenant, subject, ttl)?;
+        let roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+        println!("  {tenant:<7} {subject:<20} {:<8} {token}", roles.join(","));
+    }
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! Configuration: compiled-in defaults, then a file, then `SCOPEGATE_*` variables; never logs a secret.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize};
+
+/// The shipped `config/default.toml`, compiled in so the binary runs anywhere.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// The HS256 secret that ships in `config/default.toml`. It is public, so the gateway
+/// refuses to serve anything but loopback with it.
+pub const SHIPPED_DEV_SECRET: &str = "scopegate-development-secret-do-not-use-in-production";
+
+/// Environment variable prefix; `__` separates section and key.
+pub const ENV_PREFIX: &str = "SCOPEGATE_";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(Box<figment::Error>),
+    #[error("configuration key `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+impl ConfigError {
+    fn invalid(key: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            key,
+            message: message.into(),
+        }
+    }
+}
+
+/// A secret string: compared and used, never printed.
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "[redacted]"
+        })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub auth: AuthConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// `None`: `http://<bound address>`.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    pub allowed_hosts: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub body_limit_bytes: usize,
+    pub request_timeout_secs: u64,
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    pub url: Secret,
+    pub max_connections: u32,
+    pub min_connections: u32,
+    pub acquire_timeout_secs: u64,
+    pub sqlite_busy_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    pub issuer: String,
+    #[serde(default)]
+    pub audience: Option<String>,
+    pub tenant_claim: String,
+    pub leeway_secs: u64,
+    #[serde(default)]
+    pub hs256_secret: Secret,
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    pub jwks_cache_secs: u64,
+    pub jwks_refetch_min_interval_secs: u64,
+    pub authorization_servers: Vec<String>,
+    pub service_subjects: Vec<String>,
+    pub demo_token_ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+impl Config {
+    /// Loads defaults, then `file` (when given), then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::from_figment(Self::figment(file))
+    }
+
+    /// The layered sources, for callers that add their own (tests add `Serialized` values).
+    pub fn figment(file: Option<&Path>) -> Figment {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment.merge(Env::prefixed(ENV_PREFIX).split("__"))
+    }
+
+    pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: presence of a verification key, URL shapes, bounds.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let a = &self.auth;
+        if a.hs256_secret.is_empty() && a.jwks_file.is_none() && a.jwks_url.is_none() {
+            return Err(ConfigError::invalid(
+                "auth.hs256_secret",
+                "no token verification key is configured: set auth.jwks_file or auth.jwks_url \
+                 (production) or auth.hs256_secret (development)",
+            ));
+        }
+        if !a.hs256_secret.is_empty() && a.hs256_secret.expose().len() < 32 {
+            return Err(ConfigError::invalid(
+                "auth.hs256_secret",
+                "must be at least 32 bytes long",
+            ));
+        }
+        if a.jwks_file.is_some() && a.jwks_url.is_some() {
+            return Err(ConfigError::invalid(
+                "auth.jwks_url",
+                "set either auth.jwks_file or auth.jwks_url, not both",
+            ));
+        }
+        if let Some(url) = &a.jwks_url {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(ConfigError::invalid(
+                    "auth.jwks_url",
+                    "must be an http(s) URL",
+                ));
+            }
+        }
+        if a.issuer.is_empty() {
+            return Err(ConfigError::invalid("auth.issuer", "must not be empty"));
+        }
+        if a.tenant_claim.is_empty() {
+            return Err(ConfigError::invalid(
+                "auth.tenant_claim",
+                "must not be empty",
+            ));
+        }
+        if a.audience.as_deref() == Some("") {
+            return Err(ConfigError::invalid(
+                "auth.audience",
+                "must not be empty (leave it unset to use the resource URI)",
+            ));
+        }
+        let url = self.public_url();
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
+            return Err(ConfigError::invalid(
+                "server.public_url",
+                "must be an http(s) URL without a trailing slash, e.g. https://mcp.example.com",
+            ));
+        }
+        if self.server.body_limit_bytes == 0 {
+            return Err(ConfigError::invalid(
+                "server.body_limit_bytes",
+                "must be greater than 0",
+            ));
+        }
+        if self.server.request_timeout_secs == 0 {
+            return Err(ConfigError::invalid(
+                "server.request_timeout_secs",
+                "must be greater than 0",
+            ));
+        }
+        let db = self.database.url.expose();
+        if !(db.starts_with("sqlite:")
+            || db.starts_with("postgres://")
+            || db.starts_with("postgresql://"))
+        {
+            return Err(ConfigError::invalid(
+                "database.url",
+                "must start with sqlite:, postgres:// or postgresql://",
+            ));
+        }
+        if self.database.max_connections == 0 {
+            return Err(ConfigError::invalid(
+                "database.max_connections",
+                "must be greater than 0",
+            ));
+        }
+        if self.database.min_connections > self.database.max_connections {
+            return Err(ConfigError::invalid(
+                "database.min_connections",
+                "must not exceed database.max_connections",
+            ));
+        }
+        if self.uses_shipped_dev_secret() && !self.server.listen.ip().is_loopback() {
+            return Err(ConfigError::invalid(
+                "auth.hs256_secret",
+                "the shipped development secret is public; refusing to listen on a non-loopback \
+                 address with it. Set your own secret, or disable HS256 and configure a JWKS",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The gateway's public base URL: `server.public_url`, else `http://<listen address>`.
+    pub fn public_url(&self) -> String {
+        self.server
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.server.listen))
+    }
+
+    /// The resource URI of the MCP endpoint, also the default required `aud`.
+    pub fn resource_uri(&self) -> String {
+        format!("{}/mcp", self.public_url())
+    }
+
+    pub fn audience(&self) -> String {
+        self.auth
+            .audience
+            .clone()
+            .unwrap_or_else(|| self.resource_uri())
+    }
+
+    /// Where clients find the RFC 9728 protected resource metadata.
+    pub fn resource_metadata_url(&self) -> String {
+        format!("{}/.well-known/oauth-protected-resource", self.public_url())
+    }
+
+    pub fn uses_shipped_dev_secret(&self) -> bool {
+        self.auth.hs256_secret.expose() == SHIPPED_DEV_SECRET
+    }
+}

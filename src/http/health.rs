@@ -1,0 +1,29 @@
+//! Liveness and readiness. `/readyz` is ready only after start-up finished, the database
+//! answers and the newest migration is applied.
+
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+
+use super::AppState;
+use super::error::json_error;
+
+pub(crate) async fn healthz() -> Response {
+    (StatusCode::OK, "ok").into_response()
+}
+
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    if !state.ready.load(Ordering::Acquire) {
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "starting");
+    }
+    if !state.db.is_ready().await {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "database unreachable or not migrated",
+        );
+    }
+    (StatusCode::OK, "ready").into_response()
+}

@@ -1,0 +1,264 @@
+//! HTTP: the router, the tower layers of the request path, health and well-known routes,
+//! start-up and graceful shutdown. Decides nothing about identity; mounts the gate.
+
+pub(crate) mod error;
+mod health;
+mod well_known;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use http::{HeaderName, StatusCode, header};
+use tokio::net::TcpListener;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::{AuthSetupError, Authenticator};
+use crate::config::Config;
+use crate::identity::{Gate, SessionRegistry, authenticate};
+use crate::store::{Db, StoreError};
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// App-wide dependencies, shared by every request.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub db: Db,
+    pub sessions: Arc<SessionRegistry>,
+    pub(crate) gate: Arc<Gate>,
+    ready: Arc<AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Auth(#[from] AuthSetupError),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A built gateway: database connected and migrated, keys loaded, listener bound.
+pub struct Gateway {
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+    local_addr: SocketAddr,
+}
+
+impl Gateway {
+    /// Builds the gateway with nothing behind the gate.
+    pub async fn build(config: Config) -> Result<Self, StartError> {
+        Self::build_with(config, |_| Router::new()).await
+    }
+
+    /// Builds the gateway; `protected` makes the routes that sit behind authentication and
+    /// identity resolution (every request to them carries a resolved identity).
+    pub async fn build_with(
+        config: Config,
+        protected: impl FnOnce(&AppState) -> Router,
+    ) -> Result<Self, StartError> {
+        let mut config = config;
+        let listener = TcpListener::bind(config.server.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.server.listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        // With port 0 the real port is known only now; the default public URL follows it.
+        config.server.listen = local_addr;
+        let db = Db::connect(&config.database).await?;
+        db.migrate().await?;
+        let authenticator = Arc::new(Authenticator::from_config(&config).await?);
+        if !config.auth.hs256_secret.is_empty() {
+            tracing::warn!(
+                shipped_default = config.uses_shipped_dev_secret(),
+                "HS256 DEVELOPMENT SECRET IN USE: anyone holding auth.hs256_secret can mint tokens \
+                 for any tenant. Configure a JWKS and set auth.hs256_secret = \"\" in production."
+            );
+        }
+        let gate = Arc::new(Gate {
+            authenticator,
+            db: db.clone(),
+            service_subjects: config.auth.service_subjects.clone(),
+            resource_metadata_url: config.resource_metadata_url(),
+            body_limit: config.server.body_limit_bytes,
+        });
+        let state = AppState {
+            config: Arc::new(config),
+            db,
+            sessions: Arc::new(SessionRegistry::new()),
+            gate,
+            ready: Arc::new(AtomicBool::new(false)),
+        };
+        let router = router(&state, protected(&state));
+        state.ready.store(true, Ordering::Release);
+        Ok(Self {
+            listener,
+            router,
+            state,
+            local_addr,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The whole router, for driving with `oneshot` in tests.
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then drains in-flight requests for at most
+    /// `server.shutdown_grace_secs`.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let grace = Duration::from_secs(self.state.config.server.shutdown_grace_secs);
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: draining in-flight requests");
+            let _ = stopping_tx.send(());
+        };
+        let listener = self.listener.tap_io(|tcp| {
+            // Without it, streamed (SSE) replies stall on Nagle + delayed ACK.
+            let _ = tcp.set_nodelay(true);
+        });
+        let serve = axum::serve(listener, self.router).with_graceful_shutdown(signal);
+        let deadline = async move {
+            if stopping_rx.await.is_ok() {
+                tokio::time::sleep(grace).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            result = serve => result,
+            () = deadline => {
+                tracing::warn!(grace_secs = grace.as_secs(), "drain deadline passed; closing remaining connections");
+                Ok(())
+            }
+        };
+        self.state.db.close().await;
+        result
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// The router: public routes, the gated `protected` routes, and the layers of the
+/// request path around all of them.
+fn router(state: &AppState, protected: Router) -> Router {
+    let server = &state.config.server;
+    let gated = protected.layer(middleware::from_fn_with_state(
+        Arc::clone(&state.gate),
+        authenticate,
+    ));
+    let public = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(well_known::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(well_known::protected_resource),
+        )
+        .with_state(state.clone());
+
+    public
+        .merge(gated)
+        .fallback(error::not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), check_origin))
+        .layer(RequestBodyLimitLayer::new(server.body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(server.request_timeout_secs),
+        ))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let request_id = req
+                .headers()
+                .get(&REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            // Never the headers: the Authorization header carries the token.
+            tracing::info_span!(
+                "request",
+                method = %req.method(),
+                path = req.uri().path(),
+                request_id,
+                tenant = tracing::field::Empty,
+                user = tracing::field::Empty,
+            )
+        }))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// A request whose `Origin` is neither the gateway's own nor configured gets 403
+/// (DNS rebinding and cross-site protection). Requests without `Origin` pass.
+async fn check_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let allowed = origin.to_str().is_ok_and(|o| {
+            o == state.config.public_url()
+                || state.config.server.allowed_origins.iter().any(|a| a == o)
+        });
+        if !allowed {
+            tracing::info!(origin = ?origin, "foreign Origin refused");
+            return error::json_error(
+                StatusCode::FORBIDDEN,
+                "forbidden_origin",
+                "Origin not allowed",
+            );
+        }
+    }
+    next.run(request).await
+}

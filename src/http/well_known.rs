@@ -1,0 +1,17 @@
+//! RFC 9728 OAuth 2.0 Protected Resource Metadata for the MCP endpoint.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use super::AppState;
+
+pub(crate) async fn protected_resource(State(state): State<AppState>) -> Json<Value> {
+    let c = &state.config;
+    Json(json!({
+        "resource": c.resource_uri(),
+        "authorization_servers": c.auth.authorization_servers,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "scopegate",
+    }))
+}

@@ -1,0 +1,157 @@
+//! The authentication and identity layer in front of every protected route: bearer token
+//! -> claims -> ResolvedIdentity in the request's extensions, or 401/403/503 and no handler.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use rmcp::model::RequestId;
+use serde::Deserialize;
+
+use super::{MessageBinding, resolver};
+use crate::auth::{AuthError, Authenticator};
+use crate::http::error::json_error;
+use crate::store::Db;
+
+/// The header MCP uses for its session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// What the layer needs: set up once, shared by every request.
+pub(crate) struct Gate {
+    pub authenticator: Arc<Authenticator>,
+    pub db: Db,
+    pub service_subjects: Vec<String>,
+    pub resource_metadata_url: String,
+    pub body_limit: usize,
+}
+
+/// The bits of a JSON-RPC body that bind an identity to its message.
+#[derive(Deserialize)]
+struct Envelope {
+    id: Option<RequestId>,
+}
+
+pub(crate) async fn authenticate(
+    State(gate): State<Arc<Gate>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let token = match bearer_token(request.headers()) {
+        Ok(token) => token,
+        Err(e) => return unauthorized(&gate, e),
+    };
+    let claims = match gate.authenticator.verify(token).await {
+        Ok(claims) => claims,
+        Err(e) => return unauthorized(&gate, e),
+    };
+
+    // Buffer the body to learn which JSON-RPC message this identity is for. A body that
+    // is not JSON-RPC binds no id, so no tool call can use this identity.
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, gate.body_limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "request body too large",
+            );
+        }
+    };
+    let request_id = serde_json::from_slice::<Envelope>(&bytes)
+        .ok()
+        .and_then(|e| e.id);
+    let session_id = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let message = MessageBinding {
+        request_id,
+        session_id,
+    };
+
+    let identity = match resolver::resolve(&gate.db, &claims, &gate.service_subjects, message).await
+    {
+        Ok(identity) => identity,
+        Err(resolver::IdentityError::Store(e)) => {
+            tracing::error!(error = %e, "identity resolution failed; refusing the request");
+            return json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "identity could not be resolved",
+            );
+        }
+        Err(e) => {
+            tracing::info!(reason = e.reason(), tenant = %claims.tenant, "identity refused");
+            return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
+        }
+    };
+
+    let span = tracing::Span::current();
+    span.record("tenant", claims.tenant.as_str());
+    if let Some(user) = identity.user.get() {
+        span.record("user", tracing::field::display(user.id));
+    }
+    tracing::debug!(
+        tenant_wide_flocks = identity.flocks.is_unrestricted(),
+        "identity resolved"
+    );
+
+    let mut request = Request::from_parts(parts, Body::from(bytes));
+    request.extensions_mut().insert(Arc::new(identity));
+    next.run(request).await
+}
+
+/// The token from exactly one `Authorization: Bearer <token>` header.
+fn bearer_token(headers: &http::HeaderMap) -> Result<&str, AuthError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Err(AuthError::Missing);
+    };
+    if values.next().is_some() {
+        return Err(AuthError::Malformed);
+    }
+    let value = value.to_str().map_err(|_| AuthError::Malformed)?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::Missing);
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(AuthError::Malformed);
+    }
+    Ok(token)
+}
+
+/// 401 with an RFC 6750 / RFC 9728 challenge. `error="invalid_token"` only when a
+/// token was sent.
+fn unauthorized(gate: &Gate, error: AuthError) -> Response {
+    tracing::info!(reason = error.reason(), "bearer token refused");
+    let challenge = match error {
+        AuthError::Missing => format!(
+            "Bearer resource_metadata=\"{}\"",
+            gate.resource_metadata_url
+        ),
+        other => format!(
+            "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{}\"",
+            other.description(),
+            gate.resource_metadata_url
+        ),
+    };
+    let code = if error == AuthError::Missing {
+        "unauthorized"
+    } else {
+        "invalid_token"
+    };
+    let mut response = json_error(StatusCode::UNAUTHORIZED, code, error.description());
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response.into_response()
+}

@@ -1,0 +1,54 @@
+//! Identity: who is calling, resolved once per HTTP request from verified claims and the
+//! database. Owns the raw identity types; nothing outside this module can name them.
+//!
+//! `TenantContext`, `CurrentUserContext`, `FlockScope` and `ResolvedIdentity` are visible
+//! only inside `crate::identity`. Code elsewhere (tools above all) learns the caller only
+//! through [`McpCallContext`], which is built per tool call by a factory that fails closed.
+
+mod context;
+mod flock_scope;
+mod middleware;
+mod resolver;
+mod sessions;
+mod tenant;
+mod user;
+
+pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
+pub(crate) use middleware::{Gate, authenticate};
+pub use resolver::IdentityError;
+pub use sessions::{Principal, SessionRegistry};
+
+use rmcp::model::RequestId;
+
+use flock_scope::FlockScope;
+use tenant::TenantContext;
+use user::CurrentUserContext;
+
+/// The JSON-RPC message an identity was resolved for: the body of the HTTP request that
+/// the middleware authenticated. A tool call must match it exactly (check 2).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(in crate::identity) struct MessageBinding {
+    pub request_id: Option<RequestId>,
+    pub session_id: Option<String>,
+}
+
+/// Everything known about the caller of one HTTP request. One per request, behind an
+/// `Arc`, in the request's extensions.
+#[derive(Debug)]
+pub(in crate::identity) struct ResolvedIdentity {
+    pub tenant: TenantContext,
+    pub user: CurrentUserContext,
+    pub flocks: FlockScope,
+    pub message: MessageBinding,
+    /// `exp` of the token this identity came from (Unix seconds).
+    pub expires_at: i64,
+}
+
+impl ResolvedIdentity {
+    pub fn principal(&self) -> Option<Principal> {
+        Some(Principal {
+            tenant: self.tenant.get()?.id,
+            user: self.user.get()?.id,
+        })
+    }
+}

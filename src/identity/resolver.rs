@@ -1,0 +1,104 @@
+//! Identity resolution: verified claims + one database round trip -> a ResolvedIdentity,
+//! or a refusal. Decides tenant, user and flock scope; never widens a scope.
+
+use super::flock_scope::FlockScope;
+use super::tenant::{Tenant, TenantContext};
+use super::user::{CurrentUserContext, User};
+use super::{MessageBinding, ResolvedIdentity};
+use crate::auth::Claims;
+use crate::model::Role;
+use crate::store::{Db, StoreError};
+
+/// Why a verified token does not get an identity. The first four answer 403 with the same
+/// body (the caller learns nothing about which part failed); `Store` answers 503.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("unknown tenant")]
+    UnknownTenant,
+    #[error("tenant suspended")]
+    SuspendedTenant,
+    #[error("unknown user")]
+    UnknownUser,
+    #[error("user disabled")]
+    DisabledUser,
+    #[error("identity lookup failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl IdentityError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IdentityError::UnknownTenant => "unknown_tenant",
+            IdentityError::SuspendedTenant => "suspended_tenant",
+            IdentityError::UnknownUser => "unknown_user",
+            IdentityError::DisabledUser => "disabled_user",
+            IdentityError::Store(_) => "store",
+        }
+    }
+}
+
+/// Resolves `claims` in one query. `service_subjects` are system actors: tenant only,
+/// nil user, no roles, no flocks.
+pub(in crate::identity) async fn resolve(
+    db: &Db,
+    claims: &Claims,
+    service_subjects: &[String],
+    message: MessageBinding,
+) -> Result<ResolvedIdentity, IdentityError> {
+    let is_service = service_subjects.iter().any(|s| s == &claims.subject);
+    let rows = db
+        .load_principal(
+            &claims.tenant,
+            (!is_service).then_some(claims.subject.as_str()),
+        )
+        .await?;
+
+    let tenant_row = rows.tenant.ok_or(IdentityError::UnknownTenant)?;
+    if tenant_row.status != "active" {
+        return Err(IdentityError::SuspendedTenant);
+    }
+    let tenant = TenantContext::resolved(Tenant {
+        id: tenant_row.id,
+        slug: claims.tenant.clone(),
+        name: tenant_row.name,
+    });
+
+    if is_service {
+        return Ok(ResolvedIdentity {
+            tenant,
+            user: CurrentUserContext::system_actor(&claims.subject),
+            flocks: FlockScope::pending(&[]).resolve([]),
+            message,
+            expires_at: claims.expires_at,
+        });
+    }
+
+    let user_row = rows.user.ok_or(IdentityError::UnknownUser)?;
+    if user_row.status != "active" {
+        return Err(IdentityError::DisabledUser);
+    }
+    let mut roles = Vec::with_capacity(rows.roles.len());
+    for role in &rows.roles {
+        let role: Role =
+            role.parse()
+                .map_err(|e: crate::model::UnknownRole| StoreError::Invalid {
+                    field: "role",
+                    message: e.to_string(),
+                })?;
+        roles.push(role);
+    }
+    roles.sort();
+    let flocks = FlockScope::pending(&roles).resolve(rows.assigned_flocks);
+    Ok(ResolvedIdentity {
+        tenant,
+        user: CurrentUserContext::resolved(User {
+            id: user_row.id,
+            subject: claims.subject.clone(),
+            display_name: user_row.display_name,
+            roles,
+        }),
+        flocks,
+        message,
+        expires_at: claims.expires_at,
+    })
+}

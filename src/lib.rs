@@ -1,0 +1,19 @@
+//! scopegate: an identity-scoped MCP gateway for multi-tenant SaaS.
+//!
+//! The request path, in the order a request meets it: `http` (layers, routes) ->
+//! `auth` (bearer JWT) -> `identity` (tenant, user, flock scope; the `McpCallContext`
+//! factory) -> tools. `store` owns every SQL statement; `config` and `telemetry` set up.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod context;
+pub mod http;
+pub mod identity;
+pub mod model;
+pub mod store;
+pub mod telemetry;
+
+pub use config::Config;
+pub use context::McpCallContext;
+pub use http::Gateway;

@@ -1,0 +1,324 @@
+//! Administrative writes (tenants, users, roles, flocks, assignments): each one transaction,
+//! each input validated first, so a refused call leaves nothing half-written.
+
+use sqlx::AnyConnection;
+
+use super::{FlockId, StoreError, TenantId, UserId, now_millis};
+use crate::model::{Role, TenantStatus, UserStatus};
+
+/// Slugs and flock names: lowercase letters, digits and dashes, 1 to 63 characters.
+pub fn validate_slug(field: &'static str, value: &str) -> Result<(), StoreError> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            field,
+            message: format!("`{value}` must be 1-63 lowercase letters, digits or dashes"),
+        })
+    }
+}
+
+fn validate_text(field: &'static str, value: &str, max: usize) -> Result<(), StoreError> {
+    if value.trim().is_empty() || value.len() > max || value.chars().any(char::is_control) {
+        return Err(StoreError::Invalid {
+            field,
+            message: format!("must be 1-{max} printable characters"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) async fn tenant_id_by_slug(
+    conn: &mut AnyConnection,
+    slug: &str,
+) -> Result<TenantId, StoreError> {
+    sqlx::query_scalar::<_, TenantId>("SELECT id FROM tenants WHERE slug = $1")
+        .bind(slug)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("tenant `{slug}` does not exist")))
+}
+
+async fn user_id_by_subject(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    subject: &str,
+) -> Result<UserId, StoreError> {
+    sqlx::query_scalar::<_, UserId>("SELECT id FROM users WHERE tenant_id = $1 AND subject = $2")
+        .bind(tenant)
+        .bind(subject)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| {
+            StoreError::NotFound(format!("user `{subject}` does not exist in this tenant"))
+        })
+}
+
+async fn flock_id_by_name(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    name: &str,
+) -> Result<FlockId, StoreError> {
+    sqlx::query_scalar::<_, FlockId>("SELECT id FROM flocks WHERE tenant_id = $1 AND name = $2")
+        .bind(tenant)
+        .bind(name)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| {
+            StoreError::NotFound(format!("flock `{name}` does not exist in this tenant"))
+        })
+}
+
+/// Maps a unique-constraint violation to a conflict that names what already exists.
+fn conflict(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
+        _ => StoreError::Sql(e),
+    }
+}
+
+pub(crate) async fn insert_user_roles(
+    tx: &mut AnyConnection,
+    tenant: TenantId,
+    user: UserId,
+    roles: &[Role],
+) -> Result<(), StoreError> {
+    for role in roles {
+        sqlx::query("INSERT INTO user_roles (tenant_id, user_id, role) VALUES ($1, $2, $3)")
+            .bind(tenant)
+            .bind(user)
+            .bind(role.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
+
+pub async fn count_tenants(conn: &mut AnyConnection) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM tenants")
+        .fetch_one(conn)
+        .await?)
+}
+
+pub async fn create_tenant(
+    conn: &mut AnyConnection,
+    slug: &str,
+    name: &str,
+) -> Result<TenantId, StoreError> {
+    validate_slug("slug", slug)?;
+    validate_text("name", name, 200)?;
+    let id = TenantId::generate();
+    sqlx::query(
+        "INSERT INTO tenants (id, slug, name, status, created_at) VALUES ($1, $2, $3, 'active', $4)",
+    )
+    .bind(id)
+    .bind(slug)
+    .bind(name)
+    .bind(now_millis())
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| conflict(e, || format!("tenant `{slug}` already exists")))?;
+    Ok(id)
+}
+
+pub async fn set_tenant_status(
+    conn: &mut AnyConnection,
+    slug: &str,
+    status: TenantStatus,
+) -> Result<(), StoreError> {
+    let done = sqlx::query("UPDATE tenants SET status = $1 WHERE slug = $2")
+        .bind(status.as_str())
+        .bind(slug)
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!(
+            "tenant `{slug}` does not exist"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates a user with its roles in one transaction.
+pub async fn create_user(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    display_name: &str,
+    roles: &[Role],
+) -> Result<UserId, StoreError> {
+    validate_text("subject", subject, 320)?;
+    validate_text("display_name", display_name, 200)?;
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let id = UserId::generate();
+    sqlx::query(
+        "INSERT INTO users (id, tenant_id, subject, display_name, status, created_at) \
+         VALUES ($1, $2, $3, $4, 'active', $5)",
+    )
+    .bind(id)
+    .bind(tenant)
+    .bind(subject)
+    .bind(display_name)
+    .bind(now_millis())
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| {
+        conflict(e, || {
+            format!("user `{subject}` already exists in `{tenant_slug}`")
+        })
+    })?;
+    insert_user_roles(&mut *conn, tenant, id, roles).await?;
+    Ok(id)
+}
+
+/// Inserts `count` users named `{prefix}{n}@{tenant}` with `role`, in batches, in one
+/// transaction. For benchmarks and load tests.
+pub async fn create_users_bulk(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    prefix: &str,
+    count: usize,
+    role: Role,
+) -> Result<(), StoreError> {
+    const BATCH: usize = 500;
+    // Values are interpolated below: every one is generated here (UUIDs, a counter) or
+    // validated (the slug through the lookup, the prefix here). No free text reaches the SQL.
+    validate_slug("prefix", prefix.trim_end_matches('-'))?;
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let now = now_millis();
+    let mut n = 0;
+    while n < count {
+        let size = BATCH.min(count - n);
+        let mut users = String::from(
+            "INSERT INTO users (id, tenant_id, subject, display_name, status, created_at) VALUES ",
+        );
+        let mut roles = String::from("INSERT INTO user_roles (tenant_id, user_id, role) VALUES ");
+        let ids: Vec<UserId> = (0..size).map(|_| UserId::generate()).collect();
+        for (i, id) in ids.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let subject = format!("{prefix}{}@{tenant_slug}", n + i);
+            users.push_str(&format!(
+                "{sep}('{id}','{tenant}','{subject}','{subject}','active',{now})"
+            ));
+            roles.push_str(&format!("{sep}('{tenant}','{id}','{}')", role.as_str()));
+        }
+        sqlx::query(sqlx::AssertSqlSafe(users))
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(roles))
+            .execute(&mut *conn)
+            .await?;
+        n += size;
+    }
+    Ok(())
+}
+
+pub async fn set_user_status(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    status: UserStatus,
+) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    sqlx::query("UPDATE users SET status = $1 WHERE tenant_id = $2 AND id = $3")
+        .bind(status.as_str())
+        .bind(tenant)
+        .bind(user)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn create_flock(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    name: &str,
+    breed: &str,
+    hen_count: i64,
+) -> Result<FlockId, StoreError> {
+    validate_slug("name", name)?;
+    validate_text("breed", breed, 100)?;
+    if !(0..=1_000_000).contains(&hen_count) {
+        return Err(StoreError::Invalid {
+            field: "hen_count",
+            message: "must be 0 to 1000000".into(),
+        });
+    }
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let id = FlockId::generate();
+    sqlx::query(
+        "INSERT INTO flocks (id, tenant_id, name, breed, hen_count, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(tenant)
+    .bind(name)
+    .bind(breed)
+    .bind(hen_count)
+    .bind(now_millis())
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| {
+        conflict(e, || {
+            format!("flock `{name}` already exists in `{tenant_slug}`")
+        })
+    })?;
+    Ok(id)
+}
+
+/// Assigns a flock to a user; both must belong to the tenant (the composite foreign
+/// keys enforce it again in the database).
+pub async fn assign_flock(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    flock: &str,
+) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    let flock_id = flock_id_by_name(&mut *conn, tenant, flock).await?;
+    sqlx::query("INSERT INTO flock_assignments (tenant_id, user_id, flock_id) VALUES ($1, $2, $3)")
+        .bind(tenant)
+        .bind(user)
+        .bind(flock_id)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| {
+            conflict(e, || {
+                format!("`{subject}` is already assigned to `{flock}`")
+            })
+        })?;
+    Ok(())
+}
+
+pub async fn unassign_flock(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    flock: &str,
+) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    let flock_id = flock_id_by_name(&mut *conn, tenant, flock).await?;
+    let done = sqlx::query(
+        "DELETE FROM flock_assignments WHERE tenant_id = $1 AND user_id = $2 AND flock_id = $3",
+    )
+    .bind(tenant)
+    .bind(user)
+    .bind(flock_id)
+    .execute(&mut *conn)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!(
+            "`{subject}` is not assigned to `{flock}`"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! Storage: the pool, migrations and every SQL statement; never hands a pool to a tool.
+//!
+//! One code path serves SQLite and PostgreSQL through sqlx's `Any` driver: the SQL is
+//! kept portable (`$n` parameters, TEXT ids, BIGINT times) and each database has its own
+//! migrations folder. Query functions take the executor they run on, so the caller owns
+//! the transaction.
+
+pub mod admin;
+pub mod demo;
+pub mod ids;
+pub mod principal;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Executor};
+
+use crate::config::DatabaseConfig;
+
+pub use ids::{AuditEventId, FlockId, TenantId, UserId};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database url: {0}")]
+    Url(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    Sqlite,
+    Postgres,
+}
+
+/// The database handle. Cloning is cheap (the pool is shared).
+#[derive(Clone)]
+pub struct Db {
+    pool: AnyPool,
+    kind: DbKind,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_millis() -> i64 {
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+impl Db {
+    /// Connects (creating an SQLite file and its folder when missing) and sets pool limits.
+    /// Does not migrate: call [`Db::migrate`].
+    pub async fn connect(cfg: &DatabaseConfig) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let url = cfg.url.expose();
+        let (kind, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
+            (DbKind::Sqlite, sqlite_url(rest)?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (DbKind::Postgres, url.to_owned())
+        } else {
+            return Err(StoreError::Url(
+                "expected sqlite:, postgres:// or postgresql://".into(),
+            ));
+        };
+        let options = AnyConnectOptions::from_str(&url)?;
+        let busy_ms = cfg.sqlite_busy_timeout_ms;
+        let pool = AnyPoolOptions::new()
+            .max_connections(cfg.max_connections)
+            .min_connections(cfg.min_connections)
+            .acquire_timeout(Duration::from_secs(cfg.acquire_timeout_secs))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if kind == DbKind::Sqlite {
+                        // WAL lets readers run beside the writer; the busy timeout makes a
+                        // writer wait for the lock instead of failing at once.
+                        // busy_ms is a number from the configuration: nothing to inject.
+                        let pragmas = format!(
+                            "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = {busy_ms}; \
+                             PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;"
+                        );
+                        conn.execute(sqlx::AssertSqlSafe(pragmas)).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool, kind })
+    }
+
+    pub fn kind(&self) -> DbKind {
+        self.kind
+    }
+
+    fn migrator(&self) -> &'static Migrator {
+        match self.kind {
+            DbKind::Sqlite => &SQLITE_MIGRATIONS,
+            DbKind::Postgres => &POSTGRES_MIGRATIONS,
+        }
+    }
+
+    /// Applies every pending migration.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.migrator().run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// True when the database answers and the newest migration has been applied.
+    pub async fn is_ready(&self) -> bool {
+        let Some(latest) = self.migrator().iter().map(|m| m.version).max() else {
+            return false;
+        };
+        let applied: Result<i64, _> = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM _sqlx_migrations WHERE version = $1 AND success = TRUE",
+        )
+        .bind(latest)
+        .fetch_one(&self.pool)
+        .await;
+        matches!(applied, Ok(1))
+    }
+
+    /// Connections in use and idle, for metrics.
+    pub fn pool_usage(&self) -> (u32, usize) {
+        (self.pool.size(), self.pool.num_idle())
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// `sqlite://data/x.db` -> an absolute-or-relative path URL with `mode=rwc`, and the
+/// parent folder created so a fresh machine needs nothing.
+fn sqlite_url(rest: &str) -> Result<String, StoreError> {
+    let rest = rest.trim_start_matches("//");
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    if path.is_empty() || path == ":memory:" {
+        return Err(StoreError::Url(
+            "sqlite needs a file path (an in-memory database is one database per connection)"
+                .into(),
+        ));
+    }
+    if let Some(parent) = Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| StoreError::Url(format!("cannot create {}: {e}", parent.display())))?;
+    }
+    let mut query = query.map(str::to_owned).unwrap_or_default();
+    if !query.split('&').any(|kv| kv.starts_with("mode=")) {
+        if !query.is_empty() {
+            query.push('&');
+        }
+        query.push_str("mode=rwc");
+    }
+    Ok(format!("sqlite://{path}?{query}"))
+}
+
+impl Db {
+    /// A transaction for the administrative functions in [`admin`] and [`demo`].
+    pub async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+}
