@@ -35,10 +35,16 @@ impl ConfigError {
     }
 }
 
-/// A secret string: compared and used, never printed.
-#[derive(Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+/// A secret string: compared and used, never printed or serialized.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(transparent)]
 pub struct Secret(String);
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { "[redacted]" })
+    }
+}
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
@@ -146,9 +152,16 @@ impl Config {
     }
 
     pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        // An empty value means unset, so `SCOPEGATE_AUTH__JWKS_URL=` can switch a source off.
+        let a = &mut config.auth;
+        a.jwks_url = a.jwks_url.take().filter(|v| !v.is_empty());
+        a.jwks_file = a.jwks_file.take().filter(|v| !v.as_os_str().is_empty());
+        a.audience = a.audience.take().filter(|v| !v.is_empty());
+        let s = &mut config.server;
+        s.public_url = s.public_url.take().filter(|v| !v.is_empty());
         config.validate()?;
         Ok(config)
     }
@@ -175,8 +188,10 @@ impl Config {
                 "set either auth.jwks_file or auth.jwks_url, not both",
             ));
         }
-        if let Some(url) = &a.jwks_url {
-            if !(url.starts_with("https://") || url.starts_with("http://")) {
+        if let Some(url) = &a.jwks_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            {
                 return Err(ConfigError::invalid(
                     "auth.jwks_url",
                     "must be an http(s) URL",
@@ -190,12 +205,6 @@ impl Config {
             return Err(ConfigError::invalid(
                 "auth.tenant_claim",
                 "must not be empty",
-            ));
-        }
-        if a.audience.as_deref() == Some("") {
-            return Err(ConfigError::invalid(
-                "auth.audience",
-                "must not be empty (leave it unset to use the resource URI)",
             ));
         }
         let url = self.public_url();

@@ -128,6 +128,7 @@ impl Jwks {
         max_age: Duration,
         min_refetch_interval: Duration,
     ) -> Result<Arc<Self>, JwksError> {
+        crate::http::install_tls_provider();
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
@@ -153,10 +154,10 @@ impl Jwks {
     pub async fn key(&self, kid: Option<&str>) -> Option<VerifyingKey> {
         {
             let current = self.current.read().await;
-            if current.at.elapsed() < self.max_age {
-                if let Some(found) = lookup(&current.keys, kid) {
-                    return Some(found);
-                }
+            if current.at.elapsed() < self.max_age
+                && let Some(found) = lookup(&current.keys, kid)
+            {
+                return Some(found);
             }
         }
         self.refetch().await;

@@ -10,7 +10,7 @@ use super::CliError;
 use crate::auth::mint::dev_token;
 use crate::config::Config;
 use crate::http::{Gateway, shutdown_signal};
-use crate::store::demo::{self, DEMO_USERS, SeedOutcome};
+use crate::store::demo::{self, DEMO_USERS, DemoUser, SeedOutcome};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -53,7 +53,7 @@ async fn print_demo(gateway: &Gateway) -> Result<(), CliError> {
     }
     let ttl = state.config.auth.demo_token_ttl_secs;
     println!("Demo bearer tokens (valid {}h):", ttl / 3600);
-    for (tenant, subject, _, roles, _) in DEMO_USERS {
+    for DemoUser(tenant, subject, _, roles, _) in DEMO_USERS {
         let token = dev_token(&state.config, tenant, subject, ttl)?;
         let roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         println!("  {tenant:<7} {subject:<20} {:<8} {token}", roles.join(","));

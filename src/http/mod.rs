@@ -171,6 +171,12 @@ impl Gateway {
     }
 }
 
+/// Installs rustls' ring provider as the process default (for outgoing HTTPS: JWKS,
+/// upstreams). Idempotent.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

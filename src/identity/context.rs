@@ -129,11 +129,7 @@ impl McpCallContext {
         }
 
         // Check 4: a real user.
-        let user = identity
-            .user
-            .get()
-            .ok_or(ContextError::Unresolved("user"))?;
-        if user.id.is_nil() {
+        if identity.user.get().is_some_and(|user| user.id.is_nil()) {
             return Err(ContextError::SystemActor);
         }
 

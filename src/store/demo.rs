@@ -7,37 +7,45 @@ use super::admin::{self, count_tenants};
 use super::{Db, StoreError, now_millis};
 use crate::model::Role;
 
-/// (tenant slug, subject, display name, roles, assigned flocks)
-pub const DEMO_USERS: &[(&str, &str, &str, &[Role], &[&str])] = &[
-    (
+/// A demo user: tenant slug, subject, display name, roles, assigned flocks.
+pub struct DemoUser(
+    pub &'static str,
+    pub &'static str,
+    pub &'static str,
+    pub &'static [Role],
+    pub &'static [&'static str],
+);
+
+pub const DEMO_USERS: &[DemoUser] = &[
+    DemoUser(
         "acme",
         "olivia@acme.test",
         "Olivia Owner",
         &[Role::Owner],
         &[],
     ),
-    (
+    DemoUser(
         "acme",
         "wanda@acme.test",
         "Wanda Worker",
         &[Role::Worker],
         &["north-barn"],
     ),
-    (
+    DemoUser(
         "acme",
         "walt@acme.test",
         "Walt Worker",
         &[Role::Worker],
         &[],
     ),
-    (
+    DemoUser(
         "acme",
         "audrey@acme.test",
         "Audrey Auditor",
         &[Role::Auditor],
         &[],
     ),
-    (
+    DemoUser(
         "globex",
         "gary@globex.test",
         "Gary Owner",
@@ -121,7 +129,7 @@ async fn insert_all(conn: &mut AnyConnection) -> Result<(), StoreError> {
             .await?;
         }
     }
-    for (tenant, subject, name, roles, flocks) in DEMO_USERS {
+    for DemoUser(tenant, subject, name, roles, flocks) in DEMO_USERS {
         admin::create_user(conn, tenant, subject, name, roles).await?;
         for flock in *flocks {
             admin::assign_flock(conn, tenant, subject, flock).await?;

@@ -1,0 +1,22 @@
+# Multi-stage build: compile in the Rust image, run in a slim Debian as a non-root user.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY src ./src
+COPY migrations ./migrations
+COPY config ./config
+COPY benches ./benches
+RUN cargo build --release --locked --bin scopegate
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --home /var/lib/scopegate --create-home scopegate
+COPY --from=build /src/target/release/scopegate /usr/local/bin/scopegate
+COPY config /etc/scopegate
+USER scopegate
+WORKDIR /var/lib/scopegate
+EXPOSE 8080
+ENTRYPOINT ["scopegate"]
+CMD ["serve"]

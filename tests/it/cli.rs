@@ -1,0 +1,199 @@
+//! The binary: `token`, `migrate`, `serve --demo`, refusals, and graceful shutdown on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+fn scopegate(dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scopegate"));
+    cmd.current_dir(dir);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SCOPEGATE_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("RUST_LOG", "warn");
+    cmd
+}
+
+#[tokio::test]
+async fn token_prints_a_token_alone_that_the_gateway_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = scopegate(dir.path())
+        .args([
+            "token",
+            "--tenant",
+            "acme",
+            "--user",
+            "olivia@acme.test",
+            "--ttl",
+            "15m",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let token = stdout.trim_end();
+    assert_eq!(stdout, format!("{token}\n"), "stdout holds the token alone");
+    assert_eq!(token.split('.').count(), 3);
+
+    let config = config_with(
+        "sqlite://unused.db",
+        &[
+            ("server.listen", serde_json::json!("127.0.0.1:8080")),
+            ("server.public_url", serde_json::json!("")),
+        ],
+    );
+    let claims = scopegate::auth::Authenticator::from_config(&config)
+        .await
+        .unwrap()
+        .verify(token)
+        .await
+        .unwrap();
+    assert_eq!(
+        (claims.tenant.as_str(), claims.subject.as_str()),
+        ("acme", "olivia@acme.test")
+    );
+    let ttl = claims.expires_at - now();
+    assert!((890..=900).contains(&ttl), "ttl {ttl}");
+}
+
+#[test]
+fn token_and_demo_are_refused_without_a_dev_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let jwks = dir.path().join("jwks.json");
+    let rsa = Signer::from_pem(jsonwebtoken::Algorithm::RS256, "rsa.pem", "k");
+    std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
+    for args in [
+        &["token", "--tenant", "acme", "--user", "x"][..],
+        &["serve", "--demo", "--listen", "127.0.0.1:0"],
+    ] {
+        let out = scopegate(dir.path())
+            .args(args)
+            .env("SCOPEGATE_AUTH__HS256_SECRET", "")
+            .env("SCOPEGATE_AUTH__JWKS_FILE", &jwks)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} must be refused");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("auth.hs256_secret"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed no token");
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refused --demo created no database"
+    );
+}
+
+#[test]
+fn a_bad_config_file_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[auth]\nhs256_secrett = \"x\"\n",
+    )
+    .unwrap();
+    let out = scopegate(dir.path())
+        .args(["--config", "bad.toml", "migrate"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("hs256_secrett"), "{stderr}");
+    assert!(!dir.path().join("data").exists(), "nothing was created");
+}
+
+#[test]
+fn migrate_creates_the_default_sqlite_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = scopegate(dir.path()).arg("migrate").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("data/scopegate.db").exists());
+}
+
+/// `serve --demo` on a fresh folder: seeds, prints a token per demo user, answers /readyz,
+/// and exits cleanly on SIGTERM.
+#[test]
+fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = scopegate(dir.path())
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("scopegate listening on http://") {
+            addr = Some(rest.trim().to_owned());
+            break;
+        }
+    }
+    let addr = addr.expect("the gateway announces its address");
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let lines: Vec<String> = stdout.lines().take(6).map(Result::unwrap).collect();
+    for user in [
+        "olivia@acme.test",
+        "wanda@acme.test",
+        "walt@acme.test",
+        "audrey@acme.test",
+        "gary@globex.test",
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(user))
+            .unwrap_or_else(|| panic!("no token for {user}"));
+        assert_eq!(
+            line.split_whitespace().last().unwrap().split('.').count(),
+            3,
+            "{line}"
+        );
+    }
+
+    let ready = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://{addr}/readyz"),
+        ])
+        .output();
+    if let Ok(out) = ready {
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    }
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exit status after SIGTERM: {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

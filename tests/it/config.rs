@@ -1,0 +1,155 @@
+//! Configuration: layering (defaults, file, environment), and refusals that name the key.
+// figment::Jail's closures return figment::Error, which is large; that is its API.
+#![allow(clippy::result_large_err)]
+
+use figment::Jail;
+use scopegate::config::{Config, SHIPPED_DEV_SECRET};
+
+fn load_err(jail: &mut Jail, file: Option<(&str, &str)>) -> String {
+    let path = file.map(|(name, text)| {
+        jail.create_file(name, text).unwrap();
+        jail.directory().join(name)
+    });
+    match Config::load(path.as_deref()) {
+        Ok(_) => panic!("configuration should be refused"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn defaults_then_file_then_environment() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "gw.toml",
+            "[server]\nbody_limit_bytes = 1000\n[auth]\nleeway_secs = 5\n",
+        )?;
+        jail.set_env("SCOPEGATE_AUTH__LEEWAY_SECS", "7");
+        jail.set_env("SCOPEGATE_DATABASE__URL", "postgres://u@db:5432/sg");
+        let config = Config::load(Some(&jail.directory().join("gw.toml"))).expect("loads");
+        assert_eq!(
+            config.server.body_limit_bytes, 1000,
+            "the file overrides the defaults"
+        );
+        assert_eq!(
+            config.auth.leeway_secs, 7,
+            "the environment overrides the file"
+        );
+        assert_eq!(config.database.url.expose(), "postgres://u@db:5432/sg");
+        assert_eq!(config.auth.tenant_claim, "tid", "untouched defaults stay");
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_name_the_key() {
+    Jail::expect_with(|jail| {
+        let err = load_err(jail, Some(("a.toml", "[server]\nlisten_addr = \"x\"\n")));
+        assert!(err.contains("listen_addr"), "{err}");
+        let err = load_err(
+            jail,
+            Some(("b.toml", "[server]\nbody_limit_bytes = \"lots\"\n")),
+        );
+        assert!(err.contains("body_limit_bytes"), "{err}");
+        let err = load_err(jail, Some(("c.toml", "[nonsense]\nx = 1\n")));
+        assert!(err.contains("nonsense"), "{err}");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.set_env("SCOPEGATE_AUTH__LEWAY_SECS", "5");
+        let err = load_err(jail, None);
+        assert!(
+            err.contains("leway_secs"),
+            "a misspelt variable is refused: {err}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_missing_verification_key_stops_start_up() {
+    Jail::expect_with(|jail| {
+        jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "");
+        let err = load_err(jail, None);
+        assert!(
+            err.contains("auth.hs256_secret") && err.contains("jwks"),
+            "{err}"
+        );
+        jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "short");
+        let err = load_err(jail, None);
+        assert!(
+            err.contains("auth.hs256_secret") && err.contains("32"),
+            "{err}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn the_shipped_dev_secret_is_refused_off_loopback() {
+    Jail::expect_with(|jail| {
+        jail.set_env("SCOPEGATE_SERVER__LISTEN", "0.0.0.0:8080");
+        let err = load_err(jail, None);
+        assert!(
+            err.contains("auth.hs256_secret") && err.contains("non-loopback"),
+            "{err}"
+        );
+        jail.set_env(
+            "SCOPEGATE_AUTH__HS256_SECRET",
+            "a-private-secret-of-more-than-32-bytes!",
+        );
+        Config::load(None).expect("an operator's own secret may listen anywhere");
+        Ok(())
+    });
+}
+
+#[test]
+fn other_refusals_name_their_key() {
+    let cases = [
+        ("SCOPEGATE_DATABASE__URL", "mysql://x", "database.url"),
+        (
+            "SCOPEGATE_SERVER__PUBLIC_URL",
+            "https://mcp.example.com/",
+            "server.public_url",
+        ),
+        (
+            "SCOPEGATE_AUTH__JWKS_URL",
+            "ftp://idp/jwks",
+            "auth.jwks_url",
+        ),
+        ("SCOPEGATE_AUTH__ISSUER", "", "auth.issuer"),
+        (
+            "SCOPEGATE_DATABASE__MAX_CONNECTIONS",
+            "0",
+            "database.max_connections",
+        ),
+    ];
+    for (var, value, key) in cases {
+        Jail::expect_with(|jail| {
+            jail.set_env(var, value);
+            let err = load_err(jail, None);
+            assert!(err.contains(key), "{var}={value}: {err}");
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn secrets_are_never_printed() {
+    Jail::expect_with(|jail| {
+        jail.set_env("SCOPEGATE_DATABASE__URL", "postgres://admin:hunter2@db/sg");
+        let config = Config::load(None).unwrap();
+        let debug = format!("{config:?}");
+        let json = serde_json::to_string(&config).unwrap();
+        for text in [&debug, &json] {
+            assert!(
+                !text.contains(SHIPPED_DEV_SECRET),
+                "the HS256 secret leaked: {text}"
+            );
+            assert!(
+                !text.contains("hunter2"),
+                "the database password leaked: {text}"
+            );
+        }
+        Ok(())
+    });
+}

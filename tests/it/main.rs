@@ -1,0 +1,11 @@
+//! The integration test binary (one binary keeps link time down).
+
+#[macro_use]
+mod support;
+
+mod auth;
+mod cli;
+mod compose;
+mod config;
+mod identity;
+mod store;
