@@ -74,7 +74,55 @@ pub struct Config {
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub auth: AuthConfig,
+    pub mcp: McpConfig,
+    pub audit: AuditConfig,
+    pub limits: LimitsConfig,
+    pub metrics: MetricsConfig,
     pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// Serve every protocol version statelessly (no `Mcp-Session-Id`). 2026-07-28 requests
+    /// are always stateless.
+    pub stateless: bool,
+    /// A tool call that runs longer fails with a timeout error.
+    pub call_timeout_secs: u64,
+    /// Idle sessions are closed after this long.
+    pub session_idle_secs: u64,
+    /// SSE keep-alive interval.
+    pub sse_keep_alive_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Store tool arguments verbatim beside their digest. Off: only the SHA-256 digest.
+    pub record_raw_arguments: bool,
+    /// Most events one group commit writes.
+    pub max_batch: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Requests per second a tenant may sustain (token bucket refill); 0 turns it off.
+    pub tenant_per_sec: f64,
+    /// Requests a tenant may burst.
+    pub tenant_burst: f64,
+    /// Requests per second one user may sustain; 0 turns it off.
+    pub user_per_sec: f64,
+    pub user_burst: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve Prometheus metrics at /metrics.
+    pub enabled: bool,
+    /// Label tool-call metrics with the tenant slug (cardinality grows with tenants).
+    pub label_tenant: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -234,6 +282,46 @@ impl Config {
             return Err(ConfigError::invalid(
                 "database.url",
                 "must start with sqlite:, postgres:// or postgresql://",
+            ));
+        }
+        if self.mcp.call_timeout_secs == 0 {
+            return Err(ConfigError::invalid(
+                "mcp.call_timeout_secs",
+                "must be greater than 0",
+            ));
+        }
+        if self.mcp.session_idle_secs == 0 {
+            return Err(ConfigError::invalid(
+                "mcp.session_idle_secs",
+                "must be greater than 0",
+            ));
+        }
+        if self.audit.max_batch == 0 {
+            return Err(ConfigError::invalid(
+                "audit.max_batch",
+                "must be greater than 0",
+            ));
+        }
+        let l = &self.limits;
+        for (key, value) in [
+            ("limits.tenant_per_sec", l.tenant_per_sec),
+            ("limits.tenant_burst", l.tenant_burst),
+            ("limits.user_per_sec", l.user_per_sec),
+            ("limits.user_burst", l.user_burst),
+        ] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(ConfigError::invalid(
+                    key,
+                    "must be a finite number, 0 or more",
+                ));
+            }
+        }
+        if (l.tenant_per_sec > 0.0 && l.tenant_burst < 1.0)
+            || (l.user_per_sec > 0.0 && l.user_burst < 1.0)
+        {
+            return Err(ConfigError::invalid(
+                "limits.tenant_burst",
+                "a burst below 1 would refuse every request",
             ));
         }
         if self.database.max_connections == 0 {

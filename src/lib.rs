@@ -4,15 +4,18 @@
 //! `auth` (bearer JWT) -> `identity` (tenant, user, flock scope; the `McpCallContext`
 //! factory) -> tools. `store` owns every SQL statement; `config` and `telemetry` set up.
 
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod context;
 pub mod http;
 pub mod identity;
+pub mod mcp;
 pub mod model;
 pub mod store;
 pub mod telemetry;
+pub mod tools;
 
 pub use config::Config;
 pub use context::McpCallContext;

@@ -3,6 +3,7 @@
 
 pub(crate) mod error;
 mod health;
+mod limits;
 mod well_known;
 
 use std::future::Future;
@@ -24,6 +25,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::audit::AuditWriter;
 use crate::auth::{AuthSetupError, Authenticator};
 use crate::config::Config;
 use crate::identity::{Gate, SessionRegistry, authenticate};
@@ -37,8 +39,11 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub db: Db,
     pub sessions: Arc<SessionRegistry>,
+    pub audit: AuditWriter,
     pub(crate) gate: Arc<Gate>,
     ready: Arc<AtomicBool>,
+    /// Cancelled at shutdown: ends MCP sessions and streams so connections can drain.
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,13 +68,13 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Builds the gateway with nothing behind the gate.
+    /// Builds the gateway: the MCP endpoint and the native tools behind the gate.
     pub async fn build(config: Config) -> Result<Self, StartError> {
         Self::build_with(config, |_| Router::new()).await
     }
 
-    /// Builds the gateway; `protected` makes the routes that sit behind authentication and
-    /// identity resolution (every request to them carries a resolved identity).
+    /// Builds the gateway; `protected` makes more routes to sit behind authentication and
+    /// identity resolution beside `/mcp` (every request to them carries a resolved identity).
     pub async fn build_with(
         config: Config,
         protected: impl FnOnce(&AppState) -> Router,
@@ -104,14 +109,19 @@ impl Gateway {
             resource_metadata_url: config.resource_metadata_url(),
             body_limit: config.server.body_limit_bytes,
         });
+        crate::telemetry::metrics::install();
+        let audit = AuditWriter::start(db.clone(), config.audit.max_batch);
         let state = AppState {
             config: Arc::new(config),
             db,
             sessions: Arc::new(SessionRegistry::new()),
+            audit,
             gate,
             ready: Arc::new(AtomicBool::new(false)),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         };
-        let router = router(&state, protected(&state));
+        let gated = crate::mcp::router(&state, state.shutdown.clone()).merge(protected(&state));
+        let router = router(&state, gated);
         state.ready.store(true, Ordering::Release);
         Ok(Self {
             listener,
@@ -142,9 +152,11 @@ impl Gateway {
     ) -> std::io::Result<()> {
         let grace = Duration::from_secs(self.state.config.server.shutdown_grace_secs);
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let streams = self.state.shutdown.clone();
         let signal = async move {
             shutdown.await;
-            tracing::info!("shutting down: draining in-flight requests");
+            tracing::info!("shutting down: closing MCP sessions, draining in-flight requests");
+            streams.cancel();
             let _ = stopping_tx.send(());
         };
         let listener = self.listener.tap_io(|tcp| {
@@ -203,11 +215,14 @@ pub async fn shutdown_signal() {
 /// request path around all of them.
 fn router(state: &AppState, protected: Router) -> Router {
     let server = &state.config.server;
-    let gated = protected.layer(middleware::from_fn_with_state(
-        Arc::clone(&state.gate),
-        authenticate,
-    ));
-    let public = Router::new()
+    let limiter = Arc::new(limits::RateLimiter::new(state.config.limits.clone()));
+    let gated = protected
+        .layer(middleware::from_fn_with_state(limiter, limits::limit))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state.gate),
+            authenticate,
+        ));
+    let mut public = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route(
@@ -219,10 +234,21 @@ fn router(state: &AppState, protected: Router) -> Router {
             get(well_known::protected_resource),
         )
         .with_state(state.clone());
+    if state.config.metrics.enabled {
+        let db = state.db.clone();
+        public = public.route(
+            "/metrics",
+            get(move || {
+                let db = db.clone();
+                async move { crate::telemetry::metrics::render(db.pool_usage()) }
+            }),
+        );
+    }
 
     public
         .merge(gated)
         .fallback(error::not_found)
+        .layer(middleware::from_fn(count_status))
         .layer(middleware::from_fn_with_state(state.clone(), check_origin))
         .layer(RequestBodyLimitLayer::new(server.body_limit_bytes))
         .layer(TimeoutLayer::with_status_code(
@@ -247,6 +273,12 @@ fn router(state: &AppState, protected: Router) -> Router {
             )
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+async fn count_status(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    crate::telemetry::metrics::http_request(response.status().as_u16());
+    response
 }
 
 /// A request whose `Origin` is neither the gateway's own nor configured gets 403

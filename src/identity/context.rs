@@ -16,7 +16,10 @@ use rmcp::model::RequestId;
 use super::ResolvedIdentity;
 use super::flock_scope::Breadth;
 use super::sessions::SessionRegistry;
+use crate::audit::{AuditWriter, CallAudit};
 use crate::model::Role;
+use crate::store::Db;
+use crate::store::scoped::{ScopedStore, WriteAudit};
 use crate::store::{FlockId, TenantId, UserId};
 
 /// What the transport knows about one tool call.
@@ -47,6 +50,8 @@ pub enum ContextError {
     SystemActor,
     #[error("the caller's roles do not allow this")]
     RoleDenied,
+    #[error("no data access is attached to this call")]
+    NoStore,
 }
 
 impl ContextError {
@@ -62,6 +67,7 @@ impl ContextError {
             ContextError::Unresolved(_) => "unresolved_flock_scope",
             ContextError::SystemActor => "system_actor",
             ContextError::RoleDenied => "role_denied",
+            ContextError::NoStore => "no_store",
         }
     }
 }
@@ -85,11 +91,31 @@ impl FlockAccess<'_> {
 }
 
 /// The caller of one tool call. Cheap to clone; holds the request's identity privately.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct McpCallContext {
     identity: Arc<ResolvedIdentity>,
     request_id: RequestId,
     session_id: Option<String>,
+    data: Option<DataAccess>,
+}
+
+/// What the context hands out as data access: the database, and the call's audit record
+/// for writes.
+#[derive(Clone)]
+struct DataAccess {
+    db: Db,
+    writer: AuditWriter,
+    call: Option<Arc<CallAudit>>,
+}
+
+impl std::fmt::Debug for McpCallContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpCallContext")
+            .field("tenant", &self.identity.tenant.get().map(|t| &t.slug))
+            .field("user", &self.identity.user.get().map(|u| &u.subject))
+            .field("request_id", &self.request_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl McpCallContext {
@@ -137,7 +163,38 @@ impl McpCallContext {
             identity: Arc::clone(identity),
             request_id: site.request_id.clone(),
             session_id: site.session_id.map(str::to_owned),
+            data: None,
         })
+    }
+
+    /// Attaches data access: the scoped store will read `db`, and writes will append
+    /// `call`'s audit event through `writer`'s chains.
+    pub(crate) fn with_data(
+        mut self,
+        db: Db,
+        writer: AuditWriter,
+        call: Option<Arc<CallAudit>>,
+    ) -> Self {
+        self.data = Some(DataAccess { db, writer, call });
+        self
+    }
+
+    /// The caller's data, bound to its tenant and flock scope.
+    pub fn store(&self) -> Result<ScopedStore<'_>, ContextError> {
+        let data = self.data.as_ref().ok_or(ContextError::NoStore)?;
+        let audit = data.call.as_deref().map(|call| WriteAudit {
+            writer: &data.writer,
+            call,
+        });
+        let user = self.user();
+        Ok(ScopedStore::new(
+            &data.db,
+            self.tenant_id(),
+            user.id,
+            &user.subject,
+            self.flocks(),
+            audit,
+        ))
     }
 
     fn tenant(&self) -> &super::tenant::Tenant {

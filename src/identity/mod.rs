@@ -14,7 +14,7 @@ mod tenant;
 mod user;
 
 pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
-pub(crate) use middleware::{Gate, authenticate};
+pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate};
 pub use resolver::IdentityError;
 pub use sessions::{Principal, SessionRegistry};
 
@@ -51,4 +51,11 @@ impl ResolvedIdentity {
             user: self.user.get()?.id,
         })
     }
+}
+
+/// The principal and token expiry of the identity the middleware put on a request, as
+/// plain values (for session binding). `None` when the request carries no identity.
+pub(crate) fn request_principal(extensions: &http::Extensions) -> Option<(Principal, i64)> {
+    let identity = extensions.get::<std::sync::Arc<ResolvedIdentity>>()?;
+    Some((identity.principal()?, identity.expires_at))
 }

@@ -52,6 +52,16 @@ impl SessionRegistry {
             .remove(session_id);
     }
 
+    /// Every bound session id (for sweeping sessions the transport has closed).
+    pub fn session_ids(&self) -> Vec<String> {
+        self.sessions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.sessions
             .read()

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod demo;
 pub mod ids;
 pub mod principal;
+pub mod scoped;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -1,5 +1,7 @@
 //! Logging set-up: tracing to stderr (stdout is for command output), pretty or JSON.
 
+pub mod metrics;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, TelemetryConfig};

@@ -1,0 +1,230 @@
+//! Audit: every `tools/call` leaves an event, chained per tenant. A write's event is
+//! inserted in the write's own transaction; every other event goes through a group
+//! commit. When the insert fails the call fails (fail closed). Never skips an event.
+//!
+//! Chain: each tenant's events count up from `seq` 1; each stores the SHA-256 of its
+//! predecessor (`prev_hash`) and its own `hash` over (prev_hash, canonical event). One
+//! in-process lock per tenant serialises chain appends; it is always taken before any
+//! database transaction, so it can't deadlock against SQLite's write lock. Other
+//! replicas appending to the same chain collide on UNIQUE (tenant_id, seq); the append
+//! then reloads the head and retries.
+
+pub mod digest;
+pub mod verify;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+use sqlx::AnyConnection;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use crate::store::{AuditEventId, StoreError, TenantId, UserId};
+pub use writer::AuditWriter;
+
+/// What became of an audited call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The tool ran and succeeded.
+    Ok,
+    /// Refused before the tool ran (unknown or forbidden tool, context refused, rate limit).
+    Denied,
+    /// The tool ran and failed (bad input, not found, timeout, internal error).
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Denied => "denied",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// One audit event, before it is chained.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditEvent {
+    pub id: AuditEventId,
+    pub tenant: TenantId,
+    pub occurred_at: i64,
+    pub user: UserId,
+    pub session_id: Option<String>,
+    pub request_id: Option<String>,
+    pub client_name: Option<String>,
+    pub client_version: Option<String>,
+    pub action: String,
+    pub tool: Option<String>,
+    pub args_digest: Option<String>,
+    pub args_raw: Option<String>,
+    pub outcome: Outcome,
+    pub error_class: Option<String>,
+    pub duration_us: i64,
+}
+
+/// The newest event of a tenant's chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub seq: i64,
+    pub hash: String,
+}
+
+/// The hash of the (absent) predecessor of a chain's first event.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+type ChainSlot = Arc<AsyncMutex<Option<Head>>>;
+
+/// Per-tenant chain locks with a cached head (`None`: read it from the database).
+#[derive(Default)]
+pub(crate) struct Chains {
+    slots: Mutex<HashMap<TenantId, ChainSlot>>,
+}
+
+impl Chains {
+    pub async fn lock(&self, tenant: TenantId) -> OwnedMutexGuard<Option<Head>> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(slots.entry(tenant).or_default())
+        };
+        slot.lock_owned().await
+    }
+}
+
+async fn load_head(conn: &mut AnyConnection, tenant: TenantId) -> Result<Option<Head>, StoreError> {
+    let row: Option<(i64, String)> = sqlx::query_as(
+        "SELECT seq, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(seq, hash)| Head { seq, hash }))
+}
+
+/// Inserts `event` as the next link of its tenant's chain on `conn` (inside the caller's
+/// transaction). `head` is the cached head under the tenant's lock; it is loaded when
+/// unknown. Returns the new head, which the caller stores only after its commit.
+pub(crate) async fn append(
+    conn: &mut AnyConnection,
+    head: &Option<Head>,
+    event: &AuditEvent,
+) -> Result<Head, StoreError> {
+    let head = match head {
+        Some(h) => Some(h.clone()),
+        None => load_head(conn, event.tenant).await?,
+    };
+    let (seq, prev) = match &head {
+        Some(h) => (h.seq + 1, h.hash.clone()),
+        None => (1, GENESIS.to_owned()),
+    };
+    let hash = digest::chain_hash(&prev, seq, event);
+    sqlx::query(
+        "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
+         client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
+         duration_us, prev_hash, hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+    )
+    .bind(event.id)
+    .bind(event.tenant)
+    .bind(seq)
+    .bind(event.occurred_at)
+    .bind(event.user)
+    .bind(event.session_id.as_deref())
+    .bind(event.request_id.as_deref())
+    .bind(event.client_name.as_deref())
+    .bind(event.client_version.as_deref())
+    .bind(event.action.as_str())
+    .bind(event.tool.as_deref())
+    .bind(event.args_digest.as_deref())
+    .bind(event.args_raw.as_deref())
+    .bind(event.outcome.as_str())
+    .bind(event.error_class.as_deref())
+    .bind(event.duration_us)
+    .bind(prev.as_str())
+    .bind(hash.as_str())
+    .execute(conn)
+    .await?;
+    Ok(Head { seq, hash })
+}
+
+/// The audit record of one tool call in progress: who, what, since when, and whether
+/// a unit of work already wrote its event.
+#[derive(Debug)]
+pub struct CallAudit {
+    pub tenant: TenantId,
+    pub user: UserId,
+    pub session_id: Option<String>,
+    pub request_id: Option<String>,
+    pub client_name: Option<String>,
+    pub client_version: Option<String>,
+    pub tool: String,
+    pub args_digest: String,
+    pub args_raw: Option<String>,
+    pub started: Instant,
+    recorded: AtomicBool,
+}
+
+impl CallAudit {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        tenant: TenantId,
+        user: UserId,
+        session_id: Option<String>,
+        request_id: Option<String>,
+        client: Option<(String, String)>,
+        tool: String,
+        args_digest: String,
+        args_raw: Option<String>,
+    ) -> Self {
+        let (client_name, client_version) = match client {
+            Some((n, v)) => (Some(n), Some(v)),
+            None => (None, None),
+        };
+        Self {
+            tenant,
+            user,
+            session_id,
+            request_id,
+            client_name,
+            client_version,
+            tool,
+            args_digest,
+            args_raw,
+            started: Instant::now(),
+            recorded: AtomicBool::new(false),
+        }
+    }
+
+    pub fn event(&self, outcome: Outcome, error_class: Option<&str>) -> AuditEvent {
+        AuditEvent {
+            id: AuditEventId::generate(),
+            tenant: self.tenant,
+            occurred_at: crate::store::now_millis(),
+            user: self.user,
+            session_id: self.session_id.clone(),
+            request_id: self.request_id.clone(),
+            client_name: self.client_name.clone(),
+            client_version: self.client_version.clone(),
+            action: "tools/call".to_owned(),
+            tool: Some(self.tool.clone()),
+            args_digest: Some(self.args_digest.clone()),
+            args_raw: self.args_raw.clone(),
+            outcome,
+            error_class: error_class.map(str::to_owned),
+            duration_us: self.started.elapsed().as_micros() as i64,
+        }
+    }
+
+    /// A unit of work committed this call's event with its write.
+    pub(crate) fn mark_recorded(&self) {
+        self.recorded.store(true, Ordering::Release);
+    }
+
+    pub fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,140 @@
+//! Rate limits: a token bucket per tenant and one per user, checked after identity
+//! resolution. Over the limit: 429 with `Retry-After`, and nothing runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+
+use super::error::json_error;
+use crate::config::LimitsConfig;
+use crate::identity::request_principal;
+use crate::store::{TenantId, UserId};
+use crate::telemetry::metrics;
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Token buckets keyed by tenant and by (tenant, user).
+pub(crate) struct RateLimiter {
+    config: LimitsConfig,
+    tenants: Mutex<HashMap<TenantId, Bucket>>,
+    users: Mutex<HashMap<(TenantId, UserId), Bucket>>,
+}
+
+/// Takes one token from `bucket` (refilled at `rate` per second up to `burst`), or says how
+/// many seconds until one is there.
+fn take(bucket: &mut Bucket, rate: f64, burst: f64, now: Instant) -> Result<(), f64> {
+    let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
+    bucket.tokens = (bucket.tokens + elapsed * rate).min(burst);
+    bucket.at = now;
+    if bucket.tokens >= 1.0 {
+        bucket.tokens -= 1.0;
+        Ok(())
+    } else {
+        Err((1.0 - bucket.tokens) / rate)
+    }
+}
+
+fn check<K: std::hash::Hash + Eq>(
+    map: &Mutex<HashMap<K, Bucket>>,
+    key: K,
+    rate: f64,
+    burst: f64,
+    now: Instant,
+) -> Result<(), f64> {
+    if rate <= 0.0 {
+        return Ok(());
+    }
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() > 100_000 {
+        // Forget buckets that have refilled completely: they hold no information.
+        map.retain(|_, b| now.saturating_duration_since(b.at).as_secs_f64() * rate < burst);
+    }
+    let bucket = map.entry(key).or_insert(Bucket {
+        tokens: burst,
+        at: now,
+    });
+    take(bucket, rate, burst, now)
+}
+
+impl RateLimiter {
+    pub fn new(config: LimitsConfig) -> Self {
+        Self {
+            config,
+            tenants: Mutex::default(),
+            users: Mutex::default(),
+        }
+    }
+
+    fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
+        let c = &self.config;
+        let now = Instant::now();
+        check(
+            &self.users,
+            (tenant, user),
+            c.user_per_sec,
+            c.user_burst,
+            now,
+        )
+        .map_err(|w| ("user", w))?;
+        check(&self.tenants, tenant, c.tenant_per_sec, c.tenant_burst, now)
+            .map_err(|w| ("tenant", w))
+    }
+}
+
+pub(crate) async fn limit(
+    State(limiter): State<Arc<RateLimiter>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some((principal, _)) = request_principal(request.extensions())
+        && let Err((which, wait)) = limiter.admit(principal.tenant, principal.user)
+    {
+        metrics::denial(if which == "user" {
+            "rate_limited_user"
+        } else {
+            "rate_limited_tenant"
+        });
+        let mut response = json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "too many requests; retry later",
+        );
+        let secs = wait.ceil().max(1.0) as u64;
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return response;
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn bucket_allows_the_burst_then_refills_at_the_rate() {
+        let t0 = Instant::now();
+        let mut b = Bucket {
+            tokens: 3.0,
+            at: t0,
+        };
+        for _ in 0..3 {
+            assert!(take(&mut b, 1.0, 3.0, t0).is_ok());
+        }
+        let wait = take(&mut b, 1.0, 3.0, t0).unwrap_err();
+        assert!((wait - 1.0).abs() < 1e-9, "{wait}");
+        assert!(take(&mut b, 1.0, 3.0, t0 + Duration::from_millis(1000)).is_ok());
+        assert!(take(&mut b, 1.0, 3.0, t0 + Duration::from_millis(1000)).is_err());
+    }
+}

@@ -1,0 +1,67 @@
+//! MCP over Streamable HTTP: the rmcp service mounted at `/mcp` behind the gate, session
+//! binding, and the native tool registry. Never learns the caller except through
+//! `McpCallContext`.
+
+mod server;
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::middleware;
+use rmcp::transport::StreamableHttpService;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use crate::http::AppState;
+pub use server::GatewayServer;
+
+/// The `/mcp` routes. `shutdown` ends every session and stream when cancelled.
+pub(crate) fn router(state: &AppState, shutdown: tokio_util::sync::CancellationToken) -> Router {
+    let config = &state.config;
+    let shared = Arc::new(server::Shared {
+        db: state.db.clone(),
+        audit: state.audit.clone(),
+        sessions: Arc::clone(&state.sessions),
+        tools: crate::tools::router(),
+        call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
+        record_raw_arguments: config.audit.record_raw_arguments,
+        label_tenant: config.metrics.label_tenant,
+    });
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(Duration::from_secs(config.mcp.session_idle_secs));
+    let manager = Arc::new(manager);
+    let mut hosts = config.server.allowed_hosts.clone();
+    if let Some(host) = public_host(&config.public_url()) {
+        hosts.push(host);
+    }
+    let mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(!config.mcp.stateless)
+        .with_allowed_hosts(hosts)
+        .with_sse_keep_alive(Some(Duration::from_secs(config.mcp.sse_keep_alive_secs)))
+        .with_max_request_body_bytes(config.server.body_limit_bytes)
+        .with_cancellation_token(shutdown.clone());
+    let factory_shared = Arc::clone(&shared);
+    let service = StreamableHttpService::new(
+        move || Ok(GatewayServer::new(Arc::clone(&factory_shared))),
+        Arc::clone(&manager),
+        mcp_config,
+    );
+    let binding = Arc::new(session::Binding {
+        sessions: Arc::clone(&state.sessions),
+        audit: state.audit.clone(),
+    });
+    session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(binding, session::bind))
+}
+
+/// The host (with port, when it has one) of the public URL, so the public name is an
+/// allowed `Host` too.
+fn public_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    (!authority.is_empty()).then(|| authority.to_owned())
+}

@@ -1,0 +1,261 @@
+//! The MCP server handler: one authorization decision for `tools/list` and `tools/call`,
+//! the `McpCallContext` extractor, per-call timeout, metrics and the audit of every call.
+//! The handler object lives as long as a session and holds no identity of any caller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::common::FromContextPart;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
+use crate::context::{CallSite, ContextError, McpCallContext};
+use crate::identity::{SESSION_HEADER, SessionRegistry};
+use crate::model::Role;
+use crate::store::Db;
+use crate::telemetry::metrics;
+
+/// What every session's handler shares: no caller in here.
+pub(crate) struct Shared {
+    pub db: Db,
+    pub audit: AuditWriter,
+    pub sessions: Arc<SessionRegistry>,
+    pub tools: ToolRouter<GatewayServer>,
+    pub call_timeout: Duration,
+    pub record_raw_arguments: bool,
+    pub label_tenant: bool,
+}
+
+/// The per-session (or, stateless, per-request) MCP handler.
+#[derive(Clone)]
+pub struct GatewayServer {
+    shared: Arc<Shared>,
+}
+
+impl GatewayServer {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+/// Whether `roles` may use `tool`: the one decision behind listing and calling.
+pub(crate) fn tool_allowed(tool: &str, roles: &[Role]) -> bool {
+    crate::tools::TOOL_ROLES
+        .iter()
+        .find(|(name, _)| *name == tool)
+        .is_some_and(|(_, allowed)| roles.iter().any(|r| allowed.contains(r)))
+}
+
+/// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
+fn unknown_tool() -> ErrorData {
+    ErrorData::invalid_params("tool not found", None)
+}
+
+fn refused(e: &ContextError) -> ErrorData {
+    tracing::warn!(reason = e.reason(), "call refused: no McpCallContext");
+    metrics::denial(e.reason());
+    ErrorData::new(
+        ErrorCode::INVALID_REQUEST,
+        "the call could not be tied to an authenticated caller",
+        None,
+    )
+}
+
+fn call_site(
+    context: &RequestContext<RoleServer>,
+) -> (Option<&http::request::Parts>, Option<&str>) {
+    let parts = context.extensions.get::<http::request::Parts>();
+    let session = parts
+        .and_then(|p| p.headers.get(SESSION_HEADER))
+        .and_then(|v| v.to_str().ok());
+    (parts, session)
+}
+
+fn context_for(
+    context: &RequestContext<RoleServer>,
+    sessions: &SessionRegistry,
+) -> Result<McpCallContext, ContextError> {
+    let (parts, session_id) = call_site(context);
+    McpCallContext::for_call(
+        CallSite {
+            parts,
+            request_id: &context.id,
+            session_id,
+        },
+        sessions,
+    )
+}
+
+/// The extractor: every tool that takes `McpCallContext` gets one built by the fail-closed
+/// factory from this very call's HTTP request, with data access attached.
+impl FromContextPart<ToolCallContext<'_, GatewayServer>> for McpCallContext {
+    fn from_context_part(
+        context: &mut ToolCallContext<'_, GatewayServer>,
+    ) -> Result<Self, ErrorData> {
+        let shared = &context.service.shared;
+        let ctx =
+            context_for(&context.request_context, &shared.sessions).map_err(|e| refused(&e))?;
+        let call = context
+            .request_context
+            .extensions
+            .get::<Arc<CallAudit>>()
+            .cloned();
+        Ok(ctx.with_data(shared.db.clone(), shared.audit.clone(), call))
+    }
+}
+
+/// The audit class of a finished call.
+fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<String>) {
+    match result {
+        Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
+            let class = r
+                .structured_content
+                .as_ref()
+                .and_then(|v| v.get("error"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("tool_error");
+            (Outcome::Failed, Some(class.to_owned()))
+        }
+        Ok(_) => (Outcome::Ok, None),
+        Err(e) if e.code == ErrorCode::INVALID_PARAMS => {
+            (Outcome::Failed, Some("invalid_params".to_owned()))
+        }
+        Err(_) => (Outcome::Failed, Some("internal".to_owned())),
+    }
+}
+
+impl ServerHandler for GatewayServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "scopegate: tools scoped to your tenant, user and role. Flocks you may not see \
+                 do not exist for you.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let tools = self
+            .shared
+            .tools
+            .list_all()
+            .into_iter()
+            .filter(|t| tool_allowed(&t.name, ctx.roles()))
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.shared.tools.get(name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        mut context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let shared = &self.shared;
+        let ctx = context_for(&context, &shared.sessions).map_err(|e| refused(&e))?;
+        let tool = request.name.to_string();
+        let client = context
+            .peer
+            .peer_info()
+            .map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
+        let args_raw = if shared.record_raw_arguments {
+            request
+                .arguments
+                .as_ref()
+                .map(|a| digest::canonical_json(&serde_json::Value::Object(a.clone())))
+        } else {
+            None
+        };
+        let call = Arc::new(CallAudit::new(
+            ctx.tenant_id(),
+            ctx.user_id(),
+            ctx.session_id().map(str::to_owned),
+            Some(request_id_text(ctx.request_id())),
+            client,
+            tool.clone(),
+            digest::arguments_digest(request.arguments.as_ref()),
+            args_raw,
+        ));
+        let tenant_label = if shared.label_tenant {
+            ctx.tenant_slug().to_owned()
+        } else {
+            String::new()
+        };
+
+        let known = shared.tools.has_route(&tool);
+        let result = if !known || !tool_allowed(&tool, ctx.roles()) {
+            // Not listed for this caller: answered exactly as a tool that does not exist.
+            metrics::denial(if known {
+                "tool_not_allowed"
+            } else {
+                "unknown_tool"
+            });
+            Err(unknown_tool())
+        } else {
+            context.extensions.insert(Arc::clone(&call));
+            let call_context = ToolCallContext::new(self, request, context);
+            match tokio::time::timeout(shared.call_timeout, shared.tools.call(call_context)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::warn!(%tool, "tool call timed out");
+                    Err(ErrorData::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "tool call timed out",
+                        None,
+                    ))
+                }
+            }
+        };
+
+        let (outcome, class) = match &result {
+            Err(e) if e.message == "tool not found" && e.code == ErrorCode::INVALID_PARAMS => {
+                (Outcome::Denied, Some("unknown_tool".to_owned()))
+            }
+            Err(e) if e.message == "tool call timed out" => {
+                (Outcome::Failed, Some("timeout".to_owned()))
+            }
+            other => classify(other),
+        };
+        metrics::tool_call(
+            if known { &tool } else { "(unknown)" },
+            outcome.as_str(),
+            &tenant_label,
+            call.started.elapsed(),
+        );
+
+        // Fail closed: without its audit event the call's answer is withheld.
+        if !call.is_recorded()
+            && let Err(e) = shared
+                .audit
+                .record(call.event(outcome, class.as_deref()))
+                .await
+        {
+            tracing::error!(error = %e, %tool, "audit failed; the call fails");
+            metrics::denial("audit_unavailable");
+            return Err(ErrorData::internal_error("internal error", None));
+        }
+        result
+    }
+}
+
+fn request_id_text(id: &rmcp::model::RequestId) -> String {
+    match id {
+        rmcp::model::RequestId::Number(n) => n.to_string(),
+        rmcp::model::RequestId::String(s) => s.to_string(),
+    }
+}

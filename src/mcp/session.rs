@@ -1,0 +1,134 @@
+//! Session binding: an MCP session belongs to the principal (tenant + user) whose
+//! `initialize` created it. Anyone else presenting its `Mcp-Session-Id` (POST, GET or
+//! DELETE) is answered as if the session did not exist (404) and nothing runs; the
+//! refusal is audited in the presenter's own tenant (the presenter is authenticated, so
+//! the event can be tied to a tenant; the session's owner is never revealed).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{Method, StatusCode};
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use crate::audit::{AuditEvent, AuditWriter, Outcome};
+use crate::http::error::json_error;
+use crate::identity::{SESSION_HEADER, SessionRegistry, request_principal};
+use crate::store::{AuditEventId, now_millis};
+use crate::telemetry::metrics;
+
+pub(crate) struct Binding {
+    pub sessions: Arc<SessionRegistry>,
+    pub audit: AuditWriter,
+}
+
+fn no_such_session() -> Response {
+    json_error(
+        StatusCode::NOT_FOUND,
+        "session_not_found",
+        "no such session",
+    )
+}
+
+pub(crate) async fn bind(
+    State(binding): State<Arc<Binding>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some((principal, _expires)) = request_principal(request.extensions()) else {
+        // The gate runs first; an identity-less request here is a wiring fault: refuse.
+        return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
+    };
+    let presented = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let method = request.method().clone();
+
+    if let Some(session) = &presented {
+        match binding.sessions.principal(session) {
+            Some(owner) if owner == principal => {}
+            Some(_) => {
+                tracing::warn!(%method, "session presented by another principal; answered as unknown");
+                metrics::denial("session_not_owned");
+                let event = AuditEvent {
+                    id: AuditEventId::generate(),
+                    tenant: principal.tenant,
+                    occurred_at: now_millis(),
+                    user: principal.user,
+                    session_id: None,
+                    request_id: None,
+                    client_name: None,
+                    client_version: None,
+                    action: format!("mcp/session {method}"),
+                    tool: None,
+                    args_digest: None,
+                    args_raw: None,
+                    outcome: Outcome::Denied,
+                    error_class: Some("session_not_owned".to_owned()),
+                    duration_us: 0,
+                };
+                if let Err(e) = binding.audit.record(event).await {
+                    tracing::error!(error = %e, "could not audit a refused session");
+                }
+                return no_such_session();
+            }
+            None => {
+                metrics::denial("unknown_session");
+                return no_such_session();
+            }
+        }
+    }
+
+    let response = next.run(request).await;
+
+    match presented {
+        Some(session) => {
+            let gone = response.status() == StatusCode::NOT_FOUND
+                || (method == Method::DELETE && response.status().is_success());
+            if gone {
+                binding.sessions.unbind(&session);
+            }
+        }
+        None => {
+            // A new session (the initialize of a stateful client): bind it to its creator.
+            if let Some(created) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                && !binding.sessions.bind(created, principal)
+            {
+                tracing::error!("a new session id was already bound to someone else; refusing it");
+                return no_such_session();
+            }
+        }
+    }
+    response
+}
+
+/// Drops bindings of sessions the transport closed (idle timeout, shutdown).
+pub(crate) fn spawn_sweeper(
+    sessions: Arc<SessionRegistry>,
+    manager: Arc<LocalSessionManager>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            for id in sessions.session_ids() {
+                let id_arc: rmcp::transport::streamable_http_server::SessionId = id.clone().into();
+                if !manager.has_session(&id_arc).await.unwrap_or(false) {
+                    sessions.unbind(&id);
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,59 @@
+//! Prometheus metrics: requests by status, tool calls by tool and outcome, denials by
+//! reason, call latency, database pool use. No tenant or user id is a label value unless
+//! `metrics.label_tenant` asks for the tenant slug.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Installs the process-wide recorder once; later calls reuse it.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), LATENCY_BUCKETS)
+                .ok()?;
+            match builder.install_recorder() {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics recorder not installed");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+pub fn render(pool: (u32, usize)) -> String {
+    let (size, idle) = pool;
+    metrics::gauge!("scopegate_db_pool_connections", "state" => "idle").set(idle as f64);
+    metrics::gauge!("scopegate_db_pool_connections", "state" => "in_use")
+        .set(size.saturating_sub(idle as u32) as f64);
+    install().map(|h| h.render()).unwrap_or_default()
+}
+
+pub fn http_request(status: u16) {
+    metrics::counter!("scopegate_http_requests_total", "status" => status.to_string()).increment(1);
+}
+
+pub fn denial(reason: &'static str) {
+    metrics::counter!("scopegate_denials_total", "reason" => reason).increment(1);
+}
+
+pub fn tool_call(tool: &str, outcome: &'static str, tenant: &str, elapsed: Duration) {
+    if tenant.is_empty() {
+        metrics::counter!("scopegate_tool_calls_total", "tool" => tool.to_owned(), "outcome" => outcome).increment(1);
+    } else {
+        metrics::counter!("scopegate_tool_calls_total", "tool" => tool.to_owned(), "outcome" => outcome, "tenant" => tenant.to_owned())
+            .increment(1);
+    }
+    metrics::histogram!("scopegate_tool_call_duration_seconds", "tool" => tool.to_owned())
+        .record(elapsed.as_secs_f64());
+}

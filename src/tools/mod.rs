@@ -1,0 +1,113 @@
+//! The native tools (the farm reference set), one file each. A tool reaches the caller and
+//! the data only through `McpCallContext`; it never names a pool, a request or an identity.
+
+mod get_flock;
+mod list_flocks;
+mod query_egg_counts;
+mod recent_audit_events;
+mod record_egg_count;
+mod whoami;
+
+use rmcp::ErrorData;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::IntoCallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
+use serde_json::json;
+use time::Date;
+use time::macros::format_description;
+
+use crate::mcp::GatewayServer;
+use crate::model::Role;
+use crate::store::StoreError;
+
+const EVERYONE: &[Role] = &[Role::Owner, Role::Manager, Role::Worker, Role::Auditor];
+
+/// Who may use which tool: the one authorization table behind both `tools/list` and
+/// `tools/call`. A tool missing here is never listed and never runs.
+pub const TOOL_ROLES: &[(&str, &[Role])] = &[
+    ("whoami", EVERYONE),
+    ("list_flocks", EVERYONE),
+    ("get_flock", EVERYONE),
+    ("query_egg_counts", EVERYONE),
+    (
+        "record_egg_count",
+        &[Role::Owner, Role::Manager, Role::Worker],
+    ),
+    ("recent_audit_events", &[Role::Owner, Role::Auditor]),
+];
+
+/// The native tool router.
+pub(crate) fn router() -> ToolRouter<GatewayServer> {
+    GatewayServer::whoami_router()
+        + GatewayServer::list_flocks_router()
+        + GatewayServer::get_flock_router()
+        + GatewayServer::query_egg_counts_router()
+        + GatewayServer::record_egg_count_router()
+        + GatewayServer::recent_audit_events_router()
+}
+
+/// Why a tool call failed. Bad input and missing things go back to the caller as a tool
+/// error (`isError: true`, with a structured `{error, message}`); internal failures are
+/// logged and become an opaque JSON-RPC internal error.
+#[derive(Debug)]
+pub enum ToolFailure {
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    NotFound(&'static str),
+    Internal(String),
+}
+
+impl ToolFailure {
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ToolFailure {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(_) => ToolFailure::NotFound("flock not found"),
+            StoreError::Invalid { field, message } => ToolFailure::Invalid { field, message },
+            other => ToolFailure::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::identity::ContextError> for ToolFailure {
+    fn from(e: crate::identity::ContextError) -> Self {
+        ToolFailure::Internal(e.to_string())
+    }
+}
+
+impl IntoCallToolResult for ToolFailure {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
+        let (class, message) = match self {
+            ToolFailure::Invalid { field, message } => {
+                ("invalid_argument", format!("{field}: {message}"))
+            }
+            ToolFailure::NotFound(what) => ("not_found", what.to_owned()),
+            ToolFailure::Internal(cause) => {
+                tracing::error!(%cause, "tool failed");
+                return Err(ErrorData::internal_error("internal error", None));
+            }
+        };
+        let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+        result.structured_content = Some(json!({ "error": class, "message": message }));
+        Ok(result.into())
+    }
+}
+
+/// Parses an ISO date (YYYY-MM-DD).
+pub(crate) fn parse_day(field: &'static str, text: &str) -> Result<Date, ToolFailure> {
+    Date::parse(text, format_description!("[year]-[month]-[day]"))
+        .map_err(|_| ToolFailure::invalid(field, format!("`{text}` is not a date (YYYY-MM-DD)")))
+}
+
+pub(crate) fn today() -> Date {
+    time::OffsetDateTime::now_utc().date()
+}
