@@ -37,57 +37,34 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
     let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    Stats {
-        mean,
-        p50: at(0.50),
-        p99: at(0.99),
-    }
+    Stats { mean, p50: at(0.50), p99: at(0.99) }
 }
 
 fn config(db_url: &str) -> Config {
     let figment = Figment::from(Toml::string(DEFAULT_TOML))
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
-        .merge(Serialized::default(
-            "server.public_url",
-            "http://bench.test",
-        ))
+        .merge(Serialized::default("server.public_url", "http://bench.test"))
         .merge(Serialized::default("telemetry.filter", "warn"));
     Config::from_figment(figment).expect("bench configuration")
 }
 
 async fn seed(db: &Db, users: usize) -> Vec<String> {
     let mut tx = db.begin().await.unwrap();
-    admin::create_tenant(&mut tx, "bench", "Bench Farms")
-        .await
-        .unwrap();
-    admin::create_tenant(&mut tx, "other", "Other Farms")
-        .await
-        .unwrap();
-    admin::create_flock(&mut tx, "bench", "barn-a", "Leghorn", 10)
-        .await
-        .unwrap();
-    admin::create_flock(&mut tx, "bench", "barn-b", "Leghorn", 10)
-        .await
-        .unwrap();
-    admin::create_users_bulk(&mut tx, "bench", "user-", users, Role::Worker)
-        .await
-        .unwrap();
+    admin::create_tenant(&mut tx, "bench", "Bench Farms").await.unwrap();
+    admin::create_tenant(&mut tx, "other", "Other Farms").await.unwrap();
+    admin::create_flock(&mut tx, "bench", "barn-a", "Leghorn", 10).await.unwrap();
+    admin::create_flock(&mut tx, "bench", "barn-b", "Leghorn", 10).await.unwrap();
+    admin::create_users_bulk(&mut tx, "bench", "user-", users, Role::Worker).await.unwrap();
     // Noise in another tenant, so the lookups also have someone else's rows to skip.
-    admin::create_users_bulk(&mut tx, "other", "user-", users, Role::Owner)
-        .await
-        .unwrap();
+    admin::create_users_bulk(&mut tx, "other", "user-", users, Role::Owner).await.unwrap();
     // The callers: spread over the table, each with two flock assignments.
     let step = (users / TOKENS).max(1);
     let mut subjects = Vec::new();
     for i in (0..users).step_by(step).take(TOKENS) {
         let subject = format!("user-{i}@bench");
-        admin::assign_flock(&mut tx, "bench", &subject, "barn-a")
-            .await
-            .unwrap();
-        admin::assign_flock(&mut tx, "bench", &subject, "barn-b")
-            .await
-            .unwrap();
+        admin::assign_flock(&mut tx, "bench", &subject, "barn-a").await.unwrap();
+        admin::assign_flock(&mut tx, "bench", &subject, "barn-b").await.unwrap();
         subjects.push(subject);
     }
     tx.commit().await.unwrap();
@@ -102,10 +79,7 @@ async fn measure(db_url: &str, users: usize, iterations: usize) -> Figures {
     .await
     .expect("gateway");
     let subjects = seed(&gateway.state().db, users).await;
-    let tokens: Vec<String> = subjects
-        .iter()
-        .map(|s| dev_token(&config, "bench", s, 3600).unwrap())
-        .collect();
+    let tokens: Vec<String> = subjects.iter().map(|s| dev_token(&config, "bench", s, 3600).unwrap()).collect();
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#;
     let router = gateway.router();
 
@@ -113,20 +87,14 @@ async fn measure(db_url: &str, users: usize, iterations: usize) -> Figures {
     let mut verify = Vec::with_capacity(iterations);
     for i in 0..iterations {
         let start = Instant::now();
-        authenticator
-            .verify(&tokens[i % tokens.len()])
-            .await
-            .unwrap();
+        authenticator.verify(&tokens[i % tokens.len()]).await.unwrap();
         verify.push(start.elapsed());
     }
 
     let mut request = Vec::with_capacity(iterations);
     for i in 0..(iterations + iterations / 10) {
         let req = http::Request::post("/probe")
-            .header(
-                "authorization",
-                format!("Bearer {}", tokens[i % tokens.len()]),
-            )
+            .header("authorization", format!("Bearer {}", tokens[i % tokens.len()]))
             .header("content-type", "application/json")
             .body(axum::body::Body::from(body))
             .unwrap();
@@ -139,10 +107,7 @@ async fn measure(db_url: &str, users: usize, iterations: usize) -> Figures {
         }
     }
     gateway.state().db.close().await;
-    Figures {
-        verify: stats(verify),
-        request: stats(request),
-    }
+    Figures { verify: stats(verify), request: stats(request) }
 }
 
 fn micros(d: Duration) -> f64 {
@@ -152,23 +117,13 @@ fn micros(d: Duration) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     sqlx::any::install_default_drivers();
-    let iterations: usize = std::env::var("ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
-    let pg_server = std::env::var("SCOPEGATE_BENCH_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
+    let iterations: usize = std::env::var("ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let pg_server =
+        std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!("identity bench: {iterations} requests per row, one client, times in microseconds");
     println!(
         "{:<10} {:>8} | {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>11}",
-        "database",
-        "users",
-        "jwt mean",
-        "jwt p99",
-        "req mean",
-        "req p50",
-        "req p99",
-        "id+http mean"
+        "database", "users", "jwt mean", "jwt p99", "req mean", "req p50", "req p99", "id+http mean"
     );
     for backend in ["sqlite", "postgres"] {
         let mut means = Vec::new();
@@ -178,9 +133,7 @@ async fn main() {
             let url = if backend == "sqlite" {
                 format!("sqlite://{}", dir.path().join("bench.db").display())
             } else {
-                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres"))
-                    .await
-                    .unwrap();
+                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
                 sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {pg_name}")))
                     .execute(&mut conn)
                     .await
@@ -189,14 +142,10 @@ async fn main() {
             };
             let f = measure(&url, users, iterations).await;
             if backend == "postgres" {
-                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres"))
-                    .await
-                    .unwrap();
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE {pg_name} WITH (FORCE)"
-                )))
-                .execute(&mut conn)
-                .await;
+                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {pg_name} WITH (FORCE)")))
+                    .execute(&mut conn)
+                    .await;
             }
             println!(
                 "{:<10} {:>8} | {:>9.1} {:>9.1} | {:>9.1} {:>9.1} {:>9.1} | {:>11.1}",

@@ -28,10 +28,7 @@ pub enum ConfigError {
 
 impl ConfigError {
     fn invalid(key: &'static str, message: impl Into<String>) -> Self {
-        Self::Invalid {
-            key,
-            message: message.into(),
-        }
+        Self::Invalid { key, message: message.into() }
     }
 }
 
@@ -60,11 +57,7 @@ impl Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "\"\""
-        } else {
-            "[redacted]"
-        })
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "[redacted]" })
     }
 }
 
@@ -200,9 +193,7 @@ impl Config {
     }
 
     pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
-        let mut config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        let mut config: Config = figment.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
         // An empty value means unset, so `SCOPEGATE_AUTH__JWKS_URL=` can switch a source off.
         let a = &mut config.auth;
         a.jwks_url = a.jwks_url.take().filter(|v| !v.is_empty());
@@ -225,35 +216,23 @@ impl Config {
             ));
         }
         if !a.hs256_secret.is_empty() && a.hs256_secret.expose().len() < 32 {
-            return Err(ConfigError::invalid(
-                "auth.hs256_secret",
-                "must be at least 32 bytes long",
-            ));
+            return Err(ConfigError::invalid("auth.hs256_secret", "must be at least 32 bytes long"));
         }
         if a.jwks_file.is_some() && a.jwks_url.is_some() {
-            return Err(ConfigError::invalid(
-                "auth.jwks_url",
-                "set either auth.jwks_file or auth.jwks_url, not both",
-            ));
+            return Err(ConfigError::invalid("auth.jwks_url", "set either auth.jwks_file or auth.jwks_url, not both"));
         }
         if let Some(url) = &a.jwks_url
             && !(url.starts_with("https://") || url.starts_with("http://"))
         {
             {
-                return Err(ConfigError::invalid(
-                    "auth.jwks_url",
-                    "must be an http(s) URL",
-                ));
+                return Err(ConfigError::invalid("auth.jwks_url", "must be an http(s) URL"));
             }
         }
         if a.issuer.is_empty() {
             return Err(ConfigError::invalid("auth.issuer", "must not be empty"));
         }
         if a.tenant_claim.is_empty() {
-            return Err(ConfigError::invalid(
-                "auth.tenant_claim",
-                "must not be empty",
-            ));
+            return Err(ConfigError::invalid("auth.tenant_claim", "must not be empty"));
         }
         let url = self.public_url();
         if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
@@ -263,44 +242,23 @@ impl Config {
             ));
         }
         if self.server.body_limit_bytes == 0 {
-            return Err(ConfigError::invalid(
-                "server.body_limit_bytes",
-                "must be greater than 0",
-            ));
+            return Err(ConfigError::invalid("server.body_limit_bytes", "must be greater than 0"));
         }
         if self.server.request_timeout_secs == 0 {
-            return Err(ConfigError::invalid(
-                "server.request_timeout_secs",
-                "must be greater than 0",
-            ));
+            return Err(ConfigError::invalid("server.request_timeout_secs", "must be greater than 0"));
         }
         let db = self.database.url.expose();
-        if !(db.starts_with("sqlite:")
-            || db.starts_with("postgres://")
-            || db.starts_with("postgresql://"))
-        {
-            return Err(ConfigError::invalid(
-                "database.url",
-                "must start with sqlite:, postgres:// or postgresql://",
-            ));
+        if !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://")) {
+            return Err(ConfigError::invalid("database.url", "must start with sqlite:, postgres:// or postgresql://"));
         }
         if self.mcp.call_timeout_secs == 0 {
-            return Err(ConfigError::invalid(
-                "mcp.call_timeout_secs",
-                "must be greater than 0",
-            ));
+            return Err(ConfigError::invalid("mcp.call_timeout_secs", "must be greater than 0"));
         }
         if self.mcp.session_idle_secs == 0 {
-            return Err(ConfigError::invalid(
-                "mcp.session_idle_secs",
-                "must be greater than 0",
-            ));
+            return Err(ConfigError::invalid("mcp.session_idle_secs", "must be greater than 0"));
         }
         if self.audit.max_batch == 0 {
-            return Err(ConfigError::invalid(
-                "audit.max_batch",
-                "must be greater than 0",
-            ));
+            return Err(ConfigError::invalid("audit.max_batch", "must be greater than 0"));
         }
         let l = &self.limits;
         for (key, value) in [
@@ -310,31 +268,17 @@ impl Config {
             ("limits.user_burst", l.user_burst),
         ] {
             if !value.is_finite() || value < 0.0 {
-                return Err(ConfigError::invalid(
-                    key,
-                    "must be a finite number, 0 or more",
-                ));
+                return Err(ConfigError::invalid(key, "must be a finite number, 0 or more"));
             }
         }
-        if (l.tenant_per_sec > 0.0 && l.tenant_burst < 1.0)
-            || (l.user_per_sec > 0.0 && l.user_burst < 1.0)
-        {
-            return Err(ConfigError::invalid(
-                "limits.tenant_burst",
-                "a burst below 1 would refuse every request",
-            ));
+        if (l.tenant_per_sec > 0.0 && l.tenant_burst < 1.0) || (l.user_per_sec > 0.0 && l.user_burst < 1.0) {
+            return Err(ConfigError::invalid("limits.tenant_burst", "a burst below 1 would refuse every request"));
         }
         if self.database.max_connections == 0 {
-            return Err(ConfigError::invalid(
-                "database.max_connections",
-                "must be greater than 0",
-            ));
+            return Err(ConfigError::invalid("database.max_connections", "must be greater than 0"));
         }
         if self.database.min_connections > self.database.max_connections {
-            return Err(ConfigError::invalid(
-                "database.min_connections",
-                "must not exceed database.max_connections",
-            ));
+            return Err(ConfigError::invalid("database.min_connections", "must not exceed database.max_connections"));
         }
         if self.uses_shipped_dev_secret() && !self.server.listen.ip().is_loopback() {
             return Err(ConfigError::invalid(
@@ -348,10 +292,7 @@ impl Config {
 
     /// The gateway's public base URL: `server.public_url`, else `http://<listen address>`.
     pub fn public_url(&self) -> String {
-        self.server
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", self.server.listen))
+        self.server.public_url.clone().unwrap_or_else(|| format!("http://{}", self.server.listen))
     }
 
     /// The resource URI of the MCP endpoint, also the default required `aud`.
@@ -360,10 +301,7 @@ impl Config {
     }
 
     pub fn audience(&self) -> String {
-        self.auth
-            .audience
-            .clone()
-            .unwrap_or_else(|| self.resource_uri())
+        self.auth.audience.clone().unwrap_or_else(|| self.resource_uri())
     }
 
     /// Where clients find the RFC 9728 protected resource metadata.

@@ -53,10 +53,7 @@ pub struct UnknownRole(pub String);
 impl FromStr for Role {
     type Err = UnknownRole;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| UnknownRole(s.to_owned()))
+        Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownRole(s.to_owned()))
     }
 }
 

@@ -13,12 +13,7 @@ pub fn canonical_json(value: &Value) -> String {
             Value::Object(map) => {
                 let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                 entries.sort_by(|a, b| a.0.cmp(b.0));
-                Value::Object(
-                    entries
-                        .into_iter()
-                        .map(|(k, v)| (k.clone(), sorted(v)))
-                        .collect(),
-                )
+                Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
             }
             Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
             other => other.clone(),
@@ -38,9 +33,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// SHA-256 of the canonical JSON of a tool call's arguments (absent arguments = `{}`).
 pub fn arguments_digest(arguments: Option<&serde_json::Map<String, Value>>) -> String {
-    let value = arguments
-        .map(|m| Value::Object(m.clone()))
-        .unwrap_or_else(|| Value::Object(Default::default()));
+    let value = arguments.map(|m| Value::Object(m.clone())).unwrap_or_else(|| Value::Object(Default::default()));
     sha256_hex(canonical_json(&value).as_bytes())
 }
 
@@ -75,22 +68,14 @@ mod tests {
 
     #[test]
     fn canonical_json_ignores_key_order() {
-        let a: Value =
-            serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"d":2,"c":3}],"x":null}}"#).unwrap();
-        let b: Value =
-            serde_json::from_str(r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#).unwrap();
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"d":2,"c":3}],"x":null}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#).unwrap();
         assert_eq!(canonical_json(&a), canonical_json(&b));
-        assert_eq!(
-            canonical_json(&a),
-            r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#
-        );
+        assert_eq!(canonical_json(&a), r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#);
     }
 
     #[test]
     fn sha256_matches_a_known_vector() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 }

@@ -96,12 +96,11 @@ impl Chains {
 }
 
 async fn load_head(conn: &mut AnyConnection, tenant: TenantId) -> Result<Option<Head>, StoreError> {
-    let row: Option<(i64, String)> = sqlx::query_as(
-        "SELECT seq, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
-    )
-    .bind(tenant)
-    .fetch_optional(conn)
-    .await?;
+    let row: Option<(i64, String)> =
+        sqlx::query_as("SELECT seq, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1")
+            .bind(tenant)
+            .fetch_optional(conn)
+            .await?;
     Ok(row.map(|(seq, hash)| Head { seq, hash }))
 }
 

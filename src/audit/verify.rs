@@ -27,23 +27,14 @@ pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, S
     let mut tx = db.begin().await?;
     let tenants: Vec<(String, String)> = match tenant {
         Some(slug) => {
-            sqlx::query_as("SELECT id, slug FROM tenants WHERE slug = $1")
-                .bind(slug)
-                .fetch_all(&mut *tx)
-                .await?
+            sqlx::query_as("SELECT id, slug FROM tenants WHERE slug = $1").bind(slug).fetch_all(&mut *tx).await?
         }
-        None => {
-            sqlx::query_as("SELECT id, slug FROM tenants ORDER BY slug")
-                .fetch_all(&mut *tx)
-                .await?
-        }
+        None => sqlx::query_as("SELECT id, slug FROM tenants ORDER BY slug").fetch_all(&mut *tx).await?,
     };
     if let Some(slug) = tenant
         && tenants.is_empty()
     {
-        return Err(StoreError::NotFound(format!(
-            "tenant `{slug}` does not exist"
-        )));
+        return Err(StoreError::NotFound(format!("tenant `{slug}` does not exist")));
     }
     let mut reports = Vec::new();
     for (tenant_id, slug) in tenants {
@@ -74,20 +65,12 @@ pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, S
                     .then(|| "hash does not match the event's contents".to_owned())
             };
             if let Some(reason) = reason {
-                broken = Some(BrokenLink {
-                    seq,
-                    event_id: id,
-                    reason,
-                });
+                broken = Some(BrokenLink { seq, event_id: id, reason });
                 break;
             }
             prev = stored_hash;
         }
-        reports.push(ChainReport {
-            tenant: slug,
-            events: count,
-            broken,
-        });
+        reports.push(ChainReport { tenant: slug, events: count, broken });
     }
     Ok(reports)
 }
@@ -98,10 +81,7 @@ fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {
         "denied" => Outcome::Denied,
         "failed" => Outcome::Failed,
         other => {
-            return Err(StoreError::Invalid {
-                field: "outcome",
-                message: format!("unknown outcome `{other}`"),
-            });
+            return Err(StoreError::Invalid { field: "outcome", message: format!("unknown outcome `{other}`") });
         }
     };
     Ok(AuditEvent {

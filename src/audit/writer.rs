@@ -37,13 +37,8 @@ impl AuditWriter {
     /// Appends `event` and returns once it is committed (or failed to be).
     pub async fn record(&self, event: AuditEvent) -> Result<(), AuditError> {
         let (done, wait) = oneshot::channel();
-        self.queue
-            .send(Pending { event, done })
-            .await
-            .map_err(|_| AuditError("the audit writer stopped".into()))?;
-        wait.await
-            .map_err(|_| AuditError("the audit writer stopped".into()))?
-            .map_err(AuditError)
+        self.queue.send(Pending { event, done }).await.map_err(|_| AuditError("the audit writer stopped".into()))?;
+        wait.await.map_err(|_| AuditError("the audit writer stopped".into()))?.map_err(AuditError)
     }
 
     pub(crate) fn chains(&self) -> &Chains {
@@ -70,9 +65,7 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
                 // One bad event must not fail its neighbours: retry each on its own.
                 tracing::warn!(error = %e, size = batch.len(), "audit batch failed; retrying one by one");
                 for p in batch {
-                    let result = commit(&db, &chains, std::slice::from_ref(&p))
-                        .await
-                        .map_err(|e| e.to_string());
+                    let result = commit(&db, &chains, std::slice::from_ref(&p)).await.map_err(|e| e.to_string());
                     let _ = p.done.send(result);
                 }
             }
@@ -119,9 +112,7 @@ async fn commit(db: &Db, chains: &Chains, batch: &[Pending]) -> Result<(), Store
                 }
                 return Ok(());
             }
-            Err(StoreError::Sql(sqlx::Error::Database(e)))
-                if e.is_unique_violation() && attempt < 3 =>
-            {
+            Err(StoreError::Sql(sqlx::Error::Database(e))) if e.is_unique_violation() && attempt < 3 => {
                 // Another replica appended first: forget the cached heads and retry.
                 for guard in guards.iter_mut() {
                     **guard = None;

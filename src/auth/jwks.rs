@@ -20,10 +20,7 @@ pub struct VerifyingKey {
 #[derive(Debug, thiserror::Error)]
 pub enum JwksError {
     #[error("reading JWKS file {path}: {source}")]
-    File {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    File { path: PathBuf, source: std::io::Error },
     #[error("fetching JWKS from {url}: {message}")]
     Fetch { url: String, message: String },
     #[error("parsing JWKS: {0}")]
@@ -68,9 +65,7 @@ fn key_algorithm(jwk: &Jwk) -> Option<Algorithm> {
         AlgorithmParameters::RSA(_) => Algorithm::RS256,
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P384 => Algorithm::ES384,
-        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
-            Algorithm::EdDSA
-        }
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => Algorithm::EdDSA,
         _ => return None,
     };
     let declared = match jwk.common.key_algorithm {
@@ -133,10 +128,7 @@ impl Jwks {
             .timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| JwksError::Fetch {
-                url: String::new(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| JwksError::Fetch { url: String::new(), message: e.to_string() })?;
         let keys = fetch(&source, &client).await?;
         let now = Instant::now();
         Ok(Arc::new(Self {
@@ -172,10 +164,7 @@ impl Jwks {
         *last = Instant::now();
         match fetch(&self.source, &self.client).await {
             Ok(keys) => {
-                *self.current.write().await = Fetched {
-                    keys,
-                    at: Instant::now(),
-                };
+                *self.current.write().await = Fetched { keys, at: Instant::now() };
                 tracing::info!("JWKS refreshed");
             }
             // Keep serving the keys we have; a broken IdP must not lock everyone out at once.
@@ -194,25 +183,11 @@ fn lookup(keys: &KeySet, kid: Option<&str>) -> Option<VerifyingKey> {
 async fn fetch(source: &JwksSource, client: &reqwest::Client) -> Result<KeySet, JwksError> {
     let body = match source {
         JwksSource::File(path) => {
-            tokio::fs::read(path)
-                .await
-                .map_err(|source| JwksError::File {
-                    path: path.clone(),
-                    source,
-                })?
+            tokio::fs::read(path).await.map_err(|source| JwksError::File { path: path.clone(), source })?
         }
         JwksSource::Url(url) => {
-            let err = |e: reqwest::Error| JwksError::Fetch {
-                url: url.clone(),
-                message: e.to_string(),
-            };
-            let resp = client
-                .get(url)
-                .send()
-                .await
-                .map_err(err)?
-                .error_for_status()
-                .map_err(err)?;
+            let err = |e: reqwest::Error| JwksError::Fetch { url: url.clone(), message: e.to_string() };
+            let resp = client.get(url).send().await.map_err(err)?.error_for_status().map_err(err)?;
             resp.bytes().await.map_err(err)?.to_vec()
         }
     };

@@ -14,12 +14,7 @@ pub enum MintError {
 }
 
 /// Mints a token for `subject` in `tenant`, valid for `ttl_secs` from now.
-pub fn dev_token(
-    config: &Config,
-    tenant: &str,
-    subject: &str,
-    ttl_secs: u64,
-) -> Result<String, MintError> {
+pub fn dev_token(config: &Config, tenant: &str, subject: &str, ttl_secs: u64) -> Result<String, MintError> {
     let secret = &config.auth.hs256_secret;
     if secret.is_empty() {
         return Err(MintError::NoDevSecret);
@@ -35,23 +30,14 @@ pub fn dev_token(
         "exp": now + ttl_secs as i64,
     });
     let key = EncodingKey::from_secret(secret.expose().as_bytes())?;
-    Ok(jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        &claims,
-        &key,
-    )?)
+    Ok(jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key)?)
 }
 
 /// Parses a duration like `90s`, `15m`, `1h`, `2d` (or plain seconds) into seconds.
 pub fn parse_ttl(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let (digits, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 90s, 15m, 1h or 2d"))?;
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = digits.parse().map_err(|_| format!("`{text}` is not a duration like 90s, 15m, 1h or 2d"))?;
     let factor = match unit {
         "" | "s" => 1,
         "m" => 60,

@@ -122,10 +122,7 @@ impl Authenticator {
         let hs256 = if a.hs256_secret.is_empty() {
             None
         } else {
-            Some(
-                DecodingKey::from_secret(a.hs256_secret.expose().as_bytes())
-                    .map_err(AuthSetupError::Secret)?,
-            )
+            Some(DecodingKey::from_secret(a.hs256_secret.expose().as_bytes()).map_err(AuthSetupError::Secret)?)
         };
         let source = match (&a.jwks_file, &a.jwks_url) {
             (Some(path), _) => Some(JwksSource::File(path.clone())),
@@ -151,12 +148,7 @@ impl Authenticator {
         validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
         validation.set_issuer(&[a.issuer.as_str()]);
         validation.set_audience(&[config.audience()]);
-        Ok(Self {
-            hs256,
-            jwks,
-            validation_base: validation,
-            tenant_claim: a.tenant_claim.clone(),
-        })
+        Ok(Self { hs256, jwks, validation_base: validation, tenant_claim: a.tenant_claim.clone() })
     }
 
     /// Verifies `token` (without the `Bearer ` prefix).
@@ -174,10 +166,7 @@ impl Authenticator {
                 let Some(jwks) = &self.jwks else {
                     return Err(AuthError::Algorithm);
                 };
-                let vk = jwks
-                    .key(header.kid.as_deref())
-                    .await
-                    .ok_or(AuthError::UnknownKey)?;
+                let vk = jwks.key(header.kid.as_deref()).await.ok_or(AuthError::UnknownKey)?;
                 if vk.alg != header.alg {
                     return Err(AuthError::Algorithm);
                 }
@@ -186,8 +175,7 @@ impl Authenticator {
         };
         let mut validation = self.validation_base.clone();
         validation.algorithms = vec![alg];
-        let data =
-            jsonwebtoken::decode::<RawClaims>(token, &key, &validation).map_err(map_jwt_error)?;
+        let data = jsonwebtoken::decode::<RawClaims>(token, &key, &validation).map_err(map_jwt_error)?;
         let raw = data.claims;
         let tenant = match raw.rest.get(&self.tenant_claim) {
             Some(Value::String(t)) if !t.is_empty() => t.clone(),
@@ -196,12 +184,7 @@ impl Authenticator {
         if raw.sub.is_empty() {
             return Err(AuthError::Claims);
         }
-        Ok(Claims {
-            subject: raw.sub,
-            tenant,
-            expires_at: raw.exp,
-            issuer: raw.iss,
-        })
+        Ok(Claims { subject: raw.sub, tenant, expires_at: raw.exp, issuer: raw.iss })
     }
 }
 

@@ -11,11 +11,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, ConfigError};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "scopegate",
-    version,
-    about = "Identity-scoped MCP gateway for multi-tenant SaaS"
-)]
+#[command(name = "scopegate", version, about = "Identity-scoped MCP gateway for multi-tenant SaaS")]
 pub struct Cli {
     /// A TOML file layered over the built-in defaults (config/default.toml).
     #[arg(long, global = true, value_name = "FILE")]

@@ -13,14 +13,7 @@ struct ErrorBody<'a> {
 }
 
 pub(crate) fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            error: code,
-            message,
-        }),
-    )
-        .into_response()
+    (status, Json(ErrorBody { error: code, message })).into_response()
 }
 
 pub(crate) async fn not_found() -> Response {

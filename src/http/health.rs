@@ -19,11 +19,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         return json_error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "starting");
     }
     if !state.db.is_ready().await {
-        return json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "database unreachable or not migrated",
-        );
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "database unreachable or not migrated");
     }
     (StatusCode::OK, "ready").into_response()
 }

@@ -58,56 +58,29 @@ fn check<K: std::hash::Hash + Eq>(
         // Forget buckets that have refilled completely: they hold no information.
         map.retain(|_, b| now.saturating_duration_since(b.at).as_secs_f64() * rate < burst);
     }
-    let bucket = map.entry(key).or_insert(Bucket {
-        tokens: burst,
-        at: now,
-    });
+    let bucket = map.entry(key).or_insert(Bucket { tokens: burst, at: now });
     take(bucket, rate, burst, now)
 }
 
 impl RateLimiter {
     pub fn new(config: LimitsConfig) -> Self {
-        Self {
-            config,
-            tenants: Mutex::default(),
-            users: Mutex::default(),
-        }
+        Self { config, tenants: Mutex::default(), users: Mutex::default() }
     }
 
     fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
         let c = &self.config;
         let now = Instant::now();
-        check(
-            &self.users,
-            (tenant, user),
-            c.user_per_sec,
-            c.user_burst,
-            now,
-        )
-        .map_err(|w| ("user", w))?;
-        check(&self.tenants, tenant, c.tenant_per_sec, c.tenant_burst, now)
-            .map_err(|w| ("tenant", w))
+        check(&self.users, (tenant, user), c.user_per_sec, c.user_burst, now).map_err(|w| ("user", w))?;
+        check(&self.tenants, tenant, c.tenant_per_sec, c.tenant_burst, now).map_err(|w| ("tenant", w))
     }
 }
 
-pub(crate) async fn limit(
-    State(limiter): State<Arc<RateLimiter>>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub(crate) async fn limit(State(limiter): State<Arc<RateLimiter>>, request: Request, next: Next) -> Response {
     if let Some((principal, _)) = request_principal(request.extensions())
         && let Err((which, wait)) = limiter.admit(principal.tenant, principal.user)
     {
-        metrics::denial(if which == "user" {
-            "rate_limited_user"
-        } else {
-            "rate_limited_tenant"
-        });
-        let mut response = json_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            "too many requests; retry later",
-        );
+        metrics::denial(if which == "user" { "rate_limited_user" } else { "rate_limited_tenant" });
+        let mut response = json_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many requests; retry later");
         let secs = wait.ceil().max(1.0) as u64;
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, v);
@@ -125,10 +98,7 @@ mod tests {
     #[test]
     fn bucket_allows_the_burst_then_refills_at_the_rate() {
         let t0 = Instant::now();
-        let mut b = Bucket {
-            tokens: 3.0,
-            at: t0,
-        };
+        let mut b = Bucket { tokens: 3.0, at: t0 };
         for _ in 0..3 {
             assert!(take(&mut b, 1.0, 3.0, t0).is_ok());
         }

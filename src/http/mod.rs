@@ -53,10 +53,7 @@ pub enum StartError {
     #[error(transparent)]
     Auth(#[from] AuthSetupError),
     #[error("binding {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A built gateway: database connected and migrated, keys loaded, listener bound.
@@ -75,21 +72,13 @@ impl Gateway {
 
     /// Builds the gateway; `protected` makes more routes to sit behind authentication and
     /// identity resolution beside `/mcp` (every request to them carries a resolved identity).
-    pub async fn build_with(
-        config: Config,
-        protected: impl FnOnce(&AppState) -> Router,
-    ) -> Result<Self, StartError> {
+    pub async fn build_with(config: Config, protected: impl FnOnce(&AppState) -> Router) -> Result<Self, StartError> {
         let mut config = config;
         let listener = TcpListener::bind(config.server.listen)
             .await
-            .map_err(|source| StartError::Bind {
-                addr: config.server.listen,
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.server.listen,
-            source,
-        })?;
+            .map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
+        let local_addr =
+            listener.local_addr().map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
         // With port 0 the real port is known only now; the default public URL follows it.
         config.server.listen = local_addr;
         let db = Db::connect(&config.database).await?;
@@ -123,12 +112,7 @@ impl Gateway {
         let gated = crate::mcp::router(&state, state.shutdown.clone()).merge(protected(&state));
         let router = router(&state, gated);
         state.ready.store(true, Ordering::Release);
-        Ok(Self {
-            listener,
-            router,
-            state,
-            local_addr,
-        })
+        Ok(Self { listener, router, state, local_addr })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -146,10 +130,7 @@ impl Gateway {
 
     /// Serves until `shutdown` resolves, then drains in-flight requests for at most
     /// `server.shutdown_grace_secs`.
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let grace = Duration::from_secs(self.state.config.server.shutdown_grace_secs);
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
         let streams = self.state.shutdown.clone();
@@ -218,21 +199,12 @@ fn router(state: &AppState, protected: Router) -> Router {
     let limiter = Arc::new(limits::RateLimiter::new(state.config.limits.clone()));
     let gated = protected
         .layer(middleware::from_fn_with_state(limiter, limits::limit))
-        .layer(middleware::from_fn_with_state(
-            Arc::clone(&state.gate),
-            authenticate,
-        ));
+        .layer(middleware::from_fn_with_state(Arc::clone(&state.gate), authenticate));
     let mut public = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route(
-            "/.well-known/oauth-protected-resource",
-            get(well_known::protected_resource),
-        )
-        .route(
-            "/.well-known/oauth-protected-resource/mcp",
-            get(well_known::protected_resource),
-        )
+        .route("/.well-known/oauth-protected-resource", get(well_known::protected_resource))
+        .route("/.well-known/oauth-protected-resource/mcp", get(well_known::protected_resource))
         .with_state(state.clone());
     if state.config.metrics.enabled {
         let db = state.db.clone();
@@ -257,11 +229,7 @@ fn router(state: &AppState, protected: Router) -> Router {
         ))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            let request_id = req
-                .headers()
-                .get(&REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+            let request_id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
             // Never the headers: the Authorization header carries the token.
             tracing::info_span!(
                 "request",
@@ -286,16 +254,11 @@ async fn count_status(request: Request, next: Next) -> Response {
 async fn check_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|o| {
-            o == state.config.public_url()
-                || state.config.server.allowed_origins.iter().any(|a| a == o)
+            o == state.config.public_url() || state.config.server.allowed_origins.iter().any(|a| a == o)
         });
         if !allowed {
             tracing::info!(origin = ?origin, "foreign Origin refused");
-            return error::json_error(
-                StatusCode::FORBIDDEN,
-                "forbidden_origin",
-                "Origin not allowed",
-            );
+            return error::json_error(StatusCode::FORBIDDEN, "forbidden_origin", "Origin not allowed");
         }
     }
     next.run(request).await

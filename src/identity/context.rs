@@ -123,10 +123,7 @@ impl McpCallContext {
     pub fn for_call(site: CallSite<'_>, sessions: &SessionRegistry) -> Result<Self, ContextError> {
         // Check 1: the HTTP request this call arrived on, and the identity on it.
         let parts = site.parts.ok_or(ContextError::NoHttpRequest)?;
-        let identity = parts
-            .extensions
-            .get::<Arc<ResolvedIdentity>>()
-            .ok_or(ContextError::NoIdentity)?;
+        let identity = parts.extensions.get::<Arc<ResolvedIdentity>>().ok_or(ContextError::NoIdentity)?;
 
         // Check 2: resolved for this very message, by the session's own principal.
         if identity.message.request_id.as_ref() != Some(site.request_id)
@@ -135,9 +132,7 @@ impl McpCallContext {
             return Err(ContextError::ForeignMessage);
         }
         if let Some(session) = site.session_id {
-            let bound = sessions
-                .principal(session)
-                .ok_or(ContextError::SessionMismatch)?;
+            let bound = sessions.principal(session).ok_or(ContextError::SessionMismatch)?;
             if identity.principal() != Some(bound) {
                 return Err(ContextError::SessionMismatch);
             }
@@ -169,12 +164,7 @@ impl McpCallContext {
 
     /// Attaches data access: the scoped store will read `db`, and writes will append
     /// `call`'s audit event through `writer`'s chains.
-    pub(crate) fn with_data(
-        mut self,
-        db: Db,
-        writer: AuditWriter,
-        call: Option<Arc<CallAudit>>,
-    ) -> Self {
+    pub(crate) fn with_data(mut self, db: Db, writer: AuditWriter, call: Option<Arc<CallAudit>>) -> Self {
         self.data = Some(DataAccess { db, writer, call });
         self
     }
@@ -182,33 +172,17 @@ impl McpCallContext {
     /// The caller's data, bound to its tenant and flock scope.
     pub fn store(&self) -> Result<ScopedStore<'_>, ContextError> {
         let data = self.data.as_ref().ok_or(ContextError::NoStore)?;
-        let audit = data.call.as_deref().map(|call| WriteAudit {
-            writer: &data.writer,
-            call,
-        });
+        let audit = data.call.as_deref().map(|call| WriteAudit { writer: &data.writer, call });
         let user = self.user();
-        Ok(ScopedStore::new(
-            &data.db,
-            self.tenant_id(),
-            user.id,
-            &user.subject,
-            self.flocks(),
-            audit,
-        ))
+        Ok(ScopedStore::new(&data.db, self.tenant_id(), user.id, &user.subject, self.flocks(), audit))
     }
 
     fn tenant(&self) -> &super::tenant::Tenant {
-        self.identity
-            .tenant
-            .get()
-            .expect("checked resolved by the factory")
+        self.identity.tenant.get().expect("checked resolved by the factory")
     }
 
     fn user(&self) -> &super::user::User {
-        self.identity
-            .user
-            .get()
-            .expect("checked resolved by the factory")
+        self.identity.user.get().expect("checked resolved by the factory")
     }
 
     pub fn tenant_id(&self) -> TenantId {
@@ -245,11 +219,7 @@ impl McpCallContext {
 
     /// Role check: succeeds when the caller holds any of `allowed`.
     pub fn require_any_role(&self, allowed: &[Role]) -> Result<(), ContextError> {
-        if self.roles().iter().any(|r| allowed.contains(r)) {
-            Ok(())
-        } else {
-            Err(ContextError::RoleDenied)
-        }
+        if self.roles().iter().any(|r| allowed.contains(r)) { Ok(()) } else { Err(ContextError::RoleDenied) }
     }
 
     pub fn flocks(&self) -> FlockAccess<'_> {

@@ -35,10 +35,7 @@ impl Default for FlockScope {
 impl FlockScope {
     /// Nothing known: no flock, not resolved.
     pub fn unresolved() -> Self {
-        Self {
-            breadth: Breadth::Assigned(BTreeSet::new()),
-            resolved: false,
-        }
+        Self { breadth: Breadth::Assigned(BTreeSet::new()), resolved: false }
     }
 
     /// The breadth the roles grant, before assignments are confirmed. Not resolved.
@@ -48,10 +45,7 @@ impl FlockScope {
         } else {
             Breadth::Assigned(BTreeSet::new())
         };
-        Self {
-            breadth,
-            resolved: false,
-        }
+        Self { breadth, resolved: false }
     }
 
     /// Confirms the scope with the assignments read for this request. Assignments only
@@ -62,10 +56,7 @@ impl FlockScope {
             Breadth::Tenant => Breadth::Tenant,
             Breadth::Assigned(_) => Breadth::Assigned(assignments.into_iter().collect()),
         };
-        Self {
-            breadth,
-            resolved: true,
-        }
+        Self { breadth, resolved: true }
     }
 
     pub fn is_resolved(&self) -> bool {

@@ -34,11 +34,7 @@ struct Envelope {
     id: Option<RequestId>,
 }
 
-pub(crate) async fn authenticate(
-    State(gate): State<Arc<Gate>>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
     let token = match bearer_token(request.headers()) {
         Ok(token) => token,
         Err(e) => return unauthorized(&gate, e),
@@ -54,36 +50,18 @@ pub(crate) async fn authenticate(
     let bytes = match axum::body::to_bytes(body, gate.body_limit).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            return json_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "request body too large",
-            );
+            return json_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "request body too large");
         }
     };
-    let request_id = serde_json::from_slice::<Envelope>(&bytes)
-        .ok()
-        .and_then(|e| e.id);
-    let session_id = parts
-        .headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let message = MessageBinding {
-        request_id,
-        session_id,
-    };
+    let request_id = serde_json::from_slice::<Envelope>(&bytes).ok().and_then(|e| e.id);
+    let session_id = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let message = MessageBinding { request_id, session_id };
 
-    let identity = match resolver::resolve(&gate.db, &claims, &gate.service_subjects, message).await
-    {
+    let identity = match resolver::resolve(&gate.db, &claims, &gate.service_subjects, message).await {
         Ok(identity) => identity,
         Err(resolver::IdentityError::Store(e)) => {
             tracing::error!(error = %e, "identity resolution failed; refusing the request");
-            return json_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "identity could not be resolved",
-            );
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "identity could not be resolved");
         }
         Err(e) => {
             tracing::info!(reason = e.reason(), tenant = %claims.tenant, "identity refused");
@@ -96,10 +74,7 @@ pub(crate) async fn authenticate(
     if let Some(user) = identity.user.get() {
         span.record("user", tracing::field::display(user.id));
     }
-    tracing::debug!(
-        tenant_wide_flocks = identity.flocks.is_unrestricted(),
-        "identity resolved"
-    );
+    tracing::debug!(tenant_wide_flocks = identity.flocks.is_unrestricted(), "identity resolved");
 
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(Arc::new(identity));
@@ -132,26 +107,17 @@ fn bearer_token(headers: &http::HeaderMap) -> Result<&str, AuthError> {
 fn unauthorized(gate: &Gate, error: AuthError) -> Response {
     tracing::info!(reason = error.reason(), "bearer token refused");
     let challenge = match error {
-        AuthError::Missing => format!(
-            "Bearer resource_metadata=\"{}\"",
-            gate.resource_metadata_url
-        ),
+        AuthError::Missing => format!("Bearer resource_metadata=\"{}\"", gate.resource_metadata_url),
         other => format!(
             "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{}\"",
             other.description(),
             gate.resource_metadata_url
         ),
     };
-    let code = if error == AuthError::Missing {
-        "unauthorized"
-    } else {
-        "invalid_token"
-    };
+    let code = if error == AuthError::Missing { "unauthorized" } else { "invalid_token" };
     let mut response = json_error(StatusCode::UNAUTHORIZED, code, error.description());
     if let Ok(value) = HeaderValue::from_str(&challenge) {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }
     response.into_response()
 }

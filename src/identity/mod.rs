@@ -46,10 +46,7 @@ pub(in crate::identity) struct ResolvedIdentity {
 
 impl ResolvedIdentity {
     pub fn principal(&self) -> Option<Principal> {
-        Some(Principal {
-            tenant: self.tenant.get()?.id,
-            user: self.user.get()?.id,
-        })
+        Some(Principal { tenant: self.tenant.get()?.id, user: self.user.get()?.id })
     }
 }
 

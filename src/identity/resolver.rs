@@ -46,22 +46,14 @@ pub(in crate::identity) async fn resolve(
     message: MessageBinding,
 ) -> Result<ResolvedIdentity, IdentityError> {
     let is_service = service_subjects.iter().any(|s| s == &claims.subject);
-    let rows = db
-        .load_principal(
-            &claims.tenant,
-            (!is_service).then_some(claims.subject.as_str()),
-        )
-        .await?;
+    let rows = db.load_principal(&claims.tenant, (!is_service).then_some(claims.subject.as_str())).await?;
 
     let tenant_row = rows.tenant.ok_or(IdentityError::UnknownTenant)?;
     if tenant_row.status != "active" {
         return Err(IdentityError::SuspendedTenant);
     }
-    let tenant = TenantContext::resolved(Tenant {
-        id: tenant_row.id,
-        slug: claims.tenant.clone(),
-        name: tenant_row.name,
-    });
+    let tenant =
+        TenantContext::resolved(Tenant { id: tenant_row.id, slug: claims.tenant.clone(), name: tenant_row.name });
 
     if is_service {
         return Ok(ResolvedIdentity {
@@ -79,12 +71,9 @@ pub(in crate::identity) async fn resolve(
     }
     let mut roles = Vec::with_capacity(rows.roles.len());
     for role in &rows.roles {
-        let role: Role =
-            role.parse()
-                .map_err(|e: crate::model::UnknownRole| StoreError::Invalid {
-                    field: "role",
-                    message: e.to_string(),
-                })?;
+        let role: Role = role
+            .parse()
+            .map_err(|e: crate::model::UnknownRole| StoreError::Invalid { field: "role", message: e.to_string() })?;
         roles.push(role);
     }
     roles.sort();

@@ -38,35 +38,20 @@ impl SessionRegistry {
     }
 
     pub fn principal(&self, session_id: &str) -> Option<Principal> {
-        self.sessions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(session_id)
-            .copied()
+        self.sessions.read().unwrap_or_else(|p| p.into_inner()).get(session_id).copied()
     }
 
     pub fn unbind(&self, session_id: &str) {
-        self.sessions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(session_id);
+        self.sessions.write().unwrap_or_else(|p| p.into_inner()).remove(session_id);
     }
 
     /// Every bound session id (for sweeping sessions the transport has closed).
     pub fn session_ids(&self) -> Vec<String> {
-        self.sessions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect()
+        self.sessions.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
     }
 
     pub fn len(&self) -> usize {
-        self.sessions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        self.sessions.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     pub fn is_empty(&self) -> bool {

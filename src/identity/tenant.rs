@@ -17,9 +17,7 @@ pub(in crate::identity) struct TenantContext {
 
 impl TenantContext {
     pub fn resolved(tenant: Tenant) -> Self {
-        Self {
-            tenant: Some(tenant),
-        }
+        Self { tenant: Some(tenant) }
     }
 
     pub fn is_resolved(&self) -> bool {

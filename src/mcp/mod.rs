@@ -2,6 +2,7 @@
 //! binding, and the native tool registry. Never learns the caller except through
 //! `McpCallContext`.
 
+mod jsonrpc;
 mod server;
 mod session;
 
@@ -48,14 +49,12 @@ pub(crate) fn router(state: &AppState, shutdown: tokio_util::sync::CancellationT
         Arc::clone(&manager),
         mcp_config,
     );
-    let binding = Arc::new(session::Binding {
-        sessions: Arc::clone(&state.sessions),
-        audit: state.audit.clone(),
-    });
+    let binding = Arc::new(session::Binding { sessions: Arc::clone(&state.sessions), audit: state.audit.clone() });
     session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
     Router::new()
         .route_service("/mcp", service)
         .layer(middleware::from_fn_with_state(binding, session::bind))
+        .layer(middleware::from_fn(jsonrpc::check))
 }
 
 /// The host (with port, when it has one) of the public URL, so the public name is an

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -47,10 +47,7 @@ impl GatewayServer {
 
 /// Whether `roles` may use `tool`: the one decision behind listing and calling.
 pub(crate) fn tool_allowed(tool: &str, roles: &[Role]) -> bool {
-    crate::tools::TOOL_ROLES
-        .iter()
-        .find(|(name, _)| *name == tool)
-        .is_some_and(|(_, allowed)| roles.iter().any(|r| allowed.contains(r)))
+    crate::tools::spec(tool).is_some_and(|spec| roles.iter().any(|r| spec.roles.contains(r)))
 }
 
 /// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
@@ -61,20 +58,12 @@ fn unknown_tool() -> ErrorData {
 fn refused(e: &ContextError) -> ErrorData {
     tracing::warn!(reason = e.reason(), "call refused: no McpCallContext");
     metrics::denial(e.reason());
-    ErrorData::new(
-        ErrorCode::INVALID_REQUEST,
-        "the call could not be tied to an authenticated caller",
-        None,
-    )
+    ErrorData::new(ErrorCode::INVALID_REQUEST, "the call could not be tied to an authenticated caller", None)
 }
 
-fn call_site(
-    context: &RequestContext<RoleServer>,
-) -> (Option<&http::request::Parts>, Option<&str>) {
+fn call_site(context: &RequestContext<RoleServer>) -> (Option<&http::request::Parts>, Option<&str>) {
     let parts = context.extensions.get::<http::request::Parts>();
-    let session = parts
-        .and_then(|p| p.headers.get(SESSION_HEADER))
-        .and_then(|v| v.to_str().ok());
+    let session = parts.and_then(|p| p.headers.get(SESSION_HEADER)).and_then(|v| v.to_str().ok());
     (parts, session)
 }
 
@@ -83,30 +72,16 @@ fn context_for(
     sessions: &SessionRegistry,
 ) -> Result<McpCallContext, ContextError> {
     let (parts, session_id) = call_site(context);
-    McpCallContext::for_call(
-        CallSite {
-            parts,
-            request_id: &context.id,
-            session_id,
-        },
-        sessions,
-    )
+    McpCallContext::for_call(CallSite { parts, request_id: &context.id, session_id }, sessions)
 }
 
 /// The extractor: every tool that takes `McpCallContext` gets one built by the fail-closed
 /// factory from this very call's HTTP request, with data access attached.
 impl FromContextPart<ToolCallContext<'_, GatewayServer>> for McpCallContext {
-    fn from_context_part(
-        context: &mut ToolCallContext<'_, GatewayServer>,
-    ) -> Result<Self, ErrorData> {
+    fn from_context_part(context: &mut ToolCallContext<'_, GatewayServer>) -> Result<Self, ErrorData> {
         let shared = &context.service.shared;
-        let ctx =
-            context_for(&context.request_context, &shared.sessions).map_err(|e| refused(&e))?;
-        let call = context
-            .request_context
-            .extensions
-            .get::<Arc<CallAudit>>()
-            .cloned();
+        let ctx = context_for(&context.request_context, &shared.sessions).map_err(|e| refused(&e))?;
+        let call = context.request_context.extensions.get::<Arc<CallAudit>>().cloned();
         Ok(ctx.with_data(shared.db.clone(), shared.audit.clone(), call))
     }
 }
@@ -124,9 +99,7 @@ fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<St
             (Outcome::Failed, Some(class.to_owned()))
         }
         Ok(_) => (Outcome::Ok, None),
-        Err(e) if e.code == ErrorCode::INVALID_PARAMS => {
-            (Outcome::Failed, Some("invalid_params".to_owned()))
-        }
+        Err(e) if e.code == ErrorCode::INVALID_PARAMS => (Outcome::Failed, Some("invalid_params".to_owned())),
         Err(_) => (Outcome::Failed, Some("internal".to_owned())),
     }
 }
@@ -147,13 +120,7 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
-        let tools = self
-            .shared
-            .tools
-            .list_all()
-            .into_iter()
-            .filter(|t| tool_allowed(&t.name, ctx.roles()))
-            .collect();
+        let tools = self.shared.tools.list_all().into_iter().filter(|t| tool_allowed(&t.name, ctx.roles())).collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -169,15 +136,9 @@ impl ServerHandler for GatewayServer {
         let shared = &self.shared;
         let ctx = context_for(&context, &shared.sessions).map_err(|e| refused(&e))?;
         let tool = request.name.to_string();
-        let client = context
-            .peer
-            .peer_info()
-            .map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
+        let client = context.peer.peer_info().map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
         let args_raw = if shared.record_raw_arguments {
-            request
-                .arguments
-                .as_ref()
-                .map(|a| digest::canonical_json(&serde_json::Value::Object(a.clone())))
+            request.arguments.as_ref().map(|a| digest::canonical_json(&serde_json::Value::Object(a.clone())))
         } else {
             None
         };
@@ -191,21 +152,17 @@ impl ServerHandler for GatewayServer {
             digest::arguments_digest(request.arguments.as_ref()),
             args_raw,
         ));
-        let tenant_label = if shared.label_tenant {
-            ctx.tenant_slug().to_owned()
-        } else {
-            String::new()
-        };
+        let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };
 
         let known = shared.tools.has_route(&tool);
         let result = if !known || !tool_allowed(&tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
-            metrics::denial(if known {
-                "tool_not_allowed"
-            } else {
-                "unknown_tool"
-            });
+            metrics::denial(if known { "tool_not_allowed" } else { "unknown_tool" });
             Err(unknown_tool())
+        } else if let Some(Err(invalid)) = crate::tools::spec(&tool)
+            .map(|spec| (spec.validate)(request.arguments.as_ref().unwrap_or(&Default::default())))
+        {
+            invalid.into_call_tool_result()
         } else {
             context.extensions.insert(Arc::clone(&call));
             let call_context = ToolCallContext::new(self, request, context);
@@ -213,11 +170,7 @@ impl ServerHandler for GatewayServer {
                 Ok(result) => result,
                 Err(_) => {
                     tracing::warn!(%tool, "tool call timed out");
-                    Err(ErrorData::new(
-                        ErrorCode::INTERNAL_ERROR,
-                        "tool call timed out",
-                        None,
-                    ))
+                    Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None))
                 }
             }
         };
@@ -226,9 +179,7 @@ impl ServerHandler for GatewayServer {
             Err(e) if e.message == "tool not found" && e.code == ErrorCode::INVALID_PARAMS => {
                 (Outcome::Denied, Some("unknown_tool".to_owned()))
             }
-            Err(e) if e.message == "tool call timed out" => {
-                (Outcome::Failed, Some("timeout".to_owned()))
-            }
+            Err(e) if e.message == "tool call timed out" => (Outcome::Failed, Some("timeout".to_owned())),
             other => classify(other),
         };
         metrics::tool_call(
@@ -240,10 +191,7 @@ impl ServerHandler for GatewayServer {
 
         // Fail closed: without its audit event the call's answer is withheld.
         if !call.is_recorded()
-            && let Err(e) = shared
-                .audit
-                .record(call.event(outcome, class.as_deref()))
-                .await
+            && let Err(e) = shared.audit.record(call.event(outcome, class.as_deref())).await
         {
             tracing::error!(error = %e, %tool, "audit failed; the call fails");
             metrics::denial("audit_unavailable");

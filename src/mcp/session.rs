@@ -26,27 +26,15 @@ pub(crate) struct Binding {
 }
 
 fn no_such_session() -> Response {
-    json_error(
-        StatusCode::NOT_FOUND,
-        "session_not_found",
-        "no such session",
-    )
+    json_error(StatusCode::NOT_FOUND, "session_not_found", "no such session")
 }
 
-pub(crate) async fn bind(
-    State(binding): State<Arc<Binding>>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, next: Next) -> Response {
     let Some((principal, _expires)) = request_principal(request.extensions()) else {
         // The gate runs first; an identity-less request here is a wiring fault: refuse.
         return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
     };
-    let presented = request
-        .headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let presented = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let method = request.method().clone();
 
     if let Some(session) = &presented {
@@ -96,10 +84,7 @@ pub(crate) async fn bind(
         }
         None => {
             // A new session (the initialize of a stateful client): bind it to its creator.
-            if let Some(created) = response
-                .headers()
-                .get(SESSION_HEADER)
-                .and_then(|v| v.to_str().ok())
+            if let Some(created) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
                 && !binding.sessions.bind(created, principal)
             {
                 tracing::error!("a new session id was already bound to someone else; refusing it");

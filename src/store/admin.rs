@@ -10,9 +10,7 @@ use crate::model::{Role, TenantStatus, UserStatus};
 pub fn validate_slug(field: &'static str, value: &str) -> Result<(), StoreError> {
     let ok = !value.is_empty()
         && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !value.starts_with('-');
     if ok {
         Ok(())
@@ -26,18 +24,12 @@ pub fn validate_slug(field: &'static str, value: &str) -> Result<(), StoreError>
 
 fn validate_text(field: &'static str, value: &str, max: usize) -> Result<(), StoreError> {
     if value.trim().is_empty() || value.len() > max || value.chars().any(char::is_control) {
-        return Err(StoreError::Invalid {
-            field,
-            message: format!("must be 1-{max} printable characters"),
-        });
+        return Err(StoreError::Invalid { field, message: format!("must be 1-{max} printable characters") });
     }
     Ok(())
 }
 
-pub(crate) async fn tenant_id_by_slug(
-    conn: &mut AnyConnection,
-    slug: &str,
-) -> Result<TenantId, StoreError> {
+pub(crate) async fn tenant_id_by_slug(conn: &mut AnyConnection, slug: &str) -> Result<TenantId, StoreError> {
     sqlx::query_scalar::<_, TenantId>("SELECT id FROM tenants WHERE slug = $1")
         .bind(slug)
         .fetch_optional(conn)
@@ -45,34 +37,22 @@ pub(crate) async fn tenant_id_by_slug(
         .ok_or_else(|| StoreError::NotFound(format!("tenant `{slug}` does not exist")))
 }
 
-async fn user_id_by_subject(
-    conn: &mut AnyConnection,
-    tenant: TenantId,
-    subject: &str,
-) -> Result<UserId, StoreError> {
+async fn user_id_by_subject(conn: &mut AnyConnection, tenant: TenantId, subject: &str) -> Result<UserId, StoreError> {
     sqlx::query_scalar::<_, UserId>("SELECT id FROM users WHERE tenant_id = $1 AND subject = $2")
         .bind(tenant)
         .bind(subject)
         .fetch_optional(conn)
         .await?
-        .ok_or_else(|| {
-            StoreError::NotFound(format!("user `{subject}` does not exist in this tenant"))
-        })
+        .ok_or_else(|| StoreError::NotFound(format!("user `{subject}` does not exist in this tenant")))
 }
 
-async fn flock_id_by_name(
-    conn: &mut AnyConnection,
-    tenant: TenantId,
-    name: &str,
-) -> Result<FlockId, StoreError> {
+async fn flock_id_by_name(conn: &mut AnyConnection, tenant: TenantId, name: &str) -> Result<FlockId, StoreError> {
     sqlx::query_scalar::<_, FlockId>("SELECT id FROM flocks WHERE tenant_id = $1 AND name = $2")
         .bind(tenant)
         .bind(name)
         .fetch_optional(conn)
         .await?
-        .ok_or_else(|| {
-            StoreError::NotFound(format!("flock `{name}` does not exist in this tenant"))
-        })
+        .ok_or_else(|| StoreError::NotFound(format!("flock `{name}` does not exist in this tenant")))
 }
 
 /// Maps a unique-constraint violation to a conflict that names what already exists.
@@ -101,46 +81,32 @@ pub(crate) async fn insert_user_roles(
 }
 
 pub async fn count_tenants(conn: &mut AnyConnection) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM tenants")
-        .fetch_one(conn)
-        .await?)
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM tenants").fetch_one(conn).await?)
 }
 
-pub async fn create_tenant(
-    conn: &mut AnyConnection,
-    slug: &str,
-    name: &str,
-) -> Result<TenantId, StoreError> {
+pub async fn create_tenant(conn: &mut AnyConnection, slug: &str, name: &str) -> Result<TenantId, StoreError> {
     validate_slug("slug", slug)?;
     validate_text("name", name, 200)?;
     let id = TenantId::generate();
-    sqlx::query(
-        "INSERT INTO tenants (id, slug, name, status, created_at) VALUES ($1, $2, $3, 'active', $4)",
-    )
-    .bind(id)
-    .bind(slug)
-    .bind(name)
-    .bind(now_millis())
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| conflict(e, || format!("tenant `{slug}` already exists")))?;
+    sqlx::query("INSERT INTO tenants (id, slug, name, status, created_at) VALUES ($1, $2, $3, 'active', $4)")
+        .bind(id)
+        .bind(slug)
+        .bind(name)
+        .bind(now_millis())
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| conflict(e, || format!("tenant `{slug}` already exists")))?;
     Ok(id)
 }
 
-pub async fn set_tenant_status(
-    conn: &mut AnyConnection,
-    slug: &str,
-    status: TenantStatus,
-) -> Result<(), StoreError> {
+pub async fn set_tenant_status(conn: &mut AnyConnection, slug: &str, status: TenantStatus) -> Result<(), StoreError> {
     let done = sqlx::query("UPDATE tenants SET status = $1 WHERE slug = $2")
         .bind(status.as_str())
         .bind(slug)
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(StoreError::NotFound(format!(
-            "tenant `{slug}` does not exist"
-        )));
+        return Err(StoreError::NotFound(format!("tenant `{slug}` does not exist")));
     }
     Ok(())
 }
@@ -168,11 +134,7 @@ pub async fn create_user(
     .bind(now_millis())
     .execute(&mut *conn)
     .await
-    .map_err(|e| {
-        conflict(e, || {
-            format!("user `{subject}` already exists in `{tenant_slug}`")
-        })
-    })?;
+    .map_err(|e| conflict(e, || format!("user `{subject}` already exists in `{tenant_slug}`")))?;
     insert_user_roles(&mut *conn, tenant, id, roles).await?;
     Ok(id)
 }
@@ -195,25 +157,18 @@ pub async fn create_users_bulk(
     let mut n = 0;
     while n < count {
         let size = BATCH.min(count - n);
-        let mut users = String::from(
-            "INSERT INTO users (id, tenant_id, subject, display_name, status, created_at) VALUES ",
-        );
+        let mut users =
+            String::from("INSERT INTO users (id, tenant_id, subject, display_name, status, created_at) VALUES ");
         let mut roles = String::from("INSERT INTO user_roles (tenant_id, user_id, role) VALUES ");
         let ids: Vec<UserId> = (0..size).map(|_| UserId::generate()).collect();
         for (i, id) in ids.iter().enumerate() {
             let sep = if i == 0 { "" } else { "," };
             let subject = format!("{prefix}{}@{tenant_slug}", n + i);
-            users.push_str(&format!(
-                "{sep}('{id}','{tenant}','{subject}','{subject}','active',{now})"
-            ));
+            users.push_str(&format!("{sep}('{id}','{tenant}','{subject}','{subject}','active',{now})"));
             roles.push_str(&format!("{sep}('{tenant}','{id}','{}')", role.as_str()));
         }
-        sqlx::query(sqlx::AssertSqlSafe(users))
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query(sqlx::AssertSqlSafe(roles))
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(users)).execute(&mut *conn).await?;
+        sqlx::query(sqlx::AssertSqlSafe(roles)).execute(&mut *conn).await?;
         n += size;
     }
     Ok(())
@@ -246,10 +201,7 @@ pub async fn create_flock(
     validate_slug("name", name)?;
     validate_text("breed", breed, 100)?;
     if !(0..=1_000_000).contains(&hen_count) {
-        return Err(StoreError::Invalid {
-            field: "hen_count",
-            message: "must be 0 to 1000000".into(),
-        });
+        return Err(StoreError::Invalid { field: "hen_count", message: "must be 0 to 1000000".into() });
     }
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     let id = FlockId::generate();
@@ -265,11 +217,7 @@ pub async fn create_flock(
     .bind(now_millis())
     .execute(&mut *conn)
     .await
-    .map_err(|e| {
-        conflict(e, || {
-            format!("flock `{name}` already exists in `{tenant_slug}`")
-        })
-    })?;
+    .map_err(|e| conflict(e, || format!("flock `{name}` already exists in `{tenant_slug}`")))?;
     Ok(id)
 }
 
@@ -290,11 +238,7 @@ pub async fn assign_flock(
         .bind(flock_id)
         .execute(&mut *conn)
         .await
-        .map_err(|e| {
-            conflict(e, || {
-                format!("`{subject}` is already assigned to `{flock}`")
-            })
-        })?;
+        .map_err(|e| conflict(e, || format!("`{subject}` is already assigned to `{flock}`")))?;
     Ok(())
 }
 
@@ -307,18 +251,14 @@ pub async fn unassign_flock(
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
     let flock_id = flock_id_by_name(&mut *conn, tenant, flock).await?;
-    let done = sqlx::query(
-        "DELETE FROM flock_assignments WHERE tenant_id = $1 AND user_id = $2 AND flock_id = $3",
-    )
-    .bind(tenant)
-    .bind(user)
-    .bind(flock_id)
-    .execute(&mut *conn)
-    .await?;
+    let done = sqlx::query("DELETE FROM flock_assignments WHERE tenant_id = $1 AND user_id = $2 AND flock_id = $3")
+        .bind(tenant)
+        .bind(user)
+        .bind(flock_id)
+        .execute(&mut *conn)
+        .await?;
     if done.rows_affected() == 0 {
-        return Err(StoreError::NotFound(format!(
-            "`{subject}` is not assigned to `{flock}`"
-        )));
+        return Err(StoreError::NotFound(format!("`{subject}` is not assigned to `{flock}`")));
     }
     Ok(())
 }

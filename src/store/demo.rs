@@ -17,62 +17,20 @@ pub struct DemoUser(
 );
 
 pub const DEMO_USERS: &[DemoUser] = &[
-    DemoUser(
-        "acme",
-        "olivia@acme.test",
-        "Olivia Owner",
-        &[Role::Owner],
-        &[],
-    ),
-    DemoUser(
-        "acme",
-        "wanda@acme.test",
-        "Wanda Worker",
-        &[Role::Worker],
-        &["north-barn"],
-    ),
-    DemoUser(
-        "acme",
-        "walt@acme.test",
-        "Walt Worker",
-        &[Role::Worker],
-        &[],
-    ),
-    DemoUser(
-        "acme",
-        "audrey@acme.test",
-        "Audrey Auditor",
-        &[Role::Auditor],
-        &[],
-    ),
-    DemoUser(
-        "globex",
-        "gary@globex.test",
-        "Gary Owner",
-        &[Role::Owner],
-        &[],
-    ),
+    DemoUser("acme", "olivia@acme.test", "Olivia Owner", &[Role::Owner], &[]),
+    DemoUser("acme", "wanda@acme.test", "Wanda Worker", &[Role::Worker], &["north-barn"]),
+    DemoUser("acme", "walt@acme.test", "Walt Worker", &[Role::Worker], &[]),
+    DemoUser("acme", "audrey@acme.test", "Audrey Auditor", &[Role::Auditor], &[]),
+    DemoUser("globex", "gary@globex.test", "Gary Owner", &[Role::Owner], &[]),
 ];
 
 const DEMO_TENANTS: &[(&str, &str)] = &[("acme", "Acme Farms"), ("globex", "Globex Poultry")];
 
 /// (tenant slug, flock name, breed, hens, eggs laid per day over the last days)
 const DEMO_FLOCKS: &[(&str, &str, &str, i64, &[i64])] = &[
-    (
-        "acme",
-        "north-barn",
-        "Rhode Island Red",
-        120,
-        &[98, 101, 95, 103, 99],
-    ),
+    ("acme", "north-barn", "Rhode Island Red", 120, &[98, 101, 95, 103, 99]),
     ("acme", "south-barn", "Leghorn", 80, &[71, 69, 74, 70, 72]),
-    (
-        "globex",
-        "hilltop",
-        "Plymouth Rock",
-        60,
-        &[48, 51, 47, 50, 49],
-    ),
+    ("globex", "hilltop", "Plymouth Rock", 60, &[48, 51, 47, 50, 49]),
 ];
 
 #[derive(Debug, PartialEq, Eq)]
@@ -88,16 +46,13 @@ pub enum SeedOutcome {
 pub async fn seed(db: &Db) -> Result<SeedOutcome, StoreError> {
     let mut tx = db.begin().await?;
     if count_tenants(&mut tx).await? > 0 {
-        let demo: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM tenants WHERE slug IN ('acme', 'globex')")
-                .fetch_one(&mut *tx)
-                .await?;
+        let demo: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tenants WHERE slug IN ('acme', 'globex')")
+            .fetch_one(&mut *tx)
+            .await?;
         return if demo == DEMO_TENANTS.len() as i64 {
             Ok(SeedOutcome::AlreadyPresent)
         } else {
-            Err(StoreError::Conflict(
-                "--demo seeds only an empty database, and this one holds other tenants".into(),
-            ))
+            Err(StoreError::Conflict("--demo seeds only an empty database, and this one holds other tenants".into()))
         };
     }
     insert_all(&mut tx).await?;

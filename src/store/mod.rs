@@ -39,10 +39,7 @@ pub enum StoreError {
     #[error("{0}")]
     NotFound(String),
     #[error("invalid {field}: {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
+    Invalid { field: &'static str, message: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +57,7 @@ pub struct Db {
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Db")
-            .field("kind", &self.kind)
-            .finish_non_exhaustive()
+        f.debug_struct("Db").field("kind", &self.kind).finish_non_exhaustive()
     }
 }
 
@@ -82,9 +77,7 @@ impl Db {
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (DbKind::Postgres, url.to_owned())
         } else {
-            return Err(StoreError::Url(
-                "expected sqlite:, postgres:// or postgresql://".into(),
-            ));
+            return Err(StoreError::Url("expected sqlite:, postgres:// or postgresql://".into()));
         };
         let options = AnyConnectOptions::from_str(&url)?;
         let busy_ms = cfg.sqlite_busy_timeout_ms;
@@ -134,12 +127,11 @@ impl Db {
         let Some(latest) = self.migrator().iter().map(|m| m.version).max() else {
             return false;
         };
-        let applied: Result<i64, _> = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM _sqlx_migrations WHERE version = $1 AND success = TRUE",
-        )
-        .bind(latest)
-        .fetch_one(&self.pool)
-        .await;
+        let applied: Result<i64, _> =
+            sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE version = $1 AND success = TRUE")
+                .bind(latest)
+                .fetch_one(&self.pool)
+                .await;
         matches!(applied, Ok(1))
     }
 
@@ -167,14 +159,10 @@ fn sqlite_url(rest: &str) -> Result<String, StoreError> {
     };
     if path.is_empty() || path == ":memory:" {
         return Err(StoreError::Url(
-            "sqlite needs a file path (an in-memory database is one database per connection)"
-                .into(),
+            "sqlite needs a file path (an in-memory database is one database per connection)".into(),
         ));
     }
-    if let Some(parent) = Path::new(path)
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-    {
+    if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .map_err(|e| StoreError::Url(format!("cannot create {}: {e}", parent.display())))?;
     }

@@ -55,25 +55,10 @@ const LOOKUP_TENANT: &str = "SELECT 'tenant' AS kind, t.id AS a, t.status AS b, 
 
 impl Db {
     /// Reads the tenant, and unless `subject` is `None`, the user, roles and assignments.
-    pub async fn load_principal(
-        &self,
-        tenant_slug: &str,
-        subject: Option<&str>,
-    ) -> Result<PrincipalRows, StoreError> {
+    pub async fn load_principal(&self, tenant_slug: &str, subject: Option<&str>) -> Result<PrincipalRows, StoreError> {
         let rows = match subject {
-            Some(subject) => {
-                sqlx::query(LOOKUP)
-                    .bind(tenant_slug)
-                    .bind(subject)
-                    .fetch_all(self.pool())
-                    .await?
-            }
-            None => {
-                sqlx::query(LOOKUP_TENANT)
-                    .bind(tenant_slug)
-                    .fetch_all(self.pool())
-                    .await?
-            }
+            Some(subject) => sqlx::query(LOOKUP).bind(tenant_slug).bind(subject).fetch_all(self.pool()).await?,
+            None => sqlx::query(LOOKUP_TENANT).bind(tenant_slug).fetch_all(self.pool()).await?,
         };
         let mut out = PrincipalRows::default();
         for row in rows {
@@ -82,27 +67,12 @@ impl Db {
             let b: String = row.try_get(2)?;
             let c: String = row.try_get(3)?;
             match kind.as_str() {
-                "tenant" => {
-                    out.tenant = Some(TenantRow {
-                        id: parse_id(&a)?,
-                        name: c,
-                        status: b,
-                    })
-                }
-                "user" => {
-                    out.user = Some(UserRow {
-                        id: parse_id(&a)?,
-                        display_name: c,
-                        status: b,
-                    })
-                }
+                "tenant" => out.tenant = Some(TenantRow { id: parse_id(&a)?, name: c, status: b }),
+                "user" => out.user = Some(UserRow { id: parse_id(&a)?, display_name: c, status: b }),
                 "role" => out.roles.push(a),
                 "flock" => out.assigned_flocks.push(parse_id(&a)?),
                 other => {
-                    return Err(StoreError::Invalid {
-                        field: "kind",
-                        message: format!("unexpected row kind {other}"),
-                    });
+                    return Err(StoreError::Invalid { field: "kind", message: format!("unexpected row kind {other}") });
                 }
             }
         }
@@ -111,8 +81,5 @@ impl Db {
 }
 
 fn parse_id<T: std::str::FromStr<Err = uuid::Error>>(text: &str) -> Result<T, StoreError> {
-    text.parse().map_err(|e: uuid::Error| StoreError::Invalid {
-        field: "id",
-        message: e.to_string(),
-    })
+    text.parse().map_err(|e: uuid::Error| StoreError::Invalid { field: "id", message: e.to_string() })
 }

@@ -86,28 +86,18 @@ pub struct ScopedStore<'a> {
 
 /// The flock-scope condition on `column`, with its parameters numbered from `next`.
 /// `None`: the scope holds no flock, so the query would return nothing.
-fn scope_clause(
-    flocks: &FlockAccess<'_>,
-    column: &str,
-    next: usize,
-) -> Option<(String, Vec<FlockId>)> {
+fn scope_clause(flocks: &FlockAccess<'_>, column: &str, next: usize) -> Option<(String, Vec<FlockId>)> {
     match flocks {
         FlockAccess::AllOfTenant => Some((String::new(), Vec::new())),
         FlockAccess::Only(ids) if ids.is_empty() => None,
         FlockAccess::Only(ids) => {
             let params: Vec<String> = (0..ids.len()).map(|i| format!("${}", next + i)).collect();
-            Some((
-                format!(" AND {column} IN ({})", params.join(", ")),
-                ids.iter().copied().collect(),
-            ))
+            Some((format!(" AND {column} IN ({})", params.join(", ")), ids.iter().copied().collect()))
         }
     }
 }
 
-fn bind_ids<'q>(
-    mut query: Query<'q, sqlx::Any, AnyArguments>,
-    ids: &[FlockId],
-) -> Query<'q, sqlx::Any, AnyArguments> {
+fn bind_ids<'q>(mut query: Query<'q, sqlx::Any, AnyArguments>, ids: &[FlockId]) -> Query<'q, sqlx::Any, AnyArguments> {
     for id in ids {
         query = query.bind(*id);
     }
@@ -134,14 +124,7 @@ impl<'a> ScopedStore<'a> {
         flocks: FlockAccess<'a>,
         audit: Option<WriteAudit<'a>>,
     ) -> Self {
-        Self {
-            db,
-            tenant,
-            user,
-            subject,
-            flocks,
-            audit,
-        }
+        Self { db, tenant, user, subject, flocks, audit }
     }
 
     /// The flocks the caller may see, by name.
@@ -149,13 +132,8 @@ impl<'a> ScopedStore<'a> {
         let Some((scope, ids)) = scope_clause(&self.flocks, "f.id", 2) else {
             return Ok(Vec::new());
         };
-        let sql = format!(
-            "SELECT {FLOCK_COLUMNS} FROM flocks f WHERE f.tenant_id = $1{scope} ORDER BY f.name"
-        );
-        let query = bind_ids(
-            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(self.tenant),
-            &ids,
-        );
+        let sql = format!("SELECT {FLOCK_COLUMNS} FROM flocks f WHERE f.tenant_id = $1{scope} ORDER BY f.name");
+        let query = bind_ids(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(self.tenant), &ids);
         let rows = query.fetch_all(self.db.pool()).await?;
         rows.iter().map(flock_from_row).collect()
     }
@@ -185,21 +163,15 @@ impl<'a> ScopedStore<'a> {
         let Some((scope, ids)) = scope_clause(&self.flocks, "e.flock_id", next) else {
             return Ok(Vec::new());
         };
-        let flock_filter = if flock_id.is_some() {
-            " AND e.flock_id = $4"
-        } else {
-            ""
-        };
+        let flock_filter = if flock_id.is_some() { " AND e.flock_id = $4" } else { "" };
         let sql = format!(
             "SELECT f.name, e.day, e.eggs, e.recorded_by FROM egg_counts e \
              JOIN flocks f ON f.id = e.flock_id AND f.tenant_id = e.tenant_id \
              WHERE e.tenant_id = $1 AND e.day >= $2 AND e.day <= $3{flock_filter}{scope} \
              ORDER BY f.name, e.day"
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.tenant)
-            .bind(from.to_string())
-            .bind(to.to_string());
+        let mut query =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(self.tenant).bind(from.to_string()).bind(to.to_string());
         if let Some(id) = flock_id {
             query = query.bind(id);
         }
@@ -218,17 +190,9 @@ impl<'a> ScopedStore<'a> {
 
     /// Records (or corrects) the eggs a flock in scope laid on `day`. A unit of work: the
     /// write and the call's audit event commit together or not at all.
-    pub async fn record_egg_count(
-        &self,
-        key: &FlockKey,
-        day: Date,
-        eggs: i64,
-    ) -> Result<EggCount, StoreError> {
+    pub async fn record_egg_count(&self, key: &FlockKey, day: Date, eggs: i64) -> Result<EggCount, StoreError> {
         let Some(audit) = &self.audit else {
-            return Err(StoreError::Invalid {
-                field: "audit",
-                message: "a write needs an audited call".into(),
-            });
+            return Err(StoreError::Invalid { field: "audit", message: "a write needs an audited call".into() });
         };
         // The chain lock first, then the transaction (see `audit`).
         let mut head = audit.writer.chains().lock(self.tenant).await;
@@ -236,10 +200,10 @@ impl<'a> ScopedStore<'a> {
         let flock = find_flock_on(&mut tx, self.tenant, &self.flocks, key)
             .await?
             .ok_or_else(|| StoreError::NotFound("flock not found".into()))?;
-        let flock_id: FlockId = flock.id.parse().map_err(|_| StoreError::Invalid {
-            field: "id",
-            message: "stored flock id is not a UUID".into(),
-        })?;
+        let flock_id: FlockId = flock
+            .id
+            .parse()
+            .map_err(|_| StoreError::Invalid { field: "id", message: "stored flock id is not a UUID".into() })?;
         sqlx::query(
             "INSERT INTO egg_counts (tenant_id, flock_id, day, eggs, recorded_by, recorded_at) \
              VALUES ($1, $2, $3, $4, $5, $6) \
@@ -255,18 +219,11 @@ impl<'a> ScopedStore<'a> {
         .execute(&mut *tx)
         .await?;
         let event = audit.call.event(audit::Outcome::Ok, None);
-        let new_head = audit::append(&mut tx, &head, &event)
-            .await
-            .inspect_err(|_| *head = None)?;
+        let new_head = audit::append(&mut tx, &head, &event).await.inspect_err(|_| *head = None)?;
         tx.commit().await.inspect_err(|_| *head = None)?;
         *head = Some(new_head);
         audit.call.mark_recorded();
-        Ok(EggCount {
-            flock: flock.name,
-            day: day.to_string(),
-            eggs,
-            recorded_by: self.subject.to_owned(),
-        })
+        Ok(EggCount { flock: flock.name, day: day.to_string(), eggs, recorded_by: self.subject.to_owned() })
     }
 
     /// The tenant's newest audit events.
@@ -314,9 +271,7 @@ async fn find_flock_on(
         FlockKey::Id(_) => "f.id",
         FlockKey::Name(_) => "f.name",
     };
-    let sql = format!(
-        "SELECT {FLOCK_COLUMNS} FROM flocks f WHERE f.tenant_id = $1 AND {column} = $2{scope}"
-    );
+    let sql = format!("SELECT {FLOCK_COLUMNS} FROM flocks f WHERE f.tenant_id = $1 AND {column} = $2{scope}");
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant);
     query = match key {
         FlockKey::Id(id) => query.bind(*id),

@@ -9,9 +9,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-const LATENCY_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 /// Installs the process-wide recorder once; later calls reuse it.
 pub fn install() -> Option<&'static PrometheusHandle> {
@@ -34,8 +33,7 @@ pub fn install() -> Option<&'static PrometheusHandle> {
 pub fn render(pool: (u32, usize)) -> String {
     let (size, idle) = pool;
     metrics::gauge!("scopegate_db_pool_connections", "state" => "idle").set(idle as f64);
-    metrics::gauge!("scopegate_db_pool_connections", "state" => "in_use")
-        .set(size.saturating_sub(idle as u32) as f64);
+    metrics::gauge!("scopegate_db_pool_connections", "state" => "in_use").set(size.saturating_sub(idle as u32) as f64);
     install().map(|h| h.render()).unwrap_or_default()
 }
 

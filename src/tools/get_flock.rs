@@ -19,9 +19,7 @@ pub struct GetFlock {
 
 #[tool_router(router = get_flock_router, vis = "pub(crate)")]
 impl GatewayServer {
-    #[tool(
-        description = "Get one flock by name or id. A flock you may not see is reported as not found."
-    )]
+    #[tool(description = "Get one flock by name or id. A flock you may not see is reported as not found.")]
     async fn get_flock(
         &self,
         ctx: McpCallContext,

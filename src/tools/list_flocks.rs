@@ -17,12 +17,8 @@ pub struct FlockList {
 
 #[tool_router(router = list_flocks_router, vis = "pub(crate)")]
 impl GatewayServer {
-    #[tool(
-        description = "List the flocks you may see (all of your tenant's, or only those assigned to you)."
-    )]
+    #[tool(description = "List the flocks you may see (all of your tenant's, or only those assigned to you).")]
     async fn list_flocks(&self, ctx: McpCallContext) -> Result<Json<FlockList>, ToolFailure> {
-        Ok(Json(FlockList {
-            flocks: ctx.store()?.list_flocks().await?,
-        }))
+        Ok(Json(FlockList { flocks: ctx.store()?.list_flocks().await? }))
     }
 }

@@ -11,7 +11,7 @@ mod whoami;
 use rmcp::ErrorData;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::IntoCallToolResult;
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use serde_json::json;
 use time::Date;
 use time::macros::format_description;
@@ -22,19 +22,50 @@ use crate::store::StoreError;
 
 const EVERYONE: &[Role] = &[Role::Owner, Role::Manager, Role::Worker, Role::Auditor];
 
-/// Who may use which tool: the one authorization table behind both `tools/list` and
-/// `tools/call`. A tool missing here is never listed and never runs.
-pub const TOOL_ROLES: &[(&str, &[Role])] = &[
-    ("whoami", EVERYONE),
-    ("list_flocks", EVERYONE),
-    ("get_flock", EVERYONE),
-    ("query_egg_counts", EVERYONE),
-    (
-        "record_egg_count",
-        &[Role::Owner, Role::Manager, Role::Worker],
-    ),
-    ("recent_audit_events", &[Role::Owner, Role::Auditor]),
+/// A native tool's entry in the registry: who may use it, and how its arguments are
+/// checked before it runs (so a type error names the field).
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub roles: &'static [Role],
+    pub validate: fn(&JsonObject) -> Result<(), ToolFailure>,
+}
+
+/// The one authorization table behind both `tools/list` and `tools/call`. A tool missing
+/// here is never listed and never runs.
+pub const TOOLS: &[ToolSpec] = &[
+    ToolSpec { name: "whoami", roles: EVERYONE, validate: arguments::<NoArguments> },
+    ToolSpec { name: "list_flocks", roles: EVERYONE, validate: arguments::<NoArguments> },
+    ToolSpec { name: "get_flock", roles: EVERYONE, validate: arguments::<get_flock::GetFlock> },
+    ToolSpec { name: "query_egg_counts", roles: EVERYONE, validate: arguments::<query_egg_counts::QueryEggCounts> },
+    ToolSpec {
+        name: "record_egg_count",
+        roles: &[Role::Owner, Role::Manager, Role::Worker],
+        validate: arguments::<record_egg_count::RecordEggCount>,
+    },
+    ToolSpec {
+        name: "recent_audit_events",
+        roles: &[Role::Owner, Role::Auditor],
+        validate: arguments::<recent_audit_events::RecentAuditEvents>,
+    },
 ];
+
+pub fn spec(name: &str) -> Option<&'static ToolSpec> {
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// Tools without parameters accept no arguments.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArguments {}
+
+/// Deserializes the arguments as `T` would be, reporting the path of the first bad field.
+fn arguments<T: serde::de::DeserializeOwned>(args: &JsonObject) -> Result<(), ToolFailure> {
+    serde_path_to_error::deserialize::<_, T>(serde_json::Value::Object(args.clone())).map(|_| ()).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "arguments".to_owned() } else { path };
+        ToolFailure::Invalid { field, message: e.into_inner().to_string() }
+    })
+}
 
 /// The native tool router.
 pub(crate) fn router() -> ToolRouter<GatewayServer> {
@@ -51,20 +82,14 @@ pub(crate) fn router() -> ToolRouter<GatewayServer> {
 /// logged and become an opaque JSON-RPC internal error.
 #[derive(Debug)]
 pub enum ToolFailure {
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
+    Invalid { field: String, message: String },
     NotFound(&'static str),
     Internal(String),
 }
 
 impl ToolFailure {
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        Self::Invalid {
-            field,
-            message: message.into(),
-        }
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::Invalid { field: field.to_owned(), message: message.into() }
     }
 }
 
@@ -72,7 +97,7 @@ impl From<StoreError> for ToolFailure {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound(_) => ToolFailure::NotFound("flock not found"),
-            StoreError::Invalid { field, message } => ToolFailure::Invalid { field, message },
+            StoreError::Invalid { field, message } => ToolFailure::Invalid { field: field.to_owned(), message },
             other => ToolFailure::Internal(other.to_string()),
         }
     }
@@ -87,9 +112,7 @@ impl From<crate::identity::ContextError> for ToolFailure {
 impl IntoCallToolResult for ToolFailure {
     fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
         let (class, message) = match self {
-            ToolFailure::Invalid { field, message } => {
-                ("invalid_argument", format!("{field}: {message}"))
-            }
+            ToolFailure::Invalid { field, message } => ("invalid_argument", format!("invalid argument `{field}`: {message}")),
             ToolFailure::NotFound(what) => ("not_found", what.to_owned()),
             ToolFailure::Internal(cause) => {
                 tracing::error!(%cause, "tool failed");

@@ -47,9 +47,7 @@ pub struct EggReport {
 
 #[tool_router(router = query_egg_counts_router, vis = "pub(crate)")]
 impl GatewayServer {
-    #[tool(
-        description = "Egg counts between two dates (inclusive), per day and per flock, with totals."
-    )]
+    #[tool(description = "Egg counts between two dates (inclusive), per day and per flock, with totals.")]
     async fn query_egg_counts(
         &self,
         ctx: McpCallContext,
@@ -61,10 +59,7 @@ impl GatewayServer {
             return Err(ToolFailure::invalid("to", "must not be before `from`"));
         }
         if (to - from).whole_days() >= MAX_DAYS {
-            return Err(ToolFailure::invalid(
-                "to",
-                format!("the range may span at most {MAX_DAYS} days"),
-            ));
+            return Err(ToolFailure::invalid("to", format!("the range may span at most {MAX_DAYS} days")));
         }
         let key = args.flock.as_deref().map(FlockKey::parse);
         let counts = ctx.store()?.egg_counts(key.as_ref(), from, to).await?;
@@ -76,19 +71,9 @@ impl GatewayServer {
         }
         let per_flock: Vec<FlockTotal> = totals
             .into_iter()
-            .map(|(flock, (days, eggs))| FlockTotal {
-                flock: flock.to_owned(),
-                days,
-                eggs,
-            })
+            .map(|(flock, (days, eggs))| FlockTotal { flock: flock.to_owned(), days, eggs })
             .collect();
         let total_eggs = per_flock.iter().map(|t| t.eggs).sum();
-        Ok(Json(EggReport {
-            from: from.to_string(),
-            to: to.to_string(),
-            counts,
-            per_flock,
-            total_eggs,
-        }))
+        Ok(Json(EggReport { from: from.to_string(), to: to.to_string(), counts, per_flock, total_eggs }))
     }
 }

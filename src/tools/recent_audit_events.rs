@@ -26,9 +26,7 @@ pub struct AuditList {
 
 #[tool_router(router = recent_audit_events_router, vis = "pub(crate)")]
 impl GatewayServer {
-    #[tool(
-        description = "The newest audit events of your tenant: who called which tool, when, and how it ended."
-    )]
+    #[tool(description = "The newest audit events of your tenant: who called which tool, when, and how it ended.")]
     async fn recent_audit_events(
         &self,
         ctx: McpCallContext,
@@ -38,8 +36,6 @@ impl GatewayServer {
         if !(1..=200).contains(&limit) {
             return Err(ToolFailure::invalid("limit", "must be 1 to 200"));
         }
-        Ok(Json(AuditList {
-            events: ctx.store()?.recent_audit_events(limit).await?,
-        }))
+        Ok(Json(AuditList { events: ctx.store()?.recent_audit_events(limit).await? }))
     }
 }

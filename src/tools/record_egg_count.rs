@@ -28,9 +28,7 @@ pub struct RecordEggCount {
 
 #[tool_router(router = record_egg_count_router, vis = "pub(crate)")]
 impl GatewayServer {
-    #[tool(
-        description = "Record the number of eggs a flock laid on a day (replaces an earlier count for that day)."
-    )]
+    #[tool(description = "Record the number of eggs a flock laid on a day (replaces an earlier count for that day).")]
     async fn record_egg_count(
         &self,
         ctx: McpCallContext,
@@ -45,15 +43,9 @@ impl GatewayServer {
             return Err(ToolFailure::invalid("day", "must be within the last year"));
         }
         if !(0..=MAX_EGGS).contains(&args.eggs) {
-            return Err(ToolFailure::invalid(
-                "eggs",
-                format!("must be 0 to {MAX_EGGS}"),
-            ));
+            return Err(ToolFailure::invalid("eggs", format!("must be 0 to {MAX_EGGS}")));
         }
-        let recorded = ctx
-            .store()?
-            .record_egg_count(&FlockKey::parse(&args.flock), day, args.eggs)
-            .await?;
+        let recorded = ctx.store()?.record_egg_count(&FlockKey::parse(&args.flock), day, args.eggs).await?;
         Ok(Json(recorded))
     }
 }

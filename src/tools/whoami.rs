@@ -24,20 +24,12 @@ pub struct WhoAmI {
 
 #[tool_router(router = whoami_router, vis = "pub(crate)")]
 impl GatewayServer {
-    #[tool(
-        description = "Who is calling: tenant, user, roles, and which flocks the caller may see."
-    )]
+    #[tool(description = "Who is calling: tenant, user, roles, and which flocks the caller may see.")]
     async fn whoami(&self, ctx: McpCallContext) -> Result<Json<WhoAmI>, ToolFailure> {
         let flock_scope = match ctx.flocks() {
             FlockAccess::AllOfTenant => serde_json::json!("all"),
             FlockAccess::Only(_) => {
-                let names: Vec<String> = ctx
-                    .store()?
-                    .list_flocks()
-                    .await?
-                    .into_iter()
-                    .map(|f| f.name)
-                    .collect();
+                let names: Vec<String> = ctx.store()?.list_flocks().await?.into_iter().map(|f| f.name).collect();
                 serde_json::json!(names)
             }
         };

@@ -18,50 +18,25 @@ struct Case {
 }
 
 fn unsigned(header: Value, claims: &Value) -> String {
-    format!(
-        "{}.{}.",
-        URL_SAFE_NO_PAD.encode(header.to_string()),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    )
+    format!("{}.{}.", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()))
 }
 
 async fn run_cases(probe: &Probe, cases: Vec<Case>) {
-    let metadata = format!(
-        "{}/.well-known/oauth-protected-resource",
-        probe.gateway.state().config.public_url()
-    );
+    let metadata = format!("{}/.well-known/oauth-protected-resource", probe.gateway.state().config.public_url());
     for case in cases {
         let before = probe.reached();
         let (status, headers, _) = probe.call(case.token.as_deref()).await;
         assert_eq!(status, case.status, "{}: status", case.name);
-        assert_eq!(
-            probe.reached(),
-            before,
-            "{}: the handler must not be reached",
-            case.name
-        );
+        assert_eq!(probe.reached(), before, "{}: the handler must not be reached", case.name);
         if status == StatusCode::UNAUTHORIZED {
             let challenge = headers
                 .get("www-authenticate")
                 .unwrap_or_else(|| panic!("{}: WWW-Authenticate missing", case.name))
                 .to_str()
                 .unwrap();
-            assert!(
-                challenge.starts_with("Bearer "),
-                "{}: {challenge}",
-                case.name
-            );
-            assert!(
-                challenge.contains(&format!("resource_metadata=\"{metadata}\"")),
-                "{}: {challenge}",
-                case.name
-            );
-            assert_eq!(
-                challenge.contains("error=\"invalid_token\""),
-                case.invalid_token,
-                "{}: {challenge}",
-                case.name
-            );
+            assert!(challenge.starts_with("Bearer "), "{}: {challenge}", case.name);
+            assert!(challenge.contains(&format!("resource_metadata=\"{metadata}\"")), "{}: {challenge}", case.name);
+            assert_eq!(challenge.contains("error=\"invalid_token\""), case.invalid_token, "{}: {challenge}", case.name);
         }
     }
 }
@@ -85,12 +60,8 @@ async fn jwt_negative_cases(backend: Backend) {
     let config = config_with(&db.url, &[("auth.jwks_file", json!(jwks))]);
     let seed_db = db_for(&config).await;
     seed_demo(&seed_db).await;
-    admin_tx!(seed_db, |tx| admin_fns::set_tenant_status(
-        &mut tx,
-        "globex",
-        scopegate::model::TenantStatus::Suspended
-    ))
-    .unwrap();
+    admin_tx!(seed_db, |tx| admin_fns::set_tenant_status(&mut tx, "globex", scopegate::model::TenantStatus::Suspended))
+        .unwrap();
     admin_tx!(seed_db, |tx| admin_fns::set_user_status(
         &mut tx,
         "acme",
@@ -124,18 +95,8 @@ async fn jwt_negative_cases(backend: Backend) {
     let t = |n: i64| now() + n;
 
     let cases = vec![
-        Case {
-            name: "no token",
-            token: None,
-            status: StatusCode::UNAUTHORIZED,
-            invalid_token: false,
-        },
-        Case {
-            name: "garbage",
-            token: Some("garbage".into()),
-            status: StatusCode::UNAUTHORIZED,
-            invalid_token: true,
-        },
+        Case { name: "no token", token: None, status: StatusCode::UNAUTHORIZED, invalid_token: false },
+        Case { name: "garbage", token: Some("garbage".into()), status: StatusCode::UNAUTHORIZED, invalid_token: true },
         Case {
             name: "three garbage segments",
             token: Some("a.b.c".into()),
@@ -168,10 +129,7 @@ async fn jwt_negative_cases(backend: Backend) {
         },
         Case {
             name: "wrong iss",
-            token: bearer(
-                &dev,
-                &with(good.clone(), "iss", json!("https://evil.example")),
-            ),
+            token: bearer(&dev, &with(good.clone(), "iss", json!("https://evil.example"))),
             status: StatusCode::UNAUTHORIZED,
             invalid_token: true,
         },
@@ -183,10 +141,7 @@ async fn jwt_negative_cases(backend: Backend) {
         },
         Case {
             name: "wrong aud",
-            token: bearer(
-                &dev,
-                &with(good.clone(), "aud", json!("https://other.example/mcp")),
-            ),
+            token: bearer(&dev, &with(good.clone(), "aud", json!("https://other.example/mcp"))),
             status: StatusCode::UNAUTHORIZED,
             invalid_token: true,
         },
@@ -272,16 +227,8 @@ async fn jwt_negative_cases(backend: Backend) {
     run_cases(&probe, cases).await;
 
     // The 403s all say the same thing: nothing tells which part failed.
-    let (_, _, unknown_tenant) = probe
-        .call(Some(&dev.sign(&claims(&config, "initech", "x@y"))))
-        .await;
-    let (_, _, other_tenant) = probe
-        .call(Some(&dev.sign(&claims(
-            &config,
-            "acme",
-            "gary@globex.test",
-        ))))
-        .await;
+    let (_, _, unknown_tenant) = probe.call(Some(&dev.sign(&claims(&config, "initech", "x@y")))).await;
+    let (_, _, other_tenant) = probe.call(Some(&dev.sign(&claims(&config, "acme", "gary@globex.test")))).await;
     assert_eq!(unknown_tenant, other_tenant);
 }
 both_dbs!(jwt_and_identity_negative_cases, jwt_negative_cases);
@@ -295,13 +242,7 @@ async fn without_a_dev_secret_hs256_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
-    let config = config_with(
-        &db.url,
-        &[
-            ("auth.jwks_file", json!(jwks)),
-            ("auth.hs256_secret", json!("")),
-        ],
-    );
+    let config = config_with(&db.url, &[("auth.jwks_file", json!(jwks)), ("auth.hs256_secret", json!(""))]);
     seed_demo(&db_for(&config).await).await;
     let probe = Probe::start(config.clone()).await;
     let good = claims(&config, "acme", "olivia@acme.test");
@@ -311,10 +252,7 @@ async fn without_a_dev_secret_hs256_is_refused() {
         kid: Some("rsa-1".into()),
         key: jsonwebtoken::EncodingKey::from_secret(&public_pem).unwrap(),
     };
-    for (name, token) in [
-        ("dev secret", Signer::dev().sign(&good)),
-        ("confusion", confusion.sign(&good)),
-    ] {
+    for (name, token) in [("dev secret", Signer::dev().sign(&good)), ("confusion", confusion.sign(&good))] {
         let (status, _, _) = probe.call(Some(&token)).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{name}");
     }
@@ -381,13 +319,8 @@ async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let db = TestDb::new(Backend::Sqlite).await;
-    let config = config_with(
-        &db.url,
-        &[
-            ("auth.jwks_url", json!(url)),
-            ("auth.jwks_refetch_min_interval_secs", json!(1)),
-        ],
-    );
+    let config =
+        config_with(&db.url, &[("auth.jwks_url", json!(url)), ("auth.jwks_refetch_min_interval_secs", json!(1))]);
     seed_demo(&db_for(&config).await).await;
     let probe = Probe::start(config.clone()).await;
     assert_eq!(hits.load(Ordering::SeqCst), 1, "fetched once at start-up");
@@ -407,11 +340,7 @@ async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
 
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (status, _, _) = probe.call(Some(&new.sign(&good))).await;
-    assert_eq!(
-        status,
-        StatusCode::OK,
-        "the rotated-in key is found by one refetch"
-    );
+    assert_eq!(status, StatusCode::OK, "the rotated-in key is found by one refetch");
     assert_eq!(hits.load(Ordering::SeqCst), 2);
     for _ in 0..3 {
         let (status, _, _) = probe.call(Some(&new.sign(&good))).await;
@@ -430,26 +359,16 @@ async fn authorization_header_shapes() {
     let probe = Probe::start(config.clone()).await;
     let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-    for (value, invalid) in [
-        (format!("Basic {token}"), false),
-        ("Bearer".to_string(), true),
-        ("Bearer    ".to_string(), true),
-    ] {
-        let (status, headers, _) = probe
-            .request(None, body.clone(), &[("authorization", &value)])
-            .await;
+    for (value, invalid) in
+        [(format!("Basic {token}"), false), ("Bearer".to_string(), true), ("Bearer    ".to_string(), true)]
+    {
+        let (status, headers, _) = probe.request(None, body.clone(), &[("authorization", &value)]).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{value}");
         let challenge = headers["www-authenticate"].to_str().unwrap();
-        assert_eq!(
-            challenge.contains("invalid_token"),
-            invalid,
-            "{value}: {challenge}"
-        );
+        assert_eq!(challenge.contains("invalid_token"), invalid, "{value}: {challenge}");
     }
     let lower = format!("bearer {token}");
-    let (status, _, _) = probe
-        .request(None, body, &[("authorization", &lower)])
-        .await;
+    let (status, _, _) = probe.request(None, body, &[("authorization", &lower)]).await;
     assert_eq!(status, StatusCode::OK, "the scheme is case-insensitive");
     assert_eq!(probe.reached(), 1);
 }

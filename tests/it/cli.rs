@@ -22,22 +22,10 @@ fn scopegate(dir: &std::path::Path) -> Command {
 async fn token_prints_a_token_alone_that_the_gateway_accepts() {
     let dir = tempfile::tempdir().unwrap();
     let out = scopegate(dir.path())
-        .args([
-            "token",
-            "--tenant",
-            "acme",
-            "--user",
-            "olivia@acme.test",
-            "--ttl",
-            "15m",
-        ])
+        .args(["token", "--tenant", "acme", "--user", "olivia@acme.test", "--ttl", "15m"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let token = stdout.trim_end();
     assert_eq!(stdout, format!("{token}\n"), "stdout holds the token alone");
@@ -45,21 +33,10 @@ async fn token_prints_a_token_alone_that_the_gateway_accepts() {
 
     let config = config_with(
         "sqlite://unused.db",
-        &[
-            ("server.listen", serde_json::json!("127.0.0.1:8080")),
-            ("server.public_url", serde_json::json!("")),
-        ],
+        &[("server.listen", serde_json::json!("127.0.0.1:8080")), ("server.public_url", serde_json::json!(""))],
     );
-    let claims = scopegate::auth::Authenticator::from_config(&config)
-        .await
-        .unwrap()
-        .verify(token)
-        .await
-        .unwrap();
-    assert_eq!(
-        (claims.tenant.as_str(), claims.subject.as_str()),
-        ("acme", "olivia@acme.test")
-    );
+    let claims = scopegate::auth::Authenticator::from_config(&config).await.unwrap().verify(token).await.unwrap();
+    assert_eq!((claims.tenant.as_str(), claims.subject.as_str()), ("acme", "olivia@acme.test"));
     let ttl = claims.expires_at - now();
     assert!((890..=900).contains(&ttl), "ttl {ttl}");
 }
@@ -70,10 +47,7 @@ fn token_and_demo_are_refused_without_a_dev_secret() {
     let jwks = dir.path().join("jwks.json");
     let rsa = Signer::from_pem(jsonwebtoken::Algorithm::RS256, "rsa.pem", "k");
     std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
-    for args in [
-        &["token", "--tenant", "acme", "--user", "x"][..],
-        &["serve", "--demo", "--listen", "127.0.0.1:0"],
-    ] {
+    for args in [&["token", "--tenant", "acme", "--user", "x"][..], &["serve", "--demo", "--listen", "127.0.0.1:0"]] {
         let out = scopegate(dir.path())
             .args(args)
             .env("SCOPEGATE_AUTH__HS256_SECRET", "")
@@ -85,24 +59,14 @@ fn token_and_demo_are_refused_without_a_dev_secret() {
         assert!(stderr.contains("auth.hs256_secret"), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?} printed no token");
     }
-    assert!(
-        !dir.path().join("data").exists(),
-        "a refused --demo created no database"
-    );
+    assert!(!dir.path().join("data").exists(), "a refused --demo created no database");
 }
 
 #[test]
 fn a_bad_config_file_stops_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("bad.toml"),
-        "[auth]\nhs256_secrett = \"x\"\n",
-    )
-    .unwrap();
-    let out = scopegate(dir.path())
-        .args(["--config", "bad.toml", "migrate"])
-        .output()
-        .unwrap();
+    std::fs::write(dir.path().join("bad.toml"), "[auth]\nhs256_secrett = \"x\"\n").unwrap();
+    let out = scopegate(dir.path()).args(["--config", "bad.toml", "migrate"]).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("hs256_secrett"), "{stderr}");
@@ -113,11 +77,7 @@ fn a_bad_config_file_stops_start_up_naming_the_key() {
 fn migrate_creates_the_default_sqlite_database() {
     let dir = tempfile::tempdir().unwrap();
     let out = scopegate(dir.path()).arg("migrate").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(dir.path().join("data/scopegate.db").exists());
 }
 
@@ -144,56 +104,27 @@ fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
     let addr = addr.expect("the gateway announces its address");
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let lines: Vec<String> = stdout.lines().take(6).map(Result::unwrap).collect();
-    for user in [
-        "olivia@acme.test",
-        "wanda@acme.test",
-        "walt@acme.test",
-        "audrey@acme.test",
-        "gary@globex.test",
-    ] {
-        let line = lines
-            .iter()
-            .find(|l| l.contains(user))
-            .unwrap_or_else(|| panic!("no token for {user}"));
-        assert_eq!(
-            line.split_whitespace().last().unwrap().split('.').count(),
-            3,
-            "{line}"
-        );
+    for user in ["olivia@acme.test", "wanda@acme.test", "walt@acme.test", "audrey@acme.test", "gary@globex.test"] {
+        let line = lines.iter().find(|l| l.contains(user)).unwrap_or_else(|| panic!("no token for {user}"));
+        assert_eq!(line.split_whitespace().last().unwrap().split('.').count(), 3, "{line}");
     }
 
     let ready = std::process::Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &format!("http://{addr}/readyz"),
-        ])
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{addr}/readyz")])
         .output();
     if let Ok(out) = ready {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
     }
 
     let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             assert!(status.success(), "exit status after SIGTERM: {status}");
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the gateway did not stop after SIGTERM"
-        );
+        assert!(Instant::now() < deadline, "the gateway did not stop after SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
 }

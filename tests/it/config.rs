@@ -19,21 +19,12 @@ fn load_err(jail: &mut Jail, file: Option<(&str, &str)>) -> String {
 #[test]
 fn defaults_then_file_then_environment() {
     Jail::expect_with(|jail| {
-        jail.create_file(
-            "gw.toml",
-            "[server]\nbody_limit_bytes = 1000\n[auth]\nleeway_secs = 5\n",
-        )?;
+        jail.create_file("gw.toml", "[server]\nbody_limit_bytes = 1000\n[auth]\nleeway_secs = 5\n")?;
         jail.set_env("SCOPEGATE_AUTH__LEEWAY_SECS", "7");
         jail.set_env("SCOPEGATE_DATABASE__URL", "postgres://u@db:5432/sg");
         let config = Config::load(Some(&jail.directory().join("gw.toml"))).expect("loads");
-        assert_eq!(
-            config.server.body_limit_bytes, 1000,
-            "the file overrides the defaults"
-        );
-        assert_eq!(
-            config.auth.leeway_secs, 7,
-            "the environment overrides the file"
-        );
+        assert_eq!(config.server.body_limit_bytes, 1000, "the file overrides the defaults");
+        assert_eq!(config.auth.leeway_secs, 7, "the environment overrides the file");
         assert_eq!(config.database.url.expose(), "postgres://u@db:5432/sg");
         assert_eq!(config.auth.tenant_claim, "tid", "untouched defaults stay");
         Ok(())
@@ -45,10 +36,7 @@ fn unknown_keys_and_wrong_types_name_the_key() {
     Jail::expect_with(|jail| {
         let err = load_err(jail, Some(("a.toml", "[server]\nlisten_addr = \"x\"\n")));
         assert!(err.contains("listen_addr"), "{err}");
-        let err = load_err(
-            jail,
-            Some(("b.toml", "[server]\nbody_limit_bytes = \"lots\"\n")),
-        );
+        let err = load_err(jail, Some(("b.toml", "[server]\nbody_limit_bytes = \"lots\"\n")));
         assert!(err.contains("body_limit_bytes"), "{err}");
         let err = load_err(jail, Some(("c.toml", "[nonsense]\nx = 1\n")));
         assert!(err.contains("nonsense"), "{err}");
@@ -57,10 +45,7 @@ fn unknown_keys_and_wrong_types_name_the_key() {
     Jail::expect_with(|jail| {
         jail.set_env("SCOPEGATE_AUTH__LEWAY_SECS", "5");
         let err = load_err(jail, None);
-        assert!(
-            err.contains("leway_secs"),
-            "a misspelt variable is refused: {err}"
-        );
+        assert!(err.contains("leway_secs"), "a misspelt variable is refused: {err}");
         Ok(())
     });
 }
@@ -70,16 +55,10 @@ fn a_missing_verification_key_stops_start_up() {
     Jail::expect_with(|jail| {
         jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "");
         let err = load_err(jail, None);
-        assert!(
-            err.contains("auth.hs256_secret") && err.contains("jwks"),
-            "{err}"
-        );
+        assert!(err.contains("auth.hs256_secret") && err.contains("jwks"), "{err}");
         jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "short");
         let err = load_err(jail, None);
-        assert!(
-            err.contains("auth.hs256_secret") && err.contains("32"),
-            "{err}"
-        );
+        assert!(err.contains("auth.hs256_secret") && err.contains("32"), "{err}");
         Ok(())
     });
 }
@@ -89,14 +68,8 @@ fn the_shipped_dev_secret_is_refused_off_loopback() {
     Jail::expect_with(|jail| {
         jail.set_env("SCOPEGATE_SERVER__LISTEN", "0.0.0.0:8080");
         let err = load_err(jail, None);
-        assert!(
-            err.contains("auth.hs256_secret") && err.contains("non-loopback"),
-            "{err}"
-        );
-        jail.set_env(
-            "SCOPEGATE_AUTH__HS256_SECRET",
-            "a-private-secret-of-more-than-32-bytes!",
-        );
+        assert!(err.contains("auth.hs256_secret") && err.contains("non-loopback"), "{err}");
+        jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "a-private-secret-of-more-than-32-bytes!");
         Config::load(None).expect("an operator's own secret may listen anywhere");
         Ok(())
     });
@@ -106,22 +79,10 @@ fn the_shipped_dev_secret_is_refused_off_loopback() {
 fn other_refusals_name_their_key() {
     let cases = [
         ("SCOPEGATE_DATABASE__URL", "mysql://x", "database.url"),
-        (
-            "SCOPEGATE_SERVER__PUBLIC_URL",
-            "https://mcp.example.com/",
-            "server.public_url",
-        ),
-        (
-            "SCOPEGATE_AUTH__JWKS_URL",
-            "ftp://idp/jwks",
-            "auth.jwks_url",
-        ),
+        ("SCOPEGATE_SERVER__PUBLIC_URL", "https://mcp.example.com/", "server.public_url"),
+        ("SCOPEGATE_AUTH__JWKS_URL", "ftp://idp/jwks", "auth.jwks_url"),
         ("SCOPEGATE_AUTH__ISSUER", "", "auth.issuer"),
-        (
-            "SCOPEGATE_DATABASE__MAX_CONNECTIONS",
-            "0",
-            "database.max_connections",
-        ),
+        ("SCOPEGATE_DATABASE__MAX_CONNECTIONS", "0", "database.max_connections"),
     ];
     for (var, value, key) in cases {
         Jail::expect_with(|jail| {
@@ -141,14 +102,8 @@ fn secrets_are_never_printed() {
         let debug = format!("{config:?}");
         let json = serde_json::to_string(&config).unwrap();
         for text in [&debug, &json] {
-            assert!(
-                !text.contains(SHIPPED_DEV_SECRET),
-                "the HS256 secret leaked: {text}"
-            );
-            assert!(
-                !text.contains("hunter2"),
-                "the database password leaked: {text}"
-            );
+            assert!(!text.contains(SHIPPED_DEV_SECRET), "the HS256 secret leaked: {text}");
+            assert!(!text.contains("hunter2"), "the database password leaked: {text}");
         }
         Ok(())
     });

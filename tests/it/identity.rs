@@ -22,10 +22,7 @@ async fn flock_id(db: &scopegate::store::Db, tenant: &str, name: &str) -> String
 
 async fn resolves_each_demo_user(backend: Backend) {
     let test_db = TestDb::new(backend).await;
-    let config = config_with(
-        &test_db.url,
-        &[("auth.service_subjects", json!(["svc:reports"]))],
-    );
+    let config = config_with(&test_db.url, &[("auth.service_subjects", json!(["svc:reports"]))]);
     let db = db_for(&config).await;
     seed_demo(&db).await;
     let probe = Probe::start(config.clone()).await;
@@ -41,9 +38,7 @@ async fn resolves_each_demo_user(backend: Backend) {
         ("globex", "gary@globex.test", json!(["owner"]), json!("all")),
     ];
     for (tenant, subject, roles, flocks) in expect {
-        let (status, _, body) = probe
-            .call(Some(&dev.sign(&claims(&config, tenant, subject))))
-            .await;
+        let (status, _, body) = probe.call(Some(&dev.sign(&claims(&config, tenant, subject)))).await;
         assert_eq!(status, StatusCode::OK, "{subject}: {body}");
         assert_eq!(body["tenant"], *tenant, "{subject}");
         assert_eq!(body["user"], *subject);
@@ -53,21 +48,13 @@ async fn resolves_each_demo_user(backend: Backend) {
 
     // The system actor resolves (the middleware lets it through) but the context refuses it.
     let before = probe.reached();
-    let (status, _, body) = probe
-        .call(Some(&dev.sign(&claims(&config, "acme", "svc:reports"))))
-        .await;
-    assert_eq!(
-        probe.reached(),
-        before + 1,
-        "the system actor is resolved by the middleware"
-    );
+    let (status, _, body) = probe.call(Some(&dev.sign(&claims(&config, "acme", "svc:reports")))).await;
+    assert_eq!(probe.reached(), before + 1, "the system actor is resolved by the middleware");
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["context_error"], "system_actor");
 
     // A service subject of an unknown tenant is still refused at the gate.
-    let (status, _, _) = probe
-        .call(Some(&dev.sign(&claims(&config, "initech", "svc:reports"))))
-        .await;
+    let (status, _, _) = probe.call(Some(&dev.sign(&claims(&config, "initech", "svc:reports")))).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(probe.reached(), before + 1);
 }
@@ -84,20 +71,10 @@ async fn revocation_applies_on_the_next_request(backend: Backend) {
     let (_, _, body) = probe.call(Some(&wanda)).await;
     assert_eq!(body["flocks"].as_array().unwrap().len(), 1);
 
-    admin_tx!(db, |tx| admin_fns::unassign_flock(
-        &mut tx,
-        "acme",
-        "wanda@acme.test",
-        "north-barn"
-    ))
-    .unwrap();
+    admin_tx!(db, |tx| admin_fns::unassign_flock(&mut tx, "acme", "wanda@acme.test", "north-barn")).unwrap();
     let (status, _, body) = probe.call(Some(&wanda)).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(
-        body["flocks"],
-        json!([]),
-        "an unassigned worker sees no flock on the next request"
-    );
+    assert_eq!(body["flocks"], json!([]), "an unassigned worker sees no flock on the next request");
 
     admin_tx!(db, |tx| admin_fns::set_user_status(
         &mut tx,
@@ -107,30 +84,15 @@ async fn revocation_applies_on_the_next_request(backend: Backend) {
     ))
     .unwrap();
     let (status, _, _) = probe.call(Some(&wanda)).await;
-    assert_eq!(
-        status,
-        StatusCode::FORBIDDEN,
-        "a disabled user is refused on the next request"
-    );
+    assert_eq!(status, StatusCode::FORBIDDEN, "a disabled user is refused on the next request");
 
     let olivia = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
-    admin_tx!(db, |tx| admin_fns::set_tenant_status(
-        &mut tx,
-        "acme",
-        scopegate::model::TenantStatus::Suspended
-    ))
-    .unwrap();
+    admin_tx!(db, |tx| admin_fns::set_tenant_status(&mut tx, "acme", scopegate::model::TenantStatus::Suspended))
+        .unwrap();
     let (status, _, _) = probe.call(Some(&olivia)).await;
-    assert_eq!(
-        status,
-        StatusCode::FORBIDDEN,
-        "a suspended tenant is refused on the next request"
-    );
+    assert_eq!(status, StatusCode::FORBIDDEN, "a suspended tenant is refused on the next request");
 }
-both_dbs!(
-    identity_revocation_applies_on_the_next_request,
-    revocation_applies_on_the_next_request
-);
+both_dbs!(identity_revocation_applies_on_the_next_request, revocation_applies_on_the_next_request);
 
 /// Check 2 over real HTTP: the identity is bound to the JSON-RPC id of the body it came
 /// with; a call with any other id gets no context.
@@ -142,29 +104,17 @@ async fn identity_is_bound_to_the_message_it_came_with() {
     let probe = Probe::start(config.clone()).await;
     let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
 
-    let (status, _, _) = probe
-        .request(
-            Some(&token),
-            json!({"jsonrpc": "2.0", "id": "abc", "method": "x"}),
-            &[],
-        )
-        .await;
+    let (status, _, _) = probe.request(Some(&token), json!({"jsonrpc": "2.0", "id": "abc", "method": "x"}), &[]).await;
     assert_eq!(status, StatusCode::OK, "string ids bind too");
 
     // No id in the body (a notification, or not JSON-RPC): the probe asks for id 1.
-    let (status, _, body) = probe
-        .request(Some(&token), json!({"jsonrpc": "2.0", "method": "x"}), &[])
-        .await;
+    let (status, _, body) = probe.request(Some(&token), json!({"jsonrpc": "2.0", "method": "x"}), &[]).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["context_error"], "foreign_message");
 
     // A session id the registry never bound: refused.
     let (status, _, body) = probe
-        .request(
-            Some(&token),
-            json!({"jsonrpc": "2.0", "id": 1, "method": "x"}),
-            &[("mcp-session-id", "s-1")],
-        )
+        .request(Some(&token), json!({"jsonrpc": "2.0", "id": 1, "method": "x"}), &[("mcp-session-id", "s-1")])
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["context_error"], "session_mismatch");

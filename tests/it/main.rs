@@ -8,4 +8,5 @@ mod cli;
 mod compose;
 mod config;
 mod identity;
+mod mcp;
 mod store;

@@ -12,10 +12,7 @@ use crate::support::*;
 
 async fn count(db: &Db, table: &str) -> i64 {
     let mut tx = db.begin().await.unwrap();
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap()
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"))).fetch_one(&mut *tx).await.unwrap()
 }
 
 async fn migrations_and_readiness(backend: Backend) {
@@ -28,28 +25,14 @@ async fn migrations_and_readiness(backend: Backend) {
     assert!(db.is_ready().await);
 
     let gateway = scopegate::Gateway::build(config).await.unwrap();
-    let response = gateway
-        .router()
-        .oneshot(
-            http::Request::get("/readyz")
-                .body(axum::body::Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let response =
+        gateway.router().oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 
     // Readiness follows the database: closed pool, not ready.
     gateway.state().db.close().await;
-    let response = gateway
-        .router()
-        .oneshot(
-            http::Request::get("/readyz")
-                .body(axum::body::Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let response =
+        gateway.router().oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 both_dbs!(store_migrations_and_readiness, migrations_and_readiness);
@@ -63,31 +46,18 @@ async fn demo_seed_is_all_or_nothing(backend: Backend) {
     assert_eq!(count(&db, "flocks").await, 3);
     assert_eq!(count(&db, "flock_assignments").await, 1);
     assert_eq!(count(&db, "egg_counts").await, 15);
-    assert_eq!(
-        demo::seed(&db).await.unwrap(),
-        SeedOutcome::AlreadyPresent,
-        "a second run changes nothing"
-    );
+    assert_eq!(demo::seed(&db).await.unwrap(), SeedOutcome::AlreadyPresent, "a second run changes nothing");
     assert_eq!(count(&db, "users").await, 5);
 
     // A database holding other tenants is refused, and nothing is written.
     let other = TestDb::new(backend).await;
     let db = db_for(&config_with(&other.url, &[])).await;
-    admin_tx!(db, |tx| admin_fns::create_tenant(
-        &mut tx, "initech", "Initech"
-    ))
-    .unwrap();
-    assert!(matches!(
-        demo::seed(&db).await,
-        Err(StoreError::Conflict(_))
-    ));
+    admin_tx!(db, |tx| admin_fns::create_tenant(&mut tx, "initech", "Initech")).unwrap();
+    assert!(matches!(demo::seed(&db).await, Err(StoreError::Conflict(_))));
     assert_eq!(count(&db, "tenants").await, 1);
     assert_eq!(count(&db, "users").await, 0);
 }
-both_dbs!(
-    store_demo_seed_is_all_or_nothing,
-    demo_seed_is_all_or_nothing
-);
+both_dbs!(store_demo_seed_is_all_or_nothing, demo_seed_is_all_or_nothing);
 
 async fn admin_writes_validate_and_leave_nothing_half_written(backend: Backend) {
     let test_db = TestDb::new(backend).await;
@@ -97,91 +67,43 @@ async fn admin_writes_validate_and_leave_nothing_half_written(backend: Backend) 
     let roles = count(&db, "user_roles").await;
 
     let cases: Vec<(&str, Result<(), StoreError>, &str)> = vec![
-        (
-            "bad slug",
-            admin_tx!(db, |tx| admin_fns::create_tenant(&mut tx, "Bad Slug", "x")).map(|_| ()),
-            "slug",
-        ),
-        (
-            "empty name",
-            admin_tx!(db, |tx| admin_fns::create_tenant(&mut tx, "newco", " ")).map(|_| ()),
-            "name",
-        ),
+        ("bad slug", admin_tx!(db, |tx| admin_fns::create_tenant(&mut tx, "Bad Slug", "x")).map(|_| ()), "slug"),
+        ("empty name", admin_tx!(db, |tx| admin_fns::create_tenant(&mut tx, "newco", " ")).map(|_| ()), "name"),
         (
             "duplicate tenant",
-            admin_tx!(db, |tx| admin_fns::create_tenant(
-                &mut tx,
-                "acme",
-                "Acme again"
-            ))
-            .map(|_| ()),
+            admin_tx!(db, |tx| admin_fns::create_tenant(&mut tx, "acme", "Acme again")).map(|_| ()),
             "acme",
         ),
         (
             "user in unknown tenant",
-            admin_tx!(db, |tx| admin_fns::create_user(
-                &mut tx,
-                "initech",
-                "x@y",
-                "X",
-                &[Role::Owner]
-            ))
-            .map(|_| ()),
+            admin_tx!(db, |tx| admin_fns::create_user(&mut tx, "initech", "x@y", "X", &[Role::Owner])).map(|_| ()),
             "initech",
         ),
         (
             "duplicate user",
-            admin_tx!(db, |tx| admin_fns::create_user(
-                &mut tx,
-                "acme",
-                "olivia@acme.test",
-                "O",
-                &[Role::Owner]
-            ))
-            .map(|_| ()),
+            admin_tx!(db, |tx| admin_fns::create_user(&mut tx, "acme", "olivia@acme.test", "O", &[Role::Owner]))
+                .map(|_| ()),
             "olivia@acme.test",
         ),
         (
             "control characters in subject",
-            admin_tx!(db, |tx| admin_fns::create_user(
-                &mut tx,
-                "acme",
-                "a\u{0}b",
-                "A",
-                &[Role::Worker]
-            ))
-            .map(|_| ()),
+            admin_tx!(db, |tx| admin_fns::create_user(&mut tx, "acme", "a\u{0}b", "A", &[Role::Worker])).map(|_| ()),
             "subject",
         ),
         (
             "another tenant's flock",
-            admin_tx!(db, |tx| admin_fns::assign_flock(
-                &mut tx,
-                "acme",
-                "wanda@acme.test",
-                "hilltop"
-            )),
+            admin_tx!(db, |tx| admin_fns::assign_flock(&mut tx, "acme", "wanda@acme.test", "hilltop")),
             "hilltop",
         ),
         (
             "negative hen count",
-            admin_tx!(db, |tx| admin_fns::create_flock(
-                &mut tx,
-                "acme",
-                "east-barn",
-                "Silkie",
-                -1
-            ))
-            .map(|_| ()),
+            admin_tx!(db, |tx| admin_fns::create_flock(&mut tx, "acme", "east-barn", "Silkie", -1)).map(|_| ()),
             "hen_count",
         ),
     ];
     for (name, result, mentions) in cases {
         let err = result.expect_err(name);
-        assert!(
-            err.to_string().contains(mentions),
-            "{name}: `{err}` should mention `{mentions}`"
-        );
+        assert!(err.to_string().contains(mentions), "{name}: `{err}` should mention `{mentions}`");
     }
     assert_eq!(count(&db, "tenants").await, 2);
     assert_eq!(count(&db, "users").await, users);
@@ -200,10 +122,7 @@ async fn admin_writes_validate_and_leave_nothing_half_written(backend: Backend) 
     assert!(result.is_err(), "a repeated role violates the primary key");
     assert_eq!(count(&db, "users").await, users);
 }
-both_dbs!(
-    store_admin_writes_validate,
-    admin_writes_validate_and_leave_nothing_half_written
-);
+both_dbs!(store_admin_writes_validate, admin_writes_validate_and_leave_nothing_half_written);
 
 /// Even SQL that skips the code's checks can't link a user to another tenant's flock:
 /// the composite foreign keys refuse it.
@@ -219,10 +138,7 @@ async fn database_refuses_cross_tenant_links(backend: Backend) {
     )
     .execute(&mut *tx)
     .await;
-    assert!(
-        result.is_err(),
-        "a user of acme assigned to a globex flock must be refused"
-    );
+    assert!(result.is_err(), "a user of acme assigned to a globex flock must be refused");
     drop(tx);
 
     let mut tx = db.begin().await.unwrap();
@@ -233,12 +149,6 @@ async fn database_refuses_cross_tenant_links(backend: Backend) {
     )
     .execute(&mut *tx)
     .await;
-    assert!(
-        result.is_err(),
-        "an acme egg count on a globex flock must be refused"
-    );
+    assert!(result.is_err(), "an acme egg count on a globex flock must be refused");
 }
-both_dbs!(
-    store_database_refuses_cross_tenant_links,
-    database_refuses_cross_tenant_links
-);
+both_dbs!(store_database_refuses_cross_tenant_links, database_refuses_cross_tenant_links);

@@ -70,29 +70,19 @@ impl TestDb {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let path: PathBuf = dir.path().join("scopegate.db");
-                Self {
-                    url: format!("sqlite://{}", path.display()),
-                    _dir: Some(dir),
-                    pg_name: None,
-                }
+                Self { url: format!("sqlite://{}", path.display()), _dir: Some(dir), pg_name: None }
             }
             Backend::Postgres => {
                 let name = format!("sg_test_{}", uuid::Uuid::new_v4().simple());
                 let server = pg_server_url();
                 let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres"))
                     .await
-                    .unwrap_or_else(|e| {
-                        panic!("PostgreSQL at {server} is required by the tests: {e}")
-                    });
+                    .unwrap_or_else(|e| panic!("PostgreSQL at {server} is required by the tests: {e}"));
                 sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
                     .execute(&mut conn)
                     .await
                     .expect("create test database");
-                Self {
-                    url: format!("{server}/{name}"),
-                    _dir: None,
-                    pg_name: Some(name),
-                }
+                Self { url: format!("{server}/{name}"), _dir: None, pg_name: Some(name) }
             }
         }
     }
@@ -106,20 +96,13 @@ impl Drop for TestDb {
         // Drop runs outside async context: a short-lived thread with its own runtime.
         let server = pg_server_url();
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             rt.block_on(async {
-                let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+                let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres")).await.ok()?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                    .execute(&mut conn)
                     .await
-                    .ok()?;
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                )))
-                .execute(&mut conn)
-                .await
-                .ok()
+                    .ok()
             })
         })
         .join();
@@ -147,10 +130,7 @@ pub async fn db_for(config: &Config) -> Db {
 }
 
 pub async fn seed_demo(db: &Db) {
-    assert_eq!(
-        demo::seed(db).await.expect("seed"),
-        demo::SeedOutcome::Seeded
-    );
+    assert_eq!(demo::seed(db).await.expect("seed"), demo::SeedOutcome::Seeded);
 }
 
 /// Runs one administrative function in its own transaction.
@@ -173,18 +153,12 @@ pub struct Signer {
 }
 
 pub fn key_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/keys")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/keys").join(name)
 }
 
 impl Signer {
     pub fn hs256(secret: &str) -> Self {
-        Self {
-            alg: Algorithm::HS256,
-            kid: None,
-            key: EncodingKey::from_secret(secret.as_bytes()).unwrap(),
-        }
+        Self { alg: Algorithm::HS256, kid: None, key: EncodingKey::from_secret(secret.as_bytes()).unwrap() }
     }
 
     pub fn dev() -> Self {
@@ -200,11 +174,7 @@ impl Signer {
             other => panic!("no PEM signer for {other:?}"),
         }
         .expect("parse key");
-        Self {
-            alg,
-            kid: Some(kid.to_owned()),
-            key,
-        }
+        Self { alg, kid: Some(kid.to_owned()), key }
     }
 
     /// The public JWK of this signer (asymmetric only).
@@ -222,10 +192,7 @@ impl Signer {
 }
 
 pub fn jwks_json(signers: &[&Signer]) -> String {
-    serde_json::to_string(&JwkSet {
-        keys: signers.iter().map(|s| s.jwk()).collect(),
-    })
-    .unwrap()
+    serde_json::to_string(&JwkSet { keys: signers.iter().map(|s| s.jwk()).collect() }).unwrap()
 }
 
 pub fn now() -> i64 {
@@ -258,28 +225,16 @@ struct ProbeState {
     sessions: Arc<SessionRegistry>,
 }
 
-async fn probe_handler(
-    State(state): State<ProbeState>,
-    request: axum::extract::Request,
-) -> Response {
+async fn probe_handler(State(state): State<ProbeState>, request: axum::extract::Request) -> Response {
     state.reached.fetch_add(1, Ordering::SeqCst);
     let (parts, body) = request.into_parts();
-    let bytes: Bytes = axum::body::to_bytes(body, 1 << 20)
-        .await
-        .unwrap_or_default();
+    let bytes: Bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
     let id: RequestId = serde_json::from_slice::<Value>(&bytes)
         .ok()
         .and_then(|v| serde_json::from_value(v.get("id")?.clone()).ok())
         .unwrap_or(RequestId::Number(1));
-    let session = parts
-        .headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok());
-    let site = CallSite {
-        parts: Some(&parts),
-        request_id: &id,
-        session_id: session,
-    };
+    let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let site = CallSite { parts: Some(&parts), request_id: &id, session_id: session };
     match McpCallContext::for_call(site, &state.sessions) {
         Ok(ctx) => {
             let flocks = match ctx.flocks() {
@@ -299,11 +254,7 @@ async fn probe_handler(
             }))
             .into_response()
         }
-        Err(e) => (
-            StatusCode::FORBIDDEN,
-            axum::Json(json!({ "context_error": e.reason() })),
-        )
-            .into_response(),
+        Err(e) => (StatusCode::FORBIDDEN, axum::Json(json!({ "context_error": e.reason() }))).into_response(),
     }
 }
 
@@ -314,10 +265,7 @@ impl Probe {
         let gateway = Gateway::build_with(config, move |state| {
             Router::new()
                 .route("/probe", any(probe_handler))
-                .with_state(ProbeState {
-                    reached: counter,
-                    sessions: Arc::clone(&state.sessions),
-                })
+                .with_state(ProbeState { reached: counter, sessions: Arc::clone(&state.sessions) })
         })
         .await
         .expect("gateway builds");
@@ -330,12 +278,7 @@ impl Probe {
 
     /// POSTs a JSON-RPC-shaped body with `id` 1 to `/probe` through the whole router.
     pub async fn call(&self, token: Option<&str>) -> (StatusCode, http::HeaderMap, Value) {
-        self.request(
-            token,
-            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
-            &[],
-        )
-        .await
+        self.request(token, json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}), &[]).await
     }
 
     pub async fn request(
@@ -352,15 +295,11 @@ impl Probe {
         for (k, v) in headers {
             builder = builder.header(*k, *v);
         }
-        let request = builder
-            .body(axum::body::Body::from(body.to_string()))
-            .unwrap();
+        let request = builder.body(axum::body::Body::from(body.to_string())).unwrap();
         let response = self.gateway.router().oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
         let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         (status, headers, json)
     }

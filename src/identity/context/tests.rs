@@ -19,11 +19,7 @@ fn call_id() -> RequestId {
 }
 
 fn tenant() -> TenantContext {
-    TenantContext::resolved(Tenant {
-        id: TenantId::generate(),
-        slug: "acme".into(),
-        name: "Acme".into(),
-    })
+    TenantContext::resolved(Tenant { id: TenantId::generate(), slug: "acme".into(), name: "Acme".into() })
 }
 
 fn user(roles: Vec<Role>) -> CurrentUserContext {
@@ -36,10 +32,7 @@ fn user(roles: Vec<Role>) -> CurrentUserContext {
 }
 
 fn binding() -> MessageBinding {
-    MessageBinding {
-        request_id: Some(call_id()),
-        session_id: Some(SESSION.into()),
-    }
+    MessageBinding { request_id: Some(call_id()), session_id: Some(SESSION.into()) }
 }
 
 /// A fully resolved worker identity for the call `call_id()` in session `SESSION`.
@@ -74,14 +67,7 @@ fn build(identity: ResolvedIdentity) -> Result<McpCallContext, ContextError> {
     let sessions = sessions_for(&identity);
     let parts = parts_with(Some(identity));
     let id = call_id();
-    McpCallContext::for_call(
-        CallSite {
-            parts: Some(&parts),
-            request_id: &id,
-            session_id: Some(SESSION),
-        },
-        &sessions,
-    )
+    McpCallContext::for_call(CallSite { parts: Some(&parts), request_id: &id, session_id: Some(SESSION) }, &sessions)
 }
 
 #[test]
@@ -93,10 +79,7 @@ fn a_resolved_caller_gets_a_context_with_read_only_values() {
     assert_eq!(ctx.roles(), &[Role::Worker]);
     assert!(matches!(ctx.flocks(), FlockAccess::Only(ids) if ids.len() == 1));
     assert!(ctx.require_any_role(&[Role::Worker]).is_ok());
-    assert_eq!(
-        ctx.require_any_role(&[Role::Owner, Role::Auditor]),
-        Err(ContextError::RoleDenied)
-    );
+    assert_eq!(ctx.require_any_role(&[Role::Owner, Role::Auditor]), Err(ContextError::RoleDenied));
 }
 
 // Check 1 ------------------------------------------------------------------------------
@@ -105,14 +88,7 @@ fn a_resolved_caller_gets_a_context_with_read_only_values() {
 fn check1_a_call_without_its_http_request_fails() {
     let id = call_id();
     let sessions = SessionRegistry::new();
-    let result = McpCallContext::for_call(
-        CallSite {
-            parts: None,
-            request_id: &id,
-            session_id: None,
-        },
-        &sessions,
-    );
+    let result = McpCallContext::for_call(CallSite { parts: None, request_id: &id, session_id: None }, &sessions);
     assert_eq!(result.unwrap_err(), ContextError::NoHttpRequest);
 }
 
@@ -122,11 +98,7 @@ fn check1_an_http_request_without_identity_fails() {
     let id = call_id();
     let sessions = SessionRegistry::new();
     let result = McpCallContext::for_call(
-        CallSite {
-            parts: Some(&parts),
-            request_id: &id,
-            session_id: Some(SESSION),
-        },
+        CallSite { parts: Some(&parts), request_id: &id, session_id: Some(SESSION) },
         &sessions,
     );
     assert_eq!(result.unwrap_err(), ContextError::NoIdentity);
@@ -167,21 +139,11 @@ fn check2_an_identity_from_another_session_fails() {
 fn check2_a_session_bound_to_another_principal_fails() {
     let identity = good();
     let sessions = SessionRegistry::new();
-    sessions.bind(
-        SESSION,
-        Principal {
-            tenant: TenantId::generate(),
-            user: UserId::generate(),
-        },
-    );
+    sessions.bind(SESSION, Principal { tenant: TenantId::generate(), user: UserId::generate() });
     let parts = parts_with(Some(identity));
     let id = call_id();
     let result = McpCallContext::for_call(
-        CallSite {
-            parts: Some(&parts),
-            request_id: &id,
-            session_id: Some(SESSION),
-        },
+        CallSite { parts: Some(&parts), request_id: &id, session_id: Some(SESSION) },
         &sessions,
     );
     assert_eq!(result.unwrap_err(), ContextError::SessionMismatch);
@@ -193,11 +155,7 @@ fn check2_a_session_nobody_bound_fails() {
     let parts = parts_with(Some(identity));
     let id = call_id();
     let result = McpCallContext::for_call(
-        CallSite {
-            parts: Some(&parts),
-            request_id: &id,
-            session_id: Some(SESSION),
-        },
+        CallSite { parts: Some(&parts), request_id: &id, session_id: Some(SESSION) },
         &SessionRegistry::new(),
     );
     assert_eq!(result.unwrap_err(), ContextError::SessionMismatch);
@@ -209,10 +167,7 @@ fn check2_a_session_nobody_bound_fails() {
 fn check3_an_unresolved_tenant_fails() {
     let mut identity = good();
     identity.tenant = TenantContext::default();
-    assert_eq!(
-        build_sessionless(identity).unwrap_err(),
-        ContextError::Unresolved("tenant")
-    );
+    assert_eq!(build_sessionless(identity).unwrap_err(), ContextError::Unresolved("tenant"));
 }
 
 /// Builds a session-less call so check 2's session lookup can't be what refuses.
@@ -221,11 +176,7 @@ fn build_sessionless(mut identity: ResolvedIdentity) -> Result<McpCallContext, C
     let parts = parts_with(Some(identity));
     let id = call_id();
     McpCallContext::for_call(
-        CallSite {
-            parts: Some(&parts),
-            request_id: &id,
-            session_id: None,
-        },
+        CallSite { parts: Some(&parts), request_id: &id, session_id: None },
         &SessionRegistry::new(),
     )
 }
@@ -234,20 +185,14 @@ fn build_sessionless(mut identity: ResolvedIdentity) -> Result<McpCallContext, C
 fn check3_an_unresolved_user_fails() {
     let mut identity = good();
     identity.user = CurrentUserContext::default();
-    assert_eq!(
-        build_sessionless(identity).unwrap_err(),
-        ContextError::Unresolved("user")
-    );
+    assert_eq!(build_sessionless(identity).unwrap_err(), ContextError::Unresolved("user"));
 }
 
 #[test]
 fn check3_an_unresolved_flock_scope_fails() {
     let mut identity = good();
     identity.flocks = FlockScope::unresolved();
-    assert_eq!(
-        build(identity).unwrap_err(),
-        ContextError::Unresolved("flock scope")
-    );
+    assert_eq!(build(identity).unwrap_err(), ContextError::Unresolved("flock scope"));
 }
 
 /// The plausible wrong fix: gating on `is_unrestricted()` instead of `is_resolved()`.
@@ -258,18 +203,9 @@ fn check3_an_unresolved_scope_that_would_default_to_unrestricted_fails() {
     let mut identity = good();
     identity.user = user(vec![Role::Owner]);
     identity.flocks = FlockScope::pending(&[Role::Owner]);
-    assert!(
-        identity.flocks.is_unrestricted(),
-        "precondition: the scope looks unrestricted"
-    );
-    assert!(
-        !identity.flocks.is_resolved(),
-        "precondition: the scope is not resolved"
-    );
-    assert_eq!(
-        build(identity).unwrap_err(),
-        ContextError::Unresolved("flock scope")
-    );
+    assert!(identity.flocks.is_unrestricted(), "precondition: the scope looks unrestricted");
+    assert!(!identity.flocks.is_resolved(), "precondition: the scope is not resolved");
+    assert_eq!(build(identity).unwrap_err(), ContextError::Unresolved("flock scope"));
 }
 
 // Check 4 ------------------------------------------------------------------------------
