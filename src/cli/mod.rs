@@ -1,5 +1,6 @@
 //! The command line: `serve`, `migrate`, `token`. Each subcommand lives in its own file.
 
+mod audit;
 mod migrate;
 mod serve;
 mod token;
@@ -28,6 +29,8 @@ pub enum Command {
     Migrate,
     /// Mint a development token (HS256) and print it alone on stdout.
     Token(token::TokenArgs),
+    /// Audit trail tools.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,5 +54,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => serve::run(cli.config.as_deref(), args).await,
         Command::Migrate => migrate::run(&Config::load(cli.config.as_deref())?).await,
         Command::Token(args) => token::run(&Config::load(cli.config.as_deref())?, args),
+        Command::Audit(args) => audit::run(&Config::load(cli.config.as_deref())?, args).await,
     }
 }

@@ -112,7 +112,9 @@ impl From<crate::identity::ContextError> for ToolFailure {
 impl IntoCallToolResult for ToolFailure {
     fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
         let (class, message) = match self {
-            ToolFailure::Invalid { field, message } => ("invalid_argument", format!("invalid argument `{field}`: {message}")),
+            ToolFailure::Invalid { field, message } => {
+                ("invalid_argument", format!("invalid argument `{field}`: {message}"))
+            }
             ToolFailure::NotFound(what) => ("not_found", what.to_owned()),
             ToolFailure::Internal(cause) => {
                 tracing::error!(%cause, "tool failed");

@@ -9,4 +9,5 @@ mod compose;
 mod config;
 mod identity;
 mod mcp;
+mod mcp_http;
 mod store;

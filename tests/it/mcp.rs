@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 
-use http::StatusCode;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -20,31 +19,6 @@ use crate::support::*;
 pub enum Mode {
     Session,
     Stateless,
-}
-
-/// `all_modes!(name, body)`: `name::{sqlite,postgres}_{session,stateless}`.
-macro_rules! all_modes {
-    ($name:ident, $body:path) => {
-        mod $name {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite_session() {
-                $body(Backend::Sqlite, Mode::Session).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite_stateless() {
-                $body(Backend::Sqlite, Mode::Stateless).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres_session() {
-                $body(Backend::Postgres, Mode::Session).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres_stateless() {
-                $body(Backend::Postgres, Mode::Stateless).await
-            }
-        }
-    };
 }
 
 /// A running gateway with the demo data.

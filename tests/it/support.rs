@@ -53,6 +53,31 @@ macro_rules! both_dbs {
     };
 }
 
+/// `all_modes!(name, body)`: `name::{sqlite,postgres}_{session,stateless}`.
+macro_rules! all_modes {
+    ($name:ident, $body:path) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite_session() {
+                $body(Backend::Sqlite, Mode::Session).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite_stateless() {
+                $body(Backend::Sqlite, Mode::Stateless).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres_session() {
+                $body(Backend::Postgres, Mode::Session).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres_stateless() {
+                $body(Backend::Postgres, Mode::Stateless).await
+            }
+        }
+    };
+}
+
 /// A database that exists for one test and is removed after it.
 pub struct TestDb {
     pub url: String,

@@ -1,0 +1,342 @@
+//! End to end over raw HTTP, where the MCP client would hide what matters: session
+//! hijacking, malformed input, fail-closed audit, expiry mid-session, rate limits,
+//! the audit chain under tampering, metrics.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::mcp::{Live, Mode, call, ok};
+use crate::support::*;
+
+struct Reply {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    /// The JSON-RPC message (from a JSON body or the last SSE `data:` line with an id).
+    message: Value,
+}
+
+async fn post(live: &Live, token: &str, session: Option<&str>, body: &str, extra: &[(&str, &str)]) -> Reply {
+    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
+    let mut req = client
+        .post(live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body.to_owned());
+    if let Some(session) = session {
+        req = req.header("mcp-session-id", session);
+    }
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let response = req.send().await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    let message = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .rfind(|v| v.get("id").is_some())
+            .unwrap_or(Value::Null)
+    });
+    Reply { status, headers, message }
+}
+
+async fn other_method(live: &Live, method: reqwest::Method, token: &str, session: &str) -> StatusCode {
+    reqwest::Client::new()
+        .request(method, live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// Initializes a session for `token`; returns its id (None in stateless mode).
+async fn open_session(live: &Live, token: &str) -> Option<String> {
+    let reply = post(live, token, None, INIT, &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.message);
+    let session = reply.headers.get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
+    let done = post(live, token, session.as_deref(), INITIALIZED, &[]).await;
+    assert!(done.status.is_success(), "{}", done.status);
+    session
+}
+
+fn tool_call(id: i64, tool: &str, args: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}}).to_string()
+}
+
+fn yesterday() -> String {
+    (time::OffsetDateTime::now_utc().date() - time::Duration::days(1)).to_string()
+}
+
+async fn session_hijack(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[]).await;
+    let olivia = live.token_for("olivia@acme.test");
+    let gary = live.token_for("gary@globex.test");
+    let session = open_session(&live, &olivia).await.expect("session mode issues a session id");
+    let eggs_before = live.count("SELECT COUNT(*) FROM egg_counts").await;
+    let acme_events = live
+        .count("SELECT COUNT(*) FROM audit_events a JOIN tenants t ON t.id = a.tenant_id WHERE t.slug = 'acme'")
+        .await;
+
+    // Gary presents Olivia's session: 404, as if it did not exist, on POST, GET and DELETE.
+    let write = tool_call(2, "record_egg_count", json!({"flock": "north-barn", "day": yesterday(), "eggs": 1}));
+    let hijack = post(&live, &gary, Some(&session), &write, &[]).await;
+    assert_eq!(hijack.status, StatusCode::NOT_FOUND);
+    let unknown = post(&live, &gary, Some("no-such-session"), &write, &[]).await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    assert_eq!(hijack.message, unknown.message, "a foreign session looks exactly like a missing one");
+    assert_eq!(other_method(&live, reqwest::Method::GET, &gary, &session).await, StatusCode::NOT_FOUND);
+    assert_eq!(other_method(&live, reqwest::Method::DELETE, &gary, &session).await, StatusCode::NOT_FOUND);
+
+    // No tool ran, and Olivia's session is intact.
+    assert_eq!(live.count("SELECT COUNT(*) FROM egg_counts").await, eggs_before);
+    let mine = post(&live, &olivia, Some(&session), &tool_call(3, "whoami", json!({})), &[]).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    assert_eq!(mine.message["result"]["structuredContent"]["user"], "olivia@acme.test", "{:?}", mine.message);
+
+    // The refusals are audited in the presenter's tenant (globex); acme's trail only has Olivia's call.
+    let refused = live
+        .count(
+            "SELECT COUNT(*) FROM audit_events a JOIN tenants t ON t.id = a.tenant_id \
+             WHERE t.slug = 'globex' AND a.error_class = 'session_not_owned'",
+        )
+        .await;
+    assert_eq!(refused, 3, "POST, GET and DELETE");
+    let acme_after = live
+        .count("SELECT COUNT(*) FROM audit_events a JOIN tenants t ON t.id = a.tenant_id WHERE t.slug = 'acme'")
+        .await;
+    assert_eq!(acme_after, acme_events + 1);
+
+    // Olivia can end her own session; afterwards it is gone for her too.
+    let status = other_method(&live, reqwest::Method::DELETE, &olivia, &session).await;
+    assert!(status.is_success(), "{status}");
+    let after = post(&live, &olivia, Some(&session), &tool_call(4, "whoami", json!({})), &[]).await;
+    assert_eq!(after.status, StatusCode::NOT_FOUND);
+}
+both_dbs!(mcp_session_hijack, session_hijack);
+
+async fn malformed_input(backend: Backend, mode: Mode) {
+    let live = Live::start(backend, mode, &[("server.body_limit_bytes", json!(65536))]).await;
+    let token = live.token_for("olivia@acme.test");
+    let session = open_session(&live, &token).await;
+    let s = session.as_deref();
+    let eggs_before = live.count("SELECT COUNT(*) FROM egg_counts").await;
+
+    let parse = post(&live, &token, s, r#"{"jsonrpc":"2.0","id":2,"meth"#, &[]).await;
+    assert_eq!(parse.message["error"]["code"], -32700, "{:?}", parse.message);
+    let batch = post(&live, &token, s, r#"[{"jsonrpc":"2.0","id":2,"method":"ping"}]"#, &[]).await;
+    assert_eq!(batch.message["error"]["code"], -32600, "{:?}", batch.message);
+    let method = post(&live, &token, s, r#"{"jsonrpc":"2.0","id":3,"method":"no/such/method"}"#, &[]).await;
+    assert_eq!(method.message["error"]["code"], -32601, "{:?}", method.message);
+
+    let cases = [
+        (json!({"flock": "north-barn", "day": yesterday(), "eggs": "many"}), "eggs"),
+        (json!({"flock": "north-barn", "day": 20261128, "eggs": 3}), "day"),
+        (json!({"flock": "north-barn", "eggs": 3}), "day"),
+        (json!({"flock": "north-barn", "day": yesterday(), "eggs": 3, "extra": 1}), "extra"),
+        (json!({"flock": "north-barn", "day": "yesterday", "eggs": 3}), "day"),
+        (json!({"flock": "north-barn", "day": yesterday(), "eggs": -1}), "eggs"),
+        (json!({"flock": "north-barn", "day": "2999-01-01", "eggs": 3}), "day"),
+    ];
+    for (i, (args, field)) in cases.into_iter().enumerate() {
+        let reply = post(&live, &token, s, &tool_call(10 + i as i64, "record_egg_count", args.clone()), &[]).await;
+        let result = &reply.message["result"];
+        assert_eq!(result["isError"], true, "{args}: {:?}", reply.message);
+        let message = result["structuredContent"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("`{field}`")), "{args}: the error must name `{field}`: {message}");
+    }
+
+    let big = tool_call(30, "get_flock", json!({"flock": "x".repeat(70_000)}));
+    assert_eq!(post(&live, &token, s, &big, &[]).await.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let foreign =
+        post(&live, &token, s, &tool_call(31, "whoami", json!({})), &[("origin", "https://evil.example")]).await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN);
+
+    assert_eq!(live.count("SELECT COUNT(*) FROM egg_counts").await, eggs_before, "nothing was written");
+}
+all_modes!(mcp_malformed_input, malformed_input);
+
+async fn fail_closed_audit(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[]).await;
+    let olivia = live.client("olivia@acme.test").await;
+    ok(&olivia, "list_flocks", json!({})).await;
+
+    let mut tx = live.db.begin().await.unwrap();
+    let statements: &[&str] = match backend {
+        Backend::Sqlite => &[
+            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit sabotaged'); END",
+        ],
+        Backend::Postgres => &[
+            "CREATE FUNCTION audit_sabotage() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'audit sabotaged'; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_sabotage()",
+        ],
+    };
+    for sql in statements {
+        sqlx::query(*sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let day = yesterday();
+    let before = live.count("SELECT COUNT(*) FROM egg_counts").await;
+    let write = call(&olivia, "record_egg_count", json!({"flock": "south-barn", "day": day, "eggs": 4242})).await;
+    assert!(write.is_err(), "a write whose audit fails must fail: {write:?}");
+    assert_eq!(live.count("SELECT COUNT(*) FROM egg_counts WHERE eggs = 4242").await, 0, "no egg-count row");
+    assert_eq!(live.count("SELECT COUNT(*) FROM egg_counts").await, before);
+    for (tool, args) in
+        [("list_flocks", json!({})), ("whoami", json!({})), ("get_flock", json!({"flock": "north-barn"}))]
+    {
+        let read = call(&olivia, tool, args).await;
+        assert!(read.is_err(), "{tool}: a read whose audit fails must fail: {read:?}");
+    }
+    olivia.cancel().await.ok();
+}
+both_dbs!(mcp_fail_closed_audit, fail_closed_audit);
+
+async fn token_expiring_mid_session(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[("auth.leeway_secs", json!(0))]).await;
+    let mut c = claims(&live.config, "acme", "olivia@acme.test");
+    c["exp"] = json!(now() + 2);
+    let token = Signer::dev().sign(&c);
+    let session = open_session(&live, &token).await;
+    let first = post(&live, &token, session.as_deref(), &tool_call(2, "whoami", json!({})), &[]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let later = post(&live, &token, session.as_deref(), &tool_call(3, "whoami", json!({})), &[]).await;
+    assert_eq!(later.status, StatusCode::UNAUTHORIZED);
+    let challenge = later.headers["www-authenticate"].to_str().unwrap();
+    assert!(challenge.contains("invalid_token"), "{challenge}");
+}
+both_dbs!(mcp_token_expiring_mid_session, token_expiring_mid_session);
+
+async fn audit_chain_detects_tampering(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[]).await;
+    let olivia = live.client("olivia@acme.test").await;
+    let gary = live.client("gary@globex.test").await;
+    for _ in 0..3 {
+        ok(&olivia, "list_flocks", json!({})).await;
+        ok(&gary, "whoami", json!({})).await;
+    }
+    let day = yesterday();
+    ok(&olivia, "record_egg_count", json!({"flock": "north-barn", "day": day, "eggs": 12})).await;
+    let reports = scopegate::audit::verify::verify(&live.db, None).await.unwrap();
+    let acme = reports.iter().find(|r| r.tenant == "acme").unwrap();
+    assert_eq!((acme.events, &acme.broken), (4, &None));
+
+    // Rewrite history: a changed outcome breaks the chain at that event, in that tenant only.
+    let mut tx = live.db.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE audit_events SET outcome = 'denied' WHERE seq = 2 AND tenant_id = (SELECT id FROM tenants WHERE slug = 'acme')",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let reports = scopegate::audit::verify::verify(&live.db, None).await.unwrap();
+    let acme = reports.iter().find(|r| r.tenant == "acme").unwrap();
+    assert_eq!(acme.broken.as_ref().map(|b| b.seq), Some(2), "{reports:?}");
+    let globex = reports.iter().find(|r| r.tenant == "globex").unwrap();
+    assert!(globex.broken.is_none());
+
+    // A deleted event is found too.
+    let mut tx = live.db.begin().await.unwrap();
+    sqlx::query(
+        "DELETE FROM audit_events WHERE seq = 1 AND tenant_id = (SELECT id FROM tenants WHERE slug = 'globex')",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let reports = scopegate::audit::verify::verify(&live.db, Some("globex")).await.unwrap();
+    assert_eq!(reports[0].broken.as_ref().map(|b| b.seq), Some(2), "{reports:?}");
+    olivia.cancel().await.ok();
+    gary.cancel().await.ok();
+}
+both_dbs!(mcp_audit_chain_detects_tampering, audit_chain_detects_tampering);
+
+/// Many concurrent calls (group commit) still leave one gap-free chain per tenant.
+async fn concurrent_calls_keep_the_chain(backend: Backend) {
+    let live = Live::start(backend, Mode::Stateless, &[]).await;
+    let olivia = std::sync::Arc::new(live.client("olivia@acme.test").await);
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let c = std::sync::Arc::clone(&olivia);
+        tasks.push(tokio::spawn(async move {
+            if i % 4 == 0 {
+                let day = (time::OffsetDateTime::now_utc().date() - time::Duration::days(1 + i)).to_string();
+                ok(&c, "record_egg_count", json!({"flock": "north-barn", "day": day, "eggs": i})).await;
+            } else {
+                ok(&c, "list_flocks", json!({})).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let reports = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
+    assert_eq!(reports[0].events, 40);
+    assert!(reports[0].broken.is_none(), "{reports:?}");
+}
+both_dbs!(mcp_concurrent_calls_keep_the_chain, concurrent_calls_keep_the_chain);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_rate_limit_answers_429_with_retry_after() {
+    let live = Live::start(
+        Backend::Sqlite,
+        Mode::Stateless,
+        &[("limits.user_per_sec", json!(0.5)), ("limits.user_burst", json!(3.0))],
+    )
+    .await;
+    let token = live.token_for("wanda@acme.test");
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for i in 0..5 {
+        let reply = post(&live, &token, None, &tool_call(i, "whoami", json!({})), &[]).await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            retry_after = reply.headers.get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        }
+        statuses.push(reply.status);
+    }
+    assert_eq!(&statuses[..3], &[StatusCode::OK; 3], "the burst passes");
+    assert_eq!(statuses[3], StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = retry_after.expect("Retry-After").parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    // Another user of the same tenant is not held back by wanda's bucket.
+    let olivia = live.token_for("olivia@acme.test");
+    assert_eq!(post(&live, &olivia, None, &tool_call(9, "whoami", json!({})), &[]).await.status, StatusCode::OK);
+    // Only the admitted calls ran and were audited.
+    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events").await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_metrics_have_no_tenant_or_user_labels_by_default() {
+    let live = Live::start(Backend::Sqlite, Mode::Session, &[]).await;
+    let olivia = live.client("olivia@acme.test").await;
+    ok(&olivia, "list_flocks", json!({})).await;
+    let _ = call(&olivia, "no_such_tool", json!({})).await;
+    let text = reqwest::get(format!("http://{}/metrics", live.addr)).await.unwrap().text().await.unwrap();
+    assert!(text.contains("scopegate_tool_calls_total"), "{text}");
+    assert!(text.contains(r#"tool="list_flocks""#), "{text}");
+    assert!(text.contains("scopegate_tool_call_duration_seconds_bucket"), "a latency histogram: {text}");
+    assert!(text.contains("scopegate_http_requests_total"), "{text}");
+    assert!(text.contains("scopegate_db_pool_connections"), "{text}");
+    assert!(text.contains(r#"reason="unknown_tool""#), "{text}");
+    assert!(!text.contains("acme") && !text.contains("olivia"), "no tenant or user in labels: {text}");
+    let ids: Vec<String> = {
+        let mut tx = live.db.begin().await.unwrap();
+        sqlx::query_scalar("SELECT id FROM users").fetch_all(&mut *tx).await.unwrap()
+    };
+    assert!(ids.iter().all(|id| !text.contains(id.as_str())));
+    olivia.cancel().await.ok();
+}
