@@ -4,9 +4,13 @@
 //! refusal is audited in the presenter's own tenant (the presenter is authenticated, so
 //! the event can be tied to a tenant; the session's owner is never revealed).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -30,7 +34,7 @@ fn no_such_session() -> Response {
 }
 
 pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, next: Next) -> Response {
-    let Some((principal, _expires)) = request_principal(request.extensions()) else {
+    let Some((principal, expires_at)) = request_principal(request.extensions()) else {
         // The gate runs first; an identity-less request here is a wiring fault: refuse.
         return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
     };
@@ -73,6 +77,8 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
     }
 
     let response = next.run(request).await;
+    // A stream outlives no token: it ends when the token that opened it expires.
+    let response = response.map(|body| Body::new(UntilExpiry::new(body, expires_at)));
 
     match presented {
         Some(session) => {
@@ -93,6 +99,38 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
         }
     }
     response
+}
+
+/// A response body that ends at the token's expiry (long-lived SSE streams included).
+struct UntilExpiry {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl UntilExpiry {
+    fn new(inner: Body, expires_at: i64) -> Self {
+        let left = (expires_at - time::OffsetDateTime::now_utc().unix_timestamp()).max(0) as u64;
+        Self { inner, deadline: Box::pin(tokio::time::sleep(Duration::from_secs(left))) }
+    }
+}
+
+impl http_body::Body for UntilExpiry {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Drops bindings of sessions the transport closed (idle timeout, shutdown).

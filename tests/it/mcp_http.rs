@@ -340,3 +340,29 @@ async fn mcp_metrics_have_no_tenant_or_user_labels_by_default() {
     assert!(ids.iter().all(|id| !text.contains(id.as_str())));
     olivia.cancel().await.ok();
 }
+
+/// A stream opened with a token ends when that token expires.
+async fn stream_ends_at_token_expiry(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[("auth.leeway_secs", json!(0))]).await;
+    let mut c = claims(&live.config, "acme", "olivia@acme.test");
+    c["exp"] = json!(now() + 3);
+    let token = Signer::dev().sign(&c);
+    let session = open_session(&live, &token).await.unwrap();
+    let started = std::time::Instant::now();
+    let response = reqwest::Client::new()
+        .get(live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // Reading to the end returns only because the stream is closed at expiry.
+    let read = tokio::time::timeout(Duration::from_secs(10), response.bytes()).await;
+    assert!(read.is_ok(), "the stream outlived its token");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+}
+both_dbs!(mcp_stream_ends_at_token_expiry, stream_ends_at_token_expiry);

@@ -1,0 +1,245 @@
+//! Native `tools/call` throughput and latency through the whole gateway (JWT, identity,
+//! scoped read, audit) beside the same tool served by a bare rmcp server with none of
+//! scopegate's layers, in the same run: SQLite and PostgreSQL, session and stateless
+//! modes, 16 concurrent clients over real HTTP. Prints figures; asserts nothing.
+//!
+//! `cargo bench --bench mcp` (SECONDS per row, default 5; CLIENTS, default 16;
+//! PostgreSQL at SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Json;
+use rmcp::model::{CallToolRequestParams, ServerCapabilities, ServerConfig};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use scopegate::Gateway;
+use scopegate::auth::mint::dev_token;
+use scopegate::config::{Config, DEFAULT_TOML};
+use scopegate::store::demo;
+use serde::Serialize;
+use sqlx::{AnyPool, Connection, Row};
+
+/// The bare server: the same read (acme's flocks, by name), no auth, identity or audit.
+#[derive(Clone)]
+struct Bare {
+    pool: AnyPool,
+    tenant: String,
+    tool_router: ToolRouter<Bare>,
+}
+
+#[derive(Serialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct BareFlock {
+    id: String,
+    name: String,
+    breed: String,
+    hen_count: i64,
+}
+
+#[derive(Serialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct BareFlocks {
+    flocks: Vec<BareFlock>,
+}
+
+#[tool_router]
+impl Bare {
+    #[tool(description = "List flocks")]
+    async fn list_flocks(&self) -> Result<Json<BareFlocks>, ErrorData> {
+        let rows = sqlx::query("SELECT id, name, breed, hen_count FROM flocks WHERE tenant_id = $1 ORDER BY name")
+            .bind(&self.tenant)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let flocks = rows
+            .iter()
+            .map(|r| BareFlock {
+                id: r.get("id"),
+                name: r.get("name"),
+                breed: r.get("breed"),
+                hen_count: r.get("hen_count"),
+            })
+            .collect();
+        Ok(Json(BareFlocks { flocks }))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Bare {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+struct Row_ {
+    calls_per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, ()> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token.to_owned());
+    }
+    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
+    ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
+}
+
+/// `clients` clients call `list_flocks` in a loop for `secs` (after a short warm-up).
+async fn load(url: &str, token: Option<&str>, clients: usize, secs: f64) -> Row_ {
+    let mut peers = Vec::new();
+    for _ in 0..clients {
+        peers.push(Arc::new(connect(url, token).await));
+    }
+    let run = |peers: Vec<Arc<RunningService<RoleClient, ()>>>, dur: Duration| async move {
+        let deadline = Instant::now() + dur;
+        let mut tasks = Vec::new();
+        for peer in peers {
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let start = Instant::now();
+                    let result = peer.call_tool(CallToolRequestParams::new("list_flocks")).await.expect("call");
+                    assert_ne!(result.is_error, Some(true));
+                    lat.push(start.elapsed());
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    };
+    run(peers.clone(), Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut lat = run(peers.clone(), Duration::from_secs_f64(secs)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    for p in peers {
+        if let Ok(p) = Arc::try_unwrap(p) {
+            let _ = p.cancel().await;
+        }
+    }
+    lat.sort();
+    let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
+    Row_ { calls_per_sec: lat.len() as f64 / elapsed, p50: at(0.5), p99: at(0.99) }
+}
+
+fn gateway_config(db_url: &str, stateless: bool) -> Config {
+    let figment = Figment::from(Toml::string(DEFAULT_TOML))
+        .merge(Serialized::default("database.url", db_url))
+        .merge(Serialized::default("database.max_connections", 16))
+        .merge(Serialized::default("server.listen", "127.0.0.1:0"))
+        .merge(Serialized::default("server.public_url", "http://bench.test"))
+        .merge(Serialized::default("mcp.stateless", stateless))
+        .merge(Serialized::default("limits.tenant_per_sec", 0.0))
+        .merge(Serialized::default("limits.user_per_sec", 0.0))
+        .merge(Serialized::default("telemetry.filter", "warn"));
+    Config::from_figment(figment).expect("bench configuration")
+}
+
+async fn bare_server(db_url: &str, stateless: bool) -> String {
+    let pool = AnyPool::connect(&any_url(db_url)).await.unwrap();
+    let tenant: String =
+        sqlx::query_scalar("SELECT id FROM tenants WHERE slug = 'acme'").fetch_one(&pool).await.unwrap();
+    let bare = Bare { pool, tenant, tool_router: Bare::tool_router() };
+    let config = StreamableHttpServerConfig::default().with_legacy_session_mode(!stateless);
+    let service =
+        StreamableHttpService::new(move || Ok(bare.clone()), Arc::new(LocalSessionManager::default()), config);
+    let app = axum::Router::new().route_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+fn any_url(db_url: &str) -> String {
+    match db_url.strip_prefix("sqlite://") {
+        Some(path) => format!("sqlite://{path}?mode=rwc"),
+        None => db_url.to_owned(),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    sqlx::any::install_default_drivers();
+    scopegate::http::install_tls_provider();
+    let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
+    let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let pg_server =
+        std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
+    println!("tools/call list_flocks: {clients} concurrent clients, {secs}s per row, real HTTP on loopback");
+    println!(
+        "{:<9} {:<9} {:<9} | {:>9} {:>8} {:>8} | {:>13}",
+        "database", "mode", "server", "calls/s", "p50 ms", "p99 ms", "gateway/bare"
+    );
+    for backend in ["sqlite", "postgres"] {
+        for stateless in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let pg_name = format!("sg_bench_{}", uuid::Uuid::new_v4().simple());
+            let url = if backend == "sqlite" {
+                format!("sqlite://{}", dir.path().join("bench.db").display())
+            } else {
+                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {pg_name}")))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                format!("{pg_server}/{pg_name}")
+            };
+            let config = gateway_config(&url, stateless);
+            let gateway = Gateway::build(config.clone()).await.expect("gateway");
+            demo::seed(&gateway.state().db).await.unwrap();
+            let gw_url = format!("http://{}/mcp", gateway.local_addr());
+            let db = gateway.state().db.clone();
+            tokio::spawn(gateway.run(std::future::pending()));
+            let token = dev_token(&config, "acme", "olivia@acme.test", 3600).unwrap();
+            let bare_url = bare_server(&url, stateless).await;
+
+            let mode = if stateless { "stateless" } else { "session" };
+            let bare = load(&bare_url, None, clients, secs).await;
+            let gw = load(&gw_url, Some(&token), clients, secs).await;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            println!(
+                "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} |",
+                "bare",
+                bare.calls_per_sec,
+                ms(bare.p50),
+                ms(bare.p99)
+            );
+            println!(
+                "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} | {:>12.0}%",
+                "scopegate",
+                gw.calls_per_sec,
+                ms(gw.p50),
+                ms(gw.p99),
+                100.0 * gw.calls_per_sec / bare.calls_per_sec
+            );
+            let mut tx = db.begin().await.unwrap();
+            let audited: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM audit_events").fetch_one(&mut *tx).await.unwrap();
+            drop(tx);
+            println!("{backend:<9} {mode:<9} audit events written: {audited}");
+            db.close().await;
+            if backend == "postgres" {
+                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {pg_name} WITH (FORCE)")))
+                    .execute(&mut conn)
+                    .await;
+            }
+        }
+    }
+}

