@@ -9,8 +9,8 @@ use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -106,7 +106,7 @@ fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<St
 
 impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().enable_prompts().build())
             .with_server_info(Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "scopegate: tools scoped to your tenant, user and role. Flocks you may not see \
@@ -122,6 +122,32 @@ impl ServerHandler for GatewayServer {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let tools = self.shared.tools.list_all().into_iter().filter(|t| tool_allowed(&t.name, ctx.roles())).collect();
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    // The gateway serves tools only; resources and prompts are listed, empty, so clients
+    // that list everything after initialize get an answer rather than an error.
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(Vec::new()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(Vec::new()))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(Vec::new()))
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
