@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod demo;
+pub mod entities;
 pub mod ids;
 pub mod principal;
 pub mod scoped;

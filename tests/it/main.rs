@@ -11,3 +11,4 @@ mod identity;
 mod mcp;
 mod mcp_http;
 mod store;
+mod upstream;

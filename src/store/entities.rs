@@ -1,0 +1,350 @@
+//! Executors, `mcp-server` entities and bindings, and the resolver that finds a server's
+//! declaration in the BOUND executor's context. Never consults the resolving host's own
+//! machine name or user: the one resolving query takes only a tenant and a server id.
+
+use serde::Serialize;
+use sqlx::{AnyConnection, Row};
+
+use super::admin::tenant_id_by_slug;
+use super::{Db, StoreError, TenantId, now_millis};
+
+/// Where upstream servers run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Executor {
+    pub id: String,
+    pub name: String,
+    pub machine: String,
+    pub run_as: String,
+    pub kind: String,
+}
+
+/// A server's declaration as the resolver found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResolvedEntity {
+    /// The hierarchical name that matched (which of the three places won).
+    pub entity: String,
+    /// The JSON declaration of one server.
+    pub declaration: String,
+    /// The executor the tenant bound the server to: its context chose the entity.
+    pub executor: Executor,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EntityRow {
+    pub name: String,
+    pub server: String,
+    pub declaration: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BindingRow {
+    pub server: String,
+    pub executor: String,
+}
+
+/// A path segment of an entity name, a machine name or a user name: it must not be able to
+/// forge another place in the hierarchy.
+fn validate_segment(field: &'static str, value: &str) -> Result<(), StoreError> {
+    let ok = !value.is_empty()
+        && value.len() <= 128
+        && value != "."
+        && value != ".."
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            field,
+            message: format!("`{value}` must be 1-128 of letters, digits, `.`, `_`, `-`, `@` (and not `.` or `..`)"),
+        })
+    }
+}
+
+/// A server id: it becomes the `server__` prefix of tool names, so no `__` inside.
+pub fn validate_server_id(value: &str) -> Result<(), StoreError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+        && !value.contains("__");
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            field: "server",
+            message: format!("`{value}` must be 1-64 letters, digits, `-` or `_`, without `__`"),
+        })
+    }
+}
+
+/// Checks a hierarchical entity name and returns its server id.
+pub fn parse_entity_name(name: &str) -> Result<&str, StoreError> {
+    let parts: Vec<&str> = name.split('/').collect();
+    let server = match parts.as_slice() {
+        ["machines", machine, "profile", "mcp-servers", server] => {
+            validate_segment("name", machine)?;
+            server
+        }
+        ["users", user, "mcp-servers", server] => {
+            validate_segment("name", user)?;
+            server
+        }
+        ["defaults", "mcp-servers", server] => server,
+        _ => {
+            return Err(StoreError::Invalid {
+                field: "name",
+                message: format!(
+                    "`{name}` must be machines/MACHINE/profile/mcp-servers/SERVER, \
+                     users/USER/mcp-servers/SERVER or defaults/mcp-servers/SERVER"
+                ),
+            });
+        }
+    };
+    validate_server_id(server)?;
+    Ok(server)
+}
+
+fn conflict(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::Conflict(what()),
+        _ => StoreError::Sql(e),
+    }
+}
+
+pub async fn create_executor(
+    conn: &mut AnyConnection,
+    name: &str,
+    machine: &str,
+    run_as: &str,
+    kind: &str,
+) -> Result<String, StoreError> {
+    validate_segment("name", name)?;
+    validate_segment("machine", machine)?;
+    validate_segment("user", run_as)?;
+    if !matches!(kind, "local" | "remote") {
+        return Err(StoreError::Invalid { field: "kind", message: format!("`{kind}` must be local or remote") });
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    sqlx::query("INSERT INTO executors (id, name, machine, run_as, kind, created_at) VALUES ($1, $2, $3, $4, $5, $6)")
+        .bind(&id)
+        .bind(name)
+        .bind(machine)
+        .bind(run_as)
+        .bind(kind)
+        .bind(now_millis())
+        .execute(conn)
+        .await
+        .map_err(|e| conflict(e, || format!("executor `{name}` already exists")))?;
+    Ok(id)
+}
+
+pub async fn list_executors(conn: &mut AnyConnection) -> Result<Vec<Executor>, StoreError> {
+    let rows =
+        sqlx::query("SELECT id, name, machine, run_as, kind FROM executors ORDER BY name").fetch_all(conn).await?;
+    rows.iter().map(executor_from_row).collect()
+}
+
+fn executor_from_row(row: &sqlx::any::AnyRow) -> Result<Executor, StoreError> {
+    Ok(Executor {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        machine: row.try_get("machine")?,
+        run_as: row.try_get("run_as")?,
+        kind: row.try_get("kind")?,
+    })
+}
+
+pub async fn delete_executor(conn: &mut AnyConnection, name: &str) -> Result<(), StoreError> {
+    let done = sqlx::query("DELETE FROM executors WHERE name = $1")
+        .bind(name)
+        .execute(conn)
+        .await
+        .map_err(|e| conflict(e, || format!("executor `{name}` is still bound to servers")))?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("executor `{name}` does not exist")));
+    }
+    Ok(())
+}
+
+/// Stores one server declaration under `name` in the tenant. The declaration must already
+/// have been validated by the declaration parser.
+pub async fn create_entity(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    name: &str,
+    declaration: &serde_json::Value,
+) -> Result<(), StoreError> {
+    let server = parse_entity_name(name)?;
+    if !declaration.is_object() {
+        return Err(StoreError::Invalid { field: "declaration", message: "must be a JSON object".into() });
+    }
+    let tenant = tenant_id_by_slug(conn, tenant_slug).await?;
+    sqlx::query(
+        "INSERT INTO mcp_server_entities (id, tenant_id, name, server, declaration, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(uuid::Uuid::now_v7().to_string())
+    .bind(tenant)
+    .bind(name)
+    .bind(server)
+    .bind(declaration.to_string())
+    .bind(now_millis())
+    .execute(conn)
+    .await
+    .map_err(|e| conflict(e, || format!("entity `{name}` already exists in `{tenant_slug}`")))?;
+    Ok(())
+}
+
+pub async fn list_entities(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Vec<EntityRow>, StoreError> {
+    let tenant = tenant_id_by_slug(conn, tenant_slug).await?;
+    let rows =
+        sqlx::query("SELECT name, server, declaration FROM mcp_server_entities WHERE tenant_id = $1 ORDER BY name")
+            .bind(tenant)
+            .fetch_all(conn)
+            .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(EntityRow {
+                name: r.try_get("name")?,
+                server: r.try_get("server")?,
+                declaration: r.try_get("declaration")?,
+            })
+        })
+        .collect()
+}
+
+pub async fn delete_entity(conn: &mut AnyConnection, tenant_slug: &str, name: &str) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(conn, tenant_slug).await?;
+    let done = sqlx::query("DELETE FROM mcp_server_entities WHERE tenant_id = $1 AND name = $2")
+        .bind(tenant)
+        .bind(name)
+        .execute(conn)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("entity `{name}` does not exist in `{tenant_slug}`")));
+    }
+    Ok(())
+}
+
+/// Binds (or rebinds) a tenant's server id to an executor.
+pub async fn bind_server(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    executor: &str,
+) -> Result<(), StoreError> {
+    validate_server_id(server)?;
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let executor_id: String = sqlx::query_scalar("SELECT id FROM executors WHERE name = $1")
+        .bind(executor)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("executor `{executor}` does not exist")))?;
+    sqlx::query(
+        "INSERT INTO mcp_server_bindings (tenant_id, server, executor_id, created_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (tenant_id, server) DO UPDATE SET executor_id = excluded.executor_id",
+    )
+    .bind(tenant)
+    .bind(server)
+    .bind(executor_id)
+    .bind(now_millis())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn unbind_server(conn: &mut AnyConnection, tenant_slug: &str, server: &str) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let done = sqlx::query("DELETE FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2")
+        .bind(tenant)
+        .bind(server)
+        .execute(conn)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("server `{server}` is not bound in `{tenant_slug}`")));
+    }
+    Ok(())
+}
+
+pub async fn list_bindings(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Vec<BindingRow>, StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let rows = sqlx::query(
+        "SELECT b.server, x.name FROM mcp_server_bindings b JOIN executors x ON x.id = b.executor_id \
+         WHERE b.tenant_id = $1 ORDER BY b.server",
+    )
+    .bind(tenant)
+    .fetch_all(conn)
+    .await?;
+    rows.iter().map(|r| Ok(BindingRow { server: r.try_get(0)?, executor: r.try_get(1)? })).collect()
+}
+
+/// One statement: the tenant's binding of `server`, its executor, and the first of the
+/// three entity names built from THAT executor's machine and user:
+/// `machines/{machine}/profile/mcp-servers/{server}`, then `users/{user}/mcp-servers/{server}`,
+/// then `defaults/mcp-servers/{server}`. Each candidate is a point lookup on the unique
+/// (tenant_id, name) index. `None`: the server is not bound, or no entity matches.
+const RESOLVE: &str = "\
+SELECT e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kind, \
+       CASE WHEN e.name = 'machines/' || x.machine || '/profile/mcp-servers/' || b.server THEN 1 \
+            WHEN e.name = 'users/' || x.run_as || '/mcp-servers/' || b.server THEN 2 \
+            ELSE 3 END AS rank \
+  FROM mcp_server_bindings b \
+  JOIN executors x ON x.id = b.executor_id \
+  JOIN mcp_server_entities e ON e.tenant_id = b.tenant_id \
+   AND e.name IN ('machines/' || x.machine || '/profile/mcp-servers/' || b.server, \
+                  'users/' || x.run_as || '/mcp-servers/' || b.server, \
+                  'defaults/mcp-servers/' || b.server) \
+ WHERE b.tenant_id = $1 AND b.server = $2 \
+ ORDER BY rank LIMIT 1";
+
+impl Db {
+    /// Resolves `server` for `tenant` in the context of the executor the tenant bound it to.
+    pub async fn resolve_server(&self, tenant: TenantId, server: &str) -> Result<Option<ResolvedEntity>, StoreError> {
+        let row = sqlx::query(RESOLVE).bind(tenant).bind(server).fetch_optional(self.pool()).await?;
+        row.map(|r| {
+            Ok(ResolvedEntity {
+                entity: r.try_get("entity")?,
+                declaration: r.try_get("declaration")?,
+                executor: Executor {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    machine: r.try_get("machine")?,
+                    run_as: r.try_get("run_as")?,
+                    kind: r.try_get("kind")?,
+                },
+            })
+        })
+        .transpose()
+    }
+
+    /// Every server id the tenant has bound, sorted.
+    pub async fn bound_servers(&self, tenant: TenantId) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT server FROM mcp_server_bindings WHERE tenant_id = $1 ORDER BY server")
+            .bind(tenant)
+            .fetch_all(self.pool())
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_names_follow_the_three_places() {
+        assert_eq!(parse_entity_name("machines/build-01/profile/mcp-servers/db").unwrap(), "db");
+        assert_eq!(parse_entity_name("users/ci/mcp-servers/db").unwrap(), "db");
+        assert_eq!(parse_entity_name("defaults/mcp-servers/db").unwrap(), "db");
+        for bad in [
+            "machines/a/b/profile/mcp-servers/db",
+            "machines/../profile/mcp-servers/db",
+            "users//mcp-servers/db",
+            "defaults/mcp-servers/a__b",
+            "defaults/mcp-servers/",
+            "defaults/db",
+            "users/x/mcp-servers/db/extra",
+        ] {
+            assert!(parse_entity_name(bad).is_err(), "{bad} should be refused");
+        }
+    }
+}
