@@ -45,6 +45,8 @@ fn config(db_url: &str) -> Config {
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
         .merge(Serialized::default("server.public_url", "http://bench.test"))
+        .merge(Serialized::default("limits.tenant_per_sec", 0.0))
+        .merge(Serialized::default("limits.user_per_sec", 0.0))
         .merge(Serialized::default("telemetry.filter", "warn"));
     Config::from_figment(figment).expect("bench configuration")
 }

@@ -71,7 +71,19 @@ pub struct Config {
     pub audit: AuditConfig,
     pub limits: LimitsConfig,
     pub metrics: MetricsConfig,
+    pub upstream: UpstreamConfig,
     pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// HTTP header that carries the identity assertion to Streamable HTTP upstreams.
+    pub assertion_header: String,
+    /// Lifetime of one identity assertion.
+    pub assertion_ttl_secs: u64,
+    /// How often the assertion signing key is replaced.
+    pub key_rotation_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -256,6 +268,15 @@ impl Config {
         }
         if self.mcp.session_idle_secs == 0 {
             return Err(ConfigError::invalid("mcp.session_idle_secs", "must be greater than 0"));
+        }
+        if self.upstream.assertion_ttl_secs == 0 || self.upstream.assertion_ttl_secs > 300 {
+            return Err(ConfigError::invalid("upstream.assertion_ttl_secs", "must be 1 to 300 seconds"));
+        }
+        if self.upstream.key_rotation_secs < self.upstream.assertion_ttl_secs {
+            return Err(ConfigError::invalid("upstream.key_rotation_secs", "must be at least upstream.assertion_ttl_secs"));
+        }
+        if http::HeaderName::from_bytes(self.upstream.assertion_header.as_bytes()).is_err() {
+            return Err(ConfigError::invalid("upstream.assertion_header", "must be a valid HTTP header name"));
         }
         if self.audit.max_batch == 0 {
             return Err(ConfigError::invalid("audit.max_batch", "must be greater than 0"));

@@ -5,6 +5,7 @@
 //! algorithm its type (or its declared `alg`) allows. So an HS256 token signed with an
 //! RSA public key, or an `alg: none` token, never verifies.
 
+pub mod assertion;
 pub mod jwks;
 pub mod mint;
 

@@ -26,6 +26,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::audit::AuditWriter;
+use crate::auth::assertion::{AssertionError, AssertionSigner};
 use crate::auth::{AuthSetupError, Authenticator};
 use crate::config::Config;
 use crate::identity::{Gate, SessionRegistry, authenticate};
@@ -40,6 +41,8 @@ pub struct AppState {
     pub db: Db,
     pub sessions: Arc<SessionRegistry>,
     pub audit: AuditWriter,
+    /// Signs identity assertions for upstream servers.
+    pub assertions: Arc<AssertionSigner>,
     pub(crate) gate: Arc<Gate>,
     ready: Arc<AtomicBool>,
     /// Cancelled at shutdown: ends MCP sessions and streams so connections can drain.
@@ -52,6 +55,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Auth(#[from] AuthSetupError),
+    #[error("identity assertions: {0}")]
+    Assertions(#[from] AssertionError),
     #[error("binding {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -100,17 +105,27 @@ impl Gateway {
         });
         crate::telemetry::metrics::install();
         let audit = AuditWriter::start(db.clone(), config.audit.max_batch);
+        let assertions = Arc::new(AssertionSigner::new(
+            config.public_url(),
+            Duration::from_secs(config.upstream.assertion_ttl_secs),
+        )?);
         let state = AppState {
             config: Arc::new(config),
             db,
             sessions: Arc::new(SessionRegistry::new()),
             audit,
+            assertions,
             gate,
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
         let gated = crate::mcp::router(&state, state.shutdown.clone()).merge(protected(&state));
         let router = router(&state, gated);
+        spawn_key_rotation(
+            Arc::clone(&state.assertions),
+            Duration::from_secs(state.config.upstream.key_rotation_secs),
+            state.shutdown.clone(),
+        );
         state.ready.store(true, Ordering::Release);
         Ok(Self { listener, router, state, local_addr })
     }
@@ -170,6 +185,22 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+fn spawn_key_rotation(signer: Arc<AssertionSigner>, every: Duration, stop: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {
+                    if let Err(e) = signer.rotate() {
+                        tracing::error!(error = %e, "assertion key rotation failed; keeping the current key");
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -205,6 +236,7 @@ fn router(state: &AppState, protected: Router) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/.well-known/oauth-protected-resource", get(well_known::protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(well_known::protected_resource))
+        .route("/.well-known/jwks.json", get(well_known::jwks))
         .with_state(state.clone());
     if state.config.metrics.enabled {
         let db = state.db.clone();

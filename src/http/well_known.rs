@@ -1,4 +1,5 @@
-//! RFC 9728 OAuth 2.0 Protected Resource Metadata for the MCP endpoint.
+//! RFC 9728 OAuth 2.0 Protected Resource Metadata for the MCP endpoint, and the public
+//! keys of the gateway's identity assertions.
 
 use axum::Json;
 use axum::extract::State;
@@ -14,4 +15,9 @@ pub(crate) async fn protected_resource(State(state): State<AppState>) -> Json<Va
         "bearer_methods_supported": ["header"],
         "resource_name": "scopegate",
     }))
+}
+
+/// The keys upstream servers verify identity assertions with.
+pub(crate) async fn jwks(State(state): State<AppState>) -> Json<Value> {
+    Json(state.assertions.jwks())
 }

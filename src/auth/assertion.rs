@@ -1,0 +1,182 @@
+//! Identity assertions for upstream MCP servers: short-lived EdDSA JWTs signed by the
+//! gateway (tenant, user, roles, flock scope; audience = the upstream server id). The client's
+//! own token is never forwarded. Public keys are published at `/.well-known/jwks.json`;
+//! a rotated-out key stays published until every assertion it signed has expired.
+
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use ring::rand::SystemRandom;
+use ring::signature::{Ed25519KeyPair, KeyPair};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AssertionError {
+    #[error("generating a signing key failed")]
+    KeyGeneration,
+    #[error("signing: {0}")]
+    Sign(#[from] jsonwebtoken::errors::Error),
+}
+
+struct SigningKey {
+    kid: String,
+    key: EncodingKey,
+    /// The public key, as a JWK.
+    jwk: Value,
+    /// When it stopped signing (None: the current key).
+    retired: Option<Instant>,
+}
+
+/// Who an assertion speaks for: plain values from `McpCallContext`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AssertedCaller {
+    pub tenant: String,
+    pub tenant_id: String,
+    pub user: String,
+    pub user_id: String,
+    pub roles: Vec<String>,
+    /// "all", or the flock ids the caller may touch.
+    pub flocks: Value,
+}
+
+/// Signs identity assertions; rotates its key.
+pub struct AssertionSigner {
+    issuer: String,
+    lifetime: Duration,
+    keys: RwLock<Vec<SigningKey>>,
+}
+
+fn generate() -> Result<SigningKey, AssertionError> {
+    let rng = SystemRandom::new();
+    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| AssertionError::KeyGeneration)?;
+    let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| AssertionError::KeyGeneration)?;
+    let x = URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
+    let kid = format!("sg-{}", &uuid::Uuid::now_v7().simple().to_string()[..16]);
+    let jwk = json!({"kty": "OKP", "crv": "Ed25519", "x": x, "kid": kid, "alg": "EdDSA", "use": "sig"});
+    Ok(SigningKey { kid, key: EncodingKey::from_ed_der(pkcs8.as_ref()), jwk, retired: None })
+}
+
+impl AssertionSigner {
+    /// A signer with a fresh key. `lifetime` is how long each assertion is valid.
+    pub fn new(issuer: impl Into<String>, lifetime: Duration) -> Result<Self, AssertionError> {
+        Ok(Self { issuer: issuer.into(), lifetime, keys: RwLock::new(vec![generate()?]) })
+    }
+
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// Starts signing with a new key. The old one stays published for one assertion lifetime
+    /// (plus a second of slack), then is dropped.
+    pub fn rotate(&self) -> Result<(), AssertionError> {
+        let fresh = generate()?;
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        for k in keys.iter_mut() {
+            k.retired.get_or_insert(now);
+        }
+        keys.push(fresh);
+        Ok(())
+    }
+
+    fn prune(&self) {
+        let keep = self.lifetime + Duration::from_secs(1);
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        keys.retain(|k| k.retired.is_none_or(|at| at.elapsed() <= keep));
+    }
+
+    /// The published key set: the current key and every retired key whose assertions may
+    /// still be valid.
+    pub fn jwks(&self) -> Value {
+        self.prune();
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        json!({ "keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>() })
+    }
+
+    /// An assertion of `caller` for the upstream server `audience`.
+    pub fn sign(&self, caller: &AssertedCaller, audience: &str) -> Result<String, AssertionError> {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let current = keys.iter().rev().find(|k| k.retired.is_none()).ok_or(AssertionError::KeyGeneration)?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let claims = json!({
+            "iss": self.issuer,
+            "aud": audience,
+            "sub": caller.user,
+            "iat": now,
+            "nbf": now,
+            "exp": now + self.lifetime.as_secs().max(1) as i64,
+            "jti": uuid::Uuid::now_v7().to_string(),
+            "tid": caller.tenant,
+            "tenant_id": caller.tenant_id,
+            "user_id": caller.user_id,
+            "roles": caller.roles,
+            "flocks": caller.flocks,
+        });
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(current.kid.clone());
+        Ok(jsonwebtoken::encode(&header, &claims, &current.key)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::jwk::JwkSet;
+    use jsonwebtoken::{DecodingKey, Validation};
+
+    fn caller() -> AssertedCaller {
+        AssertedCaller {
+            tenant: "acme".into(),
+            tenant_id: "t".into(),
+            user: "wanda@acme.test".into(),
+            user_id: "u".into(),
+            roles: vec!["worker".into()],
+            flocks: json!(["f1"]),
+        }
+    }
+
+    fn verify(jwks: &Value, token: &str, audience: &str) -> Result<Value, jsonwebtoken::errors::Error> {
+        let set: JwkSet = serde_json::from_value(jwks.clone()).unwrap();
+        let kid = jsonwebtoken::decode_header(token)?.kid.unwrap();
+        let jwk = set.find(&kid).ok_or(jsonwebtoken::errors::ErrorKind::InvalidKeyFormat)?;
+        let mut v = Validation::new(Algorithm::EdDSA);
+        v.set_audience(&[audience]);
+        v.set_issuer(&["scopegate"]);
+        v.leeway = 0;
+        Ok(jsonwebtoken::decode::<Value>(token, &DecodingKey::from_jwk(jwk)?, &v)?.claims)
+    }
+
+    #[test]
+    fn assertions_verify_with_the_published_keys_and_only_for_their_audience() {
+        let signer = AssertionSigner::new("scopegate", Duration::from_secs(30)).unwrap();
+        let token = signer.sign(&caller(), "notes").unwrap();
+        let claims = verify(&signer.jwks(), &token, "notes").unwrap();
+        assert_eq!(claims["sub"], "wanda@acme.test");
+        assert_eq!(claims["tid"], "acme");
+        assert_eq!(claims["flocks"], json!(["f1"]));
+        assert!(verify(&signer.jwks(), &token, "other-server").is_err(), "audience is the upstream server");
+        let other = AssertionSigner::new("scopegate", Duration::from_secs(30)).unwrap();
+        assert!(verify(&other.jwks(), &token, "notes").is_err(), "another gateway's keys don't verify it");
+    }
+
+    #[test]
+    fn a_rotated_key_stays_published_until_its_assertions_expire() {
+        let signer = AssertionSigner::new("scopegate", Duration::from_secs(1)).unwrap();
+        let old = signer.sign(&caller(), "notes").unwrap();
+        signer.rotate().unwrap();
+        let new = signer.sign(&caller(), "notes").unwrap();
+        assert_ne!(jsonwebtoken::decode_header(&old).unwrap().kid, jsonwebtoken::decode_header(&new).unwrap().kid);
+        assert_eq!(signer.jwks()["keys"].as_array().unwrap().len(), 2);
+        verify(&signer.jwks(), &old, "notes").expect("the old key is still published");
+        std::thread::sleep(Duration::from_millis(2100));
+        assert_eq!(signer.jwks()["keys"].as_array().unwrap().len(), 1, "dropped once its assertions expired");
+        assert!(verify(&signer.jwks(), &old, "notes").is_err());
+        let fresh = signer.sign(&caller(), "notes").unwrap();
+        verify(&signer.jwks(), &fresh, "notes").expect("the current key is published");
+        let _ = new;
+    }
+}
