@@ -232,7 +232,23 @@ async fn main() {
             let audited: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM audit_events").fetch_one(&mut *tx).await.unwrap();
             drop(tx);
-            println!("{backend:<9} {mode:<9} audit events written: {audited}");
+            let metrics = reqwest::get(gw_url.replace("/mcp", "/metrics")).await.unwrap().text().await.unwrap();
+            let stat = |name: &str| -> f64 {
+                metrics
+                    .lines()
+                    .find(|l| l.starts_with(name) && !l.contains('{'))
+                    .and_then(|l| l.split_whitespace().last())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0.0)
+            };
+            let batches = stat("scopegate_audit_batch_events_count");
+            let commit_secs = stat("scopegate_audit_commit_duration_seconds_sum");
+            println!(
+                "{backend:<9} {mode:<9} audit events written: {audited}; group commits so far (all rows): {batches:.0}, \
+                 mean {:.1} events and {:.2} ms each",
+                stat("scopegate_audit_batch_events_sum") / batches.max(1.0),
+                1e3 * commit_secs / batches.max(1.0)
+            );
             db.close().await;
             if backend == "postgres" {
                 let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();

@@ -273,7 +273,10 @@ impl Config {
             return Err(ConfigError::invalid("upstream.assertion_ttl_secs", "must be 1 to 300 seconds"));
         }
         if self.upstream.key_rotation_secs < self.upstream.assertion_ttl_secs {
-            return Err(ConfigError::invalid("upstream.key_rotation_secs", "must be at least upstream.assertion_ttl_secs"));
+            return Err(ConfigError::invalid(
+                "upstream.key_rotation_secs",
+                "must be at least upstream.assertion_ttl_secs",
+            ));
         }
         if http::HeaderName::from_bytes(self.upstream.assertion_header.as_bytes()).is_err() {
             return Err(ConfigError::invalid("upstream.assertion_header", "must be a valid HTTP header name"));

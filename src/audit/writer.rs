@@ -55,7 +55,11 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
                 Err(_) => break,
             }
         }
-        match commit(&db, &chains, &batch).await {
+        let started = std::time::Instant::now();
+        let size = batch.len();
+        let result = commit(&db, &chains, &batch).await;
+        crate::telemetry::metrics::audit_batch(size, started.elapsed());
+        match result {
             Ok(()) => {
                 for p in batch {
                     let _ = p.done.send(Ok(()));

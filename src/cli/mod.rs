@@ -1,5 +1,6 @@
 //! The command line: `serve`, `migrate`, `token`. Each subcommand lives in its own file.
 
+mod admin;
 mod audit;
 mod migrate;
 mod serve;
@@ -31,6 +32,8 @@ pub enum Command {
     Token(token::TokenArgs),
     /// Audit trail tools.
     Audit(audit::AuditArgs),
+    /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings.
+    Admin(admin::AdminArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,5 +58,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate => migrate::run(&Config::load(cli.config.as_deref())?).await,
         Command::Token(args) => token::run(&Config::load(cli.config.as_deref())?, args),
         Command::Audit(args) => audit::run(&Config::load(cli.config.as_deref())?, args).await,
+        Command::Admin(args) => admin::run(&Config::load(cli.config.as_deref())?, args).await,
     }
 }

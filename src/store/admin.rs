@@ -262,3 +262,147 @@ pub async fn unassign_flock(
     }
     Ok(())
 }
+
+/// A row of an administrative listing: named columns, printable as a table or JSON.
+pub type Listing = Vec<Vec<(&'static str, String)>>;
+
+async fn listing(
+    conn: &mut AnyConnection,
+    sql: &'static str,
+    binds: &[&str],
+    columns: &[&'static str],
+) -> Result<Listing, StoreError> {
+    let mut query = sqlx::query(sql);
+    for b in binds {
+        query = query.bind(b.to_string());
+    }
+    let rows = query.fetch_all(conn).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut cells = Vec::with_capacity(columns.len());
+        for (i, name) in columns.iter().enumerate() {
+            cells.push((*name, sqlx::Row::try_get::<String, _>(&row, i)?));
+        }
+        out.push(cells);
+    }
+    Ok(out)
+}
+
+pub async fn list_tenants(conn: &mut AnyConnection) -> Result<Listing, StoreError> {
+    listing(conn, "SELECT slug, name, status FROM tenants ORDER BY slug", &[], &["slug", "name", "status"]).await
+}
+
+/// Deletes a tenant and everything it owns. Its audit trail is kept only by refusing: a
+/// tenant with audit events can't be deleted (suspend it instead).
+pub async fn delete_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, slug).await?;
+    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_events WHERE tenant_id = $1")
+        .bind(tenant)
+        .fetch_one(&mut *conn)
+        .await?;
+    if events > 0 {
+        return Err(StoreError::Conflict(format!(
+            "tenant `{slug}` has {events} audit events; suspend it instead of deleting its trail"
+        )));
+    }
+    sqlx::query("DELETE FROM tenants WHERE id = $1").bind(tenant).execute(conn).await?;
+    Ok(())
+}
+
+pub async fn list_users(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Listing, StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let users: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT subject, display_name, status FROM users WHERE tenant_id = $1 ORDER BY subject")
+            .bind(tenant)
+            .fetch_all(&mut *conn)
+            .await?;
+    let roles: Vec<(String, String)> = sqlx::query_as(
+        "SELECT u.subject, r.role FROM user_roles r JOIN users u ON u.id = r.user_id \
+          WHERE r.tenant_id = $1 ORDER BY u.subject, r.role",
+    )
+    .bind(tenant)
+    .fetch_all(conn)
+    .await?;
+    Ok(users
+        .into_iter()
+        .map(|(subject, name, status)| {
+            let mine: Vec<&str> = roles.iter().filter(|(s, _)| *s == subject).map(|(_, r)| r.as_str()).collect();
+            vec![("subject", subject.clone()), ("display_name", name), ("status", status), ("roles", mine.join(","))]
+        })
+        .collect())
+}
+
+pub async fn delete_user(conn: &mut AnyConnection, tenant_slug: &str, subject: &str) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    sqlx::query("DELETE FROM users WHERE tenant_id = $1 AND id = $2").bind(tenant).bind(user).execute(conn).await?;
+    Ok(())
+}
+
+pub async fn add_role(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    role: Role,
+) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    insert_user_roles(conn, tenant, user, &[role]).await.map_err(|e| match e {
+        StoreError::Sql(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+            StoreError::Conflict(format!("`{subject}` already has the role `{role}`"))
+        }
+        other => other,
+    })
+}
+
+pub async fn remove_role(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    role: Role,
+) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    let done = sqlx::query("DELETE FROM user_roles WHERE tenant_id = $1 AND user_id = $2 AND role = $3")
+        .bind(tenant)
+        .bind(user)
+        .bind(role.as_str())
+        .execute(conn)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("`{subject}` does not have the role `{role}`")));
+    }
+    Ok(())
+}
+
+pub async fn list_flocks(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Listing, StoreError> {
+    tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    listing(
+        conn,
+        "SELECT f.name, f.breed, CAST(f.hen_count AS TEXT) FROM flocks f JOIN tenants t ON t.id = f.tenant_id \
+          WHERE t.slug = $1 ORDER BY f.name",
+        &[tenant_slug],
+        &["name", "breed", "hen_count"],
+    )
+    .await
+}
+
+pub async fn delete_flock(conn: &mut AnyConnection, tenant_slug: &str, name: &str) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let flock = flock_id_by_name(&mut *conn, tenant, name).await?;
+    sqlx::query("DELETE FROM flocks WHERE tenant_id = $1 AND id = $2").bind(tenant).bind(flock).execute(conn).await?;
+    Ok(())
+}
+
+pub async fn list_assignments(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Listing, StoreError> {
+    tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    listing(
+        conn,
+        "SELECT u.subject, f.name FROM flock_assignments a \
+           JOIN users u ON u.id = a.user_id JOIN flocks f ON f.id = a.flock_id \
+           JOIN tenants t ON t.id = a.tenant_id WHERE t.slug = $1 ORDER BY u.subject, f.name",
+        &[tenant_slug],
+        &["subject", "flock"],
+    )
+    .await
+}

@@ -86,6 +86,9 @@ impl Db {
             .max_connections(cfg.max_connections)
             .min_connections(cfg.min_connections)
             .acquire_timeout(Duration::from_secs(cfg.acquire_timeout_secs))
+            // No ping before each checkout: it would add a round trip to every query. A
+            // broken connection fails its query (the request fails closed) and is dropped.
+            .test_before_acquire(false)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if kind == DbKind::Sqlite {

@@ -55,3 +55,9 @@ pub fn tool_call(tool: &str, outcome: &'static str, tenant: &str, elapsed: Durat
     metrics::histogram!("scopegate_tool_call_duration_seconds", "tool" => tool.to_owned())
         .record(elapsed.as_secs_f64());
 }
+
+/// One group commit of the audit writer: how many events, how long.
+pub fn audit_batch(events: usize, elapsed: Duration) {
+    metrics::histogram!("scopegate_audit_batch_events").record(events as f64);
+    metrics::histogram!("scopegate_audit_commit_duration_seconds").record(elapsed.as_secs_f64());
+}

@@ -1,0 +1,360 @@
+//! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
+//! executors, `mcp-server` entities and bindings. Each command is one transaction: an error
+//! names the field and leaves nothing half-written.
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::config::Config;
+use crate::model::{Role, TenantStatus, UserStatus};
+use crate::store::admin::{self, Listing};
+use crate::store::{Db, StoreError, entities};
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// Print listings as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// Users of a tenant.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// Roles of a user.
+    #[command(subcommand)]
+    Role(RoleCmd),
+    /// Flocks of a tenant.
+    #[command(subcommand)]
+    Flock(FlockCmd),
+    /// Flock assignments of workers.
+    #[command(subcommand)]
+    Assignment(AssignmentCmd),
+    /// Executors: where upstream MCP servers run.
+    #[command(subcommand)]
+    Executor(ExecutorCmd),
+    /// `mcp-server` entities: server declarations under hierarchical names.
+    #[command(subcommand)]
+    Entity(EntityCmd),
+    /// Bindings of a tenant's server ids to executors.
+    #[command(subcommand)]
+    Binding(BindingCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCmd {
+    Create {
+        slug: String,
+        #[arg(long)]
+        name: String,
+    },
+    List,
+    Suspend {
+        slug: String,
+    },
+    Activate {
+        slug: String,
+    },
+    /// Refused for a tenant with audit events (suspend it instead).
+    Delete {
+        slug: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+        #[arg(long)]
+        name: String,
+        /// owner, manager, worker or auditor (repeatable).
+        #[arg(long = "role", required = true)]
+        roles: Vec<Role>,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Disable {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+    },
+    Enable {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+    },
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RoleCmd {
+    Add {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+        role: Role,
+    },
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+        role: Role,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FlockCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        #[arg(long)]
+        breed: String,
+        #[arg(long)]
+        hens: i64,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AssignmentCmd {
+    Add {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+        flock: String,
+    },
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        subject: String,
+        flock: String,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutorCmd {
+    Create {
+        name: String,
+        #[arg(long)]
+        machine: String,
+        /// The user the executor runs servers as.
+        #[arg(long)]
+        user: String,
+        /// local or remote.
+        #[arg(long, default_value = "local")]
+        kind: String,
+    },
+    List,
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EntityCmd {
+    /// Store one server declaration (a JSON object) under a hierarchical name.
+    Add {
+        #[arg(long)]
+        tenant: String,
+        /// machines/M/profile/mcp-servers/S, users/U/mcp-servers/S or defaults/mcp-servers/S.
+        name: String,
+        /// The declaration, as JSON.
+        #[arg(long)]
+        declaration: String,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BindingCmd {
+    Set {
+        #[arg(long)]
+        tenant: String,
+        server: String,
+        executor: String,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        server: String,
+    },
+}
+
+fn print(listing: &Listing, json: bool) {
+    if json {
+        let rows: Vec<serde_json::Map<String, serde_json::Value>> = listing
+            .iter()
+            .map(|row| row.iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::String(v.clone()))).collect())
+            .collect();
+        println!("{}", serde_json::Value::from(rows.into_iter().map(serde_json::Value::Object).collect::<Vec<_>>()));
+        return;
+    }
+    let Some(first) = listing.first() else {
+        println!("(none)");
+        return;
+    };
+    let widths: Vec<usize> = (0..first.len())
+        .map(|i| listing.iter().map(|r| r[i].1.len()).chain([first[i].0.len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: Vec<&str>| {
+        cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned()
+    };
+    println!("{}", line(first.iter().map(|(k, _)| *k).collect()));
+    for row in listing {
+        println!("{}", line(row.iter().map(|(_, v)| v.as_str()).collect()));
+    }
+}
+
+fn rows<T: serde::Serialize>(items: &[T], columns: &[&'static str]) -> Listing {
+    items
+        .iter()
+        .map(|item| {
+            let value = serde_json::to_value(item).unwrap_or_default();
+            columns
+                .iter()
+                .map(|c| {
+                    let v = &value[*c];
+                    (*c, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
+    let db = Db::connect(&config.database).await?;
+    db.migrate().await?;
+    let result = execute(&db, args).await;
+    db.close().await;
+    let (listing, json) = result?;
+    if let Some(listing) = listing {
+        print(&listing, json);
+    }
+    Ok(())
+}
+
+/// Runs one command in one transaction; commits only when it succeeded.
+async fn execute(db: &Db, args: AdminArgs) -> Result<(Option<Listing>, bool), StoreError> {
+    let mut tx = db.begin().await?;
+    let c = &mut *tx;
+    let listing = match args.command {
+        AdminCommand::Tenant(cmd) => match cmd {
+            TenantCmd::Create { slug, name } => admin::create_tenant(c, &slug, &name).await.map(|_| None),
+            TenantCmd::List => admin::list_tenants(c).await.map(Some),
+            TenantCmd::Suspend { slug } => {
+                admin::set_tenant_status(c, &slug, TenantStatus::Suspended).await.map(|_| None)
+            }
+            TenantCmd::Activate { slug } => {
+                admin::set_tenant_status(c, &slug, TenantStatus::Active).await.map(|_| None)
+            }
+            TenantCmd::Delete { slug } => admin::delete_tenant(c, &slug).await.map(|_| None),
+        },
+        AdminCommand::User(cmd) => match cmd {
+            UserCmd::Create { tenant, subject, name, roles } => {
+                admin::create_user(c, &tenant, &subject, &name, &roles).await.map(|_| None)
+            }
+            UserCmd::List { tenant } => admin::list_users(c, &tenant).await.map(Some),
+            UserCmd::Disable { tenant, subject } => {
+                admin::set_user_status(c, &tenant, &subject, UserStatus::Disabled).await.map(|_| None)
+            }
+            UserCmd::Enable { tenant, subject } => {
+                admin::set_user_status(c, &tenant, &subject, UserStatus::Active).await.map(|_| None)
+            }
+            UserCmd::Delete { tenant, subject } => admin::delete_user(c, &tenant, &subject).await.map(|_| None),
+        },
+        AdminCommand::Role(cmd) => match cmd {
+            RoleCmd::Add { tenant, subject, role } => admin::add_role(c, &tenant, &subject, role).await.map(|_| None),
+            RoleCmd::Remove { tenant, subject, role } => {
+                admin::remove_role(c, &tenant, &subject, role).await.map(|_| None)
+            }
+        },
+        AdminCommand::Flock(cmd) => match cmd {
+            FlockCmd::Create { tenant, name, breed, hens } => {
+                admin::create_flock(c, &tenant, &name, &breed, hens).await.map(|_| None)
+            }
+            FlockCmd::List { tenant } => admin::list_flocks(c, &tenant).await.map(Some),
+            FlockCmd::Delete { tenant, name } => admin::delete_flock(c, &tenant, &name).await.map(|_| None),
+        },
+        AdminCommand::Assignment(cmd) => match cmd {
+            AssignmentCmd::Add { tenant, subject, flock } => {
+                admin::assign_flock(c, &tenant, &subject, &flock).await.map(|_| None)
+            }
+            AssignmentCmd::Remove { tenant, subject, flock } => {
+                admin::unassign_flock(c, &tenant, &subject, &flock).await.map(|_| None)
+            }
+            AssignmentCmd::List { tenant } => admin::list_assignments(c, &tenant).await.map(Some),
+        },
+        AdminCommand::Executor(cmd) => match cmd {
+            ExecutorCmd::Create { name, machine, user, kind } => {
+                entities::create_executor(c, &name, &machine, &user, &kind).await.map(|_| None)
+            }
+            ExecutorCmd::List => {
+                entities::list_executors(c).await.map(|x| Some(rows(&x, &["name", "machine", "run_as", "kind"])))
+            }
+            ExecutorCmd::Delete { name } => entities::delete_executor(c, &name).await.map(|_| None),
+        },
+        AdminCommand::Entity(cmd) => match cmd {
+            EntityCmd::Add { tenant, name, declaration } => {
+                let value: serde_json::Value = serde_json::from_str(&declaration).map_err(|e| StoreError::Invalid {
+                    field: "declaration",
+                    message: format!("not valid JSON: {e}"),
+                })?;
+                entities::create_entity(c, &tenant, &name, &value).await.map(|_| None)
+            }
+            EntityCmd::List { tenant } => {
+                entities::list_entities(c, &tenant).await.map(|x| Some(rows(&x, &["name", "server", "declaration"])))
+            }
+            EntityCmd::Delete { tenant, name } => entities::delete_entity(c, &tenant, &name).await.map(|_| None),
+        },
+        AdminCommand::Binding(cmd) => match cmd {
+            BindingCmd::Set { tenant, server, executor } => {
+                entities::bind_server(c, &tenant, &server, &executor).await.map(|_| None)
+            }
+            BindingCmd::List { tenant } => {
+                entities::list_bindings(c, &tenant).await.map(|x| Some(rows(&x, &["server", "executor"])))
+            }
+            BindingCmd::Delete { tenant, server } => entities::unbind_server(c, &tenant, &server).await.map(|_| None),
+        },
+    }?;
+    tx.commit().await?;
+    Ok((listing, args.json))
+}
