@@ -281,8 +281,8 @@ impl Config {
         if http::HeaderName::from_bytes(self.upstream.assertion_header.as_bytes()).is_err() {
             return Err(ConfigError::invalid("upstream.assertion_header", "must be a valid HTTP header name"));
         }
-        if self.audit.max_batch == 0 {
-            return Err(ConfigError::invalid("audit.max_batch", "must be greater than 0"));
+        if self.audit.max_batch == 0 || self.audit.max_batch > 1000 {
+            return Err(ConfigError::invalid("audit.max_batch", "must be 1 to 1000"));
         }
         let l = &self.limits;
         for (key, value) in [

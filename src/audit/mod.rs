@@ -95,13 +95,77 @@ impl Chains {
     }
 }
 
-async fn load_head(conn: &mut AnyConnection, tenant: TenantId) -> Result<Option<Head>, StoreError> {
+pub(crate) async fn load_head(conn: &mut AnyConnection, tenant: TenantId) -> Result<Option<Head>, StoreError> {
     let row: Option<(i64, String)> =
         sqlx::query_as("SELECT seq, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1")
             .bind(tenant)
             .fetch_optional(conn)
             .await?;
     Ok(row.map(|(seq, hash)| Head { seq, hash }))
+}
+
+/// One event placed in its chain: its sequence number and the hashes that link it.
+pub(crate) struct Link<'a> {
+    pub event: &'a AuditEvent,
+    pub seq: i64,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// Places `event` after `head` (the chain's newest event, `None` for an empty chain).
+pub(crate) fn link<'a>(head: Option<&Head>, event: &'a AuditEvent) -> Link<'a> {
+    let (seq, prev_hash) = match head {
+        Some(h) => (h.seq + 1, h.hash.clone()),
+        None => (1, GENESIS.to_owned()),
+    };
+    let hash = digest::chain_hash(&prev_hash, seq, event);
+    Link { event, seq, prev_hash, hash }
+}
+
+const COLUMNS: usize = 18;
+
+/// Inserts `links` with ONE statement (atomic by itself, one round trip).
+pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -> Result<(), StoreError> {
+    if links.is_empty() {
+        return Ok(());
+    }
+    let mut sql = String::from(
+        "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
+         client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
+         duration_us, prev_hash, hash) VALUES ",
+    );
+    for i in 0..links.len() {
+        let params: Vec<String> = (1..=COLUMNS).map(|c| format!("${}", i * COLUMNS + c)).collect();
+        sql.push_str(if i == 0 { "(" } else { ", (" });
+        sql.push_str(&params.join(", "));
+        sql.push(')');
+    }
+    // Only numbered placeholders are interpolated; every value is bound.
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for l in links {
+        let e = l.event;
+        query = query
+            .bind(e.id)
+            .bind(e.tenant)
+            .bind(l.seq)
+            .bind(e.occurred_at)
+            .bind(e.user)
+            .bind(e.session_id.clone())
+            .bind(e.request_id.clone())
+            .bind(e.client_name.clone())
+            .bind(e.client_version.clone())
+            .bind(e.action.clone())
+            .bind(e.tool.clone())
+            .bind(e.args_digest.clone())
+            .bind(e.args_raw.clone())
+            .bind(e.outcome.as_str())
+            .bind(e.error_class.clone())
+            .bind(e.duration_us)
+            .bind(l.prev_hash.clone())
+            .bind(l.hash.clone());
+    }
+    query.execute(conn).await?;
+    Ok(())
 }
 
 /// Inserts `event` as the next link of its tenant's chain on `conn` (inside the caller's
@@ -116,38 +180,9 @@ pub(crate) async fn append(
         Some(h) => Some(h.clone()),
         None => load_head(conn, event.tenant).await?,
     };
-    let (seq, prev) = match &head {
-        Some(h) => (h.seq + 1, h.hash.clone()),
-        None => (1, GENESIS.to_owned()),
-    };
-    let hash = digest::chain_hash(&prev, seq, event);
-    sqlx::query(
-        "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
-         client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
-         duration_us, prev_hash, hash) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-    )
-    .bind(event.id)
-    .bind(event.tenant)
-    .bind(seq)
-    .bind(event.occurred_at)
-    .bind(event.user)
-    .bind(event.session_id.as_deref())
-    .bind(event.request_id.as_deref())
-    .bind(event.client_name.as_deref())
-    .bind(event.client_version.as_deref())
-    .bind(event.action.as_str())
-    .bind(event.tool.as_deref())
-    .bind(event.args_digest.as_deref())
-    .bind(event.args_raw.as_deref())
-    .bind(event.outcome.as_str())
-    .bind(event.error_class.as_deref())
-    .bind(event.duration_us)
-    .bind(prev.as_str())
-    .bind(hash.as_str())
-    .execute(conn)
-    .await?;
-    Ok(Head { seq, hash })
+    let link = link(head.as_ref(), event);
+    insert_links(conn, std::slice::from_ref(&link)).await?;
+    Ok(Head { seq: link.seq, hash: link.hash })
 }
 
 /// The audit record of one tool call in progress: who, what, since when, and whether
