@@ -1,4 +1,8 @@
-//! `.mcp.json` declarations: parsing (one bad server never sinks its siblings) and resolution for a placement on an executor; never reads files or the gateway's environment itself.
+//! `.mcp.json` declarations, parsed and resolved for a placement; never reads a file or the process environment.
+//!
+//! One invalid server never discards its valid siblings: [`parse_declarations`] returns the
+//! valid servers and one [`ServerError`] per problem, naming the server and the field. Only
+//! malformed JSON, or a top level that is not an object, fails the whole file.
 //!
 //! Accepted shapes: a top-level object of servers, or an object with `"mcpServers"` (its
 //! other keys, such as `"$schema"`, are ignored). A server is stdio (`command`, `args`, `env`,
@@ -22,6 +26,7 @@
 //! - a `file:` URI: accepted only inside the plugin root (`Environment`), anywhere for a
 //!   `Declared` file, which the gateway host's operator wrote;
 //! - a native absolute path (`/srv/x`, `C:\x`, `~/x`) or a drive-relative one: refused.
+//!   A relative name that looks like a scheme or a drive (`ab:c`) is refused too; write `./ab:c`.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Upstream MCP servers: their declarations, the executors they run on and the paths they use; never launches or dials anything itself.
+//! Upstream MCP servers: declarations, executors and their paths; never launches or dials anything itself.
 //!
 //! `path_uri` keeps executor paths as `file:` URIs; `declaration` parses `.mcp.json` files and
 //! resolves one server for one placement on one executor.

@@ -1,4 +1,4 @@
-//! `PathUri`: `file:` URIs in an executor's path convention, normalized, joined and compared lexically; never touches the host filesystem.
+//! `PathUri`: executor `file:` URIs, normalized, joined and compared lexically; never touches the host filesystem.
 //!
 //! A path that belongs to an executor may live on another machine with another convention, so
 //! it stays a URI tagged with its [`PathStyle`] instead of becoming a host `Path`. Everything
