@@ -16,6 +16,7 @@ pub mod model;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod upstream;
 
 pub use config::Config;
 pub use context::McpCallContext;

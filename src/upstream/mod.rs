@@ -1,0 +1,50 @@
+//! Upstream MCP servers: declarations, executors and their paths; never launches or dials anything itself.
+//!
+//! `path_uri` keeps executor paths as `file:` URIs; `declaration` parses `.mcp.json` files and
+//! resolves one server for one placement on one executor.
+
+pub mod declaration;
+pub mod path_uri;
+
+use std::fmt;
+
+pub use declaration::{
+    Declarations, FileError, Placement, ResolvedServer, ResolvedTransport, ServerDeclaration, ServerError, ServerName,
+    Transport, parse_declarations,
+};
+pub use path_uri::{PathError, PathStyle, PathUri};
+
+/// The id of an executor: the place where upstream servers run (`local` is the gateway host).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecutorId(String);
+
+impl ExecutorId {
+    /// The gateway host itself.
+    pub const LOCAL: &str = "local";
+
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    pub fn local() -> Self {
+        Self(Self::LOCAL.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ExecutorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The environment of the executor a server is resolved for.
+pub trait ExecutorEnv {
+    /// A variable of the executor's own environment.
+    fn var(&self, name: &str) -> Option<String>;
+    /// Whether the executor is the gateway host, whose environment is the gateway's own.
+    fn is_local(&self) -> bool;
+}
