@@ -55,7 +55,8 @@ fn generate() -> Result<SigningKey, AssertionError> {
     let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| AssertionError::KeyGeneration)?;
     let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| AssertionError::KeyGeneration)?;
     let x = URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
-    let kid = format!("sg-{}", &uuid::Uuid::now_v7().simple().to_string()[..16]);
+    // The key id is a digest of the public key: unique per key, stable, meaningless.
+    let kid = format!("sg-{}", &crate::audit::digest::sha256_hex(pair.public_key().as_ref())[..24]);
     let jwk = json!({"kty": "OKP", "crv": "Ed25519", "x": x, "kid": kid, "alg": "EdDSA", "use": "sig"});
     Ok(SigningKey { kid, key: EncodingKey::from_ed_der(pkcs8.as_ref()), jwk, retired: None })
 }
