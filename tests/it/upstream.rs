@@ -152,3 +152,79 @@ async fn admin_refusals(backend: Backend) {
     assert!(err.to_string().contains("bound"), "{err}");
 }
 both_dbs!(upstream_admin_refusals, admin_refusals);
+
+/// The upstream fixture (a real child process over stdio) verifies the gateway's identity
+/// assertion with the keys the gateway publishes, and refuses forged, misaddressed or
+/// missing ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_verifies_the_gateways_identity_assertion() {
+    use rmcp::ServiceExt;
+    use rmcp::model::{CallToolRequestParams, MetaObject, RequestMetaObject};
+    use rmcp::transport::TokioChildProcess;
+    use scopegate::auth::assertion::{AssertedCaller, AssertionSigner};
+
+    scopegate::http::install_tls_provider();
+    let test_db = TestDb::new(Backend::Sqlite).await;
+    let config = config_with(&test_db.url, &[("upstream.assertion_ttl_secs", json!(2))]);
+    let gateway = scopegate::Gateway::build(config.clone()).await.unwrap();
+    let addr = gateway.local_addr();
+    let signer = std::sync::Arc::clone(&gateway.state().assertions);
+    tokio::spawn(gateway.run(std::future::pending()));
+
+    let workdir = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_scopegate-fixture-upstream"));
+    cmd.arg("stdio")
+        .current_dir(workdir.path())
+        .env("FIXTURE_JWKS_URL", format!("http://{addr}/.well-known/jwks.json"))
+        .env("FIXTURE_SERVER_ID", "notes")
+        .env("FIXTURE_ISSUER", config.public_url())
+        .env("FIXTURE_DECLARED_VALUE", "only-from-the-declaration");
+    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.expect("fixture starts");
+
+    let caller = AssertedCaller {
+        tenant: "acme".into(),
+        tenant_id: "t-1".into(),
+        user: "wanda@acme.test".into(),
+        user_id: "u-1".into(),
+        roles: vec!["worker".into()],
+        flocks: json!(["f-1"]),
+    };
+    let call = |token: Option<String>| {
+        let mut params = CallToolRequestParams::new("whoami_upstream");
+        if let Some(token) = token {
+            let mut meta = serde_json::Map::new();
+            meta.insert("io.scopegate/identity".into(), json!(token));
+            params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        client.call_tool(params)
+    };
+
+    let result = call(Some(signer.sign(&caller, "notes").unwrap())).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let echoed = result.structured_content.unwrap();
+    assert_eq!(echoed["tenant"], "acme");
+    assert_eq!(echoed["user"], "wanda@acme.test");
+    assert_eq!(echoed["roles"], json!(["worker"]));
+    assert_eq!(echoed["flocks"], json!(["f-1"]));
+    assert_eq!(echoed["declared_value"], "only-from-the-declaration");
+    let cwd = std::path::PathBuf::from(echoed["cwd"].as_str().unwrap());
+    assert_eq!(cwd.canonicalize().unwrap(), workdir.path().canonicalize().unwrap());
+
+    let forger = AssertionSigner::new(config.public_url(), std::time::Duration::from_secs(30)).unwrap();
+    for (name, token) in [
+        ("forged", Some(forger.sign(&caller, "notes").unwrap())),
+        ("another audience", Some(signer.sign(&caller, "billing").unwrap())),
+        ("none", None),
+        ("garbage", Some("not.a.jwt".to_owned())),
+    ] {
+        let result = call(token).await.unwrap();
+        assert_eq!(result.is_error, Some(true), "{name}: {result:?}");
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(text.contains("assertion refused"), "{name}: {text}");
+    }
+    let expiring = signer.sign(&caller, "notes").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    let result = call(Some(expiring)).await.unwrap();
+    assert_eq!(result.is_error, Some(true), "an expired assertion is refused: {result:?}");
+    client.cancel().await.ok();
+}
