@@ -189,6 +189,18 @@ pub enum EntityCmd {
         #[arg(long)]
         declaration: String,
     },
+    /// Store every valid server of a `.mcp.json` file under one place. Invalid servers are
+    /// reported (server and field) and skipped; their valid siblings are stored.
+    Import {
+        #[arg(long)]
+        tenant: String,
+        /// defaults, users/USER or machines/MACHINE/profile.
+        #[arg(long)]
+        under: String,
+        /// The `.mcp.json` file.
+        #[arg(long)]
+        file: std::path::PathBuf,
+    },
     List {
         #[arg(long)]
         tenant: String,
@@ -339,6 +351,22 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Option<Listing>, bool), St
                     message: format!("not valid JSON: {e}"),
                 })?;
                 entities::create_entity(c, &tenant, &name, &value).await.map(|_| None)
+            }
+            EntityCmd::Import { tenant, under, file } => {
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| StoreError::Invalid { field: "file", message: format!("{}: {e}", file.display()) })?;
+                let parsed = crate::upstream::parse_declarations(&text)
+                    .map_err(|e| StoreError::Invalid { field: "file", message: e.to_string() })?;
+                for error in &parsed.errors {
+                    eprintln!("skipped: {error}");
+                }
+                let mut imported = Vec::new();
+                for server in &parsed.servers {
+                    let name = format!("{under}/mcp-servers/{}", server.name);
+                    entities::create_entity(c, &tenant, &name, &server.to_json()).await?;
+                    imported.push(vec![("entity", name)]);
+                }
+                Ok(Some(imported))
             }
             EntityCmd::List { tenant } => {
                 entities::list_entities(c, &tenant).await.map(|x| Some(rows(&x, &["name", "server", "declaration"])))

@@ -194,6 +194,21 @@ pub fn parse_declarations(json: &str) -> Result<Declarations, FileError> {
 }
 
 impl ServerDeclaration {
+    /// The declaration as `.mcp.json` writes it (without the name), for storing as an
+    /// `mcp-server` entity. `parse_declarations` reads it back unchanged.
+    pub fn to_json(&self) -> Value {
+        match &self.transport {
+            Transport::Stdio { command, args, env, cwd } => {
+                let mut v = serde_json::json!({ "command": command, "args": args, "env": env });
+                if let Some(cwd) = cwd {
+                    v["cwd"] = Value::String(cwd.clone());
+                }
+                v
+            }
+            Transport::Http { url, headers } => serde_json::json!({ "type": "http", "url": url, "headers": headers }),
+        }
+    }
+
     /// Resolves references on `env` (the executor the placement names) and the `cwd` for the
     /// placement. Every problem is reported, each naming this server and its field.
     pub fn resolve(&self, placement: &Placement, env: &dyn ExecutorEnv) -> Result<ResolvedServer, Vec<ServerError>> {

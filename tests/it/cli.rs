@@ -197,6 +197,33 @@ async fn admin_commands(backend: Backend) {
     assert_eq!(ok(&["--json", "tenant", "list"]), before);
     assert!(!ok(&["flock", "list", "--tenant", "initech"]).contains("attic"));
 
+    // A .mcp.json with one bad server: its valid siblings are imported, the bad one named.
+    let file = dir.path().join("servers.mcp.json");
+    std::fs::write(
+        &file,
+        r#"{"mcpServers": {
+            "files": {"command": "files-server", "args": ["--root", "."], "env": {"LEVEL": "2"}},
+            "broken": {"command": "x", "args": "not-a-list"},
+            "wiki": {"url": "https://wiki.example/mcp", "headers": {"X-Key": "k"}}
+        }}"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let (success, stdout, stderr) =
+        run(&["entity", "import", "--tenant", "initech", "--under", "users/ci", "--file", file]);
+    assert!(success, "{stderr}");
+    assert!(stderr.contains("broken") && stderr.contains("args"), "{stderr}");
+    assert!(stdout.contains("users/ci/mcp-servers/files") && stdout.contains("users/ci/mcp-servers/wiki"), "{stdout}");
+    let listed = ok(&["entity", "list", "--tenant", "initech"]);
+    assert!(!listed.contains("broken"), "{listed}");
+    // Malformed JSON fails the whole file and writes nothing.
+    let bad = dir.path().join("bad.mcp.json");
+    std::fs::write(&bad, "{ not json").unwrap();
+    let (success, _, stderr) =
+        run(&["entity", "import", "--tenant", "initech", "--under", "defaults", "--file", bad.to_str().unwrap()]);
+    assert!(!success && stderr.contains("file"), "{stderr}");
+    assert_eq!(ok(&["entity", "list", "--tenant", "initech"]), listed);
+
     ok(&["binding", "delete", "--tenant", "initech", "notes"]);
     ok(&["executor", "delete", "build-01"]);
     ok(&["assignment", "remove", "--tenant", "initech", "peter@initech.test", "basement"]);
