@@ -21,13 +21,14 @@ use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
+use crate::tools::FarmTools;
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
     pub db: Db,
     pub audit: AuditWriter,
     pub sessions: Arc<SessionRegistry>,
-    pub tools: ToolRouter<GatewayServer>,
+    pub tools: ToolRouter<FarmTools>,
     pub call_timeout: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
@@ -75,14 +76,25 @@ fn context_for(
     McpCallContext::for_call(CallSite { parts, request_id: &context.id, session_id }, sessions)
 }
 
+/// What the extractor needs beside the call itself, handed over in the call's extensions
+/// (the tools' receiver holds nothing).
+struct CallEnv {
+    db: Db,
+    audit: AuditWriter,
+    sessions: Arc<SessionRegistry>,
+    call: Arc<CallAudit>,
+}
+
 /// The extractor: every tool that takes `McpCallContext` gets one built by the fail-closed
 /// factory from this very call's HTTP request, with data access attached.
-impl FromContextPart<ToolCallContext<'_, GatewayServer>> for McpCallContext {
-    fn from_context_part(context: &mut ToolCallContext<'_, GatewayServer>) -> Result<Self, ErrorData> {
-        let shared = &context.service.shared;
-        let ctx = context_for(&context.request_context, &shared.sessions).map_err(|e| refused(&e))?;
-        let call = context.request_context.extensions.get::<Arc<CallAudit>>().cloned();
-        Ok(ctx.with_data(shared.db.clone(), shared.audit.clone(), call))
+impl FromContextPart<ToolCallContext<'_, FarmTools>> for McpCallContext {
+    fn from_context_part(context: &mut ToolCallContext<'_, FarmTools>) -> Result<Self, ErrorData> {
+        let env = context.request_context.extensions.get::<Arc<CallEnv>>().cloned().ok_or_else(|| {
+            refused(&ContextError::NoStore);
+            ErrorData::new(ErrorCode::INVALID_REQUEST, "the call could not be tied to an authenticated caller", None)
+        })?;
+        let ctx = context_for(&context.request_context, &env.sessions).map_err(|e| refused(&e))?;
+        Ok(ctx.with_data(env.db.clone(), env.audit.clone(), Some(Arc::clone(&env.call))))
     }
 }
 
@@ -190,8 +202,13 @@ impl ServerHandler for GatewayServer {
         {
             invalid.into_call_tool_result()
         } else {
-            context.extensions.insert(Arc::clone(&call));
-            let call_context = ToolCallContext::new(self, request, context);
+            context.extensions.insert(Arc::new(CallEnv {
+                db: shared.db.clone(),
+                audit: shared.audit.clone(),
+                sessions: Arc::clone(&shared.sessions),
+                call: Arc::clone(&call),
+            }));
+            let call_context = ToolCallContext::new(&FarmTools, request, context);
             match tokio::time::timeout(shared.call_timeout, shared.tools.call(call_context)).await {
                 Ok(result) => result,
                 Err(_) => {

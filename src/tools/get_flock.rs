@@ -4,9 +4,9 @@ use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::{tool, tool_router};
 use serde::Deserialize;
 
+use super::FarmTools;
 use super::ToolFailure;
 use crate::context::McpCallContext;
-use crate::mcp::GatewayServer;
 use crate::store::scoped::{Flock, FlockKey};
 
 #[derive(Deserialize, rmcp::schemars::JsonSchema)]
@@ -18,7 +18,7 @@ pub struct GetFlock {
 }
 
 #[tool_router(router = get_flock_router, vis = "pub(crate)")]
-impl GatewayServer {
+impl FarmTools {
     #[tool(description = "Get one flock by name or id. A flock you may not see is reported as not found.")]
     async fn get_flock(
         &self,

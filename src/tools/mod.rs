@@ -16,7 +16,6 @@ use serde_json::json;
 use time::Date;
 use time::macros::format_description;
 
-use crate::mcp::GatewayServer;
 use crate::model::Role;
 use crate::store::StoreError;
 
@@ -67,14 +66,20 @@ fn arguments<T: serde::de::DeserializeOwned>(args: &JsonObject) -> Result<(), To
     })
 }
 
+/// The native tools. Deliberately empty: a tool method's receiver reaches nothing, so the
+/// only way to the caller and the data is the `McpCallContext` parameter (the guard walks
+/// receivers too; a struct holding the database here would fail the build).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FarmTools;
+
 /// The native tool router.
-pub(crate) fn router() -> ToolRouter<GatewayServer> {
-    GatewayServer::whoami_router()
-        + GatewayServer::list_flocks_router()
-        + GatewayServer::get_flock_router()
-        + GatewayServer::query_egg_counts_router()
-        + GatewayServer::record_egg_count_router()
-        + GatewayServer::recent_audit_events_router()
+pub(crate) fn router() -> ToolRouter<FarmTools> {
+    FarmTools::whoami_router()
+        + FarmTools::list_flocks_router()
+        + FarmTools::get_flock_router()
+        + FarmTools::query_egg_counts_router()
+        + FarmTools::record_egg_count_router()
+        + FarmTools::recent_audit_events_router()
 }
 
 /// Why a tool call failed. Bad input and missing things go back to the caller as a tool

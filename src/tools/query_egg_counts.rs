@@ -6,9 +6,9 @@ use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::{tool, tool_router};
 use serde::{Deserialize, Serialize};
 
+use super::FarmTools;
 use super::{ToolFailure, parse_day};
 use crate::context::McpCallContext;
-use crate::mcp::GatewayServer;
 use crate::store::scoped::{EggCount, FlockKey};
 
 /// Longest range one query may span.
@@ -46,7 +46,7 @@ pub struct EggReport {
 }
 
 #[tool_router(router = query_egg_counts_router, vis = "pub(crate)")]
-impl GatewayServer {
+impl FarmTools {
     #[tool(description = "Egg counts between two dates (inclusive), per day and per flock, with totals.")]
     async fn query_egg_counts(
         &self,

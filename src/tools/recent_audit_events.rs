@@ -4,9 +4,9 @@ use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::{tool, tool_router};
 use serde::{Deserialize, Serialize};
 
+use super::FarmTools;
 use super::ToolFailure;
 use crate::context::McpCallContext;
-use crate::mcp::GatewayServer;
 use crate::store::scoped::AuditEntry;
 
 #[derive(Deserialize, rmcp::schemars::JsonSchema)]
@@ -25,7 +25,7 @@ pub struct AuditList {
 }
 
 #[tool_router(router = recent_audit_events_router, vis = "pub(crate)")]
-impl GatewayServer {
+impl FarmTools {
     #[tool(description = "The newest audit events of your tenant: who called which tool, when, and how it ended.")]
     async fn recent_audit_events(
         &self,

@@ -6,9 +6,9 @@ use rmcp::{tool, tool_router};
 use serde::Deserialize;
 use time::Duration;
 
+use super::FarmTools;
 use super::{ToolFailure, parse_day, today};
 use crate::context::McpCallContext;
-use crate::mcp::GatewayServer;
 use crate::store::scoped::{EggCount, FlockKey};
 
 /// Most eggs one record may hold: far beyond any real barn, small enough to catch typos.
@@ -27,7 +27,7 @@ pub struct RecordEggCount {
 }
 
 #[tool_router(router = record_egg_count_router, vis = "pub(crate)")]
-impl GatewayServer {
+impl FarmTools {
     #[tool(description = "Record the number of eggs a flock laid on a day (replaces an earlier count for that day).")]
     async fn record_egg_count(
         &self,

@@ -4,9 +4,9 @@ use rmcp::handler::server::wrapper::Json;
 use rmcp::{tool, tool_router};
 use serde::Serialize;
 
+use super::FarmTools;
 use super::ToolFailure;
 use crate::context::{FlockAccess, McpCallContext};
-use crate::mcp::GatewayServer;
 
 #[derive(Serialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
@@ -23,7 +23,7 @@ pub struct WhoAmI {
 }
 
 #[tool_router(router = whoami_router, vis = "pub(crate)")]
-impl GatewayServer {
+impl FarmTools {
     #[tool(description = "Who is calling: tenant, user, roles, and which flocks the caller may see.")]
     async fn whoami(&self, ctx: McpCallContext) -> Result<Json<WhoAmI>, ToolFailure> {
         let flock_scope = match ctx.flocks() {
