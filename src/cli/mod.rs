@@ -1,5 +1,6 @@
-//! The command line: `serve`, `migrate`, `token`. Each subcommand lives in its own file.
+//! The command line: `serve`, `migrate`, `token`, `guards`. Each subcommand lives in its own file.
 
+mod guards;
 mod migrate;
 mod serve;
 mod token;
@@ -32,6 +33,8 @@ pub enum Command {
     Migrate,
     /// Mint a development token (HS256) and print it alone on stdout.
     Token(token::TokenArgs),
+    /// The build-time guard: `guards report` prints the report of this build's sources.
+    Guards(guards::GuardsArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,8 @@ pub enum CliError {
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     Mint(#[from] crate::auth::mint::MintError),
+    #[error(transparent)]
+    GuardsReport(#[from] guards::ReportError),
     #[error("{0}")]
     Usage(String),
     #[error("serving: {0}")]
@@ -55,5 +60,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => serve::run(cli.config.as_deref(), args).await,
         Command::Migrate => migrate::run(&Config::load(cli.config.as_deref())?).await,
         Command::Token(args) => token::run(&Config::load(cli.config.as_deref())?, args),
+        Command::Guards(args) => guards::run(args),
     }
 }

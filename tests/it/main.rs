@@ -7,5 +7,6 @@ mod auth;
 mod cli;
 mod compose;
 mod config;
+mod guards;
 mod identity;
 mod store;
