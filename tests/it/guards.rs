@@ -1,6 +1,6 @@
 //! The guard as part of the gateway's build: the real sources pass; a tool that reaches a pool
 //! through a helper fails with the whole path; `scopegate guards report` prints the report of
-//! the sources the binary was built from.
+//! the sources the binary was built from; the SaaS example is guarded by its own rules.
 //!
 //! The guard library is run directly on copies of the sources (what `build.rs` does, without
 //! a cargo build per case); `a_violating_tool_fails_cargo_build` runs one real build.
@@ -301,6 +301,116 @@ fn guards_report_rejects_an_unknown_format() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("md, json, sarif"), "{stderr}");
+}
+
+// ------------------------------------------------------------------ the SaaS example
+
+fn saas_options(root: &Path) -> guards::Options {
+    guards::Options::new(root)
+        .tool_modules(["crate::tools"])
+        .extra_rules(workspace().join("examples/saas-tools/guards.toml"))
+}
+
+#[test]
+fn saas_example_passes_its_own_rules() {
+    let report = guards::check(&saas_options(&workspace().join("examples/saas-tools"))).unwrap();
+    assert_eq!(guards::failure_message(&report), None);
+    let tools: Vec<&str> = report.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, ["Greeter::greet"]);
+    assert!(report.guard_rows.iter().any(|r| r.id == "S1"));
+}
+
+#[test]
+fn saas_example_rejects_a_tool_reaching_its_billing_key() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(
+        &workspace().join("examples/saas-tools/src"),
+        &dir.path().join("src"),
+    );
+    let tools = dir.path().join("src/tools/mod.rs");
+    let mut text = std::fs::read_to_string(&tools).unwrap();
+    text.push_str("pub mod refund;\n");
+    std::fs::write(&tools, text).unwrap();
+    let refund = "src/tools/refund.rs";
+    std::fs::write(
+        dir.path().join(refund),
+        r#"use rmcp::tool;
+use scopegate::McpCallContext;
+
+use crate::billing::BillingClient;
+
+pub struct Refunds {
+    billing: std::sync::Arc<BillingClient>,
+}
+
+impl Refunds {
+    #[tool(description = "Refund the caller's last invoice")]
+    pub async fn refund(&self, ctx: McpCallContext) -> String {
+        ctx.tenant_slug().to_owned()
+    }
+}
+"#,
+    )
+    .unwrap();
+
+    let report = guards::check(&saas_options(dir.path())).unwrap();
+    let msg = guards::failure_message(&report).expect("the billing key is caught");
+    let billing = "src/billing.rs";
+    let at = |file: &str, needle: &str| format!("({file}:{})", line_of(dir.path(), file, needle));
+    assert!(
+        msg.contains("[S1] Refunds::refund reaches forbidden crate::billing::BillingApiKey"),
+        "{msg}"
+    );
+    for hop in [
+        format!("-> field billing {}", at(refund, "billing: std::sync::Arc")),
+        format!(
+            "-> type crate::billing::BillingClient {}",
+            at(billing, "pub struct BillingClient")
+        ),
+        format!("-> field key {}", at(billing, "key: BillingApiKey")),
+    ] {
+        assert!(msg.contains(&hop), "missing {hop:?}\n{msg}");
+    }
+}
+
+#[test]
+fn saas_example_rejects_a_tool_holding_the_gateways_database_handle() {
+    // From a SaaS crate `scopegate::store::Db` is opaque (its pool is not walked), so the
+    // shipped rules name it: the same failure as a gateway tool holding it.
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(
+        &workspace().join("examples/saas-tools/src"),
+        &dir.path().join("src"),
+    );
+    let tools = dir.path().join("src/tools/mod.rs");
+    let mut text = std::fs::read_to_string(&tools).unwrap();
+    text.push_str("pub mod report;\n");
+    std::fs::write(&tools, text).unwrap();
+    std::fs::write(
+        dir.path().join("src/tools/report.rs"),
+        r#"use rmcp::tool;
+use scopegate::McpCallContext;
+use scopegate::store::Db as Database;
+
+pub struct Reports {
+    db: Option<Database>,
+}
+
+impl Reports {
+    #[tool(description = "Usage report")]
+    pub async fn usage(&self, ctx: McpCallContext) -> String {
+        ctx.tenant_slug().to_owned()
+    }
+}
+"#,
+    )
+    .unwrap();
+    let report = guards::check(&saas_options(dir.path())).unwrap();
+    let msg = guards::failure_message(&report).expect("the database handle is caught");
+    assert!(
+        msg.contains("[G2] Reports::usage reaches forbidden scopegate::store::Db"),
+        "{msg}"
+    );
 }
 
 #[test]
