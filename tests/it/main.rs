@@ -10,3 +10,4 @@ mod config;
 mod guards;
 mod identity;
 mod store;
+mod type_privacy;

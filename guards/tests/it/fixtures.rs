@@ -536,3 +536,12 @@ fn more_evasions() {
         ]
     );
 }
+
+#[test]
+fn a_tool_module_that_does_not_exist_holds_no_tools() {
+    // The gateway lists `crate::tools` and `crate::mcp` before they exist: no tools, no error.
+    let opts = guards::Options::new(crate::fixture("clean")).tool_modules(["crate::absent"]);
+    let r = guards::check(&opts).unwrap();
+    assert!(r.tools.is_empty(), "{:?}", r.tools);
+    assert!(r.findings.is_empty());
+}
