@@ -1,11 +1,16 @@
 # Multi-stage build: compile in the Rust image, run in a slim Debian as a non-root user.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY Cargo.toml Cargo.lock rust-toolchain.toml build.rs ./
 COPY src ./src
+# The build runs the guard (build.rs); cargo needs every workspace member's manifest.
+COPY guards ./guards
+COPY examples ./examples
 COPY migrations ./migrations
 COPY config ./config
 COPY benches ./benches
+# The upstream fixture is a declared [[bin]] target; cargo needs its file to read the manifest.
+COPY tests/fixtures/upstream ./tests/fixtures/upstream
 RUN cargo build --release --locked --bin scopegate
 
 FROM debian:bookworm-slim

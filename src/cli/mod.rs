@@ -1,7 +1,8 @@
-//! The command line: `serve`, `migrate`, `token`. Each subcommand lives in its own file.
+//! The command line: `serve`, `migrate`, `token`, `guards`. Each subcommand lives in its own file.
 
 mod admin;
 mod audit;
+mod guards;
 mod migrate;
 mod serve;
 mod token;
@@ -34,6 +35,8 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings.
     Admin(admin::AdminArgs),
+    /// The build-time guard: `guards report` prints the report of this build's sources.
+    Guards(guards::GuardsArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,8 @@ pub enum CliError {
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     Mint(#[from] crate::auth::mint::MintError),
+    #[error(transparent)]
+    GuardsReport(#[from] guards::ReportError),
     #[error("{0}")]
     Usage(String),
     #[error("serving: {0}")]
@@ -59,5 +64,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Token(args) => token::run(&Config::load(cli.config.as_deref())?, args),
         Command::Audit(args) => audit::run(&Config::load(cli.config.as_deref())?, args).await,
         Command::Admin(args) => admin::run(&Config::load(cli.config.as_deref())?, args).await,
+        Command::Guards(args) => guards::run(args),
     }
 }

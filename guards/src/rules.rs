@@ -1,0 +1,265 @@
+//! The rules file: forbidden types and calls, sanctioned boundaries, tool discovery and the
+//! guard table; a base file may be extended by more files, which can add but never remove.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+use crate::GuardError;
+
+/// The rules shipped with this crate (`guards/rules.toml`), used when no base file is given.
+pub const DEFAULT_RULES: &str = include_str!("../rules.toml");
+
+/// Every rule the walk applies, after the base file and its extensions are merged.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rules {
+    /// How tools are recognised.
+    #[serde(default)]
+    pub discovery: Discovery,
+    /// Rows of the guard table.
+    #[serde(default)]
+    pub guard_row: Vec<GuardRow>,
+    /// Types no tool may reach.
+    #[serde(default)]
+    pub forbidden_type: Vec<ForbiddenType>,
+    /// Calls no tool body may make.
+    #[serde(default)]
+    pub forbidden_call: Vec<ForbiddenCall>,
+    /// Sanctioned bridges where the walk stops.
+    #[serde(default)]
+    pub boundary: Vec<Boundary>,
+}
+
+/// Attribute and trait names (matched by last path segment) that mark tools.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Discovery {
+    /// Attributes on a fn that make it a tool (`#[tool]`, `#[rmcp::tool(...)]`).
+    #[serde(default = "default_tool_attributes")]
+    pub tool_attributes: Vec<String>,
+    /// Traits whose impl makes the implementing type a tool root (`impl ServerHandler for X`).
+    #[serde(default = "default_handler_traits")]
+    pub handler_traits: Vec<String>,
+    /// Attributes on a struct, enum or impl that make the type a tool root (`#[scopegate::tool_set]`).
+    #[serde(default = "default_tool_set_attributes")]
+    pub tool_set_attributes: Vec<String>,
+}
+
+fn default_tool_attributes() -> Vec<String> {
+    vec!["tool".into()]
+}
+fn default_handler_traits() -> Vec<String> {
+    vec!["ServerHandler".into()]
+}
+fn default_tool_set_attributes() -> Vec<String> {
+    vec!["tool_set".into()]
+}
+
+impl Default for Discovery {
+    fn default() -> Self {
+        Discovery {
+            tool_attributes: default_tool_attributes(),
+            handler_traits: default_handler_traits(),
+            tool_set_attributes: default_tool_set_attributes(),
+        }
+    }
+}
+
+/// How a protection is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum Enforcement {
+    /// The Rust type system keeps the thing private.
+    #[serde(rename = "type privacy")]
+    TypePrivacy,
+    /// This crate's walk fails the build.
+    #[serde(rename = "build-time walk")]
+    BuildTimeWalk,
+    /// `McpCallContext`'s factory refuses to build a context.
+    #[serde(rename = "runtime fail-closed factory")]
+    RuntimeFailClosedFactory,
+    /// A session answers only the principal that created it.
+    #[serde(rename = "session binding")]
+    SessionBinding,
+    /// The audit writer fails the call when it cannot record it.
+    #[serde(rename = "audit backstop")]
+    AuditBackstop,
+}
+
+impl Enforcement {
+    /// The name used in the rules file and the reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::TypePrivacy => "type privacy",
+            Enforcement::BuildTimeWalk => "build-time walk",
+            Enforcement::RuntimeFailClosedFactory => "runtime fail-closed factory",
+            Enforcement::SessionBinding => "session binding",
+            Enforcement::AuditBackstop => "audit backstop",
+        }
+    }
+}
+
+/// One row of the guard table, for auditors.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardRow {
+    /// Stable id (`G1`...), also the SARIF rule id.
+    pub id: String,
+    /// The protection, in a few words.
+    pub title: String,
+    /// What it forbids.
+    pub forbids: String,
+    /// How it is enforced.
+    pub enforced_by: Vec<Enforcement>,
+    /// The test that fails when the protection is removed.
+    pub test: String,
+    /// `enforced`, `partial`, `planned`...
+    pub status: String,
+}
+
+/// Which types a bare-name match applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NameScope {
+    /// Any type with this last segment, defined in the crate or not.
+    #[default]
+    Any,
+    /// Only types from other crates; a type of this name defined in the crate is walked as usual.
+    External,
+}
+
+/// A type no tool may reach.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForbiddenType {
+    /// Matched against the last segment of the resolved path.
+    pub name: String,
+    /// Full paths (`sqlx::PgPool`, `crate::identity::TenantContext`) that match whatever the name.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Which types the name match applies to.
+    #[serde(default)]
+    pub scope: NameScope,
+    /// Why it is forbidden.
+    pub reason: String,
+    /// The guard row it belongs to.
+    pub guard_row: String,
+    /// Modules where the type may be named inside a boundary (see [`Boundary`]); never a
+    /// pass for a path that starts at a tool.
+    #[serde(default)]
+    pub allowed_in: Vec<String>,
+}
+
+/// A call no tool body may make.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForbiddenCall {
+    /// Path suffix matched against the resolved call path (`tokio::spawn` matches
+    /// `tokio::spawn`; `spawn_blocking` matches any path ending in it).
+    pub path: String,
+    /// Also match method calls `.name(...)` by the last segment.
+    #[serde(default)]
+    pub method: bool,
+    /// Why it is forbidden.
+    pub reason: String,
+    /// The guard row it belongs to.
+    pub guard_row: String,
+}
+
+/// A sanctioned bridge type: the walk stops there, and the type's own insides are audited
+/// against `allowed_in` instead.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Boundary {
+    /// Display name.
+    pub name: String,
+    /// Full paths that are this boundary; required, so a look-alike type elsewhere is walked.
+    pub paths: Vec<String>,
+    /// Why the walk may stop here.
+    pub reason: String,
+}
+
+impl Rules {
+    /// Parses one rules file (no validation; see [`Rules::validate`]).
+    pub fn parse(text: &str, origin: &str) -> Result<Rules, GuardError> {
+        toml::from_str(text).map_err(|e| GuardError::Rules { origin: origin.to_string(), message: e.to_string() })
+    }
+
+    /// Adds another file's rules. Discovery lists are unioned; a guard row id that already
+    /// exists is an error, so an extension cannot replace a base row.
+    pub fn extend(&mut self, other: Rules, origin: &str) -> Result<(), GuardError> {
+        let known: HashSet<String> = self.guard_row.iter().map(|r| r.id.clone()).collect();
+        for row in &other.guard_row {
+            if known.contains(&row.id) {
+                return Err(GuardError::Rules {
+                    origin: origin.to_string(),
+                    message: format!("guard row `{}` is already defined", row.id),
+                });
+            }
+        }
+        let d = other.discovery;
+        union(&mut self.discovery.tool_attributes, d.tool_attributes);
+        union(&mut self.discovery.handler_traits, d.handler_traits);
+        union(&mut self.discovery.tool_set_attributes, d.tool_set_attributes);
+        self.guard_row.extend(other.guard_row);
+        self.forbidden_type.extend(other.forbidden_type);
+        self.forbidden_call.extend(other.forbidden_call);
+        self.boundary.extend(other.boundary);
+        Ok(())
+    }
+
+    /// Checks cross references: every rule names an existing guard row, boundaries have paths.
+    pub fn validate(&self) -> Result<(), GuardError> {
+        let rows: HashSet<&str> = self.guard_row.iter().map(|r| r.id.as_str()).collect();
+        let bad = |message: String| GuardError::Rules { origin: "merged rules".into(), message };
+        for t in &self.forbidden_type {
+            if !rows.contains(t.guard_row.as_str()) {
+                return Err(bad(format!("forbidden type `{}` names unknown guard row `{}`", t.name, t.guard_row)));
+            }
+        }
+        for c in &self.forbidden_call {
+            if !rows.contains(c.guard_row.as_str()) {
+                return Err(bad(format!("forbidden call `{}` names unknown guard row `{}`", c.path, c.guard_row)));
+            }
+        }
+        for b in &self.boundary {
+            if b.paths.is_empty() {
+                return Err(bad(format!("boundary `{}` needs at least one path", b.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The forbidden-type rule a resolved type matches, if any.
+    pub(crate) fn forbidden_type(&self, full: &str, is_local: bool) -> Option<&ForbiddenType> {
+        let last = full.rsplit("::").next().unwrap_or(full);
+        self.forbidden_type
+            .iter()
+            .find(|r| r.paths.iter().any(|p| p == full) || (r.name == last && (r.scope == NameScope::Any || !is_local)))
+    }
+
+    /// The forbidden-call rule a resolved path matches, if any.
+    pub(crate) fn forbidden_path_call(&self, path: &[String]) -> Option<&ForbiddenCall> {
+        self.forbidden_call.iter().find(|r| {
+            let want: Vec<&str> = r.path.split("::").collect();
+            want.len() <= path.len() && path[path.len() - want.len()..].iter().zip(&want).all(|(a, b)| a == b)
+        })
+    }
+
+    /// The forbidden-call rule a method call matches, if any.
+    pub(crate) fn forbidden_method_call(&self, name: &str) -> Option<&ForbiddenCall> {
+        self.forbidden_call.iter().find(|r| r.method && r.path.rsplit("::").next() == Some(name))
+    }
+
+    /// The boundary a resolved type path is, if any.
+    pub(crate) fn boundary(&self, full: &str) -> Option<&Boundary> {
+        self.boundary.iter().find(|b| b.paths.iter().any(|p| p == full))
+    }
+}
+
+fn union(into: &mut Vec<String>, from: Vec<String>) {
+    for s in from {
+        if !into.contains(&s) {
+            into.push(s);
+        }
+    }
+}

@@ -1,0 +1,1128 @@
+//! The walk: finds tool roots, follows every type, bound, alias, trait, closure, constructor
+//! and body they reach, and records each path to a forbidden type or call. It never stops
+//! early on a finding elsewhere and never treats an unresolved name as safe by default.
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use quote::ToTokens;
+use syn::visit::Visit;
+
+use crate::model::{Crate, DefId, DefKind, ModId, Res, flatten_use, line_of};
+use crate::report::{BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, ToolKind, ToolReport, TreeNode};
+use crate::rules::{ForbiddenType, Rules};
+
+/// Where a type or expression is written: resolution context.
+#[derive(Clone)]
+struct Scope {
+    module: ModId,
+    file: String,
+    generics: Vec<String>,
+    self_def: Option<DefId>,
+    uses: Rc<HashMap<String, Vec<String>>>,
+}
+
+/// Output of walking a crate.
+pub(crate) struct Walked {
+    pub tools: Vec<ToolReport>,
+    pub findings: Vec<Finding>,
+    pub boundaries: Vec<BoundaryReport>,
+}
+
+/// One root's walk (a tool, or a boundary audit).
+struct Walk<'a> {
+    krate: &'a Crate,
+    rules: &'a Rules,
+    root: String,
+    /// When auditing a boundary: its def (not a stop for itself); forbidden hits are checked
+    /// against `allowed_in` instead of being findings outright.
+    audit: Option<DefId>,
+    visited_defs: HashSet<DefId>,
+    visited_fns: HashSet<(String, usize)>,
+    stack: Vec<Hop>,
+    findings: Vec<Finding>,
+    seen_findings: HashSet<(String, String, String, usize)>,
+    held: Vec<Held>,
+    boundaries_hit: HashSet<String>,
+}
+
+pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) -> Walked {
+    let mut tools = Vec::new();
+    let mut findings = Vec::new();
+    let mut crossings: HashMap<String, Vec<String>> = HashMap::new();
+    for root in discover(krate, rules, tool_modules) {
+        let mut w = Walk::new(krate, rules, root.name.clone(), None);
+        let tree = w.walk_root(&root);
+        for b in &w.boundaries_hit {
+            crossings.entry(b.clone()).or_default().push(root.name.clone());
+        }
+        findings.extend(w.findings);
+        tools.push(ToolReport {
+            name: root.name.clone(),
+            kind: root.kind,
+            module: krate.module_path(root.module),
+            file: root.file.clone(),
+            line: root.line,
+            tree,
+        });
+    }
+    let mut boundaries = Vec::new();
+    for b in &rules.boundary {
+        let local = (0..krate.defs.len()).find(|&d| b.paths.contains(&krate.def_path(d)));
+        let mut report = BoundaryReport {
+            name: b.name.clone(),
+            paths: b.paths.clone(),
+            reason: b.reason.clone(),
+            defined_at: None,
+            holds: Vec::new(),
+            crossed_by: crossings.remove(&b.name).unwrap_or_default(),
+            tree: None,
+        };
+        if let Some(d) = local {
+            let def = &krate.defs[d];
+            report.defined_at =
+                Some(Hop { kind: HopKind::Type, label: krate.def_path(d), file: def.file.clone(), line: def.line });
+            let mut w = Walk::new(krate, rules, format!("boundary {}", krate.def_path(d)), Some(d));
+            let sc = w.def_scope(d);
+            let nodes = w.def_node(d, None, &sc);
+            report.tree = nodes.into_iter().next();
+            report.holds = w.held;
+            findings.extend(w.findings);
+        }
+        boundaries.push(report);
+    }
+    Walked { tools, findings, boundaries }
+}
+
+// ------------------------------------------------------------------ discovery
+
+enum RootKind {
+    /// A `#[tool]` fn in impl `impl_idx` (item index), or a free fn (`fns` index).
+    ImplFn {
+        impl_idx: usize,
+        item: usize,
+    },
+    FreeFn {
+        fn_idx: usize,
+    },
+    /// Every method of an impl is a root (handler trait, tool_set impl).
+    WholeImpl {
+        impl_idx: usize,
+    },
+    /// A type with a tool_set attribute.
+    Type {
+        def: DefId,
+    },
+}
+
+struct Root {
+    name: String,
+    kind: ToolKind,
+    module: ModId,
+    file: String,
+    line: usize,
+    what: RootKind,
+}
+
+fn attr_matches(attrs: &[syn::Attribute], names: &[String]) -> bool {
+    attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| names.iter().any(|n| s.ident == n)))
+}
+
+fn in_filter(krate: &Crate, m: ModId, filter: &[String]) -> bool {
+    if filter.is_empty() {
+        return true;
+    }
+    let p = krate.module_path(m);
+    filter.iter().any(|f| p == *f || p.starts_with(&format!("{f}::")))
+}
+
+fn self_ty_name(krate: &Crate, imp: &crate::model::ImplInfo) -> String {
+    match imp.self_def {
+        Some(d) => krate.defs[d].name.clone(),
+        None => tokens(&*imp.item.self_ty),
+    }
+}
+
+fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
+    let d = &rules.discovery;
+    let mut roots = Vec::new();
+    for (i, imp) in krate.impls.iter().enumerate() {
+        if !in_filter(krate, imp.module, filter) {
+            continue;
+        }
+        let ty = self_ty_name(krate, imp);
+        let handler = imp.item.trait_.as_ref().and_then(|(_, p, _)| {
+            p.segments.last().filter(|s| d.handler_traits.iter().any(|h| s.ident == h)).map(|s| s.ident.to_string())
+        });
+        if let Some(tr) = handler {
+            roots.push(Root {
+                name: format!("{ty} as {tr}"),
+                kind: ToolKind::ServerHandler,
+                module: imp.module,
+                file: imp.file.clone(),
+                line: line_of(&imp.item.self_ty),
+                what: RootKind::WholeImpl { impl_idx: i },
+            });
+            continue;
+        }
+        if attr_matches(&imp.item.attrs, &d.tool_set_attributes) {
+            roots.push(Root {
+                name: format!("{ty} (tool_set)"),
+                kind: ToolKind::ToolSet,
+                module: imp.module,
+                file: imp.file.clone(),
+                line: line_of(&imp.item.self_ty),
+                what: RootKind::WholeImpl { impl_idx: i },
+            });
+            continue;
+        }
+        for (j, item) in imp.item.items.iter().enumerate() {
+            if let syn::ImplItem::Fn(f) = item
+                && attr_matches(&f.attrs, &d.tool_attributes)
+            {
+                roots.push(Root {
+                    name: format!("{ty}::{}", f.sig.ident),
+                    kind: ToolKind::Tool,
+                    module: imp.module,
+                    file: imp.file.clone(),
+                    line: line_of(&f.sig.ident),
+                    what: RootKind::ImplFn { impl_idx: i, item: j },
+                });
+            }
+        }
+    }
+    for (i, f) in krate.fns.iter().enumerate() {
+        if in_filter(krate, f.module, filter) && attr_matches(&f.item.attrs, &d.tool_attributes) {
+            roots.push(Root {
+                name: format!("{}::{}", krate.module_path(f.module), f.item.sig.ident),
+                kind: ToolKind::Tool,
+                module: f.module,
+                file: f.file.clone(),
+                line: line_of(&f.item.sig.ident),
+                what: RootKind::FreeFn { fn_idx: i },
+            });
+        }
+    }
+    for (i, def) in krate.defs.iter().enumerate() {
+        if in_filter(krate, def.module, filter)
+            && !matches!(def.kind, DefKind::Trait(_) | DefKind::Alias(_))
+            && attr_matches(def.attrs(), &d.tool_set_attributes)
+        {
+            roots.push(Root {
+                name: format!("{} (tool_set)", def.name),
+                kind: ToolKind::ToolSet,
+                module: def.module,
+                file: def.file.clone(),
+                line: def.line,
+                what: RootKind::Type { def: i },
+            });
+        }
+    }
+    roots
+}
+
+// ------------------------------------------------------------------ helpers
+
+/// Token text with the spaces `quote` puts around punctuation removed.
+pub(crate) fn tokens<T: ToTokens + ?Sized>(t: &T) -> String {
+    let raw = t.to_token_stream().to_string();
+    let chars: Vec<char> = raw.chars().collect();
+    let mut out = String::with_capacity(raw.len());
+    for (i, &c) in chars.iter().enumerate() {
+        if c == ' ' {
+            let prev = out.chars().last();
+            let next = chars.get(i + 1).copied();
+            let after_path_sep = out.ends_with("::");
+            let drop = matches!(prev, Some('<' | '(' | '[' | '&' | '.' | '!'))
+                || matches!(next, Some('>' | ')' | ']' | ',' | ';' | ':' | '.' | '(' | '<'))
+                || after_path_sep;
+            if drop {
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn generic_names(g: &syn::Generics) -> Vec<String> {
+    g.type_params().map(|t| t.ident.to_string()).collect()
+}
+
+fn pat_label(p: &syn::Pat) -> String {
+    match p {
+        syn::Pat::Ident(i) => i.ident.to_string(),
+        syn::Pat::Type(t) => pat_label(&t.pat),
+        other => tokens(other),
+    }
+}
+
+/// Whether a subtree says anything beyond leaf external types: used to prune impl and body
+/// sections of the trees (never the findings, which are recorded as they are met).
+fn interesting(n: &TreeNode) -> bool {
+    match n.mark {
+        Some(Mark::Forbidden) | Some(Mark::Boundary) | Some(Mark::Opaque) => return true,
+        Some(Mark::External) | Some(Mark::Visited) => {}
+        None => {
+            if matches!(n.kind, HopKind::Type | HopKind::Alias | HopKind::Trait)
+                || (n.kind == HopKind::Call)
+                || n.kind == HopKind::Static
+            {
+                return true;
+            }
+        }
+    }
+    n.children.iter().any(interesting)
+}
+
+fn returns_self(output: &syn::ReturnType, name: &str) -> bool {
+    let syn::ReturnType::Type(_, ty) = output else {
+        return false;
+    };
+    fn mentions(ty: &syn::Type, name: &str) -> bool {
+        match ty {
+            syn::Type::Path(tp) => tp.path.segments.iter().any(|s| {
+                s.ident == "Self"
+                    || s.ident == name
+                    || match &s.arguments {
+                        syn::PathArguments::AngleBracketed(a) => a.args.iter().any(|g| match g {
+                            syn::GenericArgument::Type(t) => mentions(t, name),
+                            _ => false,
+                        }),
+                        _ => false,
+                    }
+            }),
+            syn::Type::Paren(p) => mentions(&p.elem, name),
+            syn::Type::Group(g) => mentions(&g.elem, name),
+            _ => false,
+        }
+    }
+    mentions(ty, name)
+}
+
+fn leaf(kind: HopKind, label: String, file: &str, line: usize, mark: Option<Mark>) -> TreeNode {
+    TreeNode { kind, label, file: file.to_string(), line, mark, guard_row: None, children: Vec::new() }
+}
+
+// ------------------------------------------------------------------ the walk
+
+impl<'a> Walk<'a> {
+    fn new(krate: &'a Crate, rules: &'a Rules, root: String, audit: Option<DefId>) -> Self {
+        Walk {
+            krate,
+            rules,
+            root,
+            audit,
+            visited_defs: HashSet::new(),
+            visited_fns: HashSet::new(),
+            stack: Vec::new(),
+            findings: Vec::new(),
+            seen_findings: HashSet::new(),
+            held: Vec::new(),
+            boundaries_hit: HashSet::new(),
+        }
+    }
+
+    /// Builds a node: the hop is on the path stack while its children are walked.
+    fn node(&mut self, hop: Hop, f: impl FnOnce(&mut Self) -> Vec<TreeNode>) -> TreeNode {
+        self.stack.push(hop.clone());
+        let children = f(self);
+        self.stack.pop();
+        TreeNode {
+            kind: hop.kind,
+            label: hop.label,
+            file: hop.file,
+            line: hop.line,
+            mark: None,
+            guard_row: None,
+            children,
+        }
+    }
+
+    fn record(&mut self, kind: FindingKind, hop: Hop, guard_row: &str, forbidden: &str, reason: &str) {
+        let key = (guard_row.to_string(), forbidden.to_string(), hop.file.clone(), hop.line);
+        if !self.seen_findings.insert(key) {
+            return;
+        }
+        let mut path = self.stack.clone();
+        path.push(hop);
+        self.findings.push(Finding {
+            guard_row: guard_row.to_string(),
+            kind,
+            root: self.root.clone(),
+            forbidden: forbidden.to_string(),
+            reason: reason.to_string(),
+            path,
+        });
+    }
+
+    /// A forbidden type was met at `hop`, named in module `site` at `site_line` of the scope's file.
+    fn forbidden_type(&mut self, hop: Hop, rule: &ForbiddenType, sc: &Scope, site_line: usize) -> TreeNode {
+        let site = sc.module;
+        let label = hop.label.clone();
+        if self.audit.is_some() {
+            let module = self.krate.module_path(site);
+            let allowed = rule.allowed_in.iter().any(|a| module == *a || module.starts_with(&format!("{a}::")));
+            if allowed {
+                self.held.push(Held {
+                    forbidden: label.clone(),
+                    guard_row: rule.guard_row.clone(),
+                    module,
+                    file: sc.file.clone(),
+                    line: site_line,
+                });
+            } else {
+                self.record(FindingKind::BoundaryLeak, hop.clone(), &rule.guard_row, &label, &rule.reason);
+            }
+        } else {
+            self.record(FindingKind::Type, hop.clone(), &rule.guard_row, &label, &rule.reason);
+        }
+        let mut n = leaf(hop.kind, label, &hop.file, hop.line, Some(Mark::Forbidden));
+        n.guard_row = Some(rule.guard_row.clone());
+        n
+    }
+
+    fn forbidden_call(&mut self, label: String, file: &str, line: usize, row: &str, reason: &str) -> TreeNode {
+        let hop = Hop { kind: HopKind::Call, label: label.clone(), file: file.to_string(), line };
+        self.record(FindingKind::Call, hop, row, &label, reason);
+        let mut n = leaf(HopKind::Call, label, file, line, Some(Mark::Forbidden));
+        n.guard_row = Some(row.to_string());
+        n
+    }
+
+    fn def_scope(&self, d: DefId) -> Scope {
+        let def = &self.krate.defs[d];
+        Scope {
+            module: def.module,
+            file: def.file.clone(),
+            generics: generic_names(def.generics()),
+            self_def: Some(d),
+            uses: Rc::new(HashMap::new()),
+        }
+    }
+
+    fn resolve(&self, path: &syn::Path, sc: &Scope) -> Res {
+        let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if path.leading_colon.is_none()
+            && let Some(first) = segs.first()
+            && first == "Self"
+            && let Some(d) = sc.self_def
+        {
+            return match segs.len() {
+                1 => Res::Def(d),
+                _ => Res::Assoc(d, segs[segs.len() - 1].clone()),
+            };
+        }
+        let mut segs = segs;
+        if path.leading_colon.is_some() {
+            segs.insert(0, "::".into());
+        }
+        self.krate.resolve_with(sc.module, &segs, 0, &sc.uses)
+    }
+
+    // -------------------------------------------------------------- types
+
+    fn walk_type(&mut self, ty: &syn::Type, sc: &Scope) -> Vec<TreeNode> {
+        match ty {
+            syn::Type::Path(tp) => {
+                let mut out = Vec::new();
+                if let Some(q) = &tp.qself {
+                    out.extend(self.walk_type(&q.ty, sc));
+                }
+                out.extend(self.walk_path_type(&tp.path, sc));
+                out
+            }
+            syn::Type::Reference(r) => self.walk_type(&r.elem, sc),
+            syn::Type::Ptr(p) => self.walk_type(&p.elem, sc),
+            syn::Type::Slice(s) => self.walk_type(&s.elem, sc),
+            syn::Type::Array(a) => self.walk_type(&a.elem, sc),
+            syn::Type::Paren(p) => self.walk_type(&p.elem, sc),
+            syn::Type::Group(g) => self.walk_type(&g.elem, sc),
+            syn::Type::Tuple(t) => t.elems.iter().flat_map(|e| self.walk_type(e, sc)).collect(),
+            syn::Type::TraitObject(o) => o.bounds.iter().flat_map(|b| self.walk_bound(b, sc)).collect(),
+            syn::Type::ImplTrait(i) => i.bounds.iter().flat_map(|b| self.walk_bound(b, sc)).collect(),
+            syn::Type::BareFn(f) => {
+                let mut out: Vec<TreeNode> = f.inputs.iter().flat_map(|a| self.walk_type(&a.ty, sc)).collect();
+                if let syn::ReturnType::Type(_, t) = &f.output {
+                    out.extend(self.walk_type(t, sc));
+                }
+                out
+            }
+            syn::Type::Macro(m) => vec![leaf(
+                HopKind::Macro,
+                format!("{}!", tokens(&m.mac.path)),
+                &sc.file,
+                line_of(&m.mac.path),
+                Some(Mark::Opaque),
+            )],
+            _ => Vec::new(),
+        }
+    }
+
+    fn walk_bound(&mut self, b: &syn::TypeParamBound, sc: &Scope) -> Vec<TreeNode> {
+        match b {
+            syn::TypeParamBound::Trait(t) => self.walk_path_type(&t.path, sc),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Generic arguments of every segment, `Fn(A) -> B` sugar included.
+    fn path_args(&mut self, path: &syn::Path, sc: &Scope) -> Vec<TreeNode> {
+        let mut out = Vec::new();
+        for seg in &path.segments {
+            match &seg.arguments {
+                syn::PathArguments::AngleBracketed(a) => {
+                    for g in &a.args {
+                        match g {
+                            syn::GenericArgument::Type(t) => out.extend(self.walk_type(t, sc)),
+                            syn::GenericArgument::AssocType(at) => out.extend(self.walk_type(&at.ty, sc)),
+                            syn::GenericArgument::Constraint(c) => {
+                                for b in &c.bounds {
+                                    out.extend(self.walk_bound(b, sc));
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                syn::PathArguments::Parenthesized(p) => {
+                    for t in &p.inputs {
+                        out.extend(self.walk_type(t, sc));
+                    }
+                    if let syn::ReturnType::Type(_, t) = &p.output {
+                        out.extend(self.walk_type(t, sc));
+                    }
+                }
+                syn::PathArguments::None => {}
+            }
+        }
+        out
+    }
+
+    fn walk_path_type(&mut self, path: &syn::Path, sc: &Scope) -> Vec<TreeNode> {
+        let line = line_of(path);
+        if path.leading_colon.is_none()
+            && path.segments.len() == 1
+            && path.segments[0].arguments.is_none()
+            && sc.generics.iter().any(|g| path.segments[0].ident == g)
+        {
+            return vec![leaf(HopKind::GenericParam, path.segments[0].ident.to_string(), &sc.file, line, None)];
+        }
+        match self.resolve(path, sc) {
+            Res::Def(d) | Res::Assoc(d, _) => self.def_node(d, Some(path), sc),
+            Res::External(p) => vec![self.external_node(p.join("::"), Some(path), sc, line)],
+            _ => vec![self.external_node(tokens(path), Some(path), sc, line)],
+        }
+    }
+
+    fn external_node(&mut self, full: String, args: Option<&syn::Path>, sc: &Scope, line: usize) -> TreeNode {
+        let hop = Hop { kind: HopKind::Type, label: full.clone(), file: sc.file.clone(), line };
+        if let Some(rule) = self.rules.forbidden_type(&full, false) {
+            return self.forbidden_type(hop, rule, sc, line);
+        }
+        if let Some(b) = self.rules.boundary(&full) {
+            self.boundaries_hit.insert(b.name.clone());
+            return leaf(HopKind::Type, full, &sc.file, line, Some(Mark::Boundary));
+        }
+        let mut n = self.node(hop, |w| match args {
+            Some(p) => w.path_args(p, sc),
+            None => Vec::new(),
+        });
+        n.mark = Some(Mark::External);
+        n
+    }
+
+    /// A crate type reached from `sc` (generic arguments of `args` walked too).
+    fn def_node(&mut self, d: DefId, args: Option<&syn::Path>, sc: &Scope) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let def = &krate.defs[d];
+        let full = krate.def_path(d);
+        let kind = match def.kind {
+            DefKind::Alias(_) => HopKind::Alias,
+            DefKind::Trait(_) => HopKind::Trait,
+            _ => HopKind::Type,
+        };
+        let hop = Hop { kind, label: full.clone(), file: def.file.clone(), line: def.line };
+        if let Some(rule) = self.rules.forbidden_type(&full, true) {
+            let site_line = args.map(line_of).unwrap_or(def.line);
+            return vec![self.forbidden_type(hop, rule, sc, site_line)];
+        }
+        if self.audit != Some(d)
+            && let Some(b) = self.rules.boundary(&full)
+        {
+            self.boundaries_hit.insert(b.name.clone());
+            return vec![leaf(kind, full, &def.file, def.line, Some(Mark::Boundary))];
+        }
+        let first = self.visited_defs.insert(d);
+        let mut n = self.node(hop, |w| {
+            let mut ch = Vec::new();
+            if first {
+                ch.extend(w.expand_def(d));
+            }
+            if let Some(p) = args {
+                ch.extend(w.path_args(p, sc));
+            }
+            ch
+        });
+        if !first {
+            n.mark = Some(Mark::Visited);
+        }
+        vec![n]
+    }
+
+    fn generics_nodes(&mut self, g: &syn::Generics, sc: &Scope) -> Vec<TreeNode> {
+        let mut out = Vec::new();
+        for tp in g.type_params() {
+            for b in &tp.bounds {
+                if let syn::TypeParamBound::Trait(_) = b {
+                    let hop = Hop {
+                        kind: HopKind::Bound,
+                        label: format!("{}: {}", tp.ident, tokens(b)),
+                        file: sc.file.clone(),
+                        line: line_of(b),
+                    };
+                    out.push(self.node(hop, |w| w.walk_bound(b, sc)));
+                }
+            }
+            if let Some(def) = &tp.default {
+                let hop = Hop {
+                    kind: HopKind::Bound,
+                    label: format!("{} = {}", tp.ident, tokens(def)),
+                    file: sc.file.clone(),
+                    line: line_of(def),
+                };
+                out.push(self.node(hop, |w| w.walk_type(def, sc)));
+            }
+        }
+        if let Some(wc) = &g.where_clause {
+            for p in &wc.predicates {
+                if let syn::WherePredicate::Type(pt) = p {
+                    let hop = Hop { kind: HopKind::Bound, label: tokens(pt), file: sc.file.clone(), line: line_of(pt) };
+                    out.push(self.node(hop, |w| {
+                        let mut ch = w.walk_type(&pt.bounded_ty, sc);
+                        for b in &pt.bounds {
+                            ch.extend(w.walk_bound(b, sc));
+                        }
+                        ch
+                    }));
+                }
+            }
+        }
+        out
+    }
+
+    fn fields_nodes(&mut self, fields: &syn::Fields, sc: &Scope) -> Vec<TreeNode> {
+        fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let (label, line) = match &f.ident {
+                    Some(id) => (id.to_string(), line_of(id)),
+                    None => (i.to_string(), line_of(&f.ty)),
+                };
+                let hop = Hop { kind: HopKind::Field, label, file: sc.file.clone(), line };
+                self.node(hop, |w| w.walk_type(&f.ty, sc))
+            })
+            .collect()
+    }
+
+    /// Parameters (not `self`) and, when asked, the return type of a signature.
+    fn sig_nodes(&mut self, sig: &syn::Signature, sc: &Scope, params: bool, ret: bool) -> Vec<TreeNode> {
+        // A signature's bounds are capabilities only for whoever supplies its parameters.
+        let mut out = if params { self.generics_nodes(&sig.generics, sc) } else { Vec::new() };
+        if params {
+            for input in &sig.inputs {
+                if let syn::FnArg::Typed(pt) = input {
+                    let hop = Hop {
+                        kind: HopKind::Param,
+                        label: pat_label(&pt.pat),
+                        file: sc.file.clone(),
+                        line: line_of(&pt.pat),
+                    };
+                    out.push(self.node(hop, |w| w.walk_type(&pt.ty, sc)));
+                }
+            }
+        }
+        if ret && let syn::ReturnType::Type(_, t) = &sig.output {
+            let hop = Hop { kind: HopKind::Returns, label: tokens(&**t), file: sc.file.clone(), line: line_of(&**t) };
+            out.push(self.node(hop, |w| w.walk_type(t, sc)));
+        }
+        out
+    }
+
+    fn with_generics(sc: &Scope, g: &syn::Generics) -> Scope {
+        let mut s = sc.clone();
+        s.generics.extend(generic_names(g));
+        s
+    }
+
+    fn expand_def(&mut self, d: DefId) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let def = &krate.defs[d];
+        let sc = self.def_scope(d);
+        let mut out = self.generics_nodes(def.generics(), &sc);
+        match &def.kind {
+            DefKind::Struct(s) => out.extend(self.fields_nodes(&s.fields, &sc)),
+            DefKind::Union(u) => out.extend(self.fields_nodes(&syn::Fields::Named(u.fields.clone()), &sc)),
+            DefKind::Enum(e) => {
+                for v in &e.variants {
+                    let hop = Hop {
+                        kind: HopKind::Variant,
+                        label: v.ident.to_string(),
+                        file: sc.file.clone(),
+                        line: line_of(&v.ident),
+                    };
+                    out.push(self.node(hop, |w| w.fields_nodes(&v.fields, &sc)));
+                }
+            }
+            DefKind::Alias(a) => out.extend(self.walk_type(&a.ty, &sc)),
+            DefKind::Trait(t) => {
+                for b in &t.supertraits {
+                    out.extend(self.walk_bound(b, &sc));
+                }
+                for item in &t.items {
+                    match item {
+                        syn::TraitItem::Fn(f) => {
+                            let msc = Self::with_generics(&sc, &f.sig.generics);
+                            let hop = Hop {
+                                kind: HopKind::Method,
+                                label: f.sig.ident.to_string(),
+                                file: sc.file.clone(),
+                                line: line_of(&f.sig.ident),
+                            };
+                            out.push(self.node(hop, |w| w.sig_nodes(&f.sig, &msc, true, true)));
+                        }
+                        syn::TraitItem::Type(at) => {
+                            let hop = Hop {
+                                kind: HopKind::AssocType,
+                                label: at.ident.to_string(),
+                                file: sc.file.clone(),
+                                line: line_of(&at.ident),
+                            };
+                            out.push(self.node(hop, |w| {
+                                let mut ch: Vec<TreeNode> =
+                                    at.bounds.iter().flat_map(|b| w.walk_bound(b, &sc)).collect();
+                                if let Some((_, t)) = &at.default {
+                                    ch.extend(w.walk_type(t, &sc));
+                                }
+                                ch
+                            }));
+                        }
+                        syn::TraitItem::Const(c) => out.extend(self.walk_type(&c.ty, &sc)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        for i in 0..krate.impls.len() {
+            if krate.impls[i].self_def == Some(d) {
+                out.extend(self.impl_nodes(i, d));
+            }
+        }
+        out
+    }
+
+    /// What an impl of a reached type adds: constructors' parameters, methods' return types,
+    /// associated types, and a trait impl's generic arguments (`impl AsRef<PgPool> for X`).
+    fn impl_nodes(&mut self, i: usize, d: DefId) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let imp = &krate.impls[i];
+        let name = krate.defs[d].name.clone();
+        let sc = Scope {
+            module: imp.module,
+            file: imp.file.clone(),
+            generics: generic_names(&imp.item.generics),
+            self_def: Some(d),
+            uses: Rc::new(HashMap::new()),
+        };
+        match &imp.item.trait_ {
+            Some((_, tpath, _)) => {
+                let hop = Hop {
+                    kind: HopKind::Impl,
+                    label: format!("{} for {name}", tokens(tpath)),
+                    file: sc.file.clone(),
+                    line: line_of(tpath),
+                };
+                let n = self.node(hop, |w| {
+                    let mut ch = w.path_args(tpath, &sc);
+                    ch.extend(w.impl_items(&imp.item, &name, &sc));
+                    ch
+                });
+                if interesting(&n) { vec![n] } else { Vec::new() }
+            }
+            None => self.impl_items(&imp.item, &name, &sc),
+        }
+    }
+
+    fn impl_items(&mut self, item: &syn::ItemImpl, name: &str, sc: &Scope) -> Vec<TreeNode> {
+        let mut items = Vec::new();
+        for item in &item.items {
+            match item {
+                syn::ImplItem::Fn(f) => {
+                    let msc = Self::with_generics(sc, &f.sig.generics);
+                    let ctor = f.sig.receiver().is_none() && returns_self(&f.sig.output, name);
+                    let hop = Hop {
+                        kind: if ctor { HopKind::Constructor } else { HopKind::Method },
+                        label: format!("{name}::{}", f.sig.ident),
+                        file: sc.file.clone(),
+                        line: line_of(&f.sig.ident),
+                    };
+                    let n = self.node(hop, |w| w.sig_nodes(&f.sig, &msc, ctor, !ctor));
+                    if interesting(&n) {
+                        items.push(n);
+                    }
+                }
+                syn::ImplItem::Type(t) => {
+                    let hop = Hop {
+                        kind: HopKind::AssocType,
+                        label: format!("{name}::{}", t.ident),
+                        file: sc.file.clone(),
+                        line: line_of(&t.ident),
+                    };
+                    items.push(self.node(hop, |w| w.walk_type(&t.ty, sc)));
+                }
+                _ => {}
+            }
+        }
+        items
+    }
+
+    // -------------------------------------------------------------- roots
+
+    fn walk_root(&mut self, root: &Root) -> TreeNode {
+        let krate = self.krate;
+        let hop = Hop { kind: HopKind::Tool, label: root.name.clone(), file: root.file.clone(), line: root.line };
+        self.node(hop, |w| match &root.what {
+            RootKind::ImplFn { impl_idx, item } => {
+                let imp = &krate.impls[*impl_idx];
+                let syn::ImplItem::Fn(f) = &imp.item.items[*item] else {
+                    return Vec::new();
+                };
+                let sc = w.impl_scope(*impl_idx);
+                let mut ch = vec![w.receiver_node(*impl_idx)];
+                let fsc = Self::with_generics(&sc, &f.sig.generics);
+                ch.extend(w.sig_nodes(&f.sig, &fsc, true, false));
+                w.visited_fns.insert((imp.file.clone(), line_of(&f.sig.ident)));
+                let label = format!("{}::{}", self_ty_name(krate, imp), f.sig.ident);
+                ch.extend(w.body_node(label, &f.block, &fsc, line_of(&f.sig.ident)));
+                ch.extend(w.receiver_methods(imp.self_def));
+                ch
+            }
+            RootKind::FreeFn { fn_idx } => {
+                let f = &krate.fns[*fn_idx];
+                let sc = Scope {
+                    module: f.module,
+                    file: f.file.clone(),
+                    generics: generic_names(&f.item.sig.generics),
+                    self_def: None,
+                    uses: Rc::new(HashMap::new()),
+                };
+                let mut ch = w.sig_nodes(&f.item.sig, &sc, true, false);
+                w.visited_fns.insert((f.file.clone(), line_of(&f.item.sig.ident)));
+                let label = format!("{}::{}", krate.module_path(f.module), f.item.sig.ident);
+                ch.extend(w.body_node(label, &f.item.block, &sc, line_of(&f.item.sig.ident)));
+                ch
+            }
+            RootKind::WholeImpl { impl_idx } => {
+                let imp = &krate.impls[*impl_idx];
+                let sc = w.impl_scope(*impl_idx);
+                let mut ch = vec![w.receiver_node(*impl_idx)];
+                let ty = self_ty_name(krate, imp);
+                for item in &imp.item.items {
+                    if let syn::ImplItem::Fn(f) = item {
+                        let fsc = Self::with_generics(&sc, &f.sig.generics);
+                        let line = line_of(&f.sig.ident);
+                        w.visited_fns.insert((imp.file.clone(), line));
+                        let label = format!("{ty}::{}", f.sig.ident);
+                        let hop = Hop { kind: HopKind::Method, label: label.clone(), file: imp.file.clone(), line };
+                        ch.push(w.node(hop, |w| {
+                            let mut m = w.sig_nodes(&f.sig, &fsc, true, false);
+                            m.extend(w.body_node(label, &f.block, &fsc, line));
+                            m
+                        }));
+                    }
+                }
+                ch.extend(w.receiver_methods(imp.self_def));
+                ch
+            }
+            RootKind::Type { def } => {
+                let sc = w.def_scope(*def);
+                let hop = Hop {
+                    kind: HopKind::Receiver,
+                    label: krate.defs[*def].name.clone(),
+                    file: sc.file.clone(),
+                    line: krate.defs[*def].line,
+                };
+                let mut ch = vec![w.node(hop, |w| w.def_node(*def, None, &sc))];
+                ch.extend(w.receiver_methods(Some(*def)));
+                ch
+            }
+        })
+    }
+
+    fn impl_scope(&self, i: usize) -> Scope {
+        let imp = &self.krate.impls[i];
+        Scope {
+            module: imp.module,
+            file: imp.file.clone(),
+            generics: generic_names(&imp.item.generics),
+            self_def: imp.self_def,
+            uses: Rc::new(HashMap::new()),
+        }
+    }
+
+    fn receiver_node(&mut self, i: usize) -> TreeNode {
+        let imp = &self.krate.impls[i];
+        let sc = self.impl_scope(i);
+        let hop = Hop {
+            kind: HopKind::Receiver,
+            label: tokens(&*imp.item.self_ty),
+            file: imp.file.clone(),
+            line: line_of(&imp.item.self_ty),
+        };
+        let mut n = self.node(hop, |w| w.walk_type(&imp.item.self_ty, &sc));
+        n.children.extend(self.generics_nodes(&imp.item.generics, &sc));
+        n
+    }
+
+    /// Bodies of the receiver type's other methods (helpers); tools are walked as their own roots.
+    fn receiver_methods(&mut self, d: Option<DefId>) -> Vec<TreeNode> {
+        let Some(d) = d else { return Vec::new() };
+        let krate = self.krate;
+        let tool_attrs = &self.rules.discovery.tool_attributes;
+        let mut out = Vec::new();
+        for i in 0..krate.impls.len() {
+            let imp = &krate.impls[i];
+            if imp.self_def != Some(d) {
+                continue;
+            }
+            let sc = self.impl_scope(i);
+            for item in &imp.item.items {
+                if let syn::ImplItem::Fn(f) = item {
+                    let line = line_of(&f.sig.ident);
+                    if attr_matches(&f.attrs, tool_attrs) || !self.visited_fns.insert((imp.file.clone(), line)) {
+                        continue;
+                    }
+                    let fsc = Self::with_generics(&sc, &f.sig.generics);
+                    let label = format!("{}::{}", krate.defs[d].name, f.sig.ident);
+                    let hop = Hop { kind: HopKind::Method, label: label.clone(), file: imp.file.clone(), line };
+                    let n = self.node(hop, |w| w.scan_body(&f.block, &fsc));
+                    if interesting(&n) {
+                        out.push(n);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn body_node(&mut self, label: String, block: &syn::Block, sc: &Scope, line: usize) -> Option<TreeNode> {
+        let hop = Hop { kind: HopKind::Body, label, file: sc.file.clone(), line };
+        let n = self.node(hop, |w| w.scan_body(block, sc));
+        (!n.children.is_empty()).then_some(n)
+    }
+
+    // -------------------------------------------------------------- bodies
+
+    fn scan_body(&mut self, block: &syn::Block, sc: &Scope) -> Vec<TreeNode> {
+        let mut c = Collector::default();
+        c.visit_block(block);
+        let mut uses = (*sc.uses).clone();
+        uses.extend(c.uses);
+        let sc = Scope { uses: Rc::new(uses), ..sc.clone() };
+        let mut out = Vec::new();
+        for ev in c.events {
+            match ev {
+                Event::Path(p, line) => out.extend(self.body_path(&p, line, &sc)),
+                Event::Method(name, line) => {
+                    if let Some(rule) = self.rules.forbidden_method_call(&name) {
+                        let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
+                        out.push(self.forbidden_call(format!(".{name}()"), &sc.file, line, &row, &reason));
+                    }
+                }
+                Event::Type(t) => {
+                    for n in self.walk_type(&t, &sc) {
+                        if interesting(&n) {
+                            out.push(n);
+                        }
+                    }
+                }
+                Event::Macro(name, line) => {
+                    out.push(leaf(HopKind::Macro, format!("{name}!"), &sc.file, line, Some(Mark::Opaque)))
+                }
+            }
+        }
+        out
+    }
+
+    fn body_path(&mut self, p: &syn::Path, line: usize, sc: &Scope) -> Vec<TreeNode> {
+        if p.segments.len() == 1 && sc.generics.iter().any(|g| p.segments[0].ident == g) {
+            return Vec::new();
+        }
+        let krate = self.krate;
+        match self.resolve(p, sc) {
+            Res::External(segs) => {
+                if let Some(rule) = self.rules.forbidden_path_call(&segs) {
+                    let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
+                    return vec![self.forbidden_call(segs.join("::"), &sc.file, line, &row, &reason)];
+                }
+                // `PgPool::connect(..)`, `Parts { .. }`: the body names a forbidden type.
+                for n in (1..=segs.len()).rev() {
+                    let full = segs[..n].join("::");
+                    if let Some(rule) = self.rules.forbidden_type(&full, false) {
+                        let hop = Hop { kind: HopKind::Type, label: full, file: sc.file.clone(), line };
+                        return vec![self.forbidden_type(hop, rule, sc, line)];
+                    }
+                }
+                Vec::new()
+            }
+            Res::Fn(f) => {
+                let info = &krate.fns[f];
+                let key = (info.file.clone(), line_of(&info.item.sig.ident));
+                if !self.visited_fns.insert(key) {
+                    return Vec::new();
+                }
+                let fsc = Scope {
+                    module: info.module,
+                    file: info.file.clone(),
+                    generics: generic_names(&info.item.sig.generics),
+                    self_def: None,
+                    uses: Rc::new(HashMap::new()),
+                };
+                let hop = Hop {
+                    kind: HopKind::Call,
+                    label: format!("{}::{}", krate.module_path(info.module), info.item.sig.ident),
+                    file: info.file.clone(),
+                    line: line_of(&info.item.sig.ident),
+                };
+                let n = self.node(hop, |w| {
+                    let mut ch = w.sig_nodes(&info.item.sig, &fsc, true, true);
+                    ch.retain(interesting);
+                    ch.extend(w.scan_body(&info.item.block, &fsc));
+                    ch
+                });
+                vec![n]
+            }
+            Res::Static(s) => {
+                let st = &krate.statics[s];
+                let ssc = Scope {
+                    module: st.module,
+                    file: st.file.clone(),
+                    generics: Vec::new(),
+                    self_def: None,
+                    uses: Rc::new(HashMap::new()),
+                };
+                let hop = Hop {
+                    kind: HopKind::Static,
+                    label: format!("{}::{}", krate.module_path(st.module), st.name),
+                    file: st.file.clone(),
+                    line: st.line,
+                };
+                vec![self.node(hop, |w| w.walk_type(&st.ty, &ssc))]
+            }
+            Res::Def(d) => self.def_node(d, None, sc).into_iter().filter(interesting).collect(),
+            Res::Assoc(d, name) => {
+                let mut out: Vec<TreeNode> = self.def_node(d, None, sc).into_iter().filter(interesting).collect();
+                out.extend(self.follow_assoc_fn(d, &name));
+                out
+            }
+            Res::Module(_) => Vec::new(),
+        }
+    }
+
+    /// `Type::helper(..)` in a body: scan that fn too.
+    fn follow_assoc_fn(&mut self, d: DefId, name: &str) -> Vec<TreeNode> {
+        let krate = self.krate;
+        for i in 0..krate.impls.len() {
+            let imp = &krate.impls[i];
+            if imp.self_def != Some(d) {
+                continue;
+            }
+            for item in &imp.item.items {
+                if let syn::ImplItem::Fn(f) = item
+                    && f.sig.ident == name
+                {
+                    let line = line_of(&f.sig.ident);
+                    if !self.visited_fns.insert((imp.file.clone(), line)) {
+                        return Vec::new();
+                    }
+                    let fsc = Self::with_generics(&self.impl_scope(i), &f.sig.generics);
+                    let hop = Hop {
+                        kind: HopKind::Call,
+                        label: format!("{}::{}", krate.def_path(d), name),
+                        file: imp.file.clone(),
+                        line,
+                    };
+                    return vec![self.node(hop, |w| w.scan_body(&f.block, &fsc))];
+                }
+            }
+        }
+        Vec::new()
+    }
+}
+
+// ------------------------------------------------------------------ body collector
+
+enum Event {
+    Path(syn::Path, usize),
+    Method(String, usize),
+    Type(Box<syn::Type>),
+    Macro(String, usize),
+}
+
+#[derive(Default)]
+struct Collector {
+    events: Vec<Event>,
+    uses: HashMap<String, Vec<String>>,
+    globs: Vec<Vec<String>>,
+}
+
+impl<'ast> Visit<'ast> for Collector {
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        flatten_use(&u.tree, &mut Vec::new(), &mut self.uses, &mut self.globs);
+    }
+
+    fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
+        self.events.push(Event::Path(e.path.clone(), line_of(&e.path)));
+        syn::visit::visit_expr_path(self, e);
+    }
+
+    fn visit_expr_struct(&mut self, e: &'ast syn::ExprStruct) {
+        self.events.push(Event::Path(e.path.clone(), line_of(&e.path)));
+        syn::visit::visit_expr_struct(self, e);
+    }
+
+    fn visit_expr_method_call(&mut self, e: &'ast syn::ExprMethodCall) {
+        self.events.push(Event::Method(e.method.to_string(), line_of(&e.method)));
+        syn::visit::visit_expr_method_call(self, e);
+    }
+
+    fn visit_type(&mut self, t: &'ast syn::Type) {
+        self.events.push(Event::Type(Box::new(t.clone())));
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        use syn::punctuated::Punctuated;
+        let parsed = m.parse_body_with(Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated);
+        // The parsed tokens live only here, so they go through a fresh collector.
+        let mut sub = Collector::default();
+        match parsed {
+            Ok(exprs) => {
+                for e in &exprs {
+                    sub.visit_expr(e);
+                }
+            }
+            Err(_) => match m.parse_body_with(syn::Block::parse_within) {
+                Ok(stmts) => {
+                    for s in &stmts {
+                        sub.visit_stmt(s);
+                    }
+                }
+                Err(_) => self.events.push(Event::Macro(tokens(&m.path), line_of(&m.path))),
+            },
+        }
+        self.events.extend(sub.events);
+        self.uses.extend(sub.uses);
+        self.globs.extend(sub.globs);
+    }
+}

@@ -1,0 +1,77 @@
+//! `scopegate guards report`: prints the guard report of the sources this binary was built
+//! from, as `build.rs` wrote it. It never re-runs the guard and never reads the sources.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::CliError;
+
+// Written by build.rs (the guard library's `write_reports`) before this crate compiles, so
+// the text below describes exactly the sources of this build.
+const MARKDOWN: &str = include_str!(concat!(env!("OUT_DIR"), "/guards-report.md"));
+const JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/guards-report.json"));
+const SARIF: &str = include_str!(concat!(env!("OUT_DIR"), "/guards-report.sarif"));
+
+#[derive(Debug, Args)]
+pub struct GuardsArgs {
+    #[command(subcommand)]
+    command: GuardsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum GuardsCommand {
+    /// Print the guard report of this build: the guard table, each tool's dependency tree,
+    /// the findings (none, or the build would have failed) and the residue the walk can't see.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// md for auditors, json (see guards/report.schema.json), sarif (SARIF 2.1.0).
+    #[arg(long, value_enum, default_value_t = Format::Md)]
+    format: Format,
+    /// Write the report to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Md,
+    Json,
+    Sarif,
+}
+
+/// Why the report could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the guard report to {path}: {source}")]
+pub struct ReportError {
+    path: String,
+    source: std::io::Error,
+}
+
+fn text(format: Format) -> &'static str {
+    match format {
+        Format::Md => MARKDOWN,
+        Format::Json => JSON,
+        Format::Sarif => SARIF,
+    }
+}
+
+pub fn run(args: GuardsArgs) -> Result<(), CliError> {
+    let GuardsCommand::Report(args) = args.command;
+    let text = text(args.format);
+    let written = match &args.output {
+        Some(path) => {
+            std::fs::write(path, text).map_err(|source| ReportError { path: path.display().to_string(), source })
+        }
+        None => match std::io::stdout().lock().write_all(text.as_bytes()) {
+            // `| head` closing the pipe early is not a failure of the report.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other.map_err(|source| ReportError { path: "stdout".into(), source }),
+        },
+    };
+    Ok(written?)
+}

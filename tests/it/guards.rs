@@ -1,0 +1,349 @@
+//! The guard as part of the gateway's build: the real sources pass; a tool that reaches a pool
+//! through a helper fails with the whole path; `scopegate guards report` prints the report of
+//! the sources the binary was built from; the SaaS example is guarded by its own rules.
+//!
+//! The guard library is run directly on copies of the sources (what `build.rs` does, without
+//! a cargo build per case); `a_violating_tool_fails_cargo_build` runs one real build.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The options `build.rs` runs the guard with.
+fn gateway_options(root: &Path) -> guards::Options {
+    guards::Options::new(root).tool_modules(["crate::tools"]).rules(workspace().join("guards/rules.toml"))
+}
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// 1-based line of the first line of `file` (relative to `root`) containing `needle`.
+fn line_of(root: &Path, file: &str, needle: &str) -> usize {
+    let text = std::fs::read_to_string(root.join(file)).unwrap();
+    text.lines().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("{file} has no line with {needle:?}")) + 1
+}
+
+/// Appends `mod_line` to the copy's `src/lib.rs` and writes `files` (relative paths).
+fn add_sources(root: &Path, mod_line: &str, files: &[(&str, &str)]) {
+    let lib = root.join("src/lib.rs");
+    let mut text = std::fs::read_to_string(&lib).unwrap();
+    text.push_str(mod_line);
+    std::fs::write(&lib, text).unwrap();
+    for (path, body) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+}
+
+/// The gateway's `src/` with an export tool whose helper holds the store's `Db` (and so its
+/// pool): the tool's own signature is clean, only the dependency graph is not.
+fn gateway_with_violating_tool(dir: &Path) {
+    copy_dir(&workspace().join("src"), &dir.join("src"));
+    let probe = ("src/tools/guard_probe_export.rs", EXPORT_TOOL);
+    // Once the real tools module exists, the probe goes beside its tools.
+    match ["src/tools/mod.rs", "src/tools.rs"].into_iter().find(|m| dir.join(m).exists()) {
+        Some(module) => {
+            let module = dir.join(module);
+            let mut text = std::fs::read_to_string(&module).unwrap();
+            text.push_str("\npub mod guard_probe_export;\n");
+            std::fs::write(&module, text).unwrap();
+            std::fs::write(dir.join(probe.0), probe.1).unwrap();
+        }
+        None => add_sources(dir, "\npub mod tools;\n", &[("src/tools/mod.rs", "pub mod guard_probe_export;\n"), probe]),
+    }
+}
+
+const EXPORT_TOOL: &str = r#"//! A tool that looks scoped: it takes only the call context and its parameters.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::tool;
+
+use crate::McpCallContext;
+use crate::store::Db;
+
+pub struct ExportTools {
+    exporter: Exporter,
+}
+
+/// "Just a helper": it keeps the database handle for a bulk export.
+struct Exporter {
+    db: Db,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct ExportParams {
+    pub flock: String,
+}
+
+impl ExportTools {
+    #[tool(description = "Export a flock")]
+    async fn export_flock(
+        &self,
+        ctx: McpCallContext,
+        Parameters(params): Parameters<ExportParams>,
+    ) -> String {
+        format!("{} {}", ctx.tenant_slug(), params.flock)
+    }
+}
+"#;
+
+#[test]
+fn the_gateway_sources_pass_the_guard() {
+    let root = workspace();
+    let report = guards::check(&gateway_options(&root)).unwrap();
+    assert_eq!(guards::failure_message(&report), None, "the gateway's own tools reach forbidden types");
+    // The boundary is the real McpCallContext, and its insides were audited.
+    let boundary = &report.boundaries[0];
+    assert_eq!(boundary.name, "McpCallContext");
+    let defined = boundary.defined_at.as_ref().expect("McpCallContext found");
+    assert_eq!(defined.file, "src/identity/context.rs");
+    // A tool module that exists must yield tools: a rename must not empty the walk.
+    for (module, paths) in [("crate::tools", ["src/tools", "src/tools.rs"])] {
+        if paths.iter().any(|p| root.join(p).exists()) {
+            assert!(
+                report.tools.iter().any(|t| t.module == module || t.module.starts_with(&format!("{module}::"))),
+                "{module} exists but the guard found no tool in it"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tool_whose_helper_holds_the_store_fails_the_guard_with_the_whole_path() {
+    let dir = tempfile::tempdir().unwrap();
+    gateway_with_violating_tool(dir.path());
+    let report = guards::check(&gateway_options(dir.path())).unwrap();
+    let msg = guards::failure_message(&report).expect("the violating tool is caught");
+
+    let tool = "src/tools/guard_probe_export.rs";
+    let store = "src/store/mod.rs";
+    let at = |file: &str, needle: &str| format!("({file}:{})", line_of(dir.path(), file, needle));
+    let expected = [
+        format!("   -> tool ExportTools::export_flock {}\n", at(tool, "fn export_flock")),
+        format!("   -> field exporter {}\n", at(tool, "exporter: Exporter")),
+        format!("   -> field db {}\n", at(tool, "db: Db")),
+        format!("   -> type crate::store::Db {}\n", at(store, "pub struct Db")),
+        format!("   -> field pool {}\n", at(store, "pool: AnyPool")),
+    ];
+    let mut rest = msg.as_str();
+    for hop in &expected {
+        let i = rest.find(hop.as_str()).unwrap_or_else(|| panic!("missing hop, in order: {hop:?}\n{msg}"));
+        rest = &rest[i + hop.len()..];
+    }
+    assert!(
+        msg.contains("[G2] ExportTools::export_flock reaches forbidden sqlx::") && msg.contains("AnyPool"),
+        "{msg}"
+    );
+    assert!(rest.contains("AnyPool ("), "the path ends at the pool\n{msg}");
+}
+
+/// One real `cargo build`: the gateway's `build.rs`, the guard crate and the sources with the
+/// violating tool, under a manifest that keeps only the guard as a build dependency, so the
+/// build stops at the build script (about 15 s with a cold target directory, a few seconds
+/// after that: the target directory is kept in cargo's test tmpdir).
+#[test]
+fn a_violating_tool_fails_cargo_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    gateway_with_violating_tool(root);
+    for file in ["build.rs", "Cargo.lock", "rust-toolchain.toml"] {
+        std::fs::copy(workspace().join(file), root.join(file)).unwrap();
+    }
+    std::fs::create_dir_all(root.join("guards")).unwrap();
+    std::fs::copy(workspace().join("guards/rules.toml"), root.join("guards/rules.toml")).unwrap();
+    let guards_crate = workspace().join("guards");
+    std::fs::write(
+        root.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"scopegate\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [build-dependencies]\nguards = {{ path = {:?} }}\n\n[workspace]\n",
+            guards_crate.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(root)
+        .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("guards-cargo-build"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the build must fail\n{stderr}");
+    assert!(stderr.contains("failed to run custom build command for `scopegate"), "{stderr}");
+    let tool = "src/tools/guard_probe_export.rs";
+    for needle in [
+        "forbidden path(s) from tools".to_owned(),
+        "[G2] ExportTools::export_flock reaches forbidden".to_owned(),
+        format!("-> field exporter ({tool}:{})", line_of(root, tool, "exporter: Exporter")),
+        format!("-> field db ({tool}:{})", line_of(root, tool, "db: Db")),
+        format!("-> field pool (src/store/mod.rs:{})", line_of(root, "src/store/mod.rs", "pool: AnyPool")),
+    ] {
+        assert!(stderr.contains(&needle), "missing {needle:?}\n{stderr}");
+    }
+}
+
+fn scopegate_guards(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_scopegate")).arg("guards").args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+#[test]
+fn guards_report_prints_the_report_of_the_sources_it_was_built_from() {
+    let fresh = guards::check(&gateway_options(&workspace())).unwrap();
+
+    let json = scopegate_guards(&["report", "--format", "json"]).stdout;
+    assert_eq!(String::from_utf8(json).unwrap(), fresh.to_json());
+
+    let md = String::from_utf8(scopegate_guards(&["report"]).stdout).unwrap();
+    assert_eq!(md, fresh.to_markdown(), "Markdown is the default");
+    assert!(md.contains("## Guard table"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("guards.sarif");
+    let out = scopegate_guards(&["report", "--format", "sarif", "--output", file.to_str().unwrap()]);
+    assert!(out.stdout.is_empty(), "--output writes the file only");
+    let sarif: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(sarif["version"], "2.1.0");
+    assert_eq!(sarif["runs"][0]["results"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn guards_report_rejects_an_unknown_format() {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_scopegate")).args(["guards", "report", "--format", "html"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("md, json, sarif"), "{stderr}");
+}
+
+// ------------------------------------------------------------------ the SaaS example
+
+fn saas_options(root: &Path) -> guards::Options {
+    guards::Options::new(root)
+        .tool_modules(["crate::tools"])
+        .extra_rules(workspace().join("examples/saas-tools/guards.toml"))
+}
+
+#[test]
+fn saas_example_passes_its_own_rules() {
+    let report = guards::check(&saas_options(&workspace().join("examples/saas-tools"))).unwrap();
+    assert_eq!(guards::failure_message(&report), None);
+    let tools: Vec<&str> = report.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, ["Greeter::greet"]);
+    assert!(report.guard_rows.iter().any(|r| r.id == "S1"));
+}
+
+#[test]
+fn saas_example_rejects_a_tool_reaching_its_billing_key() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
+    let tools = dir.path().join("src/tools/mod.rs");
+    let mut text = std::fs::read_to_string(&tools).unwrap();
+    text.push_str("pub mod refund;\n");
+    std::fs::write(&tools, text).unwrap();
+    let refund = "src/tools/refund.rs";
+    std::fs::write(
+        dir.path().join(refund),
+        r#"use rmcp::tool;
+use scopegate::McpCallContext;
+
+use crate::billing::BillingClient;
+
+pub struct Refunds {
+    billing: std::sync::Arc<BillingClient>,
+}
+
+impl Refunds {
+    #[tool(description = "Refund the caller's last invoice")]
+    pub async fn refund(&self, ctx: McpCallContext) -> String {
+        ctx.tenant_slug().to_owned()
+    }
+}
+"#,
+    )
+    .unwrap();
+
+    let report = guards::check(&saas_options(dir.path())).unwrap();
+    let msg = guards::failure_message(&report).expect("the billing key is caught");
+    let billing = "src/billing.rs";
+    let at = |file: &str, needle: &str| format!("({file}:{})", line_of(dir.path(), file, needle));
+    assert!(msg.contains("[S1] Refunds::refund reaches forbidden crate::billing::BillingApiKey"), "{msg}");
+    for hop in [
+        format!("-> field billing {}", at(refund, "billing: std::sync::Arc")),
+        format!("-> type crate::billing::BillingClient {}", at(billing, "pub struct BillingClient")),
+        format!("-> field key {}", at(billing, "key: BillingApiKey")),
+    ] {
+        assert!(msg.contains(&hop), "missing {hop:?}\n{msg}");
+    }
+}
+
+#[test]
+fn saas_example_rejects_a_tool_holding_the_gateways_database_handle() {
+    // From a SaaS crate `scopegate::store::Db` is opaque (its pool is not walked), so the
+    // shipped rules name it: the same failure as a gateway tool holding it.
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
+    let tools = dir.path().join("src/tools/mod.rs");
+    let mut text = std::fs::read_to_string(&tools).unwrap();
+    text.push_str("pub mod report;\n");
+    std::fs::write(&tools, text).unwrap();
+    std::fs::write(
+        dir.path().join("src/tools/report.rs"),
+        r#"use rmcp::tool;
+use scopegate::McpCallContext;
+use scopegate::store::Db as Database;
+
+pub struct Reports {
+    db: Option<Database>,
+}
+
+impl Reports {
+    #[tool(description = "Usage report")]
+    pub async fn usage(&self, ctx: McpCallContext) -> String {
+        ctx.tenant_slug().to_owned()
+    }
+}
+"#,
+    )
+    .unwrap();
+    let report = guards::check(&saas_options(dir.path())).unwrap();
+    let msg = guards::failure_message(&report).expect("the database handle is caught");
+    assert!(msg.contains("[G2] Reports::usage reaches forbidden scopegate::store::Db"), "{msg}");
+}
+
+#[test]
+fn the_factory_row_names_tests_that_exist() {
+    // G6 is proved by the factory's unit tests in the gateway, not by the guard's fixtures.
+    let rules = guards::Rules::parse(guards::DEFAULT_RULES, "rules.toml").unwrap();
+    let g6 = rules.guard_row.iter().find(|r| r.id == "G6").unwrap();
+    let names = g6
+        .test
+        .strip_prefix("scopegate::identity::context::tests::{")
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("unexpected G6 test: {}", g6.test));
+    let tests = std::fs::read_to_string(workspace().join("src/identity/context/tests.rs")).unwrap();
+    for name in names.split(", ") {
+        assert!(tests.contains(&format!("fn {name}()")), "G6 names {name}, which does not exist");
+    }
+}
