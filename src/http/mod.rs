@@ -75,9 +75,23 @@ impl Gateway {
         Self::build_with(config, |_| Router::new()).await
     }
 
+    /// Builds the gateway serving `tools` (start from [`ToolSet::native`] and add a SaaS's
+    /// own tool sets with [`ToolSet::with`]).
+    pub async fn build_with_tools(config: Config, tools: crate::mcp::ToolSet) -> Result<Self, StartError> {
+        Self::assemble(config, tools, |_| Router::new()).await
+    }
+
     /// Builds the gateway; `protected` makes more routes to sit behind authentication and
     /// identity resolution beside `/mcp` (every request to them carries a resolved identity).
     pub async fn build_with(config: Config, protected: impl FnOnce(&AppState) -> Router) -> Result<Self, StartError> {
+        Self::assemble(config, crate::mcp::ToolSet::native(), protected).await
+    }
+
+    async fn assemble(
+        config: Config,
+        tools: crate::mcp::ToolSet,
+        protected: impl FnOnce(&AppState) -> Router,
+    ) -> Result<Self, StartError> {
         let mut config = config;
         let listener = TcpListener::bind(config.server.listen)
             .await
@@ -119,7 +133,7 @@ impl Gateway {
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
-        let gated = crate::mcp::router(&state, state.shutdown.clone()).merge(protected(&state));
+        let gated = crate::mcp::router(&state, tools, state.shutdown.clone()).merge(protected(&state));
         let router = router(&state, gated);
         spawn_key_rotation(
             Arc::clone(&state.assertions),

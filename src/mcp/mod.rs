@@ -3,6 +3,7 @@
 //! `McpCallContext`.
 
 mod jsonrpc;
+mod registry;
 mod server;
 mod session;
 
@@ -16,16 +17,17 @@ use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use crate::http::AppState;
+pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
 /// The `/mcp` routes. `shutdown` ends every session and stream when cancelled.
-pub(crate) fn router(state: &AppState, shutdown: tokio_util::sync::CancellationToken) -> Router {
+pub(crate) fn router(state: &AppState, tools: ToolSet, shutdown: tokio_util::sync::CancellationToken) -> Router {
     let config = &state.config;
     let shared = Arc::new(server::Shared {
         db: state.db.clone(),
         audit: state.audit.clone(),
         sessions: Arc::clone(&state.sessions),
-        tools: crate::tools::router(),
+        tools,
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,

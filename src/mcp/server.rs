@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::handler::server::common::FromContextPart;
-use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListPromptsResult, ListResourceTemplatesResult,
@@ -15,20 +14,20 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use super::registry::ToolSet;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::context::{CallSite, ContextError, McpCallContext};
 use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
-use crate::tools::FarmTools;
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
     pub db: Db,
     pub audit: AuditWriter,
     pub sessions: Arc<SessionRegistry>,
-    pub tools: ToolRouter<FarmTools>,
+    pub tools: ToolSet,
     pub call_timeout: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
@@ -47,8 +46,8 @@ impl GatewayServer {
 }
 
 /// Whether `roles` may use `tool`: the one decision behind listing and calling.
-pub(crate) fn tool_allowed(tool: &str, roles: &[Role]) -> bool {
-    crate::tools::spec(tool).is_some_and(|spec| roles.iter().any(|r| spec.roles.contains(r)))
+pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool {
+    tools.spec(tool).is_some_and(|spec| roles.iter().any(|r| spec.roles.contains(r)))
 }
 
 /// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
@@ -87,8 +86,8 @@ struct CallEnv {
 
 /// The extractor: every tool that takes `McpCallContext` gets one built by the fail-closed
 /// factory from this very call's HTTP request, with data access attached.
-impl FromContextPart<ToolCallContext<'_, FarmTools>> for McpCallContext {
-    fn from_context_part(context: &mut ToolCallContext<'_, FarmTools>) -> Result<Self, ErrorData> {
+impl<S> FromContextPart<ToolCallContext<'_, S>> for McpCallContext {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
         let env = context.request_context.extensions.get::<Arc<CallEnv>>().cloned().ok_or_else(|| {
             refused(&ContextError::NoStore);
             ErrorData::new(ErrorCode::INVALID_REQUEST, "the call could not be tied to an authenticated caller", None)
@@ -132,7 +131,13 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
-        let tools = self.shared.tools.list_all().into_iter().filter(|t| tool_allowed(&t.name, ctx.roles())).collect();
+        let tools = self
+            .shared
+            .tools
+            .list()
+            .into_iter()
+            .filter(|t| tool_allowed(&self.shared.tools, &t.name, ctx.roles()))
+            .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -163,7 +168,7 @@ impl ServerHandler for GatewayServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.shared.tools.get(name).cloned()
+        self.shared.tools.get(name)
     }
 
     async fn call_tool(
@@ -192,12 +197,14 @@ impl ServerHandler for GatewayServer {
         ));
         let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };
 
-        let known = shared.tools.has_route(&tool);
-        let result = if !known || !tool_allowed(&tool, ctx.roles()) {
+        let known = shared.tools.has(&tool);
+        let result = if !known || !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
             metrics::denial(if known { "tool_not_allowed" } else { "unknown_tool" });
             Err(unknown_tool())
-        } else if let Some(Err(invalid)) = crate::tools::spec(&tool)
+        } else if let Some(Err(invalid)) = shared
+            .tools
+            .spec(&tool)
             .map(|spec| (spec.validate)(request.arguments.as_ref().unwrap_or(&Default::default())))
         {
             invalid.into_call_tool_result()
@@ -208,8 +215,7 @@ impl ServerHandler for GatewayServer {
                 sessions: Arc::clone(&shared.sessions),
                 call: Arc::clone(&call),
             }));
-            let call_context = ToolCallContext::new(&FarmTools, request, context);
-            match tokio::time::timeout(shared.call_timeout, shared.tools.call(call_context)).await {
+            match tokio::time::timeout(shared.call_timeout, shared.tools.call(request, context)).await {
                 Ok(result) => result,
                 Err(_) => {
                     tracing::warn!(%tool, "tool call timed out");

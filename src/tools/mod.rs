@@ -23,6 +23,7 @@ const EVERYONE: &[Role] = &[Role::Owner, Role::Manager, Role::Worker, Role::Audi
 
 /// A native tool's entry in the registry: who may use it, and how its arguments are
 /// checked before it runs (so a type error names the field).
+#[derive(Clone)]
 pub struct ToolSpec {
     pub name: &'static str,
     pub roles: &'static [Role],
@@ -55,10 +56,11 @@ pub fn spec(name: &str) -> Option<&'static ToolSpec> {
 /// Tools without parameters accept no arguments.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NoArguments {}
+pub struct NoArguments {}
 
 /// Deserializes the arguments as `T` would be, reporting the path of the first bad field.
-fn arguments<T: serde::de::DeserializeOwned>(args: &JsonObject) -> Result<(), ToolFailure> {
+/// The argument check of a [`ToolSpec`]: `validate: arguments::<MyParams>`.
+pub fn arguments<T: serde::de::DeserializeOwned>(args: &JsonObject) -> Result<(), ToolFailure> {
     serde_path_to_error::deserialize::<_, T>(serde_json::Value::Object(args.clone())).map(|_| ()).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "arguments".to_owned() } else { path };

@@ -212,3 +212,62 @@ async fn worker_narrowing(backend: Backend, mode: Mode) {
     }
 }
 all_modes!(mcp_worker_narrowing, worker_narrowing);
+
+/// A SaaS's own tool set, registered beside the native tools: served behind the same
+/// McpCallContext, the same authorization table and the same audit.
+mod extra_tools {
+    use rmcp::{tool, tool_router};
+    use scopegate::McpCallContext;
+    use scopegate::model::Role;
+    use scopegate::tools::{NoArguments, ToolSpec, arguments};
+
+    #[derive(Clone, Copy, Default)]
+    pub struct Reports;
+
+    pub const SPECS: &[ToolSpec] =
+        &[ToolSpec { name: "tenant_report", roles: &[Role::Owner], validate: arguments::<NoArguments> }];
+
+    #[tool_router(vis = "pub")]
+    impl Reports {
+        #[tool(description = "A report for the caller's tenant.")]
+        async fn tenant_report(&self, ctx: McpCallContext) -> String {
+            format!("report for {} requested by {}", ctx.tenant_slug(), ctx.subject())
+        }
+    }
+}
+
+async fn registered_tool_set(backend: Backend, mode: Mode) {
+    scopegate::http::install_tls_provider();
+    let test_db = TestDb::new(backend).await;
+    let config = config_with(&test_db.url, &[("mcp.stateless", json!(mode == Mode::Stateless))]);
+    let db = db_for(&config).await;
+    seed_demo(&db).await;
+    let tools = scopegate::mcp::ToolSet::native()
+        .with(extra_tools::Reports, extra_tools::Reports::tool_router(), extra_tools::SPECS)
+        .unwrap();
+    let gateway = Gateway::build_with_tools(config.clone(), tools).await.unwrap();
+    let live = Live { addr: gateway.local_addr(), config, db, _test_db: test_db };
+    tokio::spawn(gateway.run(std::future::pending()));
+
+    let olivia = live.client("olivia@acme.test").await;
+    let gary = live.client("gary@globex.test").await;
+    let wanda = live.client("wanda@acme.test").await;
+    let text = |r: CallToolResult| serde_json::to_string(&r.content).unwrap();
+    assert!(
+        text(call(&olivia, "tenant_report", json!({})).await.unwrap()).contains("report for acme requested by olivia")
+    );
+    assert!(
+        text(call(&gary, "tenant_report", json!({})).await.unwrap()).contains("report for globex requested by gary")
+    );
+    // Not in wanda's roles: not listed, and answered as an unknown tool.
+    assert!(!listed(&wanda).await.contains(&"tenant_report".to_owned()));
+    let denied = call(&wanda, "tenant_report", json!({})).await.unwrap_err();
+    let unknown = call(&wanda, "no_such_tool", json!({})).await.unwrap_err();
+    assert_eq!((denied.code, denied.message), (unknown.code, unknown.message));
+    // Audited like native calls.
+    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'tenant_report'").await, 3);
+    for c in [olivia, gary, wanda] {
+        c.cancel().await.ok();
+    }
+}
+all_modes!(mcp_registered_tool_set, registered_tool_set);

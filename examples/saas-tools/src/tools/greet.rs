@@ -1,17 +1,28 @@
 //! `greet`: says hello to the caller by name and tenant. Reads only `McpCallContext`.
 
-use rmcp::tool;
+use rmcp::{tool, tool_router};
 use scopegate::McpCallContext;
+use scopegate::mcp::{RegistryError, ToolSet};
+use scopegate::model::Role;
+use scopegate::tools::{NoArguments, ToolSpec, arguments};
 
 /// The SaaS's tool set. Holds nothing: everything a call needs comes from its context.
 #[derive(Debug, Clone, Default)]
 pub struct Greeter;
 
-// SEAM: when the gateway exposes its tool registry (the MCP endpoint work), this impl gets
-// `#[tool_router]` and the app registers it on the gateway builder, along the lines of
-// `Gateway::builder(config).tools(Greeter::tool_router())`. Until `McpCallContext` is an
-// rmcp extractor (`FromContextPart`), a router over this fn would not compile, so the impl
-// carries `#[tool]` alone: the tool's metadata is built and the guard walks it all the same.
+/// This crate's entries in the gateway's authorization table.
+pub const GREETER_TOOLS: &[ToolSpec] = &[ToolSpec {
+    name: "greet",
+    roles: &[Role::Owner, Role::Manager, Role::Worker, Role::Auditor],
+    validate: arguments::<NoArguments>,
+}];
+
+/// The gateway's native tools plus this crate's: pass it to `Gateway::build_with_tools`.
+pub fn tool_set() -> Result<ToolSet, RegistryError> {
+    ToolSet::native().with(Greeter, Greeter::tool_router(), GREETER_TOOLS)
+}
+
+#[tool_router]
 impl Greeter {
     #[tool(description = "Greets the caller by name, in their tenant.")]
     pub async fn greet(&self, ctx: McpCallContext) -> String {
@@ -37,6 +48,16 @@ mod tests {
             "{:?}",
             tool.input_schema
         );
+    }
+
+    #[test]
+    fn registers_beside_the_native_tools() {
+        let tools = tool_set().expect("no name clash, every tool has its entry");
+        assert!(tools.has("greet") && tools.has("list_flocks"));
+        assert!(tools.spec("greet").is_some());
+        // A second registration of the same tools is refused, not merged.
+        let again = tools.with(Greeter, Greeter::tool_router(), GREETER_TOOLS);
+        assert!(matches!(again, Err(RegistryError::Duplicate(name)) if name == "greet"));
     }
 
     #[test]
