@@ -135,13 +135,14 @@ async fn load(url: &str, token: Option<&str>, clients: usize, secs: f64) -> Row_
     Row_ { calls_per_sec: lat.len() as f64 / elapsed, p50: at(0.5), p99: at(0.99) }
 }
 
-fn gateway_config(db_url: &str, stateless: bool) -> Config {
+fn gateway_config(db_url: &str, stateless: bool, cache_ms: u64) -> Config {
     let figment = Figment::from(Toml::string(DEFAULT_TOML))
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("database.max_connections", 16))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
         .merge(Serialized::default("server.public_url", "http://bench.test"))
         .merge(Serialized::default("mcp.stateless", stateless))
+        .merge(Serialized::default("auth.identity_cache_ms", cache_ms))
         .merge(Serialized::default("limits.tenant_per_sec", 0.0))
         .merge(Serialized::default("limits.user_per_sec", 0.0))
         .merge(Serialized::default("telemetry.filter", "warn"));
@@ -179,9 +180,14 @@ async fn main() {
     scopegate::http::install_tls_provider();
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
     let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    // auth.identity_cache_ms for the gateway (0, the default: identity read on every call).
+    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
-    println!("tools/call list_flocks: {clients} concurrent clients, {secs}s per row, real HTTP on loopback");
+    println!(
+        "tools/call list_flocks: {clients} concurrent clients, {secs}s per row, real HTTP on loopback, \
+         auth.identity_cache_ms = {cache_ms}"
+    );
     println!(
         "{:<9} {:<9} {:<9} | {:>9} {:>8} {:>8} | {:>13}",
         "database", "mode", "server", "calls/s", "p50 ms", "p99 ms", "gateway/bare"
@@ -200,7 +206,7 @@ async fn main() {
                     .unwrap();
                 format!("{pg_server}/{pg_name}")
             };
-            let config = gateway_config(&url, stateless);
+            let config = gateway_config(&url, stateless, cache_ms);
             let gateway = Gateway::build(config.clone()).await.expect("gateway");
             demo::seed(&gateway.state().db).await.unwrap();
             let gw_url = format!("http://{}/mcp", gateway.local_addr());

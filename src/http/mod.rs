@@ -116,6 +116,7 @@ impl Gateway {
             service_subjects: config.auth.service_subjects.clone(),
             resource_metadata_url: config.resource_metadata_url(),
             body_limit: config.server.body_limit_bytes,
+            cache: crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms)),
         });
         crate::telemetry::metrics::install();
         let audit = AuditWriter::start(db.clone(), config.audit.max_batch);

@@ -26,6 +26,7 @@ pub(crate) struct Gate {
     pub service_subjects: Vec<String>,
     pub resource_metadata_url: String,
     pub body_limit: usize,
+    pub cache: Option<super::IdentityCache>,
 }
 
 /// The bits of a JSON-RPC body that bind an identity to its message.
@@ -57,17 +58,18 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     let session_id = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let message = MessageBinding { request_id, session_id };
 
-    let identity = match resolver::resolve(&gate.db, &claims, &gate.service_subjects, message).await {
-        Ok(identity) => identity,
-        Err(resolver::IdentityError::Store(e)) => {
-            tracing::error!(error = %e, "identity resolution failed; refusing the request");
-            return json_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "identity could not be resolved");
-        }
-        Err(e) => {
-            tracing::info!(reason = e.reason(), tenant = %claims.tenant, "identity refused");
-            return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
-        }
-    };
+    let identity =
+        match resolver::resolve(&gate.db, gate.cache.as_ref(), &claims, &gate.service_subjects, message).await {
+            Ok(identity) => identity,
+            Err(resolver::IdentityError::Store(e)) => {
+                tracing::error!(error = %e, "identity resolution failed; refusing the request");
+                return json_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "identity could not be resolved");
+            }
+            Err(e) => {
+                tracing::info!(reason = e.reason(), tenant = %claims.tenant, "identity refused");
+                return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
+            }
+        };
 
     let span = tracing::Span::current();
     span.record("tenant", claims.tenant.as_str());

@@ -5,6 +5,7 @@
 //! only inside `crate::identity`. Code elsewhere (tools above all) learns the caller only
 //! through [`McpCallContext`], which is built per tool call by a factory that fails closed.
 
+mod cache;
 mod context;
 mod flock_scope;
 mod middleware;
@@ -13,6 +14,7 @@ mod sessions;
 mod tenant;
 mod user;
 
+pub(crate) use cache::IdentityCache;
 pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
 pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate};
 pub use resolver::IdentityError;

@@ -41,14 +41,25 @@ impl IdentityError {
 /// nil user, no roles, no flocks.
 pub(in crate::identity) async fn resolve(
     db: &Db,
+    cache: Option<&super::IdentityCache>,
     claims: &Claims,
     service_subjects: &[String],
     message: MessageBinding,
 ) -> Result<ResolvedIdentity, IdentityError> {
     let is_service = service_subjects.iter().any(|s| s == &claims.subject);
-    let rows = db.load_principal(&claims.tenant, (!is_service).then_some(claims.subject.as_str())).await?;
+    let subject = (!is_service).then_some(claims.subject.as_str());
+    let rows = match cache.and_then(|c| c.get(&claims.tenant, subject)) {
+        Some(rows) => rows,
+        None => {
+            let rows = std::sync::Arc::new(db.load_principal(&claims.tenant, subject).await?);
+            if let Some(cache) = cache {
+                cache.put(&claims.tenant, subject, std::sync::Arc::clone(&rows));
+            }
+            rows
+        }
+    };
 
-    let tenant_row = rows.tenant.ok_or(IdentityError::UnknownTenant)?;
+    let tenant_row = rows.tenant.clone().ok_or(IdentityError::UnknownTenant)?;
     if tenant_row.status != "active" {
         return Err(IdentityError::SuspendedTenant);
     }
@@ -65,7 +76,7 @@ pub(in crate::identity) async fn resolve(
         });
     }
 
-    let user_row = rows.user.ok_or(IdentityError::UnknownUser)?;
+    let user_row = rows.user.clone().ok_or(IdentityError::UnknownUser)?;
     if user_row.status != "active" {
         return Err(IdentityError::DisabledUser);
     }
@@ -77,7 +88,7 @@ pub(in crate::identity) async fn resolve(
         roles.push(role);
     }
     roles.sort();
-    let flocks = FlockScope::pending(&roles).resolve(rows.assigned_flocks);
+    let flocks = FlockScope::pending(&roles).resolve(rows.assigned_flocks.iter().copied());
     Ok(ResolvedIdentity {
         tenant,
         user: CurrentUserContext::resolved(User {

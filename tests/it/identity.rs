@@ -119,3 +119,25 @@ async fn identity_is_bound_to_the_message_it_came_with() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["context_error"], "session_mismatch");
 }
+
+/// With `auth.identity_cache_ms` set, a revocation applies within that staleness, not later.
+async fn cached_revocation_applies_within_the_ttl(backend: Backend) {
+    let test_db = TestDb::new(backend).await;
+    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(400))]);
+    let db = db_for(&config).await;
+    seed_demo(&db).await;
+    let probe = Probe::start(config.clone()).await;
+    let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
+    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK);
+    admin_tx!(db, |tx| admin_fns::set_user_status(
+        &mut tx,
+        "acme",
+        "wanda@acme.test",
+        scopegate::model::UserStatus::Disabled
+    ))
+    .unwrap();
+    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK, "within the staleness the cached rows serve");
+    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::FORBIDDEN, "after it, the revocation applies");
+}
+both_dbs!(identity_cached_revocation_applies_within_the_ttl, cached_revocation_applies_within_the_ttl);
