@@ -13,9 +13,12 @@ use crate::store::principal::PrincipalRows;
 /// Most entries held; past it the cache is emptied (simple and bounded).
 const MAX_ENTRIES: usize = 100_000;
 
+/// (tenant slug, subject; `None` for a system actor)
+type Key = (String, Option<String>);
+
 pub(crate) struct IdentityCache {
     ttl: Duration,
-    entries: Mutex<HashMap<(String, Option<String>), (Instant, Arc<PrincipalRows>)>>,
+    entries: Mutex<HashMap<Key, (Instant, Arc<PrincipalRows>)>>,
 }
 
 impl IdentityCache {
