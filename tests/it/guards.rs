@@ -347,3 +347,14 @@ fn the_factory_row_names_tests_that_exist() {
         assert!(tests.contains(&format!("fn {name}()")), "G6 names {name}, which does not exist");
     }
 }
+
+#[test]
+fn the_session_and_audit_rows_name_tests_that_exist() {
+    let rules = guards::Rules::parse(guards::DEFAULT_RULES, "rules.toml").unwrap();
+    let tests = std::fs::read_to_string(workspace().join("tests/it/mcp_http.rs")).unwrap();
+    for (row, module) in [("G7", "mcp_session_hijack"), ("G8", "mcp_fail_closed_audit")] {
+        let g = rules.guard_row.iter().find(|r| r.id == row).unwrap();
+        assert!(g.test.contains(&format!("it::mcp_http::{module}::")), "{row}: {}", g.test);
+        assert!(tests.contains(&format!("both_dbs!({module},")), "{row} names {module}, which does not exist");
+    }
+}
