@@ -8,7 +8,15 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::json;
+
+/// The part of a message this check reads; other members are skipped unparsed.
+#[derive(Deserialize)]
+struct Shape {
+    jsonrpc: Option<String>,
+}
 
 fn error(code: i64, message: &str) -> Response {
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
@@ -25,11 +33,18 @@ pub(crate) async fn check(request: Request, next: Next) -> Response {
         Ok(bytes) => bytes,
         Err(_) => return error(-32700, "Parse error: the body could not be read"),
     };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Err(_) => return error(-32700, "Parse error: the body is not valid JSON"),
-        Ok(Value::Object(map)) if map.get("jsonrpc").and_then(Value::as_str) == Some("2.0") => {}
-        Ok(Value::Array(_)) => return error(-32600, "Invalid Request: batches are not supported"),
-        Ok(_) => return error(-32600, "Invalid Request: expected a JSON-RPC 2.0 object"),
+    // Checked without building the document: syntax first, then the one field that matters.
+    if serde_json::from_slice::<IgnoredAny>(&bytes).is_err() {
+        return error(-32700, "Parse error: the body is not valid JSON");
+    }
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        Some(b'[') => return error(-32600, "Invalid Request: batches are not supported"),
+        _ => return error(-32600, "Invalid Request: expected a JSON-RPC 2.0 object"),
+    }
+    match serde_json::from_slice::<Shape>(&bytes) {
+        Ok(Shape { jsonrpc: Some(v) }) if v == "2.0" => {}
+        _ => return error(-32600, "Invalid Request: expected a JSON-RPC 2.0 object"),
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
