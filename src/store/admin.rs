@@ -3,7 +3,7 @@
 
 use sqlx::AnyConnection;
 
-use super::{FlockId, StoreError, TenantId, UserId, now_millis};
+use super::{FlockId, StoreError, TenantId, UserId, now_millis, unique_conflict};
 use crate::model::{Role, TenantStatus, UserStatus};
 
 /// Slugs and flock names: lowercase letters, digits and dashes, 1 to 63 characters.
@@ -55,14 +55,6 @@ async fn flock_id_by_name(conn: &mut AnyConnection, tenant: TenantId, name: &str
         .ok_or_else(|| StoreError::NotFound(format!("flock `{name}` does not exist in this tenant")))
 }
 
-/// Maps a unique-constraint violation to a conflict that names what already exists.
-fn conflict(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
-    match &e {
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
-        _ => StoreError::Sql(e),
-    }
-}
-
 pub(crate) async fn insert_user_roles(
     tx: &mut AnyConnection,
     tenant: TenantId,
@@ -95,7 +87,7 @@ pub async fn create_tenant(conn: &mut AnyConnection, slug: &str, name: &str) -> 
         .bind(now_millis())
         .execute(&mut *conn)
         .await
-        .map_err(|e| conflict(e, || format!("tenant `{slug}` already exists")))?;
+        .map_err(|e| unique_conflict(e, || format!("tenant `{slug}` already exists")))?;
     Ok(id)
 }
 
@@ -134,7 +126,7 @@ pub async fn create_user(
     .bind(now_millis())
     .execute(&mut *conn)
     .await
-    .map_err(|e| conflict(e, || format!("user `{subject}` already exists in `{tenant_slug}`")))?;
+    .map_err(|e| unique_conflict(e, || format!("user `{subject}` already exists in `{tenant_slug}`")))?;
     insert_user_roles(&mut *conn, tenant, id, roles).await?;
     Ok(id)
 }
@@ -217,7 +209,7 @@ pub async fn create_flock(
     .bind(now_millis())
     .execute(&mut *conn)
     .await
-    .map_err(|e| conflict(e, || format!("flock `{name}` already exists in `{tenant_slug}`")))?;
+    .map_err(|e| unique_conflict(e, || format!("flock `{name}` already exists in `{tenant_slug}`")))?;
     Ok(id)
 }
 
@@ -238,7 +230,7 @@ pub async fn assign_flock(
         .bind(flock_id)
         .execute(&mut *conn)
         .await
-        .map_err(|e| conflict(e, || format!("`{subject}` is already assigned to `{flock}`")))?;
+        .map_err(|e| unique_conflict(e, || format!("`{subject}` is already assigned to `{flock}`")))?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::{AnyConnection, Row};
 
 use super::admin::tenant_id_by_slug;
-use super::{Db, StoreError, TenantId, now_millis};
+use super::{Db, StoreError, TenantId, now_millis, unique_conflict};
 
 /// Where upstream servers run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -103,14 +103,6 @@ pub fn parse_entity_name(name: &str) -> Result<&str, StoreError> {
     Ok(server)
 }
 
-fn conflict(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
-    match &e {
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
-        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::Conflict(what()),
-        _ => StoreError::Sql(e),
-    }
-}
-
 pub async fn create_executor(
     conn: &mut AnyConnection,
     name: &str,
@@ -134,7 +126,7 @@ pub async fn create_executor(
         .bind(now_millis())
         .execute(conn)
         .await
-        .map_err(|e| conflict(e, || format!("executor `{name}` already exists")))?;
+        .map_err(|e| unique_conflict(e, || format!("executor `{name}` already exists")))?;
     Ok(id)
 }
 
@@ -155,11 +147,14 @@ fn executor_from_row(row: &sqlx::any::AnyRow) -> Result<Executor, StoreError> {
 }
 
 pub async fn delete_executor(conn: &mut AnyConnection, name: &str) -> Result<(), StoreError> {
-    let done = sqlx::query("DELETE FROM executors WHERE name = $1")
-        .bind(name)
-        .execute(conn)
-        .await
-        .map_err(|e| conflict(e, || format!("executor `{name}` is still bound to servers")))?;
+    let done =
+        sqlx::query("DELETE FROM executors WHERE name = $1").bind(name).execute(conn).await.map_err(|e| match &e {
+            // The bindings' foreign key keeps a bound executor.
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                StoreError::Conflict(format!("executor `{name}` is still bound to servers"))
+            }
+            _ => StoreError::Sql(e),
+        })?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound(format!("executor `{name}` does not exist")));
     }
@@ -191,7 +186,7 @@ pub async fn create_entity(
     .bind(now_millis())
     .execute(conn)
     .await
-    .map_err(|e| conflict(e, || format!("entity `{name}` already exists in `{tenant_slug}`")))?;
+    .map_err(|e| unique_conflict(e, || format!("entity `{name}` already exists in `{tenant_slug}`")))?;
     Ok(())
 }
 

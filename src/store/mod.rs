@@ -62,6 +62,15 @@ impl std::fmt::Debug for Db {
     }
 }
 
+/// Maps a unique-constraint violation to a conflict that names what already exists; any
+/// other error stays a database error.
+pub(crate) fn unique_conflict(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what()),
+        _ => StoreError::Sql(e),
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_millis() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
