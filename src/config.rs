@@ -84,6 +84,16 @@ pub struct UpstreamConfig {
     pub assertion_ttl_secs: u64,
     /// How often the assertion signing key is replaced.
     pub key_rotation_secs: u64,
+    /// The local executor's plugin root, a `file:` URI (empty: the gateway's working
+    /// directory). A server's relative `cwd` resolves under it and can't leave it.
+    pub local_root: String,
+    /// The only variables of the gateway's own environment a local stdio server inherits;
+    /// anything else only by an explicit `${env:NAME}` in its declaration.
+    pub inherit_env: Vec<String>,
+    /// Starting an upstream (launch or dial, handshake, tool list) fails after this long.
+    pub connect_timeout_secs: u64,
+    /// An upstream connection unused this long is closed; the next call starts it again.
+    pub idle_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -279,6 +289,18 @@ impl Config {
                 "upstream.key_rotation_secs",
                 "must be at least upstream.assertion_ttl_secs",
             ));
+        }
+        if !self.upstream.local_root.is_empty()
+            && let Err(e) =
+                crate::upstream::PathUri::parse(&self.upstream.local_root, crate::upstream::PathStyle::Posix)
+        {
+            return Err(ConfigError::invalid("upstream.local_root", e.to_string()));
+        }
+        if self.upstream.connect_timeout_secs == 0 {
+            return Err(ConfigError::invalid("upstream.connect_timeout_secs", "must be greater than 0"));
+        }
+        if self.upstream.idle_secs == 0 {
+            return Err(ConfigError::invalid("upstream.idle_secs", "must be greater than 0"));
         }
         if http::HeaderName::from_bytes(self.upstream.assertion_header.as_bytes()).is_err() {
             return Err(ConfigError::invalid("upstream.assertion_header", "must be a valid HTTP header name"));

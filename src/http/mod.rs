@@ -57,6 +57,8 @@ pub enum StartError {
     Auth(#[from] AuthSetupError),
     #[error("identity assertions: {0}")]
     Assertions(#[from] AssertionError),
+    #[error("upstream servers: {0}")]
+    Upstreams(#[from] crate::upstream::executor::UpstreamError),
     #[error("binding {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -134,7 +136,14 @@ impl Gateway {
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
-        let gated = crate::mcp::router(&state, tools, state.shutdown.clone()).merge(protected(&state));
+        let upstreams = crate::upstream::runtime::Upstreams::from_config(
+            &state.config.upstream,
+            state.db.clone(),
+            Arc::clone(&state.assertions),
+            Arc::clone(&state.sessions),
+        )?;
+        upstreams.spawn_sweeper(state.shutdown.clone());
+        let gated = crate::mcp::router(&state, tools, upstreams, state.shutdown.clone()).merge(protected(&state));
         let router = router(&state, gated);
         spawn_key_rotation(
             Arc::clone(&state.assertions),

@@ -17,17 +17,24 @@ use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use crate::http::AppState;
+use crate::upstream::runtime::Upstreams;
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
 /// The `/mcp` routes. `shutdown` ends every session and stream when cancelled.
-pub(crate) fn router(state: &AppState, tools: ToolSet, shutdown: tokio_util::sync::CancellationToken) -> Router {
+pub(crate) fn router(
+    state: &AppState,
+    tools: ToolSet,
+    upstreams: Arc<Upstreams>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Router {
     let config = &state.config;
     let shared = Arc::new(server::Shared {
         db: state.db.clone(),
         audit: state.audit.clone(),
         sessions: Arc::clone(&state.sessions),
         tools,
+        upstreams,
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,

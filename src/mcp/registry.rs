@@ -51,6 +51,8 @@ pub enum RegistryError {
     NoSpec(String),
     #[error("tool `{0}` has an authorization entry but no implementation")]
     NoRoute(String),
+    #[error("tool `{0}` contains `__`, which only upstream tools (`server__tool`) may use")]
+    ReservedName(String),
 }
 
 /// Every tool the gateway serves, with who may use it.
@@ -85,6 +87,11 @@ impl ToolSet {
         let typed = Typed { receiver, router };
         for tool in typed.list() {
             let name = tool.name.to_string();
+            // The name rule that makes collisions impossible: a native name never contains the
+            // separator, and every upstream tool is `server__tool`.
+            if name.contains(crate::upstream::runtime::NAME_SEPARATOR) {
+                return Err(RegistryError::ReservedName(name));
+            }
             if self.has(&name) {
                 return Err(RegistryError::Duplicate(name));
             }

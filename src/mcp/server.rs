@@ -21,6 +21,7 @@ use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
+use crate::upstream::runtime::{Downstream, ProxyError, Upstreams, split_tool_name};
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
@@ -28,6 +29,7 @@ pub(crate) struct Shared {
     pub audit: AuditWriter,
     pub sessions: Arc<SessionRegistry>,
     pub tools: ToolSet,
+    pub upstreams: Arc<Upstreams>,
     pub call_timeout: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
@@ -42,6 +44,41 @@ pub struct GatewayServer {
 impl GatewayServer {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self { shared }
+    }
+}
+
+impl GatewayServer {
+    /// A `server__tool` call. `Err(None)`: not a tool this caller has (answered exactly as an
+    /// unknown tool); `Err(Some(_))`: the proxied call failed.
+    async fn call_upstream(
+        &self,
+        ctx: &McpCallContext,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, Option<ProxyError>> {
+        let upstreams = &self.shared.upstreams;
+        let (server, tool) = split_tool_name(&request.name).ok_or(None)?;
+        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.session_id()).await.map_err(|e| {
+            tracing::error!(error = %e, "resolving upstream servers failed");
+            Some(ProxyError::Unavailable("resolution failed".to_owned()))
+        })?;
+        let connection = snapshot.connection(server).ok_or(None)?;
+        if !snapshot.allowed(server, tool, ctx.roles()) {
+            return Err(None);
+        }
+        if !upstreams.has_tool(connection, tool).await.map_err(Some)? {
+            return Err(None);
+        }
+        let downstream = Downstream {
+            owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
+            peer: context.peer.clone(),
+            progress: context.meta.get_progress_token(),
+        };
+        let result = upstreams
+            .call(connection, tool, request.arguments, ctx, downstream, self.shared.call_timeout, context.ct.clone())
+            .await
+            .map_err(Some)?;
+        Ok(CallToolResponse::Complete(result))
     }
 }
 
@@ -131,13 +168,19 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
-        let tools = self
+        let mut tools: Vec<_> = self
             .shared
             .tools
             .list()
             .into_iter()
             .filter(|t| tool_allowed(&self.shared.tools, &t.name, ctx.roles()))
             .collect();
+        let upstreams = &self.shared.upstreams;
+        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.session_id()).await.map_err(|e| {
+            tracing::error!(error = %e, "resolving upstream servers failed");
+            ErrorData::internal_error("internal error", None)
+        })?;
+        tools.extend(upstreams.list(&snapshot, ctx.roles()).await);
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -197,8 +240,26 @@ impl ServerHandler for GatewayServer {
         ));
         let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };
 
-        let known = shared.tools.has(&tool);
-        let result = if !known || !tool_allowed(&shared.tools, &tool, ctx.roles()) {
+        let mut known = shared.tools.has(&tool);
+        // The audit class of a proxied call that failed on the way (None: classify the result).
+        let mut proxy_class: Option<&'static str> = None;
+        let result = if !known && split_tool_name(&tool).is_some() {
+            match self.call_upstream(&ctx, request, &context).await {
+                Ok(result) => {
+                    known = true;
+                    Ok(result)
+                }
+                Err(Some(e)) => {
+                    known = true;
+                    proxy_class = Some(e.class());
+                    Err(e.into_error_data())
+                }
+                Err(None) => {
+                    metrics::denial("unknown_tool");
+                    Err(unknown_tool())
+                }
+            }
+        } else if !known || !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
             metrics::denial(if known { "tool_not_allowed" } else { "unknown_tool" });
             Err(unknown_tool())
@@ -225,6 +286,7 @@ impl ServerHandler for GatewayServer {
         };
 
         let (outcome, class) = match &result {
+            _ if proxy_class.is_some() => (Outcome::Failed, proxy_class.map(str::to_owned)),
             Err(e) if e.message == "tool not found" && e.code == ErrorCode::INVALID_PARAMS => {
                 (Outcome::Denied, Some("unknown_tool".to_owned()))
             }

@@ -61,3 +61,8 @@ pub fn audit_batch(events: usize, elapsed: Duration) {
     metrics::histogram!("scopegate_audit_batch_events").record(events as f64);
     metrics::histogram!("scopegate_audit_commit_duration_seconds").record(elapsed.as_secs_f64());
 }
+
+/// An upstream connection found closed (crashed, exited) and started again.
+pub fn upstream_restart(server: &str) {
+    metrics::counter!("scopegate_upstream_restarts_total", "server" => server.to_owned()).increment(1);
+}

@@ -1,10 +1,16 @@
-//! Upstream MCP servers: declarations, executors and their paths; never launches or dials anything itself.
+//! Upstream MCP servers: declarations, executors, their paths, and the identity-scoped proxy.
 //!
 //! `path_uri` keeps executor paths as `file:` URIs; `declaration` parses `.mcp.json` files and
-//! resolves one server for one placement on one executor.
+//! resolves one server for one placement on one executor; `executor` launches or dials a
+//! resolved server where it is bound; `runtime` shares, restarts and closes the connections,
+//! freezes each session's snapshot and makes proxied calls; `client` carries the per-call
+//! identity assertion to Streamable HTTP upstreams in a header.
 
+pub mod client;
 pub mod declaration;
+pub mod executor;
 pub mod path_uri;
+pub mod runtime;
 
 use std::fmt;
 

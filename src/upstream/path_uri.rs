@@ -151,6 +151,24 @@ impl PathUri {
         Ok(PathUri { root, segments })
     }
 
+    /// The gateway host's own absolute path (POSIX), as a URI: for the local executor's plugin
+    /// root, which the gateway reads from its own working directory. `.` and `..` are refused
+    /// rather than normalized, since a host path may cross symlinks.
+    pub fn from_host_path(path: &str) -> Result<Self, PathError> {
+        let Some(rest) = path.strip_prefix('/') else {
+            return Err(PathError::NotAbsolute);
+        };
+        let mut segments = Vec::new();
+        for name in rest.split('/').filter(|s| !s.is_empty()) {
+            if name == "." || name == ".." {
+                return Err(PathError::BadName { name: name.to_owned(), reason: "a host path must be normalized" });
+            }
+            check_name(name, PathStyle::Posix)?;
+            segments.push(name.to_owned());
+        }
+        Ok(PathUri { root: Root::Posix, segments })
+    }
+
     /// The path convention this URI keeps.
     pub fn style(&self) -> PathStyle {
         match self.root {

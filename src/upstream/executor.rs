@@ -1,0 +1,187 @@
+//! Executors: where an upstream server is launched, whose filesystem its `cwd` names and whose
+//! network its HTTP goes over. Only the gateway host itself (`local`) is implemented; a
+//! remote executor is refused by name until its agent exists, never silently run locally.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use rmcp::ServiceExt;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::client::AssertingClient;
+use super::runtime::ProxyClient;
+use super::{ExecutorEnv, ExecutorId, PathUri, Placement, ResolvedServer, ResolvedTransport};
+use crate::store::entities::Executor as ExecutorRow;
+
+/// Why an upstream could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("{key}: {message}")]
+    Config { key: &'static str, message: String },
+    #[error("executor `{0}` is a remote executor; remote executors are not supported yet")]
+    RemoteUnsupported(String),
+    #[error("server `{server}` is declared for executor `{declared}` but bound to `{bound}`")]
+    WrongExecutor { server: String, declared: String, bound: String },
+    #[error("launching `{command}`: {source}")]
+    Launch { command: String, source: std::io::Error },
+    #[error("bad header `{0}` in the declaration")]
+    Header(String),
+    #[error("connecting: {0}")]
+    Connect(String),
+    #[error("no answer within {0:?}")]
+    ConnectTimeout(Duration),
+}
+
+/// The gateway host's environment, as a declaration on the local executor sees it.
+struct HostEnv;
+
+impl ExecutorEnv for HostEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+/// The gateway host as an executor.
+pub struct LocalExecutor {
+    /// The plugin root: a relative `cwd` resolves under it and can't leave it.
+    root: PathUri,
+    /// The only variables of the gateway's own environment a child inherits (the rest, such
+    /// as the gateway's secrets, only by explicit `${env:NAME}` in a declaration).
+    inherit_env: Vec<String>,
+    http: reqwest::Client,
+    assertion_header: HeaderName,
+}
+
+impl LocalExecutor {
+    pub fn new(root: PathUri, inherit_env: Vec<String>, assertion_header: HeaderName) -> Result<Self, UpstreamError> {
+        let http = reqwest::Client::builder()
+            // No total timeout: it would cut SSE streams. Calls time out in the proxy instead.
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        Ok(Self { root, inherit_env, http, assertion_header })
+    }
+
+    /// The gateway's working directory as the plugin root (when none is configured).
+    pub fn default_root() -> Option<PathUri> {
+        let cwd = std::env::current_dir().ok()?;
+        PathUri::from_host_path(cwd.to_str()?).ok()
+    }
+}
+
+/// The executor a server is bound to, ready to launch or dial on.
+pub enum Executor {
+    Local { id: ExecutorId, host: Arc<LocalExecutor> },
+}
+
+impl Executor {
+    /// The executor for a bound executor's row: `local` runs on this host; `remote` is
+    /// refused until remote executors exist.
+    pub fn for_row(row: &ExecutorRow, local: &Arc<LocalExecutor>) -> Result<Self, UpstreamError> {
+        match row.kind.as_str() {
+            "local" => Ok(Self::Local { id: ExecutorId::new(&row.name), host: Arc::clone(local) }),
+            _ => Err(UpstreamError::RemoteUnsupported(row.name.clone())),
+        }
+    }
+
+    /// Where an entity's declaration is placed: installed on this executor, under its root.
+    pub fn placement(&self) -> Placement {
+        match self {
+            Self::Local { id, host } => Placement::Environment { executor: id.clone(), root: host.root.clone() },
+        }
+    }
+
+    /// The executor's environment, on which `${NAME}` references resolve.
+    pub fn env(&self) -> &dyn ExecutorEnv {
+        match self {
+            Self::Local { .. } => &HostEnv,
+        }
+    }
+
+    /// Launches (stdio) or dials (Streamable HTTP) `server` and completes the MCP handshake
+    /// within `timeout`.
+    pub async fn connect(
+        &self,
+        server: &ResolvedServer,
+        handler: ProxyClient,
+        timeout: Duration,
+    ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
+        let Self::Local { id, host } = self;
+        if &server.executor != id {
+            return Err(UpstreamError::WrongExecutor {
+                server: server.name.to_string(),
+                declared: server.executor.to_string(),
+                bound: id.to_string(),
+            });
+        }
+        let started = match &server.transport {
+            ResolvedTransport::Stdio { command, args, env, cwd } => {
+                let transport = host.spawn(server.name.as_str(), command, args, env, cwd)?;
+                tokio::time::timeout(timeout, handler.serve(transport)).await
+            }
+            ResolvedTransport::Http { url, headers } => {
+                let mut custom = HashMap::new();
+                for (name, value) in headers {
+                    let name = HeaderName::try_from(name.as_str()).map_err(|_| UpstreamError::Header(name.clone()))?;
+                    let value =
+                        HeaderValue::try_from(value.as_str()).map_err(|_| UpstreamError::Header(name.to_string()))?;
+                    custom.insert(name, value);
+                }
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+                config.max_concurrent_requests = 256;
+                let client = AssertingClient::new(host.http.clone(), host.assertion_header.clone());
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                tokio::time::timeout(timeout, handler.serve(transport)).await
+            }
+        };
+        match started {
+            Ok(Ok(service)) => Ok(service),
+            Ok(Err(e)) => Err(UpstreamError::Connect(e.to_string())),
+            Err(_) => Err(UpstreamError::ConnectTimeout(timeout)),
+        }
+    }
+}
+
+impl LocalExecutor {
+    fn spawn(
+        &self,
+        server: &str,
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: &PathUri,
+    ) -> Result<TokioChildProcess, UpstreamError> {
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(args).current_dir(cwd.to_native()).env_clear().kill_on_drop(true);
+        for name in &self.inherit_env {
+            if let Ok(value) = std::env::var(name) {
+                cmd.env(name, value);
+            }
+        }
+        cmd.envs(env);
+        let launch = |source| UpstreamError::Launch { command: command.to_owned(), source };
+        let (child, stderr) = TokioChildProcess::builder(cmd).stderr(Stdio::piped()).spawn().map_err(launch)?;
+        if let Some(stderr) = stderr {
+            let server = server.to_owned();
+            // The child's stderr is its log: into ours, line by line, so a full pipe never blocks it.
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(%server, "upstream stderr: {line}");
+                }
+            });
+        }
+        Ok(child)
+    }
+}

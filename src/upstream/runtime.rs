@@ -1,0 +1,626 @@
+//! The proxy's runtime: connections to upstream servers, shared per (tenant, resolved
+//! declaration), started lazily, restarted on the next call after a crash and closed when
+//! idle; per-session snapshots of which servers a session sees; the call path (identity
+//! assertion, timeout, cancellation) and the routing of upstream progress and log messages
+//! back to the session that called.
+//!
+//! A session's snapshot is resolved once (on its first `tools/list` or upstream call) and
+//! frozen: a changed declaration applies to new sessions, and a session keeps the connection
+//! its snapshot named. A stateless request is its own session. Snapshots and connections are
+//! keyed by tenant, so sessions of different tenants never share one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[allow(deprecated)]
+use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, JsonObject, ProgressNotificationParam,
+    ProgressToken, RequestMetaObject, ServerResult, Tool,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::{ClientHandler, ErrorData, RoleServer};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::client::ASSERTION_META_KEY;
+use super::executor::{Executor, LocalExecutor, UpstreamError};
+use super::{PathStyle, PathUri, ResolvedServer, ServerName, parse_declarations};
+use crate::auth::assertion::{AssertedCaller, AssertionSigner};
+use crate::context::{FlockAccess, McpCallContext};
+use crate::identity::SessionRegistry;
+use crate::model::Role;
+use crate::store::entities::GrantRow;
+use crate::store::{Db, StoreError, TenantId, now_millis};
+use crate::telemetry::metrics;
+use http::HeaderName;
+
+/// Separates the server from the tool in an upstream tool's name: `server__tool`.
+pub const NAME_SEPARATOR: &str = "__";
+
+/// Why a proxied call failed (the call's audit class is [`ProxyError::class`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("upstream server unavailable: {0}")]
+    Unavailable(String),
+    #[error("tool call timed out")]
+    Timeout,
+    #[error("cancelled by the client")]
+    Cancelled,
+    #[error("upstream error: {}", .0.message)]
+    Upstream(ErrorData),
+    #[error("signing the identity assertion failed")]
+    Assertion,
+}
+
+impl ProxyError {
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "upstream_unavailable",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::Upstream(_) => "upstream_error",
+            Self::Assertion => "internal",
+        }
+    }
+
+    /// What the client is told: the upstream's own JSON-RPC error, or a generic one that
+    /// names no process, path or address of the gateway host.
+    pub fn into_error_data(self) -> ErrorData {
+        match self {
+            Self::Upstream(e) => e,
+            Self::Timeout => ErrorData::internal_error("tool call timed out", None),
+            Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
+            Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
+            Self::Assertion => ErrorData::internal_error("internal error", None),
+        }
+    }
+}
+
+/// The session a proxied call came from: where its progress and log messages go.
+#[derive(Clone)]
+pub struct Downstream {
+    /// The session id, or a per-request id for a stateless call.
+    pub owner: String,
+    pub peer: Peer<RoleServer>,
+    /// The downstream request's progress token, when its client asked for progress.
+    pub progress: Option<ProgressToken>,
+}
+
+/// In-flight calls of one connection, by the progress token the upstream was given.
+#[derive(Default)]
+struct Routes {
+    calls: Mutex<HashMap<ProgressToken, Downstream>>,
+}
+
+impl Routes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Downstream>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Removes a call's route when the call ends, however it ends.
+struct RouteGuard<'a> {
+    routes: &'a Routes,
+    token: ProgressToken,
+}
+
+impl Drop for RouteGuard<'_> {
+    fn drop(&mut self) {
+        self.routes.lock().remove(&self.token);
+    }
+}
+
+/// The gateway's side of an upstream connection: forwards progress to the calling session,
+/// and log messages only where the calling session is certain.
+#[derive(Clone)]
+pub struct ProxyClient {
+    routes: Arc<Routes>,
+    server: String,
+}
+
+impl ClientHandler for ProxyClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        let target = self.routes.lock().get(&params.progress_token).cloned();
+        let Some(Downstream { peer, progress: Some(token), .. }) = target else {
+            return;
+        };
+        let mut forwarded = params;
+        forwarded.progress_token = token;
+        if let Err(e) = peer.notify_progress(forwarded).await {
+            tracing::debug!(server = %self.server, error = %e, "progress not delivered");
+        }
+    }
+
+    /// Logging is deprecated in MCP (SEP-2577) but still sent by upstreams and still in the
+    /// protocol versions the gateway serves, so it is forwarded.
+    ///
+    /// A log message names no call. It goes to the calling session only when every call in
+    /// flight on this connection belongs to that one session; otherwise it is dropped, never
+    /// guessed (the connection is shared by the tenant's sessions).
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let target = {
+            let calls = self.routes.lock();
+            let mut owners = calls.values();
+            match owners.next() {
+                Some(first) if owners.all(|d| d.owner == first.owner) => Some(first.peer.clone()),
+                _ => None,
+            }
+        };
+        match target {
+            Some(peer) => {
+                if let Err(e) = peer.notify_logging_message(params).await {
+                    tracing::debug!(server = %self.server, error = %e, "log message not delivered");
+                }
+            }
+            None => {
+                metrics::denial("upstream_log_unroutable");
+                tracing::debug!(server = %self.server, "upstream log message with no single calling session; dropped");
+            }
+        }
+    }
+}
+
+struct Live {
+    service: RunningService<RoleClient, ProxyClient>,
+    /// The upstream's tools, as it named them (valid, unique names only).
+    tools: Arc<Vec<Tool>>,
+}
+
+/// One upstream server for one tenant and one resolved declaration.
+pub struct Connection {
+    server: ResolvedServer,
+    executor: Executor,
+    routes: Arc<Routes>,
+    live: tokio::sync::Mutex<Option<Live>>,
+    last_used_ms: AtomicI64,
+    in_flight: AtomicUsize,
+}
+
+impl Connection {
+    fn new(server: ResolvedServer, executor: Executor) -> Self {
+        Self {
+            server,
+            executor,
+            routes: Arc::default(),
+            live: tokio::sync::Mutex::new(None),
+            last_used_ms: AtomicI64::new(now_millis()),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn server(&self) -> &ServerName {
+        &self.server.name
+    }
+
+    /// The running connection, started (or restarted after a crash) if need be.
+    async fn ready(&self, timeout: Duration) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
+        self.last_used_ms.store(now_millis(), Ordering::Relaxed);
+        let mut live = self.live.lock().await;
+        if let Some(current) = live.as_ref() {
+            if !current.service.peer().is_transport_closed() {
+                return Ok((current.service.peer().clone(), Arc::clone(&current.tools)));
+            }
+            tracing::warn!(server = %self.server.name, "upstream connection closed; restarting it");
+            metrics::upstream_restart(self.server.name.as_str());
+        }
+        // Dropping the old service kills its child process.
+        *live = None;
+        let handler = ProxyClient { routes: Arc::clone(&self.routes), server: self.server.name.to_string() };
+        let service = self.executor.connect(&self.server, handler, timeout).await?;
+        let listed = tokio::time::timeout(timeout, service.peer().list_all_tools()).await;
+        let tools = match listed {
+            Ok(Ok(tools)) => usable_tools(self.server.name.as_str(), tools),
+            Ok(Err(e)) => return Err(UpstreamError::Connect(format!("listing tools: {e}"))),
+            Err(_) => return Err(UpstreamError::ConnectTimeout(timeout)),
+        };
+        let tools = Arc::new(tools);
+        let peer = service.peer().clone();
+        *live = Some(Live { service, tools: Arc::clone(&tools) });
+        Ok((peer, tools))
+    }
+
+    /// Closes the connection if it has been idle for `idle`; the next use starts it again.
+    async fn close_if_idle(&self, idle: Duration) {
+        let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
+        if self.in_flight.load(Ordering::Acquire) > 0
+            || now_millis() - self.last_used_ms.load(Ordering::Relaxed) < idle_ms
+        {
+            return;
+        }
+        if let Ok(mut live) = self.live.try_lock()
+            && let Some(old) = live.take()
+        {
+            tracing::debug!(server = %self.server.name, "closing an idle upstream connection");
+            let _ = old.service.cancel().await;
+        }
+    }
+
+    async fn close(&self) {
+        if let Some(old) = self.live.lock().await.take() {
+            let _ = old.service.cancel().await;
+        }
+    }
+}
+
+/// Tool names the gateway can serve as `server__tool`: MCP's tool-name characters, within
+/// 128 characters once prefixed, each name once (the first wins).
+fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
+    let mut seen = std::collections::HashSet::new();
+    tools
+        .into_iter()
+        .filter(|tool| {
+            let name = tool.name.as_ref();
+            let valid = !name.is_empty()
+                && server.len() + NAME_SEPARATOR.len() + name.len() <= 128
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if !valid {
+                tracing::warn!(%server, tool = %name, "upstream tool name unusable; not served");
+                return false;
+            }
+            if !seen.insert(name.to_owned()) {
+                tracing::warn!(%server, tool = %name, "upstream lists a tool twice; the first is served");
+                return false;
+            }
+            true
+        })
+        .collect()
+}
+
+/// The upstream servers one session sees, frozen when the session first needed them.
+pub struct Snapshot {
+    tenant: TenantId,
+    servers: BTreeMap<String, Arc<Connection>>,
+    grants: Vec<GrantRow>,
+}
+
+impl Snapshot {
+    /// The allow list: a grant names the server, one of the caller's roles, and the tool or `*`.
+    pub fn allowed(&self, server: &str, tool: &str, roles: &[Role]) -> bool {
+        self.grants.iter().any(|g| g.server == server && roles.contains(&g.role) && (g.tool == "*" || g.tool == tool))
+    }
+
+    fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
+        self.grants.iter().any(|g| g.server == server && roles.contains(&g.role))
+    }
+
+    pub fn connection(&self, server: &str) -> Option<&Arc<Connection>> {
+        self.servers.get(server)
+    }
+}
+
+/// Every upstream connection of the gateway, and the sessions' snapshots.
+pub struct Upstreams {
+    db: Db,
+    local: Arc<LocalExecutor>,
+    signer: Arc<AssertionSigner>,
+    sessions: Arc<SessionRegistry>,
+    connect_timeout: Duration,
+    idle: Duration,
+    pool: Mutex<HashMap<(TenantId, String), Arc<Connection>>>,
+    snapshots: Mutex<HashMap<String, Arc<Snapshot>>>,
+    requests: AtomicUsize,
+}
+
+/// Settings of the upstream runtime.
+pub struct UpstreamSettings {
+    pub connect_timeout: Duration,
+    pub idle: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Upstreams {
+    pub fn new(
+        db: Db,
+        local: LocalExecutor,
+        signer: Arc<AssertionSigner>,
+        sessions: Arc<SessionRegistry>,
+        settings: UpstreamSettings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            db,
+            local: Arc::new(local),
+            signer,
+            sessions,
+            connect_timeout: settings.connect_timeout,
+            idle: settings.idle,
+            pool: Mutex::default(),
+            snapshots: Mutex::default(),
+            requests: AtomicUsize::new(0),
+        })
+    }
+
+    /// The runtime for `config`, with the local executor as configured (validated at load).
+    pub fn from_config(
+        config: &crate::config::UpstreamConfig,
+        db: Db,
+        signer: Arc<AssertionSigner>,
+        sessions: Arc<SessionRegistry>,
+    ) -> Result<Arc<Self>, UpstreamError> {
+        let root = if config.local_root.is_empty() {
+            LocalExecutor::default_root().ok_or_else(|| UpstreamError::Config {
+                key: "upstream.local_root",
+                message: "the working directory is not a usable path; configure a file: URI".to_owned(),
+            })?
+        } else {
+            PathUri::parse(&config.local_root, PathStyle::Posix)
+                .map_err(|e| UpstreamError::Config { key: "upstream.local_root", message: e.to_string() })?
+        };
+        let header = HeaderName::try_from(config.assertion_header.as_str())
+            .map_err(|e| UpstreamError::Config { key: "upstream.assertion_header", message: e.to_string() })?;
+        let local = LocalExecutor::new(root, config.inherit_env.clone(), header)?;
+        let settings = UpstreamSettings {
+            connect_timeout: Duration::from_secs(config.connect_timeout_secs),
+            idle: Duration::from_secs(config.idle_secs),
+        };
+        Ok(Self::new(db, local, signer, sessions, settings))
+    }
+
+    /// A per-request owner id for a stateless call (its own session).
+    pub fn stateless_owner(&self) -> String {
+        format!("request-{}", self.requests.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The session's snapshot, resolved on first use; a stateless call (no session) resolves
+    /// its own. A snapshot is never handed to another tenant.
+    pub async fn snapshot(&self, tenant: TenantId, session: Option<&str>) -> Result<Arc<Snapshot>, StoreError> {
+        if let Some(session) = session
+            && let Some(existing) = lock(&self.snapshots).get(session).cloned()
+        {
+            if existing.tenant == tenant {
+                return Ok(existing);
+            }
+            // Session binding makes this unreachable; if it ever happens, see nothing.
+            tracing::error!("a session's upstream snapshot belongs to another tenant; refusing it");
+            return Ok(Arc::new(Snapshot { tenant, servers: BTreeMap::new(), grants: Vec::new() }));
+        }
+        let fresh = Arc::new(self.resolve(tenant).await?);
+        match session {
+            Some(session) => {
+                let mut snapshots = lock(&self.snapshots);
+                let kept = snapshots.entry(session.to_owned()).or_insert_with(|| Arc::clone(&fresh));
+                Ok(if kept.tenant == tenant { Arc::clone(kept) } else { fresh })
+            }
+            None => Ok(fresh),
+        }
+    }
+
+    /// Resolves every server the tenant bound, each in its bound executor's context, and the
+    /// tenant's grants. A server that can't be resolved is left out (and logged): it is not
+    /// served, rather than served wrongly.
+    async fn resolve(&self, tenant: TenantId) -> Result<Snapshot, StoreError> {
+        let (entities, grants) = tokio::try_join!(self.db.resolve_servers(tenant), self.db.upstream_grants(tenant))?;
+        let mut servers = BTreeMap::new();
+        for (server, entity) in entities {
+            let executor = match Executor::for_row(&entity.executor, &self.local) {
+                Ok(executor) => executor,
+                Err(e) => {
+                    tracing::warn!(%server, error = %e, "upstream server not served");
+                    continue;
+                }
+            };
+            let resolved = match resolve_declaration(&server, &entity.declaration, &executor) {
+                Ok(resolved) => resolved,
+                Err(problem) => {
+                    tracing::warn!(%server, entity = %entity.entity, %problem, "upstream declaration unusable; not served");
+                    continue;
+                }
+            };
+            let key = (tenant, resolved.fingerprint());
+            let connection = Arc::clone(
+                lock(&self.pool).entry(key).or_insert_with(|| Arc::new(Connection::new(resolved, executor))),
+            );
+            servers.insert(server, connection);
+        }
+        Ok(Snapshot { tenant, servers, grants })
+    }
+
+    /// The upstream tools the caller may use, named `server__tool`. Servers with no grant for
+    /// the caller are not even started; one that fails to start is left out of the list.
+    pub async fn list(&self, snapshot: &Snapshot, roles: &[Role]) -> Vec<Tool> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (name, connection) in &snapshot.servers {
+            if !snapshot.any_grant(name, roles) {
+                continue;
+            }
+            let connection = Arc::clone(connection);
+            let timeout = self.connect_timeout;
+            tasks.spawn(async move {
+                let tools = connection.ready(timeout).await;
+                (connection, tools)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((connection, tools)) = joined else { continue };
+            let server = connection.server().as_str();
+            match tools {
+                Ok((_, tools)) => out.extend(
+                    tools.iter().filter(|t| snapshot.allowed(server, &t.name, roles)).map(|t| prefixed(server, t)),
+                ),
+                Err(e) => tracing::warn!(%server, error = %e, "upstream server unavailable; its tools are not listed"),
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Whether `tool` exists on the (started) upstream. Starting it may fail: then the call
+    /// fails as unavailable rather than as unknown.
+    pub async fn has_tool(&self, connection: &Connection, tool: &str) -> Result<bool, ProxyError> {
+        let (_, tools) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
+        Ok(tools.iter().any(|t| t.name == tool))
+    }
+
+    /// Calls `tool` on the upstream for the caller: the call carries a fresh identity assertion
+    /// (audience: the server id) and nothing of the client's own credentials. It ends at
+    /// `timeout` or when the client cancels; either way the upstream is told to cancel.
+    pub async fn call(
+        &self,
+        connection: &Connection,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        ctx: &McpCallContext,
+        downstream: Downstream,
+        timeout: Duration,
+        cancelled: CancellationToken,
+    ) -> Result<CallToolResult, ProxyError> {
+        connection.in_flight.fetch_add(1, Ordering::AcqRel);
+        let result = self.call_inner(connection, tool, arguments, ctx, downstream, timeout, cancelled).await;
+        connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
+        connection.in_flight.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn call_inner(
+        &self,
+        connection: &Connection,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        ctx: &McpCallContext,
+        downstream: Downstream,
+        timeout: Duration,
+        cancelled: CancellationToken,
+    ) -> Result<CallToolResult, ProxyError> {
+        let (peer, _) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
+        let assertion =
+            self.signer.sign(&asserted_caller(ctx), connection.server().as_str()).map_err(|_| ProxyError::Assertion)?;
+        let mut meta = RequestMetaObject::new();
+        meta.0.0.insert(ASSERTION_META_KEY.to_owned(), Value::String(assertion));
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
+        let handle = peer.send_request_with_option(request, options).await.map_err(|e| unavailable(e))?;
+        connection.routes.lock().insert(handle.progress_token.clone(), downstream);
+        let _route = RouteGuard { routes: &connection.routes, token: handle.progress_token.clone() };
+        let (id, upstream) = (handle.id.clone(), handle.peer.clone());
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            () = cancelled.cancelled() => {
+                let notification = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the client".to_owned()),
+                ));
+                let _ = upstream.send_notification(notification.into()).await;
+                return Err(ProxyError::Cancelled);
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(_) => Err(ProxyError::Unavailable("the upstream answered a call with something else".to_owned())),
+            Err(ServiceError::Timeout { .. }) => Err(ProxyError::Timeout),
+            Err(ServiceError::McpError(e)) => Err(ProxyError::Upstream(e)),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// Drops snapshots of ended sessions and closes idle connections, until `shutdown`;
+    /// then closes every connection (and so stops every child process).
+    pub fn spawn_sweeper(self: &Arc<Self>, shutdown: CancellationToken) {
+        let this = Arc::clone(self);
+        let period = (this.idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                this.sweep().await;
+            }
+            let all: Vec<_> = lock(&this.pool).drain().map(|(_, c)| c).collect();
+            lock(&this.snapshots).clear();
+            for connection in all {
+                connection.close().await;
+            }
+        });
+    }
+
+    async fn sweep(&self) {
+        lock(&self.snapshots).retain(|session, _| self.sessions.principal(session).is_some());
+        let connections: Vec<_> = lock(&self.pool).values().cloned().collect();
+        for connection in &connections {
+            connection.close_if_idle(self.idle).await;
+        }
+        drop(connections);
+        // A connection no snapshot names any more, and closed, is forgotten.
+        lock(&self.pool).retain(|_, c| {
+            Arc::strong_count(c) > 1
+                || c.in_flight.load(Ordering::Acquire) > 0
+                || c.live.try_lock().is_ok_and(|l| l.is_some())
+        });
+    }
+
+    /// Connections currently running (for tests and metrics).
+    pub async fn running(&self) -> usize {
+        let connections: Vec<_> = lock(&self.pool).values().cloned().collect();
+        let mut n = 0;
+        for c in connections {
+            if c.live.lock().await.is_some() {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ProxyError {
+    ProxyError::Unavailable(e.to_string())
+}
+
+fn prefixed(server: &str, tool: &Tool) -> Tool {
+    let mut tool = tool.clone();
+    tool.name = format!("{server}{NAME_SEPARATOR}{}", tool.name).into();
+    tool
+}
+
+/// Splits `server__tool` at the first separator (server names can't contain it).
+pub fn split_tool_name(name: &str) -> Option<(&str, &str)> {
+    name.split_once(NAME_SEPARATOR).filter(|(s, t)| !s.is_empty() && !t.is_empty())
+}
+
+/// Who the assertion speaks for: plain values of the call's context.
+fn asserted_caller(ctx: &McpCallContext) -> AssertedCaller {
+    AssertedCaller {
+        tenant: ctx.tenant_slug().to_owned(),
+        tenant_id: ctx.tenant_id().to_string(),
+        user: ctx.subject().to_owned(),
+        user_id: ctx.user_id().to_string(),
+        roles: ctx.roles().iter().map(|r| r.as_str().to_owned()).collect(),
+        flocks: match ctx.flocks() {
+            FlockAccess::AllOfTenant => json!("all"),
+            FlockAccess::Only(ids) => Value::Array(ids.iter().map(|id| Value::String(id.to_string())).collect()),
+        },
+    }
+}
+
+/// One stored server declaration, resolved for its bound executor.
+fn resolve_declaration(server: &str, declaration: &str, executor: &Executor) -> Result<ResolvedServer, String> {
+    let value: Value = serde_json::from_str(declaration).map_err(|e| format!("stored declaration: {e}"))?;
+    let file = json!({ server: value }).to_string();
+    let parsed = parse_declarations(&file).map_err(|e| e.to_string())?;
+    if let Some(error) = parsed.errors.first() {
+        return Err(error.to_string());
+    }
+    let declared = parsed.servers.into_iter().next().ok_or("no server in the declaration")?;
+    declared
+        .resolve(&executor.placement(), executor.env())
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+}

@@ -1,0 +1,366 @@
+//! The identity-scoped proxy, end to end: rmcp's client over real HTTP against the gateway,
+//! which launches the fixture upstream (a real child process over stdio) or dials it (a real
+//! Streamable HTTP server), on SQLite and PostgreSQL.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+#[allow(deprecated)]
+use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{CallToolRequestParams, ClientConfig, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceExt};
+use scopegate::model::Role;
+use scopegate::store::entities;
+use serde_json::{Value, json};
+
+use crate::mcp::{Live, Mode, call, ok};
+use crate::support::*;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+
+/// A gateway with the demo data, a plugin root holding `work/`, and the local executor.
+struct Proxy {
+    live: Live,
+    root: tempfile::TempDir,
+}
+
+impl Proxy {
+    async fn start(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("work")).unwrap();
+        let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
+        let mut all = vec![("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(3))];
+        all.extend(overrides.iter().cloned());
+        let live = Live::start(backend, mode, &all).await;
+        let mut tx = live.db.begin().await.unwrap();
+        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local").await.unwrap();
+        entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote").await.unwrap();
+        tx.commit().await.unwrap();
+        Self { live, root }
+    }
+
+    /// A stdio declaration of the fixture as server `server`, with `value` as the variable
+    /// only its declaration supplies.
+    fn stdio(&self, server: &str, value: &str) -> Value {
+        json!({
+            "command": FIXTURE,
+            "args": ["stdio"],
+            "cwd": "work",
+            "env": {
+                "FIXTURE_JWKS_URL": format!("http://{}/.well-known/jwks.json", self.live.addr),
+                "FIXTURE_SERVER_ID": server,
+                "FIXTURE_ISSUER": self.live.config.public_url(),
+                "FIXTURE_DECLARED_VALUE": value,
+                "FIXTURE_MARK_FILE": self.root.path().join("marks").display().to_string(),
+            }
+        })
+    }
+
+    async fn declare(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {
+        let mut tx = self.live.db.begin().await.unwrap();
+        entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), declaration).await.unwrap();
+        entities::bind_server(&mut tx, tenant, server, executor).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    async fn grant(&self, tenant: &str, server: &str, role: Role, tool: &str) {
+        let mut tx = self.live.db.begin().await.unwrap();
+        entities::grant_tool(&mut tx, tenant, server, role, tool).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    async fn redeclare(&self, tenant: &str, server: &str, declaration: &Value) {
+        let mut tx = self.live.db.begin().await.unwrap();
+        let name = format!("defaults/mcp-servers/{server}");
+        entities::delete_entity(&mut tx, tenant, &name).await.unwrap();
+        entities::create_entity(&mut tx, tenant, &name, declaration).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    /// The standard set-up: acme's `fx` (owner: every tool; worker: whoami only).
+    async fn with_fx(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
+        let proxy = Self::start(backend, mode, overrides).await;
+        proxy.declare("acme", "fx", &proxy.stdio("fx", "from-the-declaration"), "local").await;
+        proxy.grant("acme", "fx", Role::Owner, "*").await;
+        proxy.grant("acme", "fx", Role::Worker, "whoami_upstream").await;
+        proxy
+    }
+}
+
+async fn tool_names(client: &RunningService<RoleClient, impl ClientHandler>) -> Vec<String> {
+    client.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect()
+}
+
+fn upstream_names(names: &[String]) -> Vec<&str> {
+    names.iter().map(String::as_str).filter(|n| n.contains("__")).collect()
+}
+
+async fn unknown(client: &RunningService<RoleClient, ()>, tool: &str) {
+    let err = call(client, tool, json!({})).await.expect_err(tool);
+    assert_eq!(err.message, "tool not found", "{tool} must answer as an unknown tool");
+}
+
+async fn lists_and_calls(backend: Backend, mode: Mode) {
+    let proxy = Proxy::with_fx(backend, mode, &[]).await;
+    // A server bound to a remote executor is not served (remote executors do not exist yet).
+    proxy.declare("acme", "far", &proxy.stdio("far", "x"), "build-01").await;
+    proxy.grant("acme", "far", Role::Owner, "*").await;
+    let live = &proxy.live;
+
+    let olivia = live.client("olivia@acme.test").await;
+    let names = tool_names(&olivia).await;
+    assert_eq!(
+        upstream_names(&names),
+        ["fx__crash", "fx__echo", "fx__hang", "fx__progress", "fx__whoami_upstream"],
+        "the owner's grant is `*`: {names:?}"
+    );
+    assert!(names.iter().any(|n| n == "whoami"), "native tools are listed beside upstream ones");
+
+    let me = ok(&olivia, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(me["tenant"], "acme");
+    assert_eq!(me["user"], "olivia@acme.test");
+    assert_eq!(me["roles"], json!(["owner"]));
+    assert_eq!(me["flocks"], "all");
+    assert_eq!(me["declared_value"], "from-the-declaration", "a value only the declaration supplies");
+    let cwd = std::path::PathBuf::from(me["cwd"].as_str().unwrap());
+    assert_eq!(cwd.canonicalize().unwrap(), proxy.root.path().join("work").canonicalize().unwrap());
+    let inherited: Vec<&str> = me["env_keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    assert!(
+        inherited.iter().all(|k| !k.starts_with("CARGO") && !k.starts_with("SCOPEGATE")),
+        "the gateway's own environment is not inherited: {inherited:?}"
+    );
+    let echoed = call(&olivia, "fx__echo", json!({"text": "hello"})).await.unwrap();
+    assert_eq!(serde_json::to_value(&echoed.content).unwrap()[0]["text"], "hello");
+
+    // The worker's grant names one tool; everything else is as if it did not exist.
+    let wanda = live.client("wanda@acme.test").await;
+    assert_eq!(upstream_names(&tool_names(&wanda).await), ["fx__whoami_upstream"]);
+    let me = ok(&wanda, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(me["user"], "wanda@acme.test");
+    assert_eq!(me["flocks"], json!([live.flock_id("north-barn").await]), "the worker's flock scope");
+    unknown(&wanda, "fx__echo").await;
+
+    // No grant for the auditor; globex never bound `fx`; nobody sees `far`.
+    let audrey = live.client("audrey@acme.test").await;
+    assert!(upstream_names(&tool_names(&audrey).await).is_empty());
+    unknown(&audrey, "fx__whoami_upstream").await;
+    let gary = live.client("gary@globex.test").await;
+    assert!(upstream_names(&tool_names(&gary).await).is_empty());
+    unknown(&gary, "fx__whoami_upstream").await;
+    unknown(&olivia, "far__whoami_upstream").await;
+    unknown(&olivia, "fx__no_such_tool").await;
+
+    // Audited like native calls: allowed, denied and unknown.
+    let ok_calls =
+        live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream' AND outcome = 'ok'").await;
+    assert_eq!(ok_calls, 2);
+    let denied = live.count("SELECT COUNT(*) FROM audit_events WHERE tool LIKE 'fx__%' AND outcome = 'denied'").await;
+    assert_eq!(denied, 4, "wanda's echo, audrey's and gary's whoami, olivia's unknown tool");
+}
+all_modes!(proxy_lists_and_calls_a_stdio_upstream, lists_and_calls);
+
+/// The Streamable HTTP fixture, as a child process on a free port.
+struct HttpFixture {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl HttpFixture {
+    async fn start(live: &Live, server: &str) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(FIXTURE)
+            .args(["http", "127.0.0.1:0"])
+            .env("FIXTURE_JWKS_URL", format!("http://{}/.well-known/jwks.json", live.addr))
+            .env("FIXTURE_SERVER_ID", server)
+            .env("FIXTURE_ISSUER", live.config.public_url())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+        let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+        Self { child, url: format!("http://{addr}/mcp") }
+    }
+}
+
+async fn http_upstream(backend: Backend) {
+    let proxy = Proxy::start(backend, Mode::Session, &[]).await;
+    let mut fixture = HttpFixture::start(&proxy.live, "web").await;
+    let declaration = json!({"type": "http", "url": fixture.url, "headers": {"x-declared": "from-the-declaration"}});
+    proxy.declare("acme", "web", &declaration, "local").await;
+    proxy.grant("acme", "web", Role::Owner, "*").await;
+    proxy.grant("acme", "web", Role::Worker, "*").await;
+
+    for user in ["olivia@acme.test", "wanda@acme.test"] {
+        let client = proxy.live.client(user).await;
+        assert!(tool_names(&client).await.contains(&"web__whoami_upstream".to_owned()));
+        let me = ok(&client, "web__whoami_upstream", json!({})).await;
+        assert_eq!(me["tenant"], "acme");
+        assert_eq!(me["user"], user, "the assertion names the caller of this call");
+        assert_eq!(me["authorization"], Value::Null, "the client's token never goes upstream");
+        assert_eq!(me["declared_header"], "from-the-declaration", "upstream credentials come from the declaration");
+    }
+    fixture.child.kill().await.ok();
+}
+both_dbs!(proxy_calls_a_streamable_http_upstream, http_upstream);
+
+async fn crash_restarts(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[]).await;
+    let olivia = proxy.live.client("olivia@acme.test").await;
+    let before = ok(&olivia, "fx__whoami_upstream", json!({})).await["pid"].clone();
+
+    let err = call(&olivia, "fx__crash", json!({})).await.expect_err("a crash fails the call");
+    assert_eq!(err.message, "upstream server unavailable");
+    assert_eq!(
+        proxy
+            .live
+            .count(
+                "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__crash' AND error_class = 'upstream_unavailable'"
+            )
+            .await,
+        1
+    );
+    // The gateway stays up, and the next call restarts the upstream.
+    ok(&olivia, "whoami", json!({})).await;
+    let after = ok(&olivia, "fx__whoami_upstream", json!({})).await["pid"].clone();
+    assert_ne!(before, after, "a new process answers");
+}
+both_dbs!(proxy_upstream_crash_fails_the_call_and_restarts, crash_restarts);
+
+async fn hang_times_out(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[("mcp.call_timeout_secs", json!(1))]).await;
+    let olivia = proxy.live.client("olivia@acme.test").await;
+    ok(&olivia, "fx__whoami_upstream", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let baseline = metrics.num_alive_tasks();
+
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = call(&olivia, "fx__hang", json!({})).await.expect_err("a hanging call times out");
+        assert_eq!(err.message, "tool call timed out");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+    // The upstream was told to cancel each call.
+    let marks = proxy.root.path().join("marks");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = std::fs::read_to_string(&marks).unwrap_or_default().lines().filter(|l| *l == "cancelled").count();
+        if seen == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the upstream saw {seen} of 3 cancellations");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // No task outlives its call.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let alive = metrics.num_alive_tasks();
+    assert!(alive <= baseline, "{alive} tasks alive after the timeouts, {baseline} before");
+    assert_eq!(
+        proxy.live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__hang' AND error_class = 'timeout'").await,
+        3
+    );
+    ok(&olivia, "fx__whoami_upstream", json!({})).await;
+}
+both_dbs!(proxy_hanging_upstream_times_out_without_leaking, hang_times_out);
+
+async fn garbage_isolated(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[]).await;
+    let mut junk = proxy.stdio("junk", "x");
+    junk["args"] = json!(["garbage"]);
+    proxy.declare("acme", "junk", &junk, "local").await;
+    proxy.grant("acme", "junk", Role::Owner, "*").await;
+
+    let olivia = proxy.live.client("olivia@acme.test").await;
+    let names = tool_names(&olivia).await;
+    assert!(names.contains(&"fx__whoami_upstream".to_owned()), "the good upstream is listed: {names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("junk__")), "{names:?}");
+    let err = call(&olivia, "junk__anything", json!({})).await.expect_err("garbage gives an error");
+    assert_eq!(err.message, "upstream server unavailable");
+    ok(&olivia, "fx__whoami_upstream", json!({})).await;
+    ok(&olivia, "whoami", json!({})).await;
+}
+both_dbs!(proxy_garbage_speaking_upstream_is_an_isolated_error, garbage_isolated);
+
+async fn snapshot_frozen(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[]).await;
+    proxy.declare("globex", "fx", &proxy.stdio("fx", "from-the-declaration"), "local").await;
+    proxy.grant("globex", "fx", Role::Owner, "*").await;
+
+    let first = proxy.live.client("olivia@acme.test").await;
+    let a = ok(&first, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(a["declared_value"], "from-the-declaration");
+
+    proxy.redeclare("acme", "fx", &proxy.stdio("fx", "changed")).await;
+    let again = ok(&first, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(again["declared_value"], "from-the-declaration", "a session keeps its snapshot");
+    assert_eq!(again["pid"], a["pid"], "and its runtime");
+
+    let second = proxy.live.client("olivia@acme.test").await;
+    let b = ok(&second, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(b["declared_value"], "changed", "a new session sees the new declaration");
+    assert_ne!(b["pid"], a["pid"]);
+    let third = proxy.live.client("wanda@acme.test").await;
+    assert_eq!(ok(&third, "fx__whoami_upstream", json!({})).await["pid"], b["pid"], "same resolved set, same runtime");
+
+    let gary = proxy.live.client("gary@globex.test").await;
+    let g = ok(&gary, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(g["tenant"], "globex");
+    assert_ne!(g["pid"], a["pid"], "tenants never share a runtime, even for identical declarations");
+    assert_ne!(g["pid"], b["pid"]);
+}
+both_dbs!(proxy_session_snapshot_is_frozen_and_per_tenant, snapshot_frozen);
+
+/// Counts what the gateway forwards to the session.
+#[derive(Clone, Default)]
+struct Listener {
+    progress: Arc<AtomicUsize>,
+    logs: Arc<AtomicUsize>,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+    async fn on_progress(&self, _params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.progress.fetch_add(1, Ordering::SeqCst);
+    }
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        assert!(params.data.as_str().is_some_and(|s| s.starts_with("fixture log")), "{params:?}");
+        self.logs.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+async fn progress_and_logs(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[]).await;
+    let listener = Listener::default();
+    let transport = StreamableHttpClientTransport::with_client(
+        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+        StreamableHttpClientTransportConfig::with_uri(proxy.live.url())
+            .auth_header(proxy.live.token_for("olivia@acme.test")),
+    );
+    let client = listener.clone().serve(transport).await.unwrap();
+    let params =
+        CallToolRequestParams::new("fx__progress").with_arguments(json!({"steps": 3}).as_object().cloned().unwrap());
+    let result = client.call_tool(params).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (listener.progress.load(Ordering::SeqCst) < 3 || listener.logs.load(Ordering::SeqCst) < 3)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(listener.progress.load(Ordering::SeqCst), 3, "every progress notification reaches the session");
+    assert_eq!(listener.logs.load(Ordering::SeqCst), 3, "every log message reaches the session");
+}
+both_dbs!(proxy_progress_and_logs_reach_the_calling_session, progress_and_logs);
