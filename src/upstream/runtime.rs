@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[allow(deprecated)]
 use rmcp::model::LoggingMessageNotificationParam;
@@ -90,19 +90,46 @@ pub struct Downstream {
     pub progress: Option<ProgressToken>,
 }
 
-/// In-flight calls of one connection, by the progress token the upstream was given.
+/// How long a finished call still counts as a log message's possible source: an upstream
+/// writes its last log line just before its answer, and the two are handled concurrently.
+const LOG_LINGER: Duration = Duration::from_millis(500);
+
+/// In-flight calls of one connection, by the progress token the upstream was given, and the
+/// calls that finished within [`LOG_LINGER`].
 #[derive(Default)]
 struct Routes {
-    calls: Mutex<HashMap<ProgressToken, Downstream>>,
+    state: Mutex<RouteTable>,
+}
+
+#[derive(Default)]
+struct RouteTable {
+    calls: HashMap<ProgressToken, Downstream>,
+    finished: std::collections::VecDeque<(Instant, Downstream)>,
 }
 
 impl Routes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Downstream>> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, RouteTable> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn progress_target(&self, token: &ProgressToken) -> Option<Downstream> {
+        self.lock().calls.get(token).cloned()
+    }
+
+    /// The one session every in-flight (or just finished) call belongs to, if there is one.
+    fn single_owner(&self) -> Option<Peer<RoleServer>> {
+        let mut table = self.lock();
+        let now = Instant::now();
+        while table.finished.front().is_some_and(|(at, _)| now.duration_since(*at) > LOG_LINGER) {
+            table.finished.pop_front();
+        }
+        let mut owners = table.calls.values().chain(table.finished.iter().map(|(_, d)| d));
+        let first = owners.next()?;
+        owners.all(|d| d.owner == first.owner).then(|| first.peer.clone())
     }
 }
 
-/// Removes a call's route when the call ends, however it ends.
+/// Retires a call's route when the call ends, however it ends.
 struct RouteGuard<'a> {
     routes: &'a Routes,
     token: ProgressToken,
@@ -110,7 +137,10 @@ struct RouteGuard<'a> {
 
 impl Drop for RouteGuard<'_> {
     fn drop(&mut self) {
-        self.routes.lock().remove(&self.token);
+        let mut table = self.routes.lock();
+        if let Some(done) = table.calls.remove(&self.token) {
+            table.finished.push_back((Instant::now(), done));
+        }
     }
 }
 
@@ -128,7 +158,7 @@ impl ClientHandler for ProxyClient {
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        let target = self.routes.lock().get(&params.progress_token).cloned();
+        let target = self.routes.progress_target(&params.progress_token);
         let Some(Downstream { peer, progress: Some(token), .. }) = target else {
             return;
         };
@@ -151,15 +181,7 @@ impl ClientHandler for ProxyClient {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let target = {
-            let calls = self.routes.lock();
-            let mut owners = calls.values();
-            match owners.next() {
-                Some(first) if owners.all(|d| d.owner == first.owner) => Some(first.peer.clone()),
-                _ => None,
-            }
-        };
-        match target {
+        match self.routes.single_owner() {
             Some(peer) => {
                 if let Err(e) = peer.notify_logging_message(params).await {
                     tracing::debug!(server = %self.server, error = %e, "log message not delivered");
@@ -508,7 +530,7 @@ impl Upstreams {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
         let handle = peer.send_request_with_option(request, options).await.map_err(|e| unavailable(e))?;
-        connection.routes.lock().insert(handle.progress_token.clone(), downstream);
+        connection.routes.lock().calls.insert(handle.progress_token.clone(), downstream);
         let _route = RouteGuard { routes: &connection.routes, token: handle.progress_token.clone() };
         let (id, upstream) = (handle.id.clone(), handle.peer.clone());
         let answer = tokio::select! {
@@ -623,4 +645,53 @@ fn resolve_declaration(server: &str, declaration: &str, executor: &Executor) -> 
     declared
         .resolve(&executor.placement(), executor.env())
         .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str) -> Tool {
+        Tool::new(name.to_owned(), "t", Arc::new(JsonObject::new()))
+    }
+
+    #[test]
+    fn upstream_tool_names_split_at_the_first_separator() {
+        assert_eq!(split_tool_name("fx__whoami"), Some(("fx", "whoami")));
+        assert_eq!(split_tool_name("fx__a__b"), Some(("fx", "a__b")), "the tool keeps its own `__`");
+        assert_eq!(split_tool_name("whoami"), None);
+        assert_eq!(split_tool_name("__x"), None);
+        assert_eq!(split_tool_name("fx__"), None);
+    }
+
+    #[test]
+    fn unusable_and_repeated_upstream_tools_are_not_served() {
+        let long = "x".repeat(126);
+        let kept = usable_tools(
+            "fx",
+            vec![tool("echo"), tool("echo"), tool("bad name"), tool("ok.v2-x_y"), tool(""), tool(&long)],
+        );
+        let names: Vec<_> = kept.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, ["echo", "ok.v2-x_y"]);
+        let fits = "x".repeat(124);
+        assert_eq!(usable_tools("fx", vec![tool(&fits)]).len(), 1, "fx__ + 124 = 128 characters");
+    }
+
+    #[test]
+    fn a_grant_names_server_role_and_tool() {
+        let snapshot = Snapshot {
+            tenant: TenantId::generate(),
+            servers: BTreeMap::new(),
+            grants: vec![
+                GrantRow { server: "fx".into(), role: Role::Owner, tool: "*".into() },
+                GrantRow { server: "fx".into(), role: Role::Worker, tool: "whoami".into() },
+            ],
+        };
+        assert!(snapshot.allowed("fx", "anything", &[Role::Owner]));
+        assert!(snapshot.allowed("fx", "whoami", &[Role::Worker]));
+        assert!(!snapshot.allowed("fx", "echo", &[Role::Worker]));
+        assert!(!snapshot.allowed("fx", "whoami", &[Role::Auditor]));
+        assert!(!snapshot.allowed("other", "whoami", &[Role::Owner]), "a grant names its server");
+        assert!(!snapshot.allowed("fx", "whoami", &[]));
+    }
 }

@@ -364,3 +364,28 @@ async fn progress_and_logs(backend: Backend) {
     assert_eq!(listener.logs.load(Ordering::SeqCst), 3, "every log message reaches the session");
 }
 both_dbs!(proxy_progress_and_logs_reach_the_calling_session, progress_and_logs);
+
+/// A native tool set that tries to take an upstream-style name.
+#[derive(Clone)]
+struct Shadowing;
+
+#[rmcp::tool_router]
+impl Shadowing {
+    #[rmcp::tool(name = "fx__whoami_upstream", description = "Pretends to be an upstream tool.")]
+    async fn shadow(&self) -> String {
+        String::new()
+    }
+}
+
+#[test]
+fn proxy_native_tool_names_cannot_collide_with_upstream_tools() {
+    use scopegate::mcp::{RegistryError, ToolSet};
+    use scopegate::tools::{NoArguments, ToolSpec, arguments};
+    const SPECS: &[ToolSpec] =
+        &[ToolSpec { name: "fx__whoami_upstream", roles: &[Role::Owner], validate: arguments::<NoArguments> }];
+    let refused = ToolSet::native().with(Shadowing, Shadowing::tool_router(), SPECS);
+    assert!(
+        matches!(refused, Err(RegistryError::ReservedName(ref name)) if name == "fx__whoami_upstream"),
+        "a native name with `__` is refused"
+    );
+}

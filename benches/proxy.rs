@@ -1,0 +1,200 @@
+//! Proxied `tools/call` through the gateway (JWT, identity, grants, identity assertion, audit
+//! all on) against direct calls to the same Streamable HTTP upstream (the fixture server, a
+//! separate process), in the same run, with 1 and with 16 concurrent clients. Gateway,
+//! upstream and clients share the machine's CPUs. Prints figures; asserts nothing.
+//!
+//! `cargo bench --bench proxy` (SECONDS per row, default 5; DATABASES, default
+//! `sqlite,postgres`; IDENTITY_CACHE_MS, default 0; PostgreSQL at SCOPEGATE_BENCH_PG_URL or
+//! postgres://postgres@127.0.0.1:5432).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use scopegate::Gateway;
+use scopegate::auth::mint::dev_token;
+use scopegate::config::{Config, DEFAULT_TOML};
+use scopegate::model::Role;
+use scopegate::store::{demo, entities};
+use serde_json::json;
+use sqlx::Connection;
+use tokio::io::AsyncBufReadExt;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+
+struct Row {
+    calls_per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, ()> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token.to_owned());
+    }
+    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
+    ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
+}
+
+/// `clients` clients call `tool` in a loop for `secs` (after a short warm-up).
+async fn load(url: &str, token: Option<&str>, tool: &'static str, clients: usize, secs: f64) -> Row {
+    let mut peers = Vec::new();
+    for _ in 0..clients {
+        peers.push(Arc::new(connect(url, token).await));
+    }
+    let run = |peers: Vec<Arc<RunningService<RoleClient, ()>>>, dur: Duration| async move {
+        let deadline = Instant::now() + dur;
+        let mut tasks = Vec::new();
+        for peer in peers {
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let args = json!({"text": "ping"}).as_object().cloned().unwrap();
+                while Instant::now() < deadline {
+                    let start = Instant::now();
+                    let params = CallToolRequestParams::new(tool).with_arguments(args.clone());
+                    let result = peer.call_tool(params).await.expect("call");
+                    assert_ne!(result.is_error, Some(true), "{result:?}");
+                    lat.push(start.elapsed());
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    };
+    run(peers.clone(), Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut lat = run(peers.clone(), Duration::from_secs_f64(secs)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    for p in peers {
+        if let Ok(p) = Arc::try_unwrap(p) {
+            let _ = p.cancel().await;
+        }
+    }
+    lat.sort();
+    let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
+    Row { calls_per_sec: lat.len() as f64 / elapsed, p50: at(0.5), p99: at(0.99) }
+}
+
+fn gateway_config(db_url: &str, cache_ms: u64) -> Config {
+    let figment = Figment::from(Toml::string(DEFAULT_TOML))
+        .merge(Serialized::default("database.url", db_url))
+        .merge(Serialized::default("database.max_connections", 16))
+        .merge(Serialized::default("server.listen", "127.0.0.1:0"))
+        .merge(Serialized::default("auth.identity_cache_ms", cache_ms))
+        .merge(Serialized::default("limits.tenant_per_sec", 0.0))
+        .merge(Serialized::default("limits.user_per_sec", 0.0))
+        .merge(Serialized::default("telemetry.filter", "warn"));
+    Config::from_figment(figment).expect("bench configuration")
+}
+
+/// The fixture's Streamable HTTP server, verifying assertions against `gateway`'s keys.
+async fn fixture(gateway: &str, issuer: &str) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(FIXTURE)
+        .args(["http", "127.0.0.1:0"])
+        .env("FIXTURE_JWKS_URL", format!("http://{gateway}/.well-known/jwks.json"))
+        .env("FIXTURE_SERVER_ID", "fx")
+        .env("FIXTURE_ISSUER", issuer)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the fixture starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    (child, format!("http://{addr}/mcp"))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    sqlx::any::install_default_drivers();
+    scopegate::http::install_tls_provider();
+    let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
+    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let databases = std::env::var("DATABASES").unwrap_or_else(|_| "sqlite,postgres".to_owned());
+    let pg_server =
+        std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
+    println!(
+        "tools/call echo on a Streamable HTTP upstream: direct vs through scopegate (session mode), {secs}s per row, \
+         real HTTP on loopback, auth.identity_cache_ms = {cache_ms}"
+    );
+    println!(
+        "{:<9} {:>7} {:<9} | {:>9} {:>8} {:>8} | {:>14} {:>15}",
+        "database", "clients", "path", "calls/s", "p50 ms", "p99 ms", "gateway/direct", "added p50 ms"
+    );
+    for backend in databases.split(',') {
+        let dir = tempfile::tempdir().unwrap();
+        let pg_name = format!("sg_bench_{}", uuid::Uuid::new_v4().simple());
+        let url = if backend == "sqlite" {
+            format!("sqlite://{}", dir.path().join("bench.db").display())
+        } else {
+            let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {pg_name}"))).execute(&mut conn).await.unwrap();
+            format!("{pg_server}/{pg_name}")
+        };
+        let config = gateway_config(&url, cache_ms);
+        let gateway = Gateway::build(config.clone()).await.expect("gateway");
+        let addr = gateway.local_addr();
+        let public = gateway.state().config.public_url();
+        let db = gateway.state().db.clone();
+        demo::seed(&db).await.unwrap();
+        tokio::spawn(gateway.run(std::future::pending()));
+        let (mut child, upstream_url) = fixture(&addr.to_string(), &public).await;
+        let mut tx = db.begin().await.unwrap();
+        entities::create_executor(&mut tx, "local", "bench-host", "gateway", "local").await.unwrap();
+        let declaration = json!({"type": "http", "url": upstream_url});
+        entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/fx", &declaration).await.unwrap();
+        entities::bind_server(&mut tx, "acme", "fx", "local").await.unwrap();
+        entities::grant_tool(&mut tx, "acme", "fx", Role::Owner, "*").await.unwrap();
+        tx.commit().await.unwrap();
+        let token = dev_token(&config, "acme", "olivia@acme.test", 3600).unwrap();
+        let gw_url = format!("http://{addr}/mcp");
+
+        for clients in [1, 16] {
+            let direct = load(&upstream_url, None, "echo", clients, secs).await;
+            let gw = load(&gw_url, Some(&token), "fx__echo", clients, secs).await;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            println!(
+                "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} |",
+                "direct",
+                direct.calls_per_sec,
+                ms(direct.p50),
+                ms(direct.p99)
+            );
+            println!(
+                "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} | {:>13.0}% {:>15.3}",
+                "scopegate",
+                gw.calls_per_sec,
+                ms(gw.p50),
+                ms(gw.p99),
+                100.0 * gw.calls_per_sec / direct.calls_per_sec,
+                ms(gw.p50) - ms(direct.p50)
+            );
+        }
+        let mut tx = db.begin().await.unwrap();
+        let audited: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__echo'")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        drop(tx);
+        println!("{backend:<9} audit events of proxied calls: {audited}");
+        let _ = child.kill().await;
+        db.close().await;
+        if backend == "postgres" {
+            let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {pg_name} WITH (FORCE)")))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+}
