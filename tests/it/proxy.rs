@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 #[allow(deprecated)]
 use rmcp::model::LoggingMessageNotificationParam;
-use rmcp::model::{CallToolRequestParams, ClientConfig, ProgressNotificationParam};
-use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceExt};
@@ -126,6 +126,7 @@ async fn lists_and_calls(backend: Backend, mode: Mode) {
     assert_eq!(me["roles"], json!(["owner"]));
     assert_eq!(me["flocks"], "all");
     assert_eq!(me["declared_value"], "from-the-declaration", "a value only the declaration supplies");
+    assert_eq!(me["assertion_source"], "meta", "a stdio upstream reads the assertion from `_meta`");
     let cwd = std::path::PathBuf::from(me["cwd"].as_str().unwrap());
     assert_eq!(cwd.canonicalize().unwrap(), proxy.root.path().join("work").canonicalize().unwrap());
     let inherited: Vec<&str> = me["env_keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
@@ -174,6 +175,7 @@ impl HttpFixture {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(FIXTURE)
             .args(["http", "127.0.0.1:0"])
+            .env("FIXTURE_ASSERTION_HEADER", &live.config.upstream.assertion_header)
             .env("FIXTURE_JWKS_URL", format!("http://{}/.well-known/jwks.json", live.addr))
             .env("FIXTURE_SERVER_ID", server)
             .env("FIXTURE_ISSUER", live.config.public_url())
@@ -189,7 +191,8 @@ impl HttpFixture {
 }
 
 async fn http_upstream(backend: Backend) {
-    let proxy = Proxy::start(backend, Mode::Session, &[]).await;
+    let header = ("upstream.assertion_header", json!("x-acme-caller"));
+    let proxy = Proxy::start(backend, Mode::Session, &[header]).await;
     let mut fixture = HttpFixture::start(&proxy.live, "web").await;
     let declaration = json!({"type": "http", "url": fixture.url, "headers": {"x-declared": "from-the-declaration"}});
     proxy.declare("acme", "web", &declaration, "local").await;
@@ -203,6 +206,7 @@ async fn http_upstream(backend: Backend) {
         assert_eq!(me["tenant"], "acme");
         assert_eq!(me["user"], user, "the assertion names the caller of this call");
         assert_eq!(me["authorization"], Value::Null, "the client's token never goes upstream");
+        assert_eq!(me["assertion_source"], "header", "over HTTP, the assertion travels in the configured header");
         assert_eq!(me["declared_header"], "from-the-declaration", "upstream credentials come from the declaration");
     }
     fixture.child.kill().await.ok();
@@ -248,23 +252,46 @@ async fn hang_times_out(backend: Backend) {
     }
     // The upstream was told to cancel each call.
     let marks = proxy.root.path().join("marks");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let seen = std::fs::read_to_string(&marks).unwrap_or_default().lines().filter(|l| *l == "cancelled").count();
-        if seen == 3 {
-            break;
+    let cancellations = |want: usize| {
+        let marks = marks.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let text = std::fs::read_to_string(&marks).unwrap_or_default();
+                let seen = text.lines().filter(|l| *l == "cancelled").count();
+                if seen == want {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "the upstream saw {seen} of {want} cancellations");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        assert!(Instant::now() < deadline, "the upstream saw {seen} of 3 cancellations");
+    };
+    cancellations(3).await;
+    // No task outlives its call (the last ones may take a moment to wind down).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metrics.num_alive_tasks() > baseline && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // No task outlives its call.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let alive = metrics.num_alive_tasks();
     assert!(alive <= baseline, "{alive} tasks alive after the timeouts, {baseline} before");
+    // The client gives up on a fourth call: the cancellation reaches the upstream too.
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("fx__hang")));
+    let handle = olivia.peer().send_cancellable_request(request, PeerRequestOptions::no_options()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    handle.cancel(Some("the user gave up".to_owned())).await.unwrap();
+
+    cancellations(4).await;
     assert_eq!(
         proxy.live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__hang' AND error_class = 'timeout'").await,
         3
     );
+    let cancelled = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__hang' AND error_class = 'cancelled'";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proxy.live.count(cancelled).await == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(proxy.live.count(cancelled).await, 1, "the cancelled call is audited as such");
     ok(&olivia, "fx__whoami_upstream", json!({})).await;
 }
 both_dbs!(proxy_hanging_upstream_times_out_without_leaking, hang_times_out);
