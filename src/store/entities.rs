@@ -1,12 +1,14 @@
-//! Executors, `mcp-server` entities and bindings, and the resolver that finds a server's
-//! declaration in the BOUND executor's context. Never consults the resolving host's own
-//! machine name or user: the one resolving query takes only a tenant and a server id.
+//! Executors, `mcp-server` entities, bindings and the grants of upstream tools, and the
+//! resolver that finds a server's declaration in the BOUND executor's context. Never consults
+//! the resolving host's own machine name or user: the one resolving query takes only a tenant
+//! and a server id.
 
 use serde::Serialize;
 use sqlx::{AnyConnection, Row};
 
 use super::admin::tenant_id_by_slug;
 use super::{Db, StoreError, TenantId, now_millis, unique_conflict};
+use crate::model::Role;
 
 /// Where upstream servers run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -321,6 +323,118 @@ impl Db {
     }
 }
 
+/// One entry of a tenant's allow list of upstream tools: `role` may list and call `tool` of
+/// `server` (`*`: every tool of that server).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GrantRow {
+    pub server: String,
+    pub role: Role,
+    pub tool: String,
+}
+
+/// The tool of a grant: `*`, or one upstream tool name as the upstream spells it (before the
+/// gateway's `server__` prefix).
+pub fn validate_grant_tool(value: &str) -> Result<(), StoreError> {
+    let ok = value == GRANT_ALL_TOOLS
+        || (!value.is_empty()
+            && value.len() <= 128
+            && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            field: "tool",
+            message: format!("`{value}` must be `*` or 1-128 letters, digits, `_`, `-` or `.`"),
+        })
+    }
+}
+
+/// The `tool` of a grant that covers every tool of its server.
+pub const GRANT_ALL_TOOLS: &str = "*";
+
+/// Grants `role` the use of `tool` (or `*`) of a server the tenant has bound.
+pub async fn grant_tool(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    role: Role,
+    tool: &str,
+) -> Result<(), StoreError> {
+    validate_server_id(server)?;
+    validate_grant_tool(tool)?;
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    // Inserted from the binding row itself: an unbound server inserts nothing, whether or not
+    // the connection enforces foreign keys.
+    let done = sqlx::query(
+        "INSERT INTO mcp_server_grants (tenant_id, server, role, tool, created_at) \
+         SELECT tenant_id, server, $3, $4, $5 FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2",
+    )
+    .bind(tenant)
+    .bind(server)
+    .bind(role.as_str())
+    .bind(tool)
+    .bind(now_millis())
+    .execute(conn)
+    .await
+    .map_err(|e| unique_conflict(e, || format!("`{role}` already has `{tool}` of `{server}` in `{tenant_slug}`")))?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("server `{server}` is not bound in `{tenant_slug}`")));
+    }
+    Ok(())
+}
+
+pub async fn revoke_tool(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    role: Role,
+    tool: &str,
+) -> Result<(), StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let done =
+        sqlx::query("DELETE FROM mcp_server_grants WHERE tenant_id = $1 AND server = $2 AND role = $3 AND tool = $4")
+            .bind(tenant)
+            .bind(server)
+            .bind(role.as_str())
+            .bind(tool)
+            .execute(conn)
+            .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!(
+            "`{role}` has no grant of `{tool}` of `{server}` in `{tenant_slug}`"
+        )));
+    }
+    Ok(())
+}
+
+const GRANTS: &str =
+    "SELECT server, role, tool FROM mcp_server_grants WHERE tenant_id = $1 ORDER BY server, role, tool";
+
+fn grant_from_row(row: &sqlx::any::AnyRow) -> Result<GrantRow, StoreError> {
+    let role: String = row.try_get("role")?;
+    Ok(GrantRow {
+        server: row.try_get("server")?,
+        // The table's CHECK admits only the four roles; anything else is a broken database.
+        role: role.parse().map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        tool: row.try_get("tool")?,
+    })
+}
+
+pub async fn list_grants(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Vec<GrantRow>, StoreError> {
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let rows = sqlx::query(GRANTS).bind(tenant).fetch_all(conn).await?;
+    rows.iter().map(grant_from_row).collect()
+}
+
+impl Db {
+    /// Every grant of the tenant, in one query, ordered by server, role and tool: the allow
+    /// list the proxy applies to upstream tools (no grant, no tool).
+    pub async fn upstream_grants(&self, tenant: TenantId) -> Result<Vec<GrantRow>, StoreError> {
+        let rows = sqlx::query(GRANTS).bind(tenant).fetch_all(self.pool()).await?;
+        rows.iter().map(grant_from_row).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +454,20 @@ mod tests {
             "users/x/mcp-servers/db/extra",
         ] {
             assert!(parse_entity_name(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn grant_tools_are_a_star_or_one_tool_name() {
+        let (longest, too_long) = ("x".repeat(128), "x".repeat(129));
+        for good in ["*", "read_file", "db.query", "get-rows", "a__b", longest.as_str()] {
+            assert!(validate_grant_tool(good).is_ok(), "{good} should be accepted");
+        }
+        for bad in ["", "**", "a*", "read file", "a/b", "tool\n", "\u{e9}t\u{e9}", too_long.as_str()] {
+            assert!(
+                matches!(validate_grant_tool(bad), Err(StoreError::Invalid { field: "tool", .. })),
+                "{bad:?} should be refused naming `tool`"
+            );
         }
     }
 }
