@@ -7,6 +7,7 @@ mod auth;
 mod cli;
 mod compose;
 mod config;
+mod grants;
 mod guards;
 mod identity;
 mod mcp;
