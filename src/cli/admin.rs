@@ -1,5 +1,5 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
-//! executors, `mcp-server` entities and bindings. Each command is one transaction: an error
+//! executors, `mcp-server` entities, bindings and grants of upstream tools. Each command is one transaction: an error
 //! names the field and leaves nothing half-written.
 
 use clap::{Args, Subcommand};
@@ -45,6 +45,9 @@ pub enum AdminCommand {
     /// Bindings of a tenant's server ids to executors.
     #[command(subcommand)]
     Binding(BindingCmd),
+    /// Grants of upstream tools to roles: no grant, no tool.
+    #[command(subcommand)]
+    Grant(GrantCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -231,6 +234,32 @@ pub enum BindingCmd {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum GrantCmd {
+    /// Let a role list and call a tool of a bound server.
+    Add(GrantSpec),
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Delete(GrantSpec),
+}
+
+#[derive(Debug, Args)]
+pub struct GrantSpec {
+    #[arg(long)]
+    tenant: String,
+    /// A server id the tenant has bound.
+    #[arg(long)]
+    server: String,
+    /// owner, manager, worker or auditor.
+    #[arg(long)]
+    role: Role,
+    /// The upstream tool's own name (without the `server__` prefix), or `*` for every tool.
+    #[arg(long)]
+    tool: String,
+}
+
 fn print(listing: &Listing, json: bool) {
     if json {
         let rows: Vec<serde_json::Map<String, serde_json::Value>> = listing
@@ -381,6 +410,13 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Option<Listing>, bool), St
                 entities::list_bindings(c, &tenant).await.map(|x| Some(rows(&x, &["server", "executor"])))
             }
             BindingCmd::Delete { tenant, server } => entities::unbind_server(c, &tenant, &server).await.map(|_| None),
+        },
+        AdminCommand::Grant(cmd) => match cmd {
+            GrantCmd::Add(g) => entities::grant_tool(c, &g.tenant, &g.server, g.role, &g.tool).await.map(|_| None),
+            GrantCmd::List { tenant } => {
+                entities::list_grants(c, &tenant).await.map(|x| Some(rows(&x, &["server", "role", "tool"])))
+            }
+            GrantCmd::Delete(g) => entities::revoke_tool(c, &g.tenant, &g.server, g.role, &g.tool).await.map(|_| None),
         },
     }?;
     tx.commit().await?;

@@ -33,7 +33,8 @@ pub enum Command {
     Token(token::TokenArgs),
     /// Audit trail tools.
     Audit(audit::AuditArgs),
-    /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings.
+    /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings,
+    /// grants.
     Admin(admin::AdminArgs),
     /// The build-time guard: `guards report` prints the report of this build's sources.
     Guards(guards::GuardsArgs),

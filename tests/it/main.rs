@@ -7,6 +7,8 @@ mod auth;
 mod cli;
 mod compose;
 mod config;
+mod fixture;
+mod grants;
 mod guards;
 mod identity;
 mod mcp;

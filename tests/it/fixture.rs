@@ -1,0 +1,269 @@
+//! The upstream test fixture itself, as the proxy tests rely on it: `echo`, `progress` with its
+//! notifications, `hang` leaving a mark when cancelled, and in HTTP mode the headers it reports
+//! and the JWKS it fetches once and again only for an unknown key.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, ClientConfig, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use scopegate::auth::assertion::{AssertedCaller, AssertionSigner};
+use serde_json::{Value, json};
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+
+/// The logger and data of each log message received.
+type Logs = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+
+/// Records the notifications the fixture sends.
+#[derive(Clone, Default)]
+struct Recorder {
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    logs: Logs,
+}
+
+#[allow(deprecated)] // MCP logging (SEP-2577) is deprecated in rmcp, and still what we relay.
+impl ClientHandler for Recorder {
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.progress.lock().unwrap().push(params);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        assert_eq!(params.level, rmcp::model::LoggingLevel::Info);
+        self.logs.lock().unwrap().push((params.logger, params.data));
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+impl Recorder {
+    /// Waits until `n` log messages arrived (notifications are handled beside responses).
+    async fn wait_for_logs(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.logs.lock().unwrap().len() < n {
+            assert!(Instant::now() < deadline, "only {} of {n} log messages", self.logs.lock().unwrap().len());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+async fn stdio(recorder: Recorder, env: &[(&str, &str)]) -> RunningService<RoleClient, Recorder> {
+    let mut cmd = tokio::process::Command::new(FIXTURE);
+    cmd.arg("stdio");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    recorder.serve(TokioChildProcess::new(cmd).unwrap()).await.expect("fixture starts")
+}
+
+fn args(value: Value) -> CallToolRequestParams {
+    let (name, arguments) = (value["name"].as_str().unwrap().to_owned(), value["arguments"].clone());
+    CallToolRequestParams::new(name).with_arguments(arguments.as_object().unwrap().clone())
+}
+
+fn text(result: &rmcp::model::CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_echo_and_progress_over_stdio() {
+    let recorder = Recorder::default();
+    let client = stdio(recorder.clone(), &[]).await;
+    let tools: Vec<String> = client.list_all_tools().await.unwrap().into_iter().map(|t| t.name.into_owned()).collect();
+    for tool in ["whoami_upstream", "echo", "progress", "crash", "hang"] {
+        assert!(tools.iter().any(|t| t == tool), "{tool} in {tools:?}");
+    }
+
+    let result =
+        client.call_tool(args(json!({"name": "echo", "arguments": {"text": "hello, upstream"}}))).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(text(&result), "hello, upstream");
+
+    // One progress notification and one log message per step. The rmcp client puts its own
+    // progress token on every request (it replaces ours): every notification carries that one.
+    let result = client.call_tool(args(json!({"name": "progress", "arguments": {"steps": 3}}))).await.unwrap();
+    assert_eq!(text(&result), "done");
+    recorder.wait_for_logs(3).await;
+    let recorded = recorder.progress.lock().unwrap().clone();
+    assert!(recorded.iter().all(|p| p.progress_token == recorded[0].progress_token), "{recorded:?}");
+    let progress: Vec<(f64, Option<f64>, Option<String>)> =
+        recorded.iter().map(|p| (p.progress, p.total, p.message.clone())).collect();
+    assert_eq!(progress, (1..=3).map(|i| (f64::from(i), Some(3.0), Some(format!("step {i}")))).collect::<Vec<_>>());
+    assert_eq!(
+        *recorder.logs.lock().unwrap(),
+        (1..=3).map(|i| (Some("fixture".to_owned()), json!(format!("fixture log: step {i}")))).collect::<Vec<_>>()
+    );
+
+    for steps in [0, 21] {
+        let refused = client.call_tool(args(json!({"name": "progress", "arguments": {"steps": steps}}))).await;
+        assert!(refused.is_err(), "steps {steps} must be refused: {refused:?}");
+    }
+    client.cancel().await.ok();
+}
+
+/// Raw JSON-RPC over stdio, to send a request without a progress token (the rmcp client
+/// always adds one): the log messages come, the progress notifications do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_progress_without_a_token_only_logs() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    let mut child = tokio::process::Command::new(FIXTURE)
+        .arg("stdio")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "progress", "arguments": {"steps": 2}}});
+    let mut methods = Vec::new();
+    for message in [init, initialized, call] {
+        stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
+    }
+    let result = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the fixture answers");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            match message["method"].as_str() {
+                Some(method) => methods.push(method.to_owned()),
+                None if message["id"] == 2 => return message,
+                None => {}
+            }
+        }
+    })
+    .await
+    .expect("the call completes");
+    assert_eq!(result["result"]["content"][0]["text"], "done", "{result}");
+    assert_eq!(methods, ["notifications/message", "notifications/message"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_hang_marks_its_cancellation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("mark");
+    let client = stdio(Recorder::default(), &[("FIXTURE_MARK_FILE", mark.to_str().unwrap())]).await;
+    // Dropping the call future sends `notifications/cancelled`.
+    let call = client.call_tool(CallToolRequestParams::new("hang"));
+    assert!(tokio::time::timeout(Duration::from_millis(300), call).await.is_err(), "hang never answers");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(&mark).unwrap_or_default() != "cancelled\n" {
+        assert!(Instant::now() < deadline, "no mark after the cancellation");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The fixture still answers other calls.
+    let result = client.call_tool(args(json!({"name": "echo", "arguments": {"text": "still here"}}))).await.unwrap();
+    assert_eq!(text(&result), "still here");
+    client.cancel().await.ok();
+}
+
+/// A JWKS endpoint that counts its requests and serves the signer's current key set.
+async fn jwks_server(signer: Arc<AssertionSigner>) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&hits);
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let set = signer.jwks();
+            async move { axum::Json(set) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_http_reports_headers_and_caches_the_jwks() {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use tokio::io::AsyncBufReadExt;
+
+    scopegate::http::install_tls_provider();
+    let issuer = "http://gateway.test";
+    let signer = Arc::new(AssertionSigner::new(issuer, Duration::from_secs(60)).unwrap());
+    let (jwks_url, hits) = jwks_server(Arc::clone(&signer)).await;
+
+    let mut child = tokio::process::Command::new(FIXTURE)
+        .args(["http", "127.0.0.1:0"])
+        .env("FIXTURE_JWKS_URL", &jwks_url)
+        .env("FIXTURE_SERVER_ID", "notes")
+        .env("FIXTURE_ISSUER", issuer)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).await.unwrap();
+    let addr = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {first:?}")).to_owned();
+
+    let caller = AssertedCaller {
+        tenant: "acme".into(),
+        tenant_id: "t-1".into(),
+        user: "wanda@acme.test".into(),
+        user_id: "u-1".into(),
+        roles: vec!["worker".into()],
+        flocks: json!("all"),
+    };
+    // One client per assertion: the transport's headers are fixed for its life.
+    let connect = |assertion: String| {
+        let headers = HashMap::from([
+            (http::HeaderName::from_static("x-scopegate-identity"), assertion.parse().unwrap()),
+            (http::HeaderName::from_static("x-declared"), http::HeaderValue::from_static("from-the-declaration")),
+        ]);
+        let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+            .auth_header("upstream-credential")
+            .custom_headers(headers);
+        ().serve(StreamableHttpClientTransport::with_client(reqwest::Client::new(), config))
+    };
+    let whoami = || CallToolRequestParams::new("whoami_upstream");
+
+    let client = connect(signer.sign(&caller, "notes").unwrap()).await.unwrap();
+    for _ in 0..2 {
+        let result = client.call_tool(whoami()).await.unwrap();
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        let echoed = result.structured_content.unwrap();
+        assert_eq!((echoed["tenant"].as_str(), echoed["user"].as_str()), (Some("acme"), Some("wanda@acme.test")));
+        assert_eq!(echoed["authorization"], "Bearer upstream-credential");
+        assert_eq!(echoed["declared_header"], "from-the-declaration");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "the key set is fetched once");
+    let result = client.call_tool(args(json!({"name": "echo", "arguments": {"text": "x"}}))).await.unwrap();
+    assert_eq!(text(&result), "x");
+    client.cancel().await.ok();
+
+    // A rotated key is unknown to the cache: one more fetch finds it.
+    signer.rotate().unwrap();
+    let client = connect(signer.sign(&caller, "notes").unwrap()).await.unwrap();
+    let result = client.call_tool(whoami()).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    client.cancel().await.ok();
+
+    // A key the gateway never published: refetched, still refused.
+    let forger = AssertionSigner::new(issuer, Duration::from_secs(60)).unwrap();
+    let client = connect(forger.sign(&caller, "notes").unwrap()).await.unwrap();
+    let result = client.call_tool(whoami()).await.unwrap();
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    assert!(text(&result).contains("assertion refused"), "{}", text(&result));
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    client.cancel().await.ok();
+
+    child.kill().await.ok();
+}
