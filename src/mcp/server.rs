@@ -21,7 +21,7 @@ use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
-use crate::upstream::runtime::{Downstream, ProxyError, Upstreams, split_tool_name};
+use crate::upstream::runtime::{Downstream, ProxyError, UpstreamCall, Upstreams, split_tool_name};
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
@@ -74,10 +74,14 @@ impl GatewayServer {
             peer: context.peer.clone(),
             progress: context.meta.get_progress_token(),
         };
-        let result = upstreams
-            .call(connection, tool, request.arguments, ctx, downstream, self.shared.call_timeout, context.ct.clone())
-            .await
-            .map_err(Some)?;
+        let call = UpstreamCall {
+            tool,
+            arguments: request.arguments,
+            downstream,
+            timeout: self.shared.call_timeout,
+            cancelled: context.ct.clone(),
+        };
+        let result = upstreams.call(connection, ctx, call).await.map_err(Some)?;
         Ok(CallToolResponse::Complete(result))
     }
 }

@@ -80,6 +80,17 @@ impl ProxyError {
     }
 }
 
+/// One proxied call: the upstream's own tool name, its arguments, where its notifications go,
+/// and when it ends.
+pub struct UpstreamCall<'a> {
+    pub tool: &'a str,
+    pub arguments: Option<JsonObject>,
+    pub downstream: Downstream,
+    pub timeout: Duration,
+    /// Cancelled when the client cancels the call.
+    pub cancelled: CancellationToken,
+}
+
 /// The session a proxied call came from: where its progress and log messages go.
 #[derive(Clone)]
 pub struct Downstream {
@@ -495,30 +506,21 @@ impl Upstreams {
     pub async fn call(
         &self,
         connection: &Connection,
-        tool: &str,
-        arguments: Option<JsonObject>,
         ctx: &McpCallContext,
-        downstream: Downstream,
-        timeout: Duration,
-        cancelled: CancellationToken,
+        call: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
         connection.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.call_inner(connection, tool, arguments, ctx, downstream, timeout, cancelled).await;
+        let result = self.call_inner(connection, ctx, call).await;
         connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
         connection.in_flight.fetch_sub(1, Ordering::AcqRel);
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn call_inner(
         &self,
         connection: &Connection,
-        tool: &str,
-        arguments: Option<JsonObject>,
         ctx: &McpCallContext,
-        downstream: Downstream,
-        timeout: Duration,
-        cancelled: CancellationToken,
+        UpstreamCall { tool, arguments, downstream, timeout, cancelled }: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
         let (peer, _) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
         let assertion =
@@ -529,7 +531,7 @@ impl Upstreams {
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
-        let handle = peer.send_request_with_option(request, options).await.map_err(|e| unavailable(e))?;
+        let handle = peer.send_request_with_option(request, options).await.map_err(unavailable)?;
         connection.routes.lock().calls.insert(handle.progress_token.clone(), downstream);
         let _route = RouteGuard { routes: &connection.routes, token: handle.progress_token.clone() };
         let (id, upstream) = (handle.id.clone(), handle.peer.clone());
