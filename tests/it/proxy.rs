@@ -416,3 +416,24 @@ fn proxy_native_tool_names_cannot_collide_with_upstream_tools() {
         "a native name with `__` is refused"
     );
 }
+
+async fn idle_closes(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[("upstream.idle_secs", json!(1))]).await;
+    let olivia = proxy.live.client("olivia@acme.test").await;
+    let first = ok(&olivia, "fx__whoami_upstream", json!({})).await["pid"].clone();
+    assert_eq!(ok(&olivia, "fx__whoami_upstream", json!({})).await["pid"], first, "in use: kept");
+    let pid = first.as_u64().unwrap();
+    // Gone, or a zombie waiting to be reaped: either way it no longer runs.
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_or(true, |status| status.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone(), "an idle upstream process is stopped");
+    let next = ok(&olivia, "fx__whoami_upstream", json!({})).await["pid"].clone();
+    assert_ne!(next, first, "the next call starts it again");
+}
+both_dbs!(proxy_idle_connection_is_closed_and_restarted_on_next_use, idle_closes);
