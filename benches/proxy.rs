@@ -55,7 +55,8 @@ async fn load(url: &str, token: Option<&str>, tool: &'static str, clients: usize
         for peer in peers {
             tasks.push(tokio::spawn(async move {
                 let mut lat = Vec::new();
-                let args = json!({"text": "ping"}).as_object().cloned().unwrap();
+                let args = if tool.ends_with("echo") { json!({"text": "ping"}) } else { json!({}) };
+                let args = args.as_object().cloned().unwrap();
                 while Instant::now() < deadline {
                     let start = Instant::now();
                     let params = CallToolRequestParams::new(tool).with_arguments(args.clone());
@@ -146,6 +147,8 @@ async fn main() {
         let gateway = Gateway::build(config.clone()).await.expect("gateway");
         let addr = gateway.local_addr();
         let public = gateway.state().config.public_url();
+        // The real port is known only now, and the token's audience follows it.
+        let live_config = Config::clone(&gateway.state().config);
         let db = gateway.state().db.clone();
         demo::seed(&db).await.unwrap();
         tokio::spawn(gateway.run(std::future::pending()));
@@ -157,12 +160,14 @@ async fn main() {
         entities::bind_server(&mut tx, "acme", "fx", "local").await.unwrap();
         entities::grant_tool(&mut tx, "acme", "fx", Role::Owner, "*").await.unwrap();
         tx.commit().await.unwrap();
-        let token = dev_token(&config, "acme", "olivia@acme.test", 3600).unwrap();
+        let token = dev_token(&live_config, "acme", "olivia@acme.test", 3600).unwrap();
         let gw_url = format!("http://{addr}/mcp");
 
         for clients in [1, 16] {
             let direct = load(&upstream_url, None, "echo", clients, secs).await;
             let gw = load(&gw_url, Some(&token), "fx__echo", clients, secs).await;
+            // A native call through the same gateway: what the gateway costs without an upstream.
+            let native = load(&gw_url, Some(&token), "whoami", clients, secs).await;
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             println!(
                 "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} |",
@@ -179,6 +184,13 @@ async fn main() {
                 ms(gw.p99),
                 100.0 * gw.calls_per_sec / direct.calls_per_sec,
                 ms(gw.p50) - ms(direct.p50)
+            );
+            println!(
+                "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} |",
+                "native",
+                native.calls_per_sec,
+                ms(native.p50),
+                ms(native.p99)
             );
         }
         let mut tx = db.begin().await.unwrap();
