@@ -11,6 +11,7 @@ mod guards;
 mod identity;
 mod mcp;
 mod mcp_http;
+mod mcp_modern;
 mod mcp_timeout;
 mod store;
 mod type_privacy;
