@@ -11,12 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Request;
 use axum::middleware;
+use axum::routing::any;
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use crate::http::AppState;
+pub(crate) use jsonrpc::Inspection;
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
@@ -46,15 +49,21 @@ pub(crate) fn router(state: &AppState, tools: ToolSet, shutdown: tokio_util::syn
         .with_max_request_body_bytes(config.server.body_limit_bytes)
         .with_cancellation_token(shutdown.clone());
     let factory_shared = Arc::clone(&shared);
-    let service = StreamableHttpService::new(
+    let service = Arc::new(StreamableHttpService::new(
         move || Ok(GatewayServer::new(Arc::clone(&factory_shared))),
         Arc::clone(&manager),
         mcp_config,
-    );
+    ));
     let binding = Arc::new(session::Binding { sessions: Arc::clone(&state.sessions), audit: state.audit.clone() });
     session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
+    // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
+    // (configuration and all) by the route and by every layer, on every request.
+    let endpoint = any(move |request: Request| {
+        let service = Arc::clone(&service);
+        async move { service.handle(request).await }
+    });
     Router::new()
-        .route_service("/mcp", service)
+        .route("/mcp", endpoint)
         .layer(middleware::from_fn_with_state(binding, session::bind))
         .layer(middleware::from_fn(jsonrpc::check))
 }
