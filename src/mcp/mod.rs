@@ -7,24 +7,32 @@ mod registry;
 mod server;
 mod session;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::Request;
 use axum::middleware;
-use axum::routing::any;
+use axum::response::{IntoResponse, Response};
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use tower::{Service, ServiceBuilder};
 
 use crate::http::AppState;
 pub(crate) use jsonrpc::Inspection;
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
-/// The `/mcp` routes. `shutdown` ends every session and stream when cancelled.
-pub(crate) fn router(state: &AppState, tools: ToolSet, shutdown: tokio_util::sync::CancellationToken) -> Router {
+/// The `/mcp` endpoint: the JSON-RPC check, session binding and rmcp's Streamable HTTP
+/// service, as one service for the gate to wrap. `shutdown` ends every session and stream
+/// when cancelled.
+pub(crate) fn service(
+    state: &AppState,
+    tools: ToolSet,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static> + Clone + Send + Sync + 'static
+{
     let config = &state.config;
     let shared = Arc::new(server::Shared {
         db: state.db.clone(),
@@ -57,15 +65,15 @@ pub(crate) fn router(state: &AppState, tools: ToolSet, shutdown: tokio_util::syn
     let binding = Arc::new(session::Binding { sessions: Arc::clone(&state.sessions), audit: state.audit.clone() });
     session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
-    // (configuration and all) by the route and by every layer, on every request.
-    let endpoint = any(move |request: Request| {
+    // (configuration and all) by every layer, on every request.
+    let endpoint = tower::service_fn(move |request: Request| {
         let service = Arc::clone(&service);
-        async move { service.handle(request).await }
+        async move { Ok::<_, Infallible>(service.handle(request).await.into_response()) }
     });
-    Router::new()
-        .route("/mcp", endpoint)
-        .layer(middleware::from_fn_with_state(binding, session::bind))
+    ServiceBuilder::new()
         .layer(middleware::from_fn(jsonrpc::check))
+        .layer(middleware::from_fn_with_state(binding, session::bind))
+        .service(endpoint)
 }
 
 /// The host (with port, when it has one) of the public URL, so the public name is an
