@@ -5,6 +5,8 @@
 //!
 //! `cargo bench --bench mcp` (SECONDS per row, default 5; CLIENTS, default 16;
 //! PostgreSQL at SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
+//! For profiling one server alone: ROWS (e.g. `sqlite-session,postgres-stateless`) and
+//! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -192,8 +194,14 @@ async fn main() {
         "{:<9} {:<9} {:<9} | {:>9} {:>8} {:>8} | {:>13}",
         "database", "mode", "server", "calls/s", "p50 ms", "p99 ms", "gateway/bare"
     );
+    let rows = std::env::var("ROWS").unwrap_or_default();
+    let servers = std::env::var("SERVERS").unwrap_or_else(|_| "bare,scopegate".to_owned());
     for backend in ["sqlite", "postgres"] {
         for stateless in [false, true] {
+            let mode = if stateless { "stateless" } else { "session" };
+            if !rows.is_empty() && !rows.split(',').any(|r| r == format!("{backend}-{mode}")) {
+                continue;
+            }
             let dir = tempfile::tempdir().unwrap();
             let pg_name = format!("sg_bench_{}", uuid::Uuid::new_v4().simple());
             let url = if backend == "sqlite" {
@@ -215,25 +223,29 @@ async fn main() {
             let token = dev_token(&config, "acme", "olivia@acme.test", 3600).unwrap();
             let bare_url = bare_server(&url, stateless).await;
 
-            let mode = if stateless { "stateless" } else { "session" };
-            let bare = load(&bare_url, None, clients, secs).await;
-            let gw = load(&gw_url, Some(&token), clients, secs).await;
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            println!(
-                "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} |",
-                "bare",
-                bare.calls_per_sec,
-                ms(bare.p50),
-                ms(bare.p99)
-            );
-            println!(
-                "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} | {:>12.0}%",
-                "scopegate",
-                gw.calls_per_sec,
-                ms(gw.p50),
-                ms(gw.p99),
-                100.0 * gw.calls_per_sec / bare.calls_per_sec
-            );
+            let bare = if servers.contains("bare") { Some(load(&bare_url, None, clients, secs).await) } else { None };
+            if let Some(bare) = &bare {
+                println!(
+                    "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} |",
+                    "bare",
+                    bare.calls_per_sec,
+                    ms(bare.p50),
+                    ms(bare.p99)
+                );
+            }
+            if servers.contains("scopegate") {
+                let gw = load(&gw_url, Some(&token), clients, secs).await;
+                let ratio = bare.map(|b| format!("{:>12.0}%", 100.0 * gw.calls_per_sec / b.calls_per_sec));
+                println!(
+                    "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} | {}",
+                    "scopegate",
+                    gw.calls_per_sec,
+                    ms(gw.p50),
+                    ms(gw.p99),
+                    ratio.unwrap_or_default()
+                );
+            }
             let mut tx = db.begin().await.unwrap();
             let audited: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM audit_events").fetch_one(&mut *tx).await.unwrap();

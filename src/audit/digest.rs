@@ -1,70 +1,138 @@
 //! Digests: SHA-256 of canonical JSON (object keys sorted, no insignificant white space),
 //! for tool arguments and for the audit chain.
 
-use serde_json::Value;
+use serde::Serialize;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::AuditEvent;
+use crate::store::{AuditEventId, TenantId, UserId};
 
 /// JSON with object keys sorted at every depth, so equal values digest equally.
 pub fn canonical_json(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
+    let mut out = Vec::with_capacity(64);
+    write_canonical(&mut out, value);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// Writes `value` canonically, straight from the borrowed value (no sorted copy is built).
+fn write_canonical(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Object(map) => write_object(out, map),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
             }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
+            out.push(b']');
         }
+        // Scalars and keys are written by serde_json itself, so escaping and number
+        // formatting are exactly those of `Value::to_string`.
+        scalar => write_json(out, scalar),
     }
-    sorted(value).to_string()
+}
+
+fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(out, key.as_str());
+        out.push(b':');
+        write_canonical(out, value);
+    }
+    out.push(b'}');
+}
+
+fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing to a Vec can't fail, and these values (strings, numbers, flat structs of
+    // them) always serialize.
+    serde_json::to_writer(out, value).expect("a JSON scalar serializes");
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(bytes);
     let mut out = String::with_capacity(64);
     for b in digest {
-        out.push_str(&format!("{b:02x}"));
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0x0f)] as char);
     }
     out
 }
 
 /// SHA-256 of the canonical JSON of a tool call's arguments (absent arguments = `{}`).
-pub fn arguments_digest(arguments: Option<&serde_json::Map<String, Value>>) -> String {
-    let value = arguments.map(|m| Value::Object(m.clone())).unwrap_or_else(|| Value::Object(Default::default()));
-    sha256_hex(canonical_json(&value).as_bytes())
+pub fn arguments_digest(arguments: Option<&Map<String, Value>>) -> String {
+    let mut out = Vec::with_capacity(64);
+    match arguments {
+        Some(map) => write_object(&mut out, map),
+        None => out.extend_from_slice(b"{}"),
+    }
+    sha256_hex(&out)
+}
+
+/// What a chain link hashes, with its members declared in sorted key order: serialized as
+/// is, it is the canonical JSON of the event (the form `audit verify` recomputes).
+#[derive(Serialize)]
+struct ChainBody<'a> {
+    action: &'a str,
+    args_digest: &'a Option<String>,
+    args_raw: &'a Option<String>,
+    client_name: &'a Option<String>,
+    client_version: &'a Option<String>,
+    duration_us: i64,
+    error_class: &'a Option<String>,
+    id: AuditEventId,
+    occurred_at: i64,
+    outcome: &'a str,
+    prev_hash: &'a str,
+    request_id: &'a Option<String>,
+    seq: i64,
+    session_id: &'a Option<String>,
+    tenant_id: TenantId,
+    tool: &'a Option<String>,
+    user_id: UserId,
 }
 
 /// The hash of one chain link: over the predecessor's hash, the sequence number and
 /// every stored field of the event.
 pub fn chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
-    let body = serde_json::json!({
-        "prev_hash": prev_hash,
-        "seq": seq,
-        "id": event.id,
-        "tenant_id": event.tenant,
-        "occurred_at": event.occurred_at,
-        "user_id": event.user,
-        "session_id": event.session_id,
-        "request_id": event.request_id,
-        "client_name": event.client_name,
-        "client_version": event.client_version,
-        "action": event.action,
-        "tool": event.tool,
-        "args_digest": event.args_digest,
-        "args_raw": event.args_raw,
-        "outcome": event.outcome.as_str(),
-        "error_class": event.error_class,
-        "duration_us": event.duration_us,
-    });
-    sha256_hex(canonical_json(&body).as_bytes())
+    let body = ChainBody {
+        action: &event.action,
+        args_digest: &event.args_digest,
+        args_raw: &event.args_raw,
+        client_name: &event.client_name,
+        client_version: &event.client_version,
+        duration_us: event.duration_us,
+        error_class: &event.error_class,
+        id: event.id,
+        occurred_at: event.occurred_at,
+        outcome: event.outcome.as_str(),
+        prev_hash,
+        request_id: &event.request_id,
+        seq,
+        session_id: &event.session_id,
+        tenant_id: event.tenant,
+        tool: &event.tool,
+        user_id: event.user,
+    };
+    let mut out = Vec::with_capacity(768);
+    write_json(&mut out, &body);
+    sha256_hex(&out)
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::audit::Outcome;
 
     #[test]
     fn canonical_json_ignores_key_order() {
@@ -77,5 +145,116 @@ mod tests {
     #[test]
     fn sha256_matches_a_known_vector() {
         assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    // The digests are stored (argument digests, chain hashes), so the way they are computed
+    // must never change their value. The reference is the plain definition: build the JSON
+    // value, sort every object's keys, print it.
+
+    fn reference_canonical(value: &Value) -> String {
+        fn sorted(value: &Value) -> Value {
+            match value {
+                Value::Object(map) => {
+                    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                    entries.sort_by(|a, b| a.0.cmp(b.0));
+                    Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
+                }
+                Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+                other => other.clone(),
+            }
+        }
+        sorted(value).to_string()
+    }
+
+    fn reference_chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
+        let body = serde_json::json!({
+            "prev_hash": prev_hash,
+            "seq": seq,
+            "id": event.id,
+            "tenant_id": event.tenant,
+            "occurred_at": event.occurred_at,
+            "user_id": event.user,
+            "session_id": event.session_id,
+            "request_id": event.request_id,
+            "client_name": event.client_name,
+            "client_version": event.client_version,
+            "action": event.action,
+            "tool": event.tool,
+            "args_digest": event.args_digest,
+            "args_raw": event.args_raw,
+            "outcome": event.outcome.as_str(),
+            "error_class": event.error_class,
+            "duration_us": event.duration_us,
+        });
+        let digest = Sha256::digest(reference_canonical(&body).as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((any::<String>(), inner), 0..6)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn text() -> impl Strategy<Value = Option<String>> {
+        prop::option::of(any::<String>())
+    }
+
+    proptest! {
+        #[test]
+        fn canonical_json_is_the_sorted_value_printed(value in json_value()) {
+            prop_assert_eq!(canonical_json(&value), reference_canonical(&value));
+            if let Value::Object(map) = &value {
+                let expected = sha256_hex(reference_canonical(&value).as_bytes());
+                prop_assert_eq!(arguments_digest(Some(map)), expected);
+            }
+        }
+
+        #[test]
+        fn chain_hash_is_the_hash_of_the_canonical_event(
+            prev in "[0-9a-f]{64}",
+            seq in any::<i64>(),
+            times in (any::<i64>(), any::<i64>()),
+            outcome in prop_oneof![Just(Outcome::Ok), Just(Outcome::Denied), Just(Outcome::Failed)],
+            action in any::<String>(),
+            texts in (text(), text(), text(), text(), text(), text(), text(), text()),
+        ) {
+            let (session_id, request_id, client_name, client_version, tool, args_digest, args_raw, error_class) = texts;
+            let event = AuditEvent {
+                id: AuditEventId::generate(),
+                tenant: TenantId::generate(),
+                occurred_at: times.0,
+                user: UserId::generate(),
+                session_id,
+                request_id,
+                client_name,
+                client_version,
+                action,
+                tool,
+                args_digest,
+                args_raw,
+                outcome,
+                error_class,
+                duration_us: times.1,
+            };
+            prop_assert_eq!(chain_hash(&prev, seq, &event), reference_chain_hash(&prev, seq, &event));
+        }
+    }
+
+    #[test]
+    fn absent_arguments_digest_as_an_empty_object() {
+        assert_eq!(arguments_digest(None), sha256_hex(b"{}"));
+        assert_eq!(arguments_digest(Some(&Map::new())), sha256_hex(b"{}"));
     }
 }

@@ -14,6 +14,7 @@ pub mod verify;
 mod writer;
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -135,9 +136,14 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
          duration_us, prev_hash, hash) VALUES ",
     );
     for i in 0..links.len() {
-        let params: Vec<String> = (1..=COLUMNS).map(|c| format!("${}", i * COLUMNS + c)).collect();
         sql.push_str(if i == 0 { "(" } else { ", (" });
-        sql.push_str(&params.join(", "));
+        for c in 1..=COLUMNS {
+            if c > 1 {
+                sql.push_str(", ");
+            }
+            // Writing to a String cannot fail.
+            let _ = write!(sql, "${}", i * COLUMNS + c);
+        }
         sql.push(')');
     }
     // Only numbered placeholders are interpolated; every value is bound.

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::Config;
@@ -92,22 +91,30 @@ pub struct Claims {
     pub issuer: String,
 }
 
-#[derive(Deserialize)]
-struct RawClaims {
-    sub: String,
-    exp: i64,
-    iss: String,
-    #[serde(flatten)]
-    rest: Map<String, Value>,
-}
-
 /// Verifies bearer tokens against the configured keys.
 pub struct Authenticator {
     hs256: Option<DecodingKey>,
     jwks: Option<Arc<Jwks>>,
-    validation_base: Validation,
+    /// One validation per algorithm a key may verify, built once (each accepts only its own
+    /// algorithm).
+    validations: Vec<Validation>,
     tenant_claim: String,
 }
+
+/// Every algorithm a configured key can verify: HS256 with the development secret, the
+/// asymmetric ones from a JWKS.
+const KEY_ALGORITHMS: &[Algorithm] = &[
+    Algorithm::HS256,
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {
@@ -141,15 +148,26 @@ impl Authenticator {
             ),
             None => None,
         };
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.leeway = a.leeway_secs;
-        validation.validate_exp = true;
-        validation.validate_nbf = true;
-        validation.validate_aud = true;
-        validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
-        validation.set_issuer(&[a.issuer.as_str()]);
-        validation.set_audience(&[config.audience()]);
-        Ok(Self { hs256, jwks, validation_base: validation, tenant_claim: a.tenant_claim.clone() })
+        let validations = KEY_ALGORITHMS
+            .iter()
+            .map(|alg| {
+                let mut validation = Validation::new(*alg);
+                validation.leeway = a.leeway_secs;
+                validation.validate_exp = true;
+                validation.validate_nbf = true;
+                validation.validate_aud = true;
+                validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+                validation.set_issuer(&[a.issuer.as_str()]);
+                validation.set_audience(&[config.audience()]);
+                validation
+            })
+            .collect();
+        Ok(Self { hs256, jwks, validations, tenant_claim: a.tenant_claim.clone() })
+    }
+
+    /// The validation accepting exactly `alg`.
+    fn validation(&self, alg: Algorithm) -> Result<&Validation, AuthError> {
+        self.validations.iter().find(|v| v.algorithms == [alg]).ok_or(AuthError::Algorithm)
     }
 
     /// Verifies `token` (without the `Bearer ` prefix).
@@ -157,11 +175,11 @@ impl Authenticator {
         // Unknown algorithms, `none` included, fail here: the header's `alg` must name one
         // of jsonwebtoken's algorithms.
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
-        let (key, alg) = match header.alg {
-            Algorithm::HS256 => match &self.hs256 {
-                Some(key) => (key.clone(), Algorithm::HS256),
-                None => return Err(AuthError::Algorithm),
-            },
+        let data = match header.alg {
+            Algorithm::HS256 => {
+                let key = self.hs256.as_ref().ok_or(AuthError::Algorithm)?;
+                jsonwebtoken::decode::<Map<String, Value>>(token, key, self.validation(Algorithm::HS256)?)
+            }
             Algorithm::HS384 | Algorithm::HS512 => return Err(AuthError::Algorithm),
             _ => {
                 let Some(jwks) = &self.jwks else {
@@ -171,21 +189,26 @@ impl Authenticator {
                 if vk.alg != header.alg {
                     return Err(AuthError::Algorithm);
                 }
-                (vk.key, vk.alg)
+                jsonwebtoken::decode::<Map<String, Value>>(token, &vk.key, self.validation(vk.alg)?)
             }
         };
-        let mut validation = self.validation_base.clone();
-        validation.algorithms = vec![alg];
-        let data = jsonwebtoken::decode::<RawClaims>(token, &key, &validation).map_err(map_jwt_error)?;
-        let raw = data.claims;
-        let tenant = match raw.rest.get(&self.tenant_claim) {
-            Some(Value::String(t)) if !t.is_empty() => t.clone(),
+        let mut claims = data.map_err(map_jwt_error)?.claims;
+        let mut text = |name: &str| match claims.remove(name) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        };
+        let (Some(subject), Some(issuer)) = (text("sub"), text("iss")) else {
+            return Err(AuthError::Claims);
+        };
+        let tenant = match text(&self.tenant_claim) {
+            Some(t) if !t.is_empty() => t,
             _ => return Err(AuthError::MissingTenant),
         };
-        if raw.sub.is_empty() {
+        let expires_at = claims.get("exp").and_then(Value::as_i64).ok_or(AuthError::Claims)?;
+        if subject.is_empty() {
             return Err(AuthError::Claims);
         }
-        Ok(Claims { subject: raw.sub, tenant, expires_at: raw.exp, issuer: raw.iss })
+        Ok(Claims { subject, tenant, expires_at, issuer })
     }
 }
 

@@ -6,6 +6,7 @@ mod health;
 mod limits;
 mod well_known;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -20,6 +22,8 @@ use axum::routing::get;
 use axum::serve::ListenerExt;
 use http::{HeaderName, StatusCode, header};
 use tokio::net::TcpListener;
+use tower::{Service, ServiceBuilder};
+use tower_http::body::Limited;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
@@ -143,8 +147,8 @@ impl Gateway {
             Arc::clone(&state.sessions),
         )?;
         upstreams.spawn_sweeper(state.shutdown.clone());
-        let gated = crate::mcp::router(&state, tools, upstreams, state.shutdown.clone()).merge(protected(&state));
-        let router = router(&state, gated);
+        let mcp = crate::mcp::service(&state, tools, upstreams, state.shutdown.clone());
+        let router = router(&state, mcp, protected(&state));
         spawn_key_rotation(
             Arc::clone(&state.assertions),
             Duration::from_secs(state.config.upstream.key_rotation_secs),
@@ -247,14 +251,23 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// The router: public routes, the gated `protected` routes, and the layers of the
-/// request path around all of them.
-fn router(state: &AppState, protected: Router) -> Router {
+/// The router: public routes, the gated `/mcp` endpoint and `protected` routes, and the
+/// layers of the request path around all of them.
+///
+/// Layers are stacked with `ServiceBuilder` around whole services, not with `Router::layer`:
+/// axum clones a route's service for every request, and a route layered level by level is a
+/// chain of boxed services (each cloned, and each cloning its inner service again).
+fn router<M>(state: &AppState, mcp: M, protected: Router) -> Router
+where
+    M: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    M::Future: Send + 'static,
+{
     let server = &state.config.server;
     let limiter = Arc::new(limits::RateLimiter::new(state.config.limits.clone()));
-    let gated = protected
-        .layer(middleware::from_fn_with_state(limiter, limits::limit))
-        .layer(middleware::from_fn_with_state(Arc::clone(&state.gate), authenticate));
+    let gate = ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(Arc::clone(&state.gate), authenticate))
+        .layer(middleware::from_fn_with_state(limiter, limits::limit));
+    let gated = Router::new().route_service("/mcp", gate.clone().service(mcp)).merge(protected.layer(gate));
     let mut public = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -272,18 +285,12 @@ fn router(state: &AppState, protected: Router) -> Router {
             }),
         );
     }
+    let routes = public.merge(gated).fallback(error::not_found);
 
-    public
-        .merge(gated)
-        .fallback(error::not_found)
-        .layer(middleware::from_fn(count_status))
-        .layer(middleware::from_fn_with_state(state.clone(), check_origin))
-        .layer(RequestBodyLimitLayer::new(server.body_limit_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            Duration::from_secs(server.request_timeout_secs),
-        ))
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+    let origins =
+        Arc::new(OriginPolicy { own: state.config.public_url(), allowed: state.config.server.allowed_origins.clone() });
+    let layered = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
             let request_id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
             // Never the headers: the Authorization header carries the token.
@@ -296,7 +303,17 @@ fn router(state: &AppState, protected: Router) -> Router {
                 user = tracing::field::Empty,
             )
         }))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(server.request_timeout_secs),
+        ))
+        .layer(RequestBodyLimitLayer::new(server.body_limit_bytes))
+        .map_request(|request: http::Request<Limited<Body>>| request.map(Body::new))
+        .layer(middleware::from_fn_with_state(origins, check_origin))
+        .layer(middleware::from_fn(count_status))
+        .service(routes);
+    Router::new().fallback_service(layered)
 }
 
 async fn count_status(request: Request, next: Next) -> Response {
@@ -305,13 +322,17 @@ async fn count_status(request: Request, next: Next) -> Response {
     response
 }
 
+/// The origins a browser may call from: the gateway's own, and the configured ones.
+struct OriginPolicy {
+    own: String,
+    allowed: Vec<String>,
+}
+
 /// A request whose `Origin` is neither the gateway's own nor configured gets 403
 /// (DNS rebinding and cross-site protection). Requests without `Origin` pass.
-async fn check_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+async fn check_origin(State(origins): State<Arc<OriginPolicy>>, request: Request, next: Next) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN) {
-        let allowed = origin.to_str().is_ok_and(|o| {
-            o == state.config.public_url() || state.config.server.allowed_origins.iter().any(|a| a == o)
-        });
+        let allowed = origin.to_str().is_ok_and(|o| o == origins.own || origins.allowed.iter().any(|a| a == o));
         if !allowed {
             tracing::info!(origin = ?origin, "foreign Origin refused");
             return error::json_error(StatusCode::FORBIDDEN, "forbidden_origin", "Origin not allowed");

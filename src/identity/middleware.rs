@@ -8,12 +8,11 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use rmcp::model::RequestId;
-use serde::Deserialize;
 
 use super::{MessageBinding, resolver};
 use crate::auth::{AuthError, Authenticator};
 use crate::http::error::json_error;
+use crate::mcp::Inspection;
 use crate::store::Db;
 
 /// The header MCP uses for its session id.
@@ -27,12 +26,6 @@ pub(crate) struct Gate {
     pub resource_metadata_url: String,
     pub body_limit: usize,
     pub cache: Option<super::IdentityCache>,
-}
-
-/// The bits of a JSON-RPC body that bind an identity to its message.
-#[derive(Deserialize)]
-struct Envelope {
-    id: Option<RequestId>,
 }
 
 pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
@@ -54,7 +47,9 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
             return json_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "request body too large");
         }
     };
-    let request_id = serde_json::from_slice::<Envelope>(&bytes).ok().and_then(|e| e.id);
+    // The one parse of the body; the JSON-RPC check behind the gate reuses it.
+    let inspection = Inspection::of(bytes.clone());
+    let request_id = inspection.request_id().cloned();
     let session_id = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let message = MessageBinding { request_id, session_id };
 
@@ -80,6 +75,7 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
 
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(Arc::new(identity));
+    request.extensions_mut().insert(inspection);
     next.run(request).await
 }
 

@@ -7,27 +7,34 @@ mod registry;
 mod server;
 mod session;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::extract::Request;
 use axum::middleware;
+use axum::response::{IntoResponse, Response};
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use tower::{Service, ServiceBuilder};
 
 use crate::http::AppState;
 use crate::upstream::runtime::Upstreams;
+pub(crate) use jsonrpc::Inspection;
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
-/// The `/mcp` routes. `shutdown` ends every session and stream when cancelled.
-pub(crate) fn router(
+/// The `/mcp` endpoint: the JSON-RPC check, session binding and rmcp's Streamable HTTP
+/// service, as one service for the gate to wrap. `shutdown` ends every session and stream
+/// when cancelled.
+pub(crate) fn service(
     state: &AppState,
     tools: ToolSet,
     upstreams: Arc<Upstreams>,
     shutdown: tokio_util::sync::CancellationToken,
-) -> Router {
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static> + Clone + Send + Sync + 'static
+{
     let config = &state.config;
     let shared = Arc::new(server::Shared {
         db: state.db.clone(),
@@ -53,17 +60,23 @@ pub(crate) fn router(
         .with_max_request_body_bytes(config.server.body_limit_bytes)
         .with_cancellation_token(shutdown.clone());
     let factory_shared = Arc::clone(&shared);
-    let service = StreamableHttpService::new(
+    let service = Arc::new(StreamableHttpService::new(
         move || Ok(GatewayServer::new(Arc::clone(&factory_shared))),
         Arc::clone(&manager),
         mcp_config,
-    );
+    ));
     let binding = Arc::new(session::Binding { sessions: Arc::clone(&state.sessions), audit: state.audit.clone() });
     session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
-    Router::new()
-        .route_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(binding, session::bind))
+    // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
+    // (configuration and all) by every layer, on every request.
+    let endpoint = tower::service_fn(move |request: Request| {
+        let service = Arc::clone(&service);
+        async move { Ok::<_, Infallible>(service.handle(request).await.into_response()) }
+    });
+    ServiceBuilder::new()
         .layer(middleware::from_fn(jsonrpc::check))
+        .layer(middleware::from_fn_with_state(binding, session::bind))
+        .service(endpoint)
 }
 
 /// The host (with port, when it has one) of the public URL, so the public name is an

@@ -226,7 +226,7 @@ impl ServerHandler for GatewayServer {
         let shared = &self.shared;
         let ctx = context_for(&context, &shared.sessions).map_err(|e| refused(&e))?;
         let tool = request.name.to_string();
-        let client = context.peer.peer_info().map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
+        let client = client_of(&context, ctx.session_id());
         let args_raw = if shared.record_raw_arguments {
             request.arguments.as_ref().map(|a| digest::canonical_json(&serde_json::Value::Object(a.clone())))
         } else {
@@ -314,6 +314,18 @@ impl ServerHandler for GatewayServer {
         }
         result
     }
+}
+
+/// The client's name and version for the audit. In a session: from its `initialize`. Outside
+/// one: only what the request itself carries in `_meta` (2026-07-28 clients may send
+/// `io.modelcontextprotocol/clientInfo` with every request). A stateless request had no
+/// `initialize`, and rmcp then fills the peer info with its own crate's name and version, which
+/// must not be recorded as the client's.
+fn client_of(context: &RequestContext<RoleServer>, session: Option<&str>) -> Option<(String, String)> {
+    let from_session = session
+        .and_then(|_| context.peer.peer_info())
+        .map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
+    from_session.or_else(|| context.meta.client_info().map(|c| (c.name, c.version)))
 }
 
 fn request_id_text(id: &rmcp::model::RequestId) -> String {

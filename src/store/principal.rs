@@ -27,54 +27,47 @@ pub struct UserRow {
     pub status: String,
 }
 
-/// One statement, four indexed lookups glued with UNION ALL: the tenant by slug, the
-/// user by (tenant, subject), the user's roles and flock assignments. The user, role
-/// and assignment rows join through the tenant slug, so a user of another tenant never
-/// matches. Cost does not depend on the number of users (unique indexes throughout).
+/// One statement, one row: the tenant by slug, the user by (tenant, subject), and the
+/// user's roles and flock assignments aggregated beside them (each a lookup on a unique or
+/// primary-key index, so the cost does not depend on the number of users). The user, role
+/// and assignment lookups are bound to the tenant found by slug, so a user of another tenant
+/// never matches. Roles are lowercase names and flock ids UUIDs: neither holds a comma.
 const LOOKUP: &str = "\
-SELECT 'tenant' AS kind, t.id AS a, t.status AS b, t.name AS c \
-  FROM tenants t WHERE t.slug = $1 \
-UNION ALL \
-SELECT 'user', u.id, u.status, u.display_name \
-  FROM tenants t JOIN users u ON u.tenant_id = t.id \
- WHERE t.slug = $1 AND u.subject = $2 \
-UNION ALL \
-SELECT 'role', r.role, '', '' \
-  FROM tenants t JOIN users u ON u.tenant_id = t.id \
-  JOIN user_roles r ON r.user_id = u.id AND r.tenant_id = t.id \
- WHERE t.slug = $1 AND u.subject = $2 \
-UNION ALL \
-SELECT 'flock', fa.flock_id, '', '' \
-  FROM tenants t JOIN users u ON u.tenant_id = t.id \
-  JOIN flock_assignments fa ON fa.user_id = u.id AND fa.tenant_id = t.id \
- WHERE t.slug = $1 AND u.subject = $2";
+SELECT t.id, t.status, t.name, u.id, u.status, u.display_name, \
+       (SELECT string_agg(r.role, ',') FROM user_roles r \
+         WHERE r.user_id = u.id AND r.tenant_id = t.id), \
+       (SELECT string_agg(fa.flock_id, ',') FROM flock_assignments fa \
+         WHERE fa.user_id = u.id AND fa.tenant_id = t.id) \
+  FROM tenants t LEFT JOIN users u ON u.tenant_id = t.id AND u.subject = $2 \
+ WHERE t.slug = $1";
 
 /// Only the tenant: for system actors, who have no user row.
-const LOOKUP_TENANT: &str = "SELECT 'tenant' AS kind, t.id AS a, t.status AS b, t.name AS c \
-  FROM tenants t WHERE t.slug = $1";
+const LOOKUP_TENANT: &str = "SELECT t.id, t.status, t.name FROM tenants t WHERE t.slug = $1";
 
 impl Db {
     /// Reads the tenant, and unless `subject` is `None`, the user, roles and assignments.
     pub async fn load_principal(&self, tenant_slug: &str, subject: Option<&str>) -> Result<PrincipalRows, StoreError> {
-        let rows = match subject {
-            Some(subject) => sqlx::query(LOOKUP).bind(tenant_slug).bind(subject).fetch_all(self.pool()).await?,
-            None => sqlx::query(LOOKUP_TENANT).bind(tenant_slug).fetch_all(self.pool()).await?,
+        let row = match subject {
+            Some(subject) => sqlx::query(LOOKUP).bind(tenant_slug).bind(subject).fetch_optional(self.pool()).await?,
+            None => sqlx::query(LOOKUP_TENANT).bind(tenant_slug).fetch_optional(self.pool()).await?,
         };
         let mut out = PrincipalRows::default();
-        for row in rows {
-            let kind: String = row.try_get(0)?;
-            let a: String = row.try_get(1)?;
-            let b: String = row.try_get(2)?;
-            let c: String = row.try_get(3)?;
-            match kind.as_str() {
-                "tenant" => out.tenant = Some(TenantRow { id: parse_id(&a)?, name: c, status: b }),
-                "user" => out.user = Some(UserRow { id: parse_id(&a)?, display_name: c, status: b }),
-                "role" => out.roles.push(a),
-                "flock" => out.assigned_flocks.push(parse_id(&a)?),
-                other => {
-                    return Err(StoreError::Invalid { field: "kind", message: format!("unexpected row kind {other}") });
-                }
-            }
+        let Some(row) = row else {
+            return Ok(out);
+        };
+        let id: String = row.try_get(0)?;
+        out.tenant = Some(TenantRow { id: parse_id(&id)?, status: row.try_get(1)?, name: row.try_get(2)? });
+        if subject.is_none() {
+            return Ok(out);
+        }
+        if let Some(id) = row.try_get::<Option<String>, _>(3)? {
+            out.user = Some(UserRow { id: parse_id(&id)?, status: row.try_get(4)?, display_name: row.try_get(5)? });
+        }
+        if let Some(roles) = row.try_get::<Option<String>, _>(6)? {
+            out.roles = roles.split(',').map(str::to_owned).collect();
+        }
+        if let Some(flocks) = row.try_get::<Option<String>, _>(7)? {
+            out.assigned_flocks = flocks.split(',').map(parse_id).collect::<Result<_, _>>()?;
         }
         Ok(out)
     }

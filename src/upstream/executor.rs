@@ -63,6 +63,7 @@ pub struct LocalExecutor {
 
 impl LocalExecutor {
     pub fn new(root: PathUri, inherit_env: Vec<String>, assertion_header: HeaderName) -> Result<Self, UpstreamError> {
+        crate::http::install_tls_provider();
         let http = reqwest::Client::builder()
             // No total timeout: it would cut SSE streams. Calls time out in the proxy instead.
             .connect_timeout(Duration::from_secs(10))

@@ -13,6 +13,8 @@ mod guards;
 mod identity;
 mod mcp;
 mod mcp_http;
+mod mcp_modern;
+mod mcp_timeout;
 mod proxy;
 mod store;
 mod type_privacy;

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ErrorData, ServiceExt};
@@ -31,6 +31,16 @@ pub struct Live {
 
 impl Live {
     pub async fn start(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
+        Self::start_with_tools(backend, mode, overrides, scopegate::mcp::ToolSet::native()).await
+    }
+
+    /// A gateway serving `tools` (the native tools plus any a test registers).
+    pub async fn start_with_tools(
+        backend: Backend,
+        mode: Mode,
+        overrides: &[(&str, Value)],
+        tools: scopegate::mcp::ToolSet,
+    ) -> Self {
         scopegate::http::install_tls_provider();
         let test_db = TestDb::new(backend).await;
         let mut all = vec![("mcp.stateless", json!(mode == Mode::Stateless))];
@@ -38,7 +48,7 @@ impl Live {
         let config = config_with(&test_db.url, &all);
         let db = db_for(&config).await;
         seed_demo(&db).await;
-        let gateway = Gateway::build(config.clone()).await.expect("gateway");
+        let gateway = Gateway::build_with_tools(config.clone(), tools).await.expect("gateway");
         let addr = gateway.local_addr();
         tokio::spawn(gateway.run(std::future::pending()));
         Self { addr, config, db, _test_db: test_db }
@@ -76,11 +86,7 @@ impl Live {
     }
 }
 
-pub async fn call(
-    client: &RunningService<RoleClient, ()>,
-    tool: &str,
-    args: Value,
-) -> Result<CallToolResult, ErrorData> {
+pub async fn call(client: &Peer<RoleClient>, tool: &str, args: Value) -> Result<CallToolResult, ErrorData> {
     let params =
         CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().cloned().unwrap_or_default());
     match client.call_tool(params).await {
@@ -91,14 +97,14 @@ pub async fn call(
 }
 
 /// The structured content of a successful call.
-pub async fn ok(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> Value {
+pub async fn ok(client: &Peer<RoleClient>, tool: &str, args: Value) -> Value {
     let result = call(client, tool, args.clone()).await.unwrap_or_else(|e| panic!("{tool} {args}: {e:?}"));
     assert_ne!(result.is_error, Some(true), "{tool} {args}: {result:?}");
     result.structured_content.expect("structured output")
 }
 
 /// The tool error of a call that ran and failed (`isError: true`).
-pub async fn tool_error(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> Value {
+pub async fn tool_error(client: &Peer<RoleClient>, tool: &str, args: Value) -> Value {
     let result = call(client, tool, args.clone()).await.unwrap_or_else(|e| panic!("{tool} {args}: {e:?}"));
     assert_eq!(result.is_error, Some(true), "{tool} {args} should fail: {result:?}");
     result.structured_content.expect("structured error")

@@ -1,0 +1,76 @@
+//! The per-call timeout (`mcp.call_timeout_secs`): a tool that outlives it is cut off, the
+//! caller gets the timeout error, the audit records a failed call of class `timeout`, and the
+//! gateway goes on answering.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::mcp::{Live, Mode, call, ok};
+use crate::support::*;
+
+/// A test-only tool set registered through the public API, as a SaaS registers its own.
+mod slow_tools {
+    use std::time::Duration;
+
+    use rmcp::{tool, tool_router};
+    use scopegate::McpCallContext;
+    use scopegate::model::Role;
+    use scopegate::tools::{NoArguments, ToolSpec, arguments};
+
+    /// How long the slow tool takes: well past the 1 s timeout, well inside the test's patience.
+    pub const SLEEP: Duration = Duration::from_secs(5);
+
+    #[derive(Clone, Copy, Default)]
+    pub struct Slow;
+
+    pub const SPECS: &[ToolSpec] = &[ToolSpec {
+        name: "slow_report",
+        roles: &[Role::Owner, Role::Manager, Role::Worker, Role::Auditor],
+        validate: arguments::<NoArguments>,
+    }];
+
+    #[tool_router(vis = "pub")]
+    impl Slow {
+        #[tool(description = "A report that takes longer than the call timeout allows.")]
+        async fn slow_report(&self, ctx: McpCallContext) -> String {
+            tokio::time::sleep(SLEEP).await;
+            format!("report for {}", ctx.tenant_slug())
+        }
+    }
+}
+
+async fn call_timeout(backend: Backend, mode: Mode) {
+    let tools = scopegate::mcp::ToolSet::native()
+        .with(slow_tools::Slow, slow_tools::Slow::tool_router(), slow_tools::SPECS)
+        .unwrap();
+    let live = Live::start_with_tools(backend, mode, &[("mcp.call_timeout_secs", json!(1))], tools).await;
+    let olivia = live.client("olivia@acme.test").await;
+
+    let started = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(20), call(&olivia, "slow_report", json!({})))
+        .await
+        .expect("the client got an answer");
+    let elapsed = started.elapsed();
+    let error = answer.expect_err("a call past the timeout fails");
+    assert_eq!(error.message, "tool call timed out", "{error:?}");
+    assert!(elapsed >= Duration::from_millis(900), "answered before the timeout: {elapsed:?}");
+    assert!(elapsed < slow_tools::SLEEP, "the tool was not cut off: {elapsed:?}");
+
+    // Audited as a failed call of class `timeout`.
+    let mut tx = live.db.begin().await.unwrap();
+    let events: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT outcome, error_class FROM audit_events WHERE tool = 'slow_report'")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    drop(tx);
+    assert_eq!(events, [("failed".to_owned(), Some("timeout".to_owned()))]);
+
+    // The gateway answers the next call, on the same client.
+    assert_eq!(ok(&olivia, "whoami", json!({})).await["user"], "olivia@acme.test");
+    let reports = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
+    assert_eq!((reports[0].events, &reports[0].broken), (2, &None), "{reports:?}");
+    olivia.cancel().await.ok();
+}
+all_modes!(mcp_call_timeout, call_timeout);
