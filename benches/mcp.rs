@@ -5,6 +5,8 @@
 //!
 //! `cargo bench --bench mcp` (SECONDS per row, default 5; CLIENTS, default 16;
 //! PostgreSQL at SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
+//! The bare server and the gateway take turns (ROUNDS turns each, default 4, SECONDS split
+//! between them), so a change in a shared machine's load falls on both.
 //! For profiling one server alone: ROWS (e.g. `sqlite-session,postgres-stateless`) and
 //! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
 
@@ -96,45 +98,65 @@ async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, (
     ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
 }
 
-/// `clients` clients call `list_flocks` in a loop for `secs` (after a short warm-up).
-async fn load(url: &str, token: Option<&str>, clients: usize, secs: f64) -> Row_ {
+type Peers = Vec<Arc<RunningService<RoleClient, ()>>>;
+
+async fn connect_all(url: &str, token: Option<&str>, clients: usize) -> Peers {
     let mut peers = Vec::new();
     for _ in 0..clients {
         peers.push(Arc::new(connect(url, token).await));
     }
-    let run = |peers: Vec<Arc<RunningService<RoleClient, ()>>>, dur: Duration| async move {
-        let deadline = Instant::now() + dur;
-        let mut tasks = Vec::new();
-        for peer in peers {
-            tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
-                while Instant::now() < deadline {
-                    let start = Instant::now();
-                    let result = peer.call_tool(CallToolRequestParams::new("list_flocks")).await.expect("call");
-                    assert_ne!(result.is_error, Some(true));
-                    lat.push(start.elapsed());
-                }
-                lat
-            }));
-        }
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap());
-        }
-        all
-    };
-    run(peers.clone(), Duration::from_millis(500)).await;
-    let started = Instant::now();
-    let mut lat = run(peers.clone(), Duration::from_secs_f64(secs)).await;
-    let elapsed = started.elapsed().as_secs_f64();
+    peers
+}
+
+/// Every peer calls `list_flocks` in a loop for `dur`; returns the latency of every call.
+async fn run(peers: &Peers, dur: Duration) -> Vec<Duration> {
+    let deadline = Instant::now() + dur;
+    let mut tasks = Vec::new();
+    for peer in peers.iter().cloned() {
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while Instant::now() < deadline {
+                let start = Instant::now();
+                let result = peer.call_tool(CallToolRequestParams::new("list_flocks")).await.expect("call");
+                assert_ne!(result.is_error, Some(true));
+                lat.push(start.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+async fn close(peers: Peers) {
     for p in peers {
         if let Ok(p) = Arc::try_unwrap(p) {
             let _ = p.cancel().await;
         }
     }
-    lat.sort();
-    let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
-    Row_ { calls_per_sec: lat.len() as f64 / elapsed, p50: at(0.5), p99: at(0.99) }
+}
+
+/// One server under load: its clients, and the calls measured so far.
+struct Target {
+    name: &'static str,
+    peers: Peers,
+    lat: Vec<Duration>,
+    secs: f64,
+}
+
+impl Target {
+    fn row(&mut self) -> Row_ {
+        self.lat.sort();
+        let lat = &self.lat;
+        if lat.is_empty() {
+            return Row_ { calls_per_sec: 0.0, p50: Duration::ZERO, p99: Duration::ZERO };
+        }
+        let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
+        Row_ { calls_per_sec: lat.len() as f64 / self.secs, p50: at(0.5), p99: at(0.99) }
+    }
 }
 
 fn gateway_config(db_url: &str, stateless: bool, cache_ms: u64) -> Config {
@@ -182,13 +204,14 @@ async fn main() {
     scopegate::http::install_tls_provider();
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
     let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
     // auth.identity_cache_ms for the gateway (0, the default: identity read on every call).
     let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!(
-        "tools/call list_flocks: {clients} concurrent clients, {secs}s per row, real HTTP on loopback, \
-         auth.identity_cache_ms = {cache_ms}"
+        "tools/call list_flocks: {clients} concurrent clients, {secs}s per server and row in {rounds} turns, \
+         real HTTP on loopback, auth.identity_cache_ms = {cache_ms}"
     );
     println!(
         "{:<9} {:<9} {:<9} | {:>9} {:>8} {:>8} | {:>13}",
@@ -223,28 +246,47 @@ async fn main() {
             let token = dev_token(&config, "acme", "olivia@acme.test", 3600).unwrap();
             let bare_url = bare_server(&url, stateless).await;
 
-            let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            let bare = if servers.contains("bare") { Some(load(&bare_url, None, clients, secs).await) } else { None };
-            if let Some(bare) = &bare {
-                println!(
-                    "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} |",
-                    "bare",
-                    bare.calls_per_sec,
-                    ms(bare.p50),
-                    ms(bare.p99)
-                );
+            let mut targets = Vec::new();
+            if servers.contains("bare") {
+                let peers = connect_all(&bare_url, None, clients).await;
+                targets.push(Target { name: "bare", peers, lat: Vec::new(), secs: 0.0 });
             }
             if servers.contains("scopegate") {
-                let gw = load(&gw_url, Some(&token), clients, secs).await;
-                let ratio = bare.map(|b| format!("{:>12.0}%", 100.0 * gw.calls_per_sec / b.calls_per_sec));
+                let peers = connect_all(&gw_url, Some(&token), clients).await;
+                targets.push(Target { name: "scopegate", peers, lat: Vec::new(), secs: 0.0 });
+            }
+            for target in &targets {
+                run(&target.peers, Duration::from_millis(500)).await;
+            }
+            // The servers take turns, so a change in the machine's load falls on both.
+            for _ in 0..rounds {
+                for target in &mut targets {
+                    let started = Instant::now();
+                    let lat = run(&target.peers, Duration::from_secs_f64(secs / rounds as f64)).await;
+                    target.secs += started.elapsed().as_secs_f64();
+                    target.lat.extend(lat);
+                }
+            }
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let mut bare_rate = None;
+            for mut target in targets {
+                let row = target.row();
+                let ratio = match (target.name, bare_rate) {
+                    ("bare", _) => {
+                        bare_rate = Some(row.calls_per_sec);
+                        String::new()
+                    }
+                    (_, Some(bare)) => format!("{:>12.0}%", 100.0 * row.calls_per_sec / bare),
+                    (_, None) => String::new(),
+                };
                 println!(
-                    "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} | {}",
-                    "scopegate",
-                    gw.calls_per_sec,
-                    ms(gw.p50),
-                    ms(gw.p99),
-                    ratio.unwrap_or_default()
+                    "{backend:<9} {mode:<9} {:<9} | {:>9.0} {:>8.2} {:>8.2} | {ratio}",
+                    target.name,
+                    row.calls_per_sec,
+                    ms(row.p50),
+                    ms(row.p99)
                 );
+                close(target.peers).await;
             }
             let mut tx = db.begin().await.unwrap();
             let audited: i64 =

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use sqlx::Any;
+use sqlx::pool::PoolConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{AuditEvent, Chains, Head, insert_links, link, load_head};
@@ -47,6 +49,10 @@ impl AuditWriter {
 }
 
 async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_batch: usize) {
+    // The writer keeps its connection between batches: a connection returned to the pool is
+    // pinged first (one more round trip per batch). It is dropped after any failure, so the
+    // next batch starts on a fresh one.
+    let mut conn: Option<PoolConnection<Any>> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < max_batch {
@@ -57,7 +63,7 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
         }
         let started = std::time::Instant::now();
         let size = batch.len();
-        let result = commit(&db, &chains, &batch).await;
+        let result = commit(&db, &mut conn, &chains, &batch).await;
         crate::telemetry::metrics::audit_batch(size, started.elapsed());
         match result {
             Ok(()) => {
@@ -69,7 +75,8 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
                 // One bad event must not fail its neighbours: retry each on its own.
                 tracing::warn!(error = %e, size = batch.len(), "audit batch failed; retrying one by one");
                 for p in batch {
-                    let result = commit(&db, &chains, std::slice::from_ref(&p)).await.map_err(|e| e.to_string());
+                    let result =
+                        commit(&db, &mut conn, &chains, std::slice::from_ref(&p)).await.map_err(|e| e.to_string());
                     let _ = p.done.send(result);
                 }
             }
@@ -85,7 +92,12 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
 
 /// Appends `batch` with one multi-row INSERT (atomic, one round trip), holding the chain
 /// lock of every tenant in it (taken in tenant order, before touching the database).
-async fn commit(db: &Db, chains: &Chains, batch: &[Pending]) -> Result<(), StoreError> {
+async fn commit(
+    db: &Db,
+    held: &mut Option<PoolConnection<Any>>,
+    chains: &Chains,
+    batch: &[Pending],
+) -> Result<(), StoreError> {
     let mut by_tenant: BTreeMap<TenantId, Vec<&AuditEvent>> = BTreeMap::new();
     for p in batch {
         by_tenant.entry(p.event.tenant).or_default().push(&p.event);
@@ -99,11 +111,14 @@ async fn commit(db: &Db, chains: &Chains, batch: &[Pending]) -> Result<(), Store
         attempt += 1;
         let mut heads: Vec<Option<Head>> = guards.iter().map(|g| (**g).clone()).collect();
         let result: Result<(), StoreError> = async {
-            let mut conn = db.pool().acquire().await?;
+            let conn = match held {
+                Some(conn) => conn,
+                None => held.insert(db.pool().acquire().await?),
+            };
             let mut links = Vec::with_capacity(batch.len());
             for ((tenant, events), head) in by_tenant.iter().zip(heads.iter_mut()) {
                 if head.is_none() {
-                    *head = load_head(&mut conn, *tenant).await?;
+                    *head = load_head(conn, *tenant).await?;
                 }
                 for event in events {
                     let l = link(head.as_ref(), event);
@@ -111,7 +126,7 @@ async fn commit(db: &Db, chains: &Chains, batch: &[Pending]) -> Result<(), Store
                     links.push(l);
                 }
             }
-            insert_links(&mut conn, &links).await
+            insert_links(conn, &links).await
         }
         .await;
         match result {
@@ -131,6 +146,7 @@ async fn commit(db: &Db, chains: &Chains, batch: &[Pending]) -> Result<(), Store
                 for guard in guards.iter_mut() {
                     **guard = None;
                 }
+                *held = None;
                 return Err(e);
             }
         }
