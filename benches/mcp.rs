@@ -112,7 +112,8 @@ async fn connect_all(url: &str, token: Option<&str>, clients: usize) -> Peers {
 async fn run(peers: &Peers, dur: Duration) -> Vec<Duration> {
     let deadline = Instant::now() + dur;
     let mut tasks = Vec::new();
-    for peer in peers.iter().cloned() {
+    for peer in peers {
+        let peer = Arc::clone(peer);
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             while Instant::now() < deadline {

@@ -100,9 +100,12 @@ pub(crate) async fn check(request: Request, next: Next) -> Response {
 mod tests {
     use super::*;
 
+    /// A body, what the check answers, the request id it reads, and what the case is.
+    type Case = (&'static str, Result<(), Malformed>, Option<RequestId>, &'static str);
+
     #[test]
     fn inspection_answers_like_the_json_rpc_rules() {
-        let cases: &[(&str, Result<(), Malformed>, Option<RequestId>, &str)] = &[
+        let cases: &[Case] = &[
             (r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#, Ok(()), Some(RequestId::Number(7)), "a request"),
             (
                 r#" {"jsonrpc":"2.0","id":"a","method":"ping"}"#,

@@ -48,18 +48,14 @@ fn yesterday() -> String {
     (time::OffsetDateTime::now_utc().date() - time::Duration::days(1)).to_string()
 }
 
+/// tool, outcome, error class, session id, request id, client name, client version.
+type EventRow =
+    (Option<String>, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
+
 /// The audit rows of `subject`'s calls, oldest first.
 async fn events_of(live: &Live, subject: &str) -> Vec<Value> {
     let mut tx = live.db.begin().await.unwrap();
-    let rows: Vec<(
-        Option<String>,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    )> = sqlx::query_as(
+    let rows: Vec<EventRow> = sqlx::query_as(
         "SELECT a.tool, a.outcome, a.error_class, a.session_id, a.request_id, a.client_name, a.client_version \
              FROM audit_events a JOIN users u ON u.id = a.user_id WHERE u.subject = $1 ORDER BY a.seq",
     )
