@@ -12,6 +12,7 @@ mod identity;
 mod mcp;
 mod mcp_http;
 mod mcp_modern;
+mod mcp_shutdown;
 mod mcp_timeout;
 mod store;
 mod type_privacy;
