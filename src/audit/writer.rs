@@ -51,9 +51,23 @@ impl AuditWriter {
 async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_batch: usize) {
     // The writer keeps its connection between batches: a connection returned to the pool is
     // pinged first (one more round trip per batch). It is dropped after any failure, so the
-    // next batch starts on a fresh one.
+    // next batch starts on a fresh one, and when the pool closes, so that closing completes.
     let mut conn: Option<PoolConnection<Any>> = None;
-    while let Some(first) = rx.recv().await {
+    let closing = db.pool().close_event();
+    tokio::pin!(closing);
+    let mut closed = false;
+    loop {
+        let first = tokio::select! {
+            first = rx.recv() => match first {
+                Some(first) => first,
+                None => break,
+            },
+            () = &mut closing, if !closed => {
+                closed = true;
+                conn = None;
+                continue;
+            }
+        };
         let mut batch = vec![first];
         while batch.len() < max_batch {
             match rx.try_recv() {

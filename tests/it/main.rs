@@ -14,6 +14,7 @@ mod identity;
 mod mcp;
 mod mcp_http;
 mod mcp_modern;
+mod mcp_shutdown;
 mod mcp_timeout;
 mod proxy;
 mod store;
