@@ -10,6 +10,7 @@
 //! For profiling one server alone: ROWS (e.g. `sqlite-session,postgres-stateless`) and
 //! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
 
+mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -182,14 +183,7 @@ async fn bare_server(db_url: &str, stateless: bool) -> String {
     let config = StreamableHttpServerConfig::default().with_legacy_session_mode(!stateless);
     let service =
         StreamableHttpService::new(move || Ok(bare.clone()), Arc::new(LocalSessionManager::default()), config);
-    let app = axum::Router::new().route_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    support::serve_on_loopback(axum::Router::new().route_service("/mcp", service)).await
 }
 
 fn any_url(db_url: &str) -> String {

@@ -1,22 +1,31 @@
 //! Proxied `tools/call` through the gateway (JWT, identity, grants, identity assertion, audit
 //! all on) against direct calls to the same Streamable HTTP upstream (the fixture server, a
-//! separate process), in the same run, with 1 and with 16 concurrent clients. Gateway,
-//! upstream and clients share the machine's CPUs. Prints figures; asserts nothing.
+//! separate process), in the same run, with 1 and with 16 concurrent clients; beside them a
+//! bare rmcp forwarder (an rmcp server relaying each call over an rmcp client, nothing else),
+//! the floor for any proxy built on rmcp. Gateway,
+//! upstream and clients share the machine's CPUs (the clients on a runtime of their own, so
+//! the gateway's worker threads serve only the gateway). Prints figures; asserts nothing.
 //!
 //! `cargo bench --bench proxy` (SECONDS per row, default 5; DATABASES, default
-//! `sqlite,postgres`; IDENTITY_CACHE_MS, default 0; PostgreSQL at SCOPEGATE_BENCH_PG_URL or
+//! `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default `direct,bare-fwd,scopegate,native`;
+//! IDENTITY_CACHE_MS, default 0; PostgreSQL at SCOPEGATE_BENCH_PG_URL or
 //! postgres://postgres@127.0.0.1:5432).
 
+mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use scopegate::Gateway;
 use scopegate::auth::mint::dev_token;
 use scopegate::config::{Config, DEFAULT_TOML};
@@ -27,6 +36,48 @@ use sqlx::Connection;
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+
+/// The floor for any proxy built on rmcp: a bare rmcp server whose `tools/call` forwards to
+/// the upstream over one shared rmcp client, with no authentication, identity, grants,
+/// assertion or audit. Its gap to `direct` is what rmcp's server and client cost per hop.
+#[derive(Clone)]
+struct BareForwarder {
+    upstream: Arc<RunningService<RoleClient, ()>>,
+}
+
+impl ServerHandler for BareForwarder {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.upstream.list_tools(request).await.map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let result =
+            self.upstream.call_tool(request).await.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// Serves a [`BareForwarder`] to `upstream` on a port of its own (session mode, like the
+/// gateway); returns its URL.
+async fn bare_forwarder(upstream: &str) -> String {
+    let forwarder = BareForwarder { upstream: Arc::new(connect(upstream, None).await) };
+    let config = StreamableHttpServerConfig::default();
+    let service =
+        StreamableHttpService::new(move || Ok(forwarder.clone()), Arc::new(LocalSessionManager::default()), config);
+    support::serve_on_loopback(axum::Router::new().route_service("/mcp", service)).await
+}
 
 struct Row {
     calls_per_sec: f64,
@@ -43,8 +94,32 @@ async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, (
     ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
 }
 
+/// The load generator's own runtime (threads named `bench-client`), so the clients don't run
+/// on the gateway's worker threads and a profile can tell the two apart.
+fn client_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .expect("the client runtime")
+}
+
+/// `load_on` on the clients' runtime.
+async fn load(
+    clients_rt: &tokio::runtime::Runtime,
+    url: &str,
+    token: Option<&str>,
+    tool: &'static str,
+    clients: usize,
+    secs: f64,
+) -> Row {
+    let (url, token) = (url.to_owned(), token.map(str::to_owned));
+    clients_rt.spawn(async move { load_on(&url, token.as_deref(), tool, clients, secs).await }).await.expect("load")
+}
+
 /// `clients` clients call `tool` in a loop for `secs` (after a short warm-up).
-async fn load(url: &str, token: Option<&str>, tool: &'static str, clients: usize, secs: f64) -> Row {
+async fn load_on(url: &str, token: Option<&str>, tool: &'static str, clients: usize, secs: f64) -> Row {
     let mut peers = Vec::new();
     for _ in 0..clients {
         peers.push(Arc::new(connect(url, token).await));
@@ -122,6 +197,14 @@ async fn main() {
     scopegate::http::install_tls_provider();
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
     let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let client_counts: Vec<usize> = std::env::var("CLIENTS")
+        .unwrap_or_else(|_| "1,16".to_owned())
+        .split(',')
+        .map(|n| n.trim().parse().expect("CLIENTS: comma-separated client counts"))
+        .collect();
+    let clients_rt = client_runtime();
+    let rows_spec = std::env::var("ROWS").unwrap_or_else(|_| "direct,bare-fwd,scopegate,native".to_owned());
+    let rows: Vec<&str> = rows_spec.split(',').map(str::trim).collect();
     let databases = std::env::var("DATABASES").unwrap_or_else(|_| "sqlite,postgres".to_owned());
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
@@ -162,36 +245,38 @@ async fn main() {
         tx.commit().await.unwrap();
         let token = dev_token(&live_config, "acme", "olivia@acme.test", 3600).unwrap();
         let gw_url = format!("http://{addr}/mcp");
+        let bare_url = bare_forwarder(&upstream_url).await;
 
-        for clients in [1, 16] {
-            let direct = load(&upstream_url, None, "echo", clients, secs).await;
-            let gw = load(&gw_url, Some(&token), "fx__echo", clients, secs).await;
-            // A native call through the same gateway: what the gateway costs without an upstream.
-            let native = load(&gw_url, Some(&token), "whoami", clients, secs).await;
-            let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            println!(
-                "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} |",
-                "direct",
-                direct.calls_per_sec,
-                ms(direct.p50),
-                ms(direct.p99)
-            );
-            println!(
-                "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} | {:>13.0}% {:>15.3}",
-                "scopegate",
-                gw.calls_per_sec,
-                ms(gw.p50),
-                ms(gw.p99),
-                100.0 * gw.calls_per_sec / direct.calls_per_sec,
-                ms(gw.p50) - ms(direct.p50)
-            );
-            println!(
-                "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} |",
-                "native",
-                native.calls_per_sec,
-                ms(native.p50),
-                ms(native.p99)
-            );
+        for &clients in &client_counts {
+            let mut direct_row: Option<Row> = None;
+            for &path in &rows {
+                let row = match path {
+                    "direct" => load(&clients_rt, &upstream_url, None, "echo", clients, secs).await,
+                    "bare-fwd" => load(&clients_rt, &bare_url, None, "echo", clients, secs).await,
+                    "scopegate" => load(&clients_rt, &gw_url, Some(&token), "fx__echo", clients, secs).await,
+                    // A native call through the same gateway: what the gateway costs without an upstream.
+                    "native" => load(&clients_rt, &gw_url, Some(&token), "whoami", clients, secs).await,
+                    other => panic!("ROWS: unknown row {other}"),
+                };
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                let versus = match (&direct_row, path) {
+                    (Some(direct), "bare-fwd" | "scopegate") => format!(
+                        "{:>13.0}% {:>15.3}",
+                        100.0 * row.calls_per_sec / direct.calls_per_sec,
+                        ms(row.p50) - ms(direct.p50)
+                    ),
+                    _ => String::new(),
+                };
+                println!(
+                    "{backend:<9} {clients:>7} {path:<9} | {:>9.0} {:>8.3} {:>8.3} | {versus}",
+                    row.calls_per_sec,
+                    ms(row.p50),
+                    ms(row.p99)
+                );
+                if path == "direct" {
+                    direct_row = Some(row);
+                }
+            }
         }
         let mut tx = db.begin().await.unwrap();
         let audited: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__echo'")
@@ -209,4 +294,6 @@ async fn main() {
                 .await;
         }
     }
+    // A runtime may not be dropped inside another one.
+    clients_rt.shutdown_background();
 }

@@ -66,9 +66,7 @@ impl GatewayServer {
         if !snapshot.allowed(server, tool, ctx.roles()) {
             return Err(None);
         }
-        if !upstreams.has_tool(connection, tool).await.map_err(Some)? {
-            return Err(None);
-        }
+        let upstream = upstreams.upstream_with(connection, tool).await.map_err(Some)?.ok_or(None)?;
         let downstream = Downstream {
             owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
             peer: context.peer.clone(),
@@ -81,7 +79,7 @@ impl GatewayServer {
             timeout: self.shared.call_timeout,
             cancelled: context.ct.clone(),
         };
-        let result = upstreams.call(connection, ctx, call).await.map_err(Some)?;
+        let result = upstreams.call(connection, upstream, ctx, call).await.map_err(Some)?;
         Ok(CallToolResponse::Complete(result))
     }
 }

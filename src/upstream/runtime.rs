@@ -206,6 +206,9 @@ impl ClientHandler for ProxyClient {
     }
 }
 
+/// A started upstream connection, found to have the tool about to be called.
+pub struct Upstream(Peer<RoleClient>);
+
 struct Live {
     service: RunningService<RoleClient, ProxyClient>,
     /// The upstream's tools, as it named them (valid, unique names only).
@@ -493,11 +496,11 @@ impl Upstreams {
         out
     }
 
-    /// Whether `tool` exists on the (started) upstream. Starting it may fail: then the call
-    /// fails as unavailable rather than as unknown.
-    pub async fn has_tool(&self, connection: &Connection, tool: &str) -> Result<bool, ProxyError> {
-        let (_, tools) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
-        Ok(tools.iter().any(|t| t.name == tool))
+    /// The (started) upstream, if it has `tool` (`None`: it does not). Starting it may fail:
+    /// then the call fails as unavailable rather than as unknown.
+    pub async fn upstream_with(&self, connection: &Connection, tool: &str) -> Result<Option<Upstream>, ProxyError> {
+        let (peer, tools) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
+        Ok(tools.iter().any(|t| t.name == tool).then_some(Upstream(peer)))
     }
 
     /// Calls `tool` on the upstream for the caller: the call carries a fresh identity assertion
@@ -506,11 +509,12 @@ impl Upstreams {
     pub async fn call(
         &self,
         connection: &Connection,
+        upstream: Upstream,
         ctx: &McpCallContext,
         call: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
         connection.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.call_inner(connection, ctx, call).await;
+        let result = self.call_inner(connection, upstream.0, ctx, call).await;
         connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
         connection.in_flight.fetch_sub(1, Ordering::AcqRel);
         result
@@ -519,10 +523,10 @@ impl Upstreams {
     async fn call_inner(
         &self,
         connection: &Connection,
+        peer: Peer<RoleClient>,
         ctx: &McpCallContext,
         UpstreamCall { tool, arguments, downstream, timeout, cancelled }: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
-        let (peer, _) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
         let assertion =
             self.signer.sign(&asserted_caller(ctx), connection.server().as_str()).map_err(|_| ProxyError::Assertion)?;
         let mut meta = RequestMetaObject::new();
