@@ -11,6 +11,7 @@
 //! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
 
 mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,17 +21,17 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Json;
 use rmcp::model::{CallToolRequestParams, ServerCapabilities, ServerConfig};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpService};
-use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use scopegate::Gateway;
 use scopegate::auth::mint::dev_token;
 use scopegate::config::{Config, DEFAULT_TOML};
 use scopegate::store::demo;
 use serde::Serialize;
 use sqlx::{AnyPool, Connection, Row};
+use support::connect;
 
 /// The bare server: the same read (acme's flocks, by name), no auth, identity or audit.
 #[derive(Clone)]
@@ -88,15 +89,6 @@ struct Row_ {
     calls_per_sec: f64,
     p50: Duration,
     p99: Duration,
-}
-
-async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, ()> {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-    if let Some(token) = token {
-        config = config.auth_header(token.to_owned());
-    }
-    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
-    ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
 }
 
 type Peers = Vec<Arc<RunningService<RoleClient, ()>>>;

@@ -2,9 +2,9 @@
 //! all on) against direct calls to the same Streamable HTTP upstream (the fixture server, a
 //! separate process), in the same run, with 1 and with 16 concurrent clients; beside them a
 //! bare rmcp forwarder (an rmcp server relaying each call over an rmcp client, nothing else),
-//! the floor for any proxy built on rmcp. Gateway,
-//! upstream and clients share the machine's CPUs (the clients on a runtime of their own, so
-//! the gateway's worker threads serve only the gateway). Prints figures; asserts nothing.
+//! the floor for any proxy built on rmcp. Gateway, upstream and clients share the machine's
+//! CPUs (the clients on a runtime of their own, so the gateway's worker threads serve only the
+//! gateway). Prints figures; asserts nothing.
 //!
 //! `cargo bench --bench proxy` (SECONDS per row, default 5; DATABASES, default
 //! `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default `direct,bare-fwd,scopegate,native`;
@@ -12,6 +12,7 @@
 //! postgres://postgres@127.0.0.1:5432).
 
 mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,11 +22,10 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpService};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, ServerHandler};
 use scopegate::Gateway;
 use scopegate::auth::mint::dev_token;
 use scopegate::config::{Config, DEFAULT_TOML};
@@ -33,6 +33,7 @@ use scopegate::model::Role;
 use scopegate::store::{demo, entities};
 use serde_json::json;
 use sqlx::Connection;
+use support::connect;
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -83,15 +84,6 @@ struct Row {
     calls_per_sec: f64,
     p50: Duration,
     p99: Duration,
-}
-
-async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, ()> {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-    if let Some(token) = token {
-        config = config.auth_header(token.to_owned());
-    }
-    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
-    ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
 }
 
 /// The load generator's own runtime (threads named `bench-client`), so the clients don't run

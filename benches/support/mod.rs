@@ -1,5 +1,21 @@
 //! What the bench binaries share.
 
+use rmcp::ServiceExt;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+/// An rmcp client of the Streamable HTTP endpoint at `url` (TCP_NODELAY), with `token` as its
+/// bearer token when given.
+pub async fn connect(url: &str, token: Option<&str>) -> RunningService<RoleClient, ()> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token.to_owned());
+    }
+    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
+    ().serve(StreamableHttpClientTransport::with_client(client, config)).await.expect("client connects")
+}
+
 /// Serves `app` on a port of its own on loopback (TCP_NODELAY, like the gateway); returns the
 /// URL of its `/mcp` endpoint.
 pub async fn serve_on_loopback(app: axum::Router) -> String {

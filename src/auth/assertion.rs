@@ -141,7 +141,9 @@ impl AssertionSigner {
         let claims = serde_json::to_vec(&claims)?;
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
         let current = keys.iter().rev().find(|k| k.retired.is_none()).ok_or(AssertionError::KeyGeneration)?;
-        let mut token = String::with_capacity(current.header.len() + claims.len() * 4 / 3 + 100);
+        // header. + claims . + 64-byte signature, each base64url without padding.
+        let len = current.header.len() + base64::encoded_len(claims.len(), false).unwrap_or(0) + 1 + 86;
+        let mut token = String::with_capacity(len);
         token.push_str(&current.header);
         URL_SAFE_NO_PAD.encode_string(&claims, &mut token);
         let signature = current.pair.sign(token.as_bytes());
