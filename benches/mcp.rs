@@ -9,6 +9,7 @@
 //! between them), so a change in a shared machine's load falls on both.
 //! For profiling one server alone: ROWS (e.g. `sqlite-session,postgres-stateless`) and
 //! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
+//! IDENTITY_CACHE_MS sets `auth.identity_cache_ms` (default: as shipped).
 
 mod support;
 
@@ -192,8 +193,10 @@ async fn main() {
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
     let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
-    // auth.identity_cache_ms for the gateway (0, the default: identity read on every call).
-    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    // auth.identity_cache_ms for the gateway (the shipped default unless IDENTITY_CACHE_MS says).
+    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        Figment::from(Toml::string(DEFAULT_TOML)).extract_inner("auth.identity_cache_ms").expect("the shipped default")
+    });
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!(

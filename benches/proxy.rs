@@ -8,7 +8,7 @@
 //!
 //! `cargo bench --bench proxy` (SECONDS per row, default 5; DATABASES, default
 //! `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default `direct,bare-fwd,scopegate,native`;
-//! IDENTITY_CACHE_MS, default 0; PostgreSQL at SCOPEGATE_BENCH_PG_URL or
+//! IDENTITY_CACHE_MS, default as shipped; PostgreSQL at SCOPEGATE_BENCH_PG_URL or
 //! postgres://postgres@127.0.0.1:5432).
 
 mod support;
@@ -188,7 +188,9 @@ async fn main() {
     sqlx::any::install_default_drivers();
     scopegate::http::install_tls_provider();
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
-    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        Figment::from(Toml::string(DEFAULT_TOML)).extract_inner("auth.identity_cache_ms").expect("the shipped default")
+    });
     let client_counts: Vec<usize> = std::env::var("CLIENTS")
         .unwrap_or_else(|_| "1,16".to_owned())
         .split(',')

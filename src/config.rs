@@ -183,7 +183,8 @@ pub struct AuthConfig {
     pub authorization_servers: Vec<String>,
     pub service_subjects: Vec<String>,
     pub demo_token_ttl_secs: u64,
-    /// How long identity rows may be reused (0: read on every request).
+    /// How often the identity change counter is read, which bounds how stale reused identity
+    /// rows can be (0: no reuse, read on every request).
     pub identity_cache_ms: u64,
 }
 

@@ -122,7 +122,8 @@ impl Gateway {
             service_subjects: config.auth.service_subjects.clone(),
             resource_metadata_url: config.resource_metadata_url(),
             body_limit: config.server.body_limit_bytes,
-            cache: crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms)),
+            cache: crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms))
+                .map(Arc::new),
         });
         crate::telemetry::metrics::install();
         let audit = AuditWriter::start(db.clone(), config.audit.max_batch);
@@ -147,6 +148,9 @@ impl Gateway {
             Arc::clone(&state.sessions),
         )?;
         upstreams.spawn_sweeper(state.shutdown.clone());
+        if let Some(cache) = &state.gate.cache {
+            cache.spawn_poller(state.db.clone(), state.shutdown.clone());
+        }
         let mcp = crate::mcp::service(&state, tools, upstreams, state.shutdown.clone());
         let router = router(&state, mcp, protected(&state));
         spawn_key_rotation(

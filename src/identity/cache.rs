@@ -1,42 +1,209 @@
-//! A short-lived cache of identity rows (tenant, user, roles, assignments) keyed by tenant
-//! slug and subject. Off by default (`auth.identity_cache_ms = 0`): then every request reads
-//! the database and revocation applies on the next request. When on, a revocation (user
-//! disabled, assignment removed, tenant suspended) applies within the configured staleness.
-//! Token checks (signature, expiry) are never cached.
+//! A cache of identity rows (tenant, user, roles, assignments) keyed by tenant slug and
+//! subject, invalidated by change rather than by age.
+//!
+//! Every insert, update or delete of `tenants`, `users`, `user_roles` or `flock_assignments`
+//! bumps one counter, `identity_epoch.epoch`, by a database trigger (migration 0004), so a
+//! change made by `scopegate admin`, by another gateway replica or by hand in SQL bumps it
+//! alike. A poller reads the counter every `auth.identity_cache_ms`; a cached entry serves only
+//! while the counter has not moved since the entry was read. A revocation therefore applies
+//! within one poll interval (plus the poll's own query), however long the entry has lived.
+//!
+//! Fail closed: when the poller has not read the counter for two intervals (database
+//! unreachable, poller stopped) no entry serves, and every request reads the database as if
+//! the cache were off. `auth.identity_cache_ms = 0` turns the cache off. Token checks
+//! (signature, expiry) are never cached.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::store::Db;
 use crate::store::principal::PrincipalRows;
 
 /// Most entries held; past it the cache is emptied (simple and bounded).
 const MAX_ENTRIES: usize = 100_000;
 
+/// An entry older than this is read again even if the counter never moved: a bound for a
+/// change that bypassed the triggers (a restore with triggers disabled, say).
+const MAX_AGE: Duration = Duration::from_secs(60);
+
 /// (tenant slug, subject; `None` for a system actor)
 type Key = (String, Option<String>);
 
 pub(crate) struct IdentityCache {
-    ttl: Duration,
-    entries: Mutex<HashMap<Key, (Instant, Arc<PrincipalRows>)>>,
+    /// How often the counter is read: the staleness bound.
+    refresh: Duration,
+    state: Mutex<State>,
 }
 
+#[derive(Default)]
+struct State {
+    /// The counter as last read, and when.
+    epoch: Option<(i64, Instant)>,
+    entries: HashMap<Key, Entry>,
+}
+
+struct Entry {
+    /// The counter's value before the rows were read.
+    epoch: i64,
+    at: Instant,
+    rows: Arc<PrincipalRows>,
+}
+
+/// The counter value an entry is stored under; taken before its rows are read, so the rows
+/// are never older than the value they are labelled with.
+#[derive(Clone, Copy)]
+pub(crate) struct Epoch(i64);
+
 impl IdentityCache {
-    pub fn new(ttl: Duration) -> Option<Self> {
-        (!ttl.is_zero()).then(|| Self { ttl, entries: Mutex::default() })
+    /// `None` when `refresh` is zero (the cache is off).
+    pub fn new(refresh: Duration) -> Option<Self> {
+        (!refresh.is_zero()).then(|| Self { refresh, state: Mutex::default() })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The counter, if it was read recently enough to trust (within two intervals).
+    fn fresh_epoch(&self, state: &State, now: Instant) -> Option<i64> {
+        state.epoch.filter(|(_, at)| now.duration_since(*at) <= 2 * self.refresh).map(|(e, _)| e)
+    }
+
+    /// The counter to store rows read from now on under; `None`: don't cache them.
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.fresh_epoch(&self.lock(), Instant::now()).map(Epoch)
+    }
+
+    /// Cached rows, only if the counter is fresh and has not moved since they were read.
     pub fn get(&self, tenant: &str, subject: Option<&str>) -> Option<Arc<PrincipalRows>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (at, rows) = entries.get(&(tenant.to_owned(), subject.map(str::to_owned)))?;
-        (at.elapsed() < self.ttl).then(|| Arc::clone(rows))
+        let state = self.lock();
+        let now = Instant::now();
+        let epoch = self.fresh_epoch(&state, now)?;
+        let entry = state.entries.get(&(tenant.to_owned(), subject.map(str::to_owned)))?;
+        (entry.epoch == epoch && now.duration_since(entry.at) < MAX_AGE).then(|| Arc::clone(&entry.rows))
     }
 
-    pub fn put(&self, tenant: &str, subject: Option<&str>, rows: Arc<PrincipalRows>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
+    pub fn put(&self, tenant: &str, subject: Option<&str>, epoch: Epoch, rows: Arc<PrincipalRows>) {
+        let mut state = self.lock();
+        if state.epoch.is_some_and(|(current, _)| current != epoch.0) {
+            return; // already stale
         }
-        entries.insert((tenant.to_owned(), subject.map(str::to_owned)), (Instant::now(), rows));
+        if state.entries.len() >= MAX_ENTRIES {
+            state.entries.clear();
+        }
+        state.entries.insert(
+            (tenant.to_owned(), subject.map(str::to_owned)),
+            Entry { epoch: epoch.0, at: Instant::now(), rows },
+        );
+    }
+
+    /// Records a read of the counter; entries read under another value are dropped.
+    fn observe(&self, epoch: i64) {
+        let mut state = self.lock();
+        if state.epoch.is_some_and(|(previous, _)| previous != epoch) {
+            state.entries.clear();
+        }
+        state.epoch = Some((epoch, Instant::now()));
+    }
+
+    /// Reads the counter every interval until `shutdown`. A failed read is logged and leaves
+    /// the last value to go stale, which turns the cache off until a read succeeds.
+    pub fn spawn_poller(self: &Arc<Self>, db: Db, shutdown: CancellationToken) {
+        let cache = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(cache.refresh);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut failing = false;
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                match db.identity_epoch().await {
+                    Ok(epoch) => {
+                        if failing {
+                            tracing::info!("identity change counter readable again; identity cache back on");
+                            failing = false;
+                        }
+                        cache.observe(epoch);
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(error = %e, "reading the identity change counter failed; identity cache off until it reads");
+                            failing = true;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::principal::PrincipalRows;
+
+    fn rows() -> Arc<PrincipalRows> {
+        Arc::new(PrincipalRows::default())
+    }
+
+    #[test]
+    fn nothing_serves_before_the_counter_is_read() {
+        let cache = IdentityCache::new(Duration::from_secs(1)).unwrap();
+        assert!(cache.epoch().is_none(), "no counter read yet: rows are not cached");
+        assert!(cache.get("acme", Some("olivia")).is_none());
+    }
+
+    #[test]
+    fn an_entry_serves_while_the_counter_stands_still() {
+        let cache = IdentityCache::new(Duration::from_secs(1)).unwrap();
+        cache.observe(7);
+        let epoch = cache.epoch().unwrap();
+        cache.put("acme", Some("olivia"), epoch, rows());
+        cache.observe(7);
+        assert!(cache.get("acme", Some("olivia")).is_some());
+        assert!(cache.get("acme", Some("wanda")).is_none());
+        assert!(cache.get("globex", Some("olivia")).is_none());
+    }
+
+    #[test]
+    fn a_moved_counter_drops_every_entry() {
+        let cache = IdentityCache::new(Duration::from_secs(1)).unwrap();
+        cache.observe(7);
+        let epoch = cache.epoch().unwrap();
+        cache.put("acme", Some("olivia"), epoch, rows());
+        cache.observe(8);
+        assert!(cache.get("acme", Some("olivia")).is_none(), "a change since the read invalidates it");
+        // Rows read under the old value and stored late are not kept either.
+        cache.put("acme", Some("olivia"), epoch, rows());
+        assert!(cache.get("acme", Some("olivia")).is_none());
+        // Any change of value counts, backwards too (a restored database).
+        let epoch = cache.epoch().unwrap();
+        cache.put("acme", Some("olivia"), epoch, rows());
+        cache.observe(3);
+        assert!(cache.get("acme", Some("olivia")).is_none());
+    }
+
+    #[test]
+    fn a_counter_not_read_for_two_intervals_turns_the_cache_off() {
+        let cache = IdentityCache::new(Duration::from_millis(20)).unwrap();
+        cache.observe(1);
+        let epoch = cache.epoch().unwrap();
+        cache.put("acme", Some("olivia"), epoch, rows());
+        assert!(cache.get("acme", Some("olivia")).is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(cache.get("acme", Some("olivia")).is_none(), "a stale counter is not trusted");
+        assert!(cache.epoch().is_none(), "and nothing new is cached");
+        cache.observe(1);
+        assert!(cache.get("acme", Some("olivia")).is_some(), "a fresh read of the same value trusts it again");
+    }
+
+    #[test]
+    fn zero_turns_the_cache_off() {
+        assert!(IdentityCache::new(Duration::ZERO).is_none());
     }
 }

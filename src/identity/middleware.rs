@@ -25,7 +25,7 @@ pub(crate) struct Gate {
     pub service_subjects: Vec<String>,
     pub resource_metadata_url: String,
     pub body_limit: usize,
-    pub cache: Option<super::IdentityCache>,
+    pub cache: Option<Arc<super::IdentityCache>>,
 }
 
 pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
@@ -54,7 +54,7 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     let message = MessageBinding { request_id, session_id };
 
     let identity =
-        match resolver::resolve(&gate.db, gate.cache.as_ref(), &claims, &gate.service_subjects, message).await {
+        match resolver::resolve(&gate.db, gate.cache.as_deref(), &claims, &gate.service_subjects, message).await {
             Ok(identity) => identity,
             Err(resolver::IdentityError::Store(e)) => {
                 tracing::error!(error = %e, "identity resolution failed; refusing the request");

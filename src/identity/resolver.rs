@@ -51,9 +51,11 @@ pub(in crate::identity) async fn resolve(
     let rows = match cache.and_then(|c| c.get(&claims.tenant, subject)) {
         Some(rows) => rows,
         None => {
+            // The change counter before the read: the rows are at least that new.
+            let epoch = cache.and_then(super::IdentityCache::epoch);
             let rows = std::sync::Arc::new(db.load_principal(&claims.tenant, subject).await?);
-            if let Some(cache) = cache {
-                cache.put(&claims.tenant, subject, std::sync::Arc::clone(&rows));
+            if let (Some(cache), Some(epoch)) = (cache, epoch) {
+                cache.put(&claims.tenant, subject, epoch, std::sync::Arc::clone(&rows));
             }
             rows
         }

@@ -45,6 +45,12 @@ SELECT t.id, t.status, t.name, u.id, u.status, u.display_name, \
 const LOOKUP_TENANT: &str = "SELECT t.id, t.status, t.name FROM tenants t WHERE t.slug = $1";
 
 impl Db {
+    /// The identity change counter: bumped by a trigger on every change of tenants, users,
+    /// roles and flock assignments (see the identity cache).
+    pub async fn identity_epoch(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT epoch FROM identity_epoch WHERE id = 1").fetch_one(self.pool()).await?)
+    }
+
     /// Reads the tenant, and unless `subject` is `None`, the user, roles and assignments.
     pub async fn load_principal(&self, tenant_slug: &str, subject: Option<&str>) -> Result<PrincipalRows, StoreError> {
         let row = match subject {

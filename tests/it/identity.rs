@@ -62,7 +62,8 @@ both_dbs!(identity_resolves_each_demo_user, resolves_each_demo_user);
 
 async fn revocation_applies_on_the_next_request(backend: Backend) {
     let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[]);
+    // No identity reuse: every request reads the rows.
+    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(0))]);
     let db = db_for(&config).await;
     seed_demo(&db).await;
     let probe = Probe::start(config.clone()).await;
@@ -120,15 +121,33 @@ async fn identity_is_bound_to_the_message_it_came_with() {
     assert_eq!(body["context_error"], "session_mismatch");
 }
 
-/// With `auth.identity_cache_ms` set, a revocation applies within that staleness, not later.
-async fn cached_revocation_applies_within_the_ttl(backend: Backend) {
+/// The identity cache's poll interval in these tests.
+const POLL_MS: u64 = 150;
+
+/// Long enough for the poller to have read the counter since the last change.
+async fn after_a_poll() {
+    tokio::time::sleep(std::time::Duration::from_millis(3 * POLL_MS)).await;
+}
+
+/// With the identity cache on, rows are reused until a change: every kind of revocation
+/// applies within one poll of the change counter (entries otherwise live for a minute).
+async fn cached_revocation_applies_within_one_poll(backend: Backend) {
     let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(400))]);
+    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(POLL_MS))]);
     let db = db_for(&config).await;
     seed_demo(&db).await;
     let probe = Probe::start(config.clone()).await;
     let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
-    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK);
+    after_a_poll().await;
+    let (_, _, body) = probe.call(Some(&wanda)).await;
+    assert_eq!(body["flocks"].as_array().unwrap().len(), 1, "read and cached");
+
+    admin_tx!(db, |tx| admin_fns::unassign_flock(&mut tx, "acme", "wanda@acme.test", "north-barn")).unwrap();
+    after_a_poll().await;
+    let (status, _, body) = probe.call(Some(&wanda)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["flocks"], json!([]), "an unassignment applies within a poll");
+
     admin_tx!(db, |tx| admin_fns::set_user_status(
         &mut tx,
         "acme",
@@ -136,8 +155,101 @@ async fn cached_revocation_applies_within_the_ttl(backend: Backend) {
         scopegate::model::UserStatus::Disabled
     ))
     .unwrap();
-    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK, "within the staleness the cached rows serve");
-    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
-    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::FORBIDDEN, "after it, the revocation applies");
+    after_a_poll().await;
+    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::FORBIDDEN, "a disabled user, within a poll");
+
+    let olivia = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    assert_eq!(probe.call(Some(&olivia)).await.0, StatusCode::OK);
+    admin_tx!(db, |tx| admin_fns::set_tenant_status(&mut tx, "acme", scopegate::model::TenantStatus::Suspended))
+        .unwrap();
+    after_a_poll().await;
+    assert_eq!(probe.call(Some(&olivia)).await.0, StatusCode::FORBIDDEN, "a suspended tenant, within a poll");
 }
-both_dbs!(identity_cached_revocation_applies_within_the_ttl, cached_revocation_applies_within_the_ttl);
+both_dbs!(identity_cached_revocation_applies_within_one_poll, cached_revocation_applies_within_one_poll);
+
+/// The counter moves on changes made outside the admin commands too (SQL by hand, another
+/// replica), cascades included; reading identity rows does not move it.
+async fn every_identity_change_moves_the_counter(backend: Backend) {
+    let test_db = TestDb::new(backend).await;
+    let config = config_with(&test_db.url, &[]);
+    let db = db_for(&config).await;
+    seed_demo(&db).await;
+    let north = flock_id(&db, "acme", "north-barn").await;
+    let statements = [
+        "UPDATE users SET display_name = 'W.' WHERE subject = 'wanda@acme.test'",
+        "DELETE FROM user_roles WHERE user_id = (SELECT id FROM users WHERE subject = 'audrey@acme.test')",
+        "UPDATE tenants SET name = 'Acme Farms' WHERE slug = 'acme'",
+        // Deleting a flock cascades to its assignments (wanda's).
+        "DELETE FROM egg_counts WHERE flock_id = $1",
+        "DELETE FROM flocks WHERE id = $1",
+    ];
+    for sql in statements {
+        let before = db.identity_epoch().await.unwrap();
+        let mut tx = db.begin().await.unwrap();
+        let query = sqlx::query(sql);
+        let query = if sql.contains("$1") { query.bind(&north) } else { query };
+        query.execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        let after = db.identity_epoch().await.unwrap();
+        if sql.starts_with("DELETE FROM egg_counts") {
+            assert_eq!(after, before, "egg counts are not identity rows");
+        } else {
+            assert!(after > before, "{sql}: the counter must move ({before} -> {after})");
+        }
+    }
+    let assigned: i64 = {
+        let mut tx = db.begin().await.unwrap();
+        sqlx::query_scalar("SELECT COUNT(*) FROM flock_assignments WHERE flock_id = $1")
+            .bind(&north)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap()
+    };
+    assert_eq!(assigned, 0, "the cascade removed the assignment");
+
+    let before = db.identity_epoch().await.unwrap();
+    db.load_principal("acme", Some("olivia@acme.test")).await.unwrap();
+    assert_eq!(db.identity_epoch().await.unwrap(), before, "a read moves nothing");
+}
+both_dbs!(identity_every_change_moves_the_counter, every_identity_change_moves_the_counter);
+
+/// Rows are reused while the counter stands still (a change that bypasses the triggers is
+/// not seen), and fail closed: when the counter can't be read, cached rows stop serving and
+/// every request reads the database, so that change then applies.
+async fn unreadable_counter_turns_the_cache_off(backend: Backend) {
+    let test_db = TestDb::new(backend).await;
+    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(POLL_MS))]);
+    let db = db_for(&config).await;
+    seed_demo(&db).await;
+    let probe = Probe::start(config.clone()).await;
+    let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
+    after_a_poll().await;
+    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK, "read and cached");
+
+    // Disable wanda behind the counter's back: its trigger removed first.
+    let drop_trigger = match backend {
+        Backend::Sqlite => "DROP TRIGGER identity_epoch_users_update",
+        Backend::Postgres => "DROP TRIGGER identity_epoch_users ON users",
+    };
+    let mut tx = db.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(drop_trigger)).execute(&mut *tx).await.unwrap();
+    sqlx::query("UPDATE users SET status = 'disabled' WHERE subject = 'wanda@acme.test'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    after_a_poll().await;
+    assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK, "the counter did not move: the cached rows serve");
+
+    // Now the counter can't be read: two intervals later the cache is off.
+    let mut tx = db.begin().await.unwrap();
+    sqlx::query("DROP TABLE identity_epoch").execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    after_a_poll().await;
+    assert_eq!(
+        probe.call(Some(&wanda)).await.0,
+        StatusCode::FORBIDDEN,
+        "with the counter unreadable, the rows are read again"
+    );
+}
+both_dbs!(identity_unreadable_counter_turns_the_cache_off, unreadable_counter_turns_the_cache_off);
