@@ -55,6 +55,10 @@ pub(crate) fn service(
     }
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(!config.mcp.stateless)
+        // Stateless requests (and every 2026-07-28 request) get a plain JSON answer when the
+        // call sends nothing before it: one write instead of an SSE stream. A call that sends
+        // progress or a log message first still answers over SSE, so nothing is lost.
+        .with_json_response(true)
         .with_allowed_hosts(hosts)
         .with_sse_keep_alive(Some(Duration::from_secs(config.mcp.sse_keep_alive_secs)))
         .with_max_request_body_bytes(config.server.body_limit_bytes)

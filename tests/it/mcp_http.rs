@@ -265,6 +265,21 @@ async fn audit_chain_detects_tampering(backend: Backend) {
 }
 both_dbs!(mcp_audit_chain_detects_tampering, audit_chain_detects_tampering);
 
+/// Stateless: a call that sends nothing before its answer gets plain JSON, not an SSE stream
+/// (a call that sends progress first falls back to SSE: `proxy_progress_and_logs_*`).
+async fn stateless_call_answers_plain_json(backend: Backend) {
+    let live = Live::start(backend, Mode::Stateless, &[]).await;
+    let token = live.token_for("olivia@acme.test");
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#;
+    let reply = post(&live, &token, None, body, &[]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let content_type = reply.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert!(content_type.starts_with("application/json"), "{content_type}");
+    assert_eq!(reply.message["id"], 7, "{}", reply.message);
+    assert_eq!(reply.message["result"]["structuredContent"]["user"], "olivia@acme.test", "{}", reply.message);
+}
+both_dbs!(mcp_stateless_call_answers_plain_json, stateless_call_answers_plain_json);
+
 /// Many concurrent calls (group commit) still leave one gap-free chain per tenant.
 async fn concurrent_calls_keep_the_chain(backend: Backend) {
     let live = Live::start(backend, Mode::Stateless, &[]).await;

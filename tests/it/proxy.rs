@@ -368,8 +368,8 @@ impl ClientHandler for Listener {
     }
 }
 
-async fn progress_and_logs(backend: Backend) {
-    let proxy = Proxy::with_fx(backend, Mode::Session, &[]).await;
+async fn progress_and_logs(backend: Backend, mode: Mode) {
+    let proxy = Proxy::with_fx(backend, mode, &[]).await;
     let listener = Listener::default();
     let transport = StreamableHttpClientTransport::with_client(
         reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
@@ -390,7 +390,17 @@ async fn progress_and_logs(backend: Backend) {
     assert_eq!(listener.progress.load(Ordering::SeqCst), 3, "every progress notification reaches the session");
     assert_eq!(listener.logs.load(Ordering::SeqCst), 3, "every log message reaches the session");
 }
-both_dbs!(proxy_progress_and_logs_reach_the_calling_session, progress_and_logs);
+async fn progress_and_logs_in_a_session(backend: Backend) {
+    progress_and_logs(backend, Mode::Session).await;
+}
+both_dbs!(proxy_progress_and_logs_reach_the_calling_session, progress_and_logs_in_a_session);
+
+/// Stateless, where a call's answer is plain JSON unless something comes before it: the
+/// progress and log messages still arrive (the answer falls back to SSE).
+async fn progress_and_logs_stateless(backend: Backend) {
+    progress_and_logs(backend, Mode::Stateless).await;
+}
+both_dbs!(proxy_progress_and_logs_reach_a_stateless_caller, progress_and_logs_stateless);
 
 /// A native tool set that tries to take an upstream-style name.
 #[derive(Clone)]
