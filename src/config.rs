@@ -94,6 +94,9 @@ pub struct UpstreamConfig {
     pub connect_timeout_secs: u64,
     /// An upstream connection unused this long is closed; the next call starts it again.
     pub idle_secs: u64,
+    /// A PEM file of CA certificates trusted for HTTPS upstreams besides the platform's own
+    /// roots (empty: the platform's roots only), for upstreams behind a private CA.
+    pub ca_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -62,15 +62,29 @@ pub struct LocalExecutor {
 }
 
 impl LocalExecutor {
-    pub fn new(root: PathUri, inherit_env: Vec<String>, assertion_header: HeaderName) -> Result<Self, UpstreamError> {
+    /// `extra_roots`: CA certificates (PEM) trusted for HTTPS upstreams besides the
+    /// platform's roots.
+    pub fn new(
+        root: PathUri,
+        inherit_env: Vec<String>,
+        assertion_header: HeaderName,
+        extra_roots: Option<&[u8]>,
+    ) -> Result<Self, UpstreamError> {
         crate::http::install_tls_provider();
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             // No total timeout: it would cut SSE streams. Calls time out in the proxy instead.
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
-            .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+            .pool_max_idle_per_host(64);
+        if let Some(pem) = extra_roots {
+            let bad = |message: String| UpstreamError::Config { key: "upstream.ca_file", message };
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| bad(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(bad("no PEM certificate in the file".to_owned()));
+            }
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder.build().map_err(|e| UpstreamError::Connect(e.to_string()))?;
         Ok(Self { root, inherit_env, http, assertion_header })
     }
 

@@ -170,11 +170,31 @@ struct HttpFixture {
     url: String,
 }
 
+/// The test CA and the server certificate it signed for 127.0.0.1 (tests/fixtures/keys).
+fn tls_file(name: &str) -> String {
+    format!("{}/tests/fixtures/keys/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
 impl HttpFixture {
     async fn start(live: &Live, server: &str) -> Self {
+        Self::start_with(live, server, false).await
+    }
+
+    /// `tls`: serve HTTPS with the test certificate.
+    async fn start_with(live: &Live, server: &str, tls: bool) -> Self {
         use tokio::io::AsyncBufReadExt;
+        let args = if tls {
+            vec![
+                "https".to_owned(),
+                "127.0.0.1:0".to_owned(),
+                tls_file("upstream-tls.pem"),
+                tls_file("upstream-tls.key"),
+            ]
+        } else {
+            vec!["http".to_owned(), "127.0.0.1:0".to_owned()]
+        };
         let mut child = tokio::process::Command::new(FIXTURE)
-            .args(["http", "127.0.0.1:0"])
+            .args(&args)
             .env("FIXTURE_ASSERTION_HEADER", &live.config.upstream.assertion_header)
             .env("FIXTURE_JWKS_URL", format!("http://{}/.well-known/jwks.json", live.addr))
             .env("FIXTURE_SERVER_ID", server)
@@ -186,7 +206,8 @@ impl HttpFixture {
         let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
         let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
-        Self { child, url: format!("http://{addr}/mcp") }
+        let scheme = if tls { "https" } else { "http" };
+        Self { child, url: format!("{scheme}://{addr}/mcp") }
     }
 }
 
@@ -212,6 +233,54 @@ async fn http_upstream(backend: Backend) {
     fixture.child.kill().await.ok();
 }
 both_dbs!(proxy_calls_a_streamable_http_upstream, http_upstream);
+
+/// HTTPS upstreams: verified against the platform's roots plus `upstream.ca_file`. Without
+/// the CA that signed the upstream's certificate the gateway refuses the connection (the
+/// server's tools are not listed, a call fails as unavailable); there is no insecure fallback.
+async fn https_upstream(backend: Backend) {
+    let trusting =
+        Proxy::start(backend, Mode::Session, &[("upstream.ca_file", json!(tls_file("upstream-ca.pem")))]).await;
+    let mut fixture = HttpFixture::start_with(&trusting.live, "sec", true).await;
+    assert!(fixture.url.starts_with("https://127.0.0.1:"), "{}", fixture.url);
+    let declaration = json!({"type": "http", "url": fixture.url});
+    trusting.declare("acme", "sec", &declaration, "local").await;
+    trusting.grant("acme", "sec", Role::Owner, "*").await;
+    let olivia = trusting.live.client("olivia@acme.test").await;
+    assert!(tool_names(&olivia).await.contains(&"sec__whoami_upstream".to_owned()));
+    let me = ok(&olivia, "sec__whoami_upstream", json!({})).await;
+    assert_eq!(me["user"], "olivia@acme.test", "the fixture verified the assertion over TLS");
+    assert_eq!(me["assertion_source"], "header");
+
+    // Another gateway, same upstream, without the CA: the certificate is not trusted.
+    let refusing = Proxy::start(backend, Mode::Session, &[]).await;
+    refusing.declare("acme", "sec", &declaration, "local").await;
+    refusing.grant("acme", "sec", Role::Owner, "*").await;
+    let olivia = refusing.live.client("olivia@acme.test").await;
+    assert!(upstream_names(&tool_names(&olivia).await).is_empty(), "an untrusted upstream lists nothing");
+    let err = call(&olivia, "sec__whoami_upstream", json!({})).await.expect_err("untrusted certificate");
+    assert_eq!(err.message, "upstream server unavailable");
+    fixture.child.kill().await.ok();
+}
+both_dbs!(proxy_calls_an_https_upstream_only_with_a_trusted_certificate, https_upstream);
+
+/// A CA file that is missing or holds no certificate stops the gateway at start-up, naming
+/// the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_bad_ca_file_is_a_clear_start_error() {
+    let test_db = TestDb::new(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    for (file, expect) in [
+        (dir.path().join("missing.pem").display().to_string(), "reading"),
+        (empty.display().to_string(), "no PEM certificate"),
+    ] {
+        let config = config_with(&test_db.url, &[("upstream.ca_file", json!(file))]);
+        let err = scopegate::Gateway::build(config).await.err().expect("a bad CA file must stop the gateway");
+        let message = err.to_string();
+        assert!(message.contains("upstream.ca_file") && message.contains(expect), "{message}");
+    }
+}
 
 async fn crash_restarts(backend: Backend) {
     let proxy = Proxy::with_fx(backend, Mode::Session, &[]).await;
