@@ -24,7 +24,7 @@ pub struct BrokenLink {
 
 /// Verifies the chains of every tenant, or of the one whose slug is given.
 pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, StoreError> {
-    let mut tx = db.begin().await?;
+    let mut tx = db.begin_read().await?;
     let tenants: Vec<(String, String)> = match tenant {
         Some(slug) => {
             sqlx::query_as("SELECT id, slug FROM tenants WHERE slug = $1").bind(slug).fetch_all(&mut *tx).await?

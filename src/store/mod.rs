@@ -197,8 +197,24 @@ fn sqlite_url(rest: &str) -> Result<String, StoreError> {
 }
 
 impl Db {
-    /// A transaction for the administrative functions in [`admin`] and [`demo`].
+    /// A transaction that may write: the administrative functions in [`admin`] and
+    /// [`demo`], and the scoped store's units of work.
+    ///
+    /// On SQLite it begins `IMMEDIATE`, taking the write lock at once (waiting for it up to
+    /// the busy timeout). A deferred transaction that reads and then writes can't upgrade to a
+    /// writer once another connection has committed since its read, and fails at once with
+    /// SQLITE_BUSY, whatever the busy timeout: two tenants writing at the same time made
+    /// each other's calls fail that way.
     pub async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(match self.kind {
+            DbKind::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            DbKind::Postgres => self.pool.begin().await?,
+        })
+    }
+
+    /// A transaction that only reads (one consistent snapshot), which on SQLite does not hold
+    /// the write lock and so never delays writers.
+    pub async fn begin_read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         Ok(self.pool.begin().await?)
     }
 }

@@ -305,6 +305,36 @@ async fn concurrent_calls_keep_the_chain(backend: Backend) {
 }
 both_dbs!(mcp_concurrent_calls_keep_the_chain, concurrent_calls_keep_the_chain);
 
+/// Two tenants writing at once: each write reads (its flock) and then writes in one
+/// transaction while the other tenant's audit events commit. None may fail (on SQLite a
+/// deferred transaction that read before another connection committed can't upgrade to a
+/// writer and fails at once with SQLITE_BUSY: write transactions there begin IMMEDIATE).
+async fn concurrent_writes_of_two_tenants(backend: Backend) {
+    let live = Live::start(backend, Mode::Stateless, &[]).await;
+    let writers = [("olivia@acme.test", "north-barn"), ("gary@globex.test", "hilltop")];
+    let mut tasks = Vec::new();
+    for (subject, flock) in writers {
+        let client = std::sync::Arc::new(live.client(subject).await);
+        for i in 0..40 {
+            let c = std::sync::Arc::clone(&client);
+            tasks.push(tokio::spawn(async move {
+                let day = (time::OffsetDateTime::now_utc().date() - time::Duration::days(10 + i)).to_string();
+                ok(&c, "record_egg_count", json!({"flock": flock, "day": day, "eggs": i})).await;
+                ok(&c, "list_flocks", json!({})).await;
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for slug in ["acme", "globex"] {
+        let reports = scopegate::audit::verify::verify(&live.db, Some(slug)).await.unwrap();
+        assert_eq!(reports[0].events, 80, "{slug}");
+        assert!(reports[0].broken.is_none(), "{reports:?}");
+    }
+}
+both_dbs!(mcp_concurrent_writes_of_two_tenants, concurrent_writes_of_two_tenants);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_rate_limit_answers_429_with_retry_after() {
     let live = Live::start(
