@@ -129,8 +129,10 @@ impl IdentityCache {
                             failing = false;
                         }
                         cache.observe(epoch);
+                        crate::telemetry::metrics::identity_counter_readable(true);
                     }
                     Err(e) => {
+                        crate::telemetry::metrics::identity_counter_readable(false);
                         if !failing {
                             tracing::warn!(error = %e, "reading the identity change counter failed; identity cache off until it reads");
                             failing = true;

@@ -48,7 +48,9 @@ pub(in crate::identity) async fn resolve(
 ) -> Result<ResolvedIdentity, IdentityError> {
     let is_service = service_subjects.iter().any(|s| s == &claims.subject);
     let subject = (!is_service).then_some(claims.subject.as_str());
-    let rows = match cache.and_then(|c| c.get(&claims.tenant, subject)) {
+    let cached = cache.and_then(|c| c.get(&claims.tenant, subject));
+    crate::telemetry::metrics::identity_lookup(cached.is_some());
+    let rows = match cached {
         Some(rows) => rows,
         None => {
             // The change counter before the read: the rows are at least that new.

@@ -66,3 +66,15 @@ pub fn audit_batch(events: usize, elapsed: Duration) {
 pub fn upstream_restart(server: &str) {
     metrics::counter!("scopegate_upstream_restarts_total", "server" => server.to_owned()).increment(1);
 }
+
+/// Where a request's identity rows came from: the identity cache or the database.
+pub fn identity_lookup(cached: bool) {
+    let source = if cached { "cache" } else { "database" };
+    metrics::counter!("scopegate_identity_lookups_total", "source" => source).increment(1);
+}
+
+/// Whether the identity change counter was just read (1) or could not be (0: the identity
+/// cache is off until a read succeeds).
+pub fn identity_counter_readable(readable: bool) {
+    metrics::gauge!("scopegate_identity_counter_readable").set(if readable { 1.0 } else { 0.0 });
+}

@@ -369,8 +369,14 @@ async fn mcp_metrics_have_no_tenant_or_user_labels_by_default() {
     let live = Live::start(Backend::Sqlite, Mode::Session, &[]).await;
     let olivia = live.client("olivia@acme.test").await;
     ok(&olivia, "list_flocks", json!({})).await;
+    // After a poll of the identity change counter, identities come from the cache.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    ok(&olivia, "list_flocks", json!({})).await;
     let _ = call(&olivia, "no_such_tool", json!({})).await;
     let text = reqwest::get(format!("http://{}/metrics", live.addr)).await.unwrap().text().await.unwrap();
+    assert!(text.contains(r#"scopegate_identity_lookups_total{source="cache"}"#), "{text}");
+    assert!(text.contains(r#"scopegate_identity_lookups_total{source="database"}"#), "{text}");
+    assert!(text.contains("scopegate_identity_counter_readable"), "{text}");
     assert!(text.contains("scopegate_tool_calls_total"), "{text}");
     assert!(text.contains(r#"tool="list_flocks""#), "{text}");
     assert!(text.contains("scopegate_tool_call_duration_seconds_bucket"), "a latency histogram: {text}");
