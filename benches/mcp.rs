@@ -194,9 +194,7 @@ async fn main() {
     let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
     // auth.identity_cache_ms for the gateway (the shipped default unless IDENTITY_CACHE_MS says).
-    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        Figment::from(Toml::string(DEFAULT_TOML)).extract_inner("auth.identity_cache_ms").expect("the shipped default")
-    });
+    let cache_ms: u64 = support::identity_cache_ms();
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!(

@@ -188,9 +188,7 @@ async fn main() {
     sqlx::any::install_default_drivers();
     scopegate::http::install_tls_provider();
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
-    let cache_ms: u64 = std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        Figment::from(Toml::string(DEFAULT_TOML)).extract_inner("auth.identity_cache_ms").expect("the shipped default")
-    });
+    let cache_ms: u64 = support::identity_cache_ms();
     let client_counts: Vec<usize> = std::env::var("CLIENTS")
         .unwrap_or_else(|_| "1,16".to_owned())
         .split(',')

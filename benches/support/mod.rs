@@ -1,5 +1,7 @@
 //! What the bench binaries share.
 
+use figment::Figment;
+use figment::providers::{Format, Toml};
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -26,4 +28,13 @@ pub async fn serve_on_loopback(app: axum::Router) -> String {
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
+}
+
+/// `auth.identity_cache_ms` for a bench's gateway: IDENTITY_CACHE_MS, or the shipped default.
+pub fn identity_cache_ms() -> u64 {
+    std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        Figment::from(Toml::string(scopegate::config::DEFAULT_TOML))
+            .extract_inner("auth.identity_cache_ms")
+            .expect("the shipped default")
+    })
 }

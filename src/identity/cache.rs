@@ -45,9 +45,9 @@ struct State {
     entries: HashMap<Key, Entry>,
 }
 
+/// An entry is always from the counter's current value: entries are dropped when the
+/// counter moves, and rows read under an older value are never stored.
 struct Entry {
-    /// The counter's value before the rows were read.
-    epoch: i64,
     at: Instant,
     rows: Arc<PrincipalRows>,
 }
@@ -77,27 +77,24 @@ impl IdentityCache {
         self.fresh_epoch(&self.lock(), Instant::now()).map(Epoch)
     }
 
-    /// Cached rows, only if the counter is fresh and has not moved since they were read.
+    /// Cached rows, only if the counter is fresh (and so has not moved since they were read).
     pub fn get(&self, tenant: &str, subject: Option<&str>) -> Option<Arc<PrincipalRows>> {
         let state = self.lock();
         let now = Instant::now();
-        let epoch = self.fresh_epoch(&state, now)?;
+        self.fresh_epoch(&state, now)?;
         let entry = state.entries.get(&(tenant.to_owned(), subject.map(str::to_owned)))?;
-        (entry.epoch == epoch && now.duration_since(entry.at) < MAX_AGE).then(|| Arc::clone(&entry.rows))
+        (now.duration_since(entry.at) < MAX_AGE).then(|| Arc::clone(&entry.rows))
     }
 
     pub fn put(&self, tenant: &str, subject: Option<&str>, epoch: Epoch, rows: Arc<PrincipalRows>) {
         let mut state = self.lock();
-        if state.epoch.is_some_and(|(current, _)| current != epoch.0) {
-            return; // already stale
+        if state.epoch.is_none_or(|(current, _)| current != epoch.0) {
+            return; // read under an older value: already stale
         }
         if state.entries.len() >= MAX_ENTRIES {
             state.entries.clear();
         }
-        state.entries.insert(
-            (tenant.to_owned(), subject.map(str::to_owned)),
-            Entry { epoch: epoch.0, at: Instant::now(), rows },
-        );
+        state.entries.insert((tenant.to_owned(), subject.map(str::to_owned)), Entry { at: Instant::now(), rows });
     }
 
     /// Records a read of the counter; entries read under another value are dropped.
@@ -147,10 +144,18 @@ impl IdentityCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::principal::PrincipalRows;
 
     fn rows() -> Arc<PrincipalRows> {
         Arc::new(PrincipalRows::default())
+    }
+
+    /// A cache that has read the counter at `counter` and holds olivia's rows under it.
+    fn holding_olivia(refresh: Duration, counter: i64) -> (IdentityCache, Epoch) {
+        let cache = IdentityCache::new(refresh).unwrap();
+        cache.observe(counter);
+        let epoch = cache.epoch().unwrap();
+        cache.put("acme", Some("olivia"), epoch, rows());
+        (cache, epoch)
     }
 
     #[test]
@@ -162,10 +167,7 @@ mod tests {
 
     #[test]
     fn an_entry_serves_while_the_counter_stands_still() {
-        let cache = IdentityCache::new(Duration::from_secs(1)).unwrap();
-        cache.observe(7);
-        let epoch = cache.epoch().unwrap();
-        cache.put("acme", Some("olivia"), epoch, rows());
+        let (cache, _) = holding_olivia(Duration::from_secs(1), 7);
         cache.observe(7);
         assert!(cache.get("acme", Some("olivia")).is_some());
         assert!(cache.get("acme", Some("wanda")).is_none());
@@ -174,10 +176,7 @@ mod tests {
 
     #[test]
     fn a_moved_counter_drops_every_entry() {
-        let cache = IdentityCache::new(Duration::from_secs(1)).unwrap();
-        cache.observe(7);
-        let epoch = cache.epoch().unwrap();
-        cache.put("acme", Some("olivia"), epoch, rows());
+        let (cache, epoch) = holding_olivia(Duration::from_secs(1), 7);
         cache.observe(8);
         assert!(cache.get("acme", Some("olivia")).is_none(), "a change since the read invalidates it");
         // Rows read under the old value and stored late are not kept either.
@@ -192,10 +191,7 @@ mod tests {
 
     #[test]
     fn a_counter_not_read_for_two_intervals_turns_the_cache_off() {
-        let cache = IdentityCache::new(Duration::from_millis(20)).unwrap();
-        cache.observe(1);
-        let epoch = cache.epoch().unwrap();
-        cache.put("acme", Some("olivia"), epoch, rows());
+        let (cache, _) = holding_olivia(Duration::from_millis(20), 1);
         assert!(cache.get("acme", Some("olivia")).is_some());
         std::thread::sleep(Duration::from_millis(60));
         assert!(cache.get("acme", Some("olivia")).is_none(), "a stale counter is not trusted");

@@ -62,13 +62,13 @@ pub struct LocalExecutor {
 }
 
 impl LocalExecutor {
-    /// `extra_roots`: CA certificates (PEM) trusted for HTTPS upstreams besides the
-    /// platform's roots.
+    /// `ca_file`: a PEM file of CA certificates trusted for HTTPS upstreams besides the
+    /// platform's roots (empty: none).
     pub fn new(
         root: PathUri,
         inherit_env: Vec<String>,
         assertion_header: HeaderName,
-        extra_roots: Option<&[u8]>,
+        ca_file: &str,
     ) -> Result<Self, UpstreamError> {
         crate::http::install_tls_provider();
         let mut builder = reqwest::Client::builder()
@@ -76,9 +76,10 @@ impl LocalExecutor {
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
             .pool_max_idle_per_host(64);
-        if let Some(pem) = extra_roots {
+        if !ca_file.is_empty() {
             let bad = |message: String| UpstreamError::Config { key: "upstream.ca_file", message };
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| bad(e.to_string()))?;
+            let pem = std::fs::read(ca_file).map_err(|e| bad(format!("reading {ca_file}: {e}")))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
             if certs.is_empty() {
                 return Err(bad("no PEM certificate in the file".to_owned()));
             }

@@ -399,15 +399,7 @@ impl Upstreams {
         };
         let header = HeaderName::try_from(config.assertion_header.as_str())
             .map_err(|e| UpstreamError::Config { key: "upstream.assertion_header", message: e.to_string() })?;
-        let extra_roots = if config.ca_file.is_empty() {
-            None
-        } else {
-            Some(std::fs::read(&config.ca_file).map_err(|e| UpstreamError::Config {
-                key: "upstream.ca_file",
-                message: format!("reading {}: {e}", config.ca_file),
-            })?)
-        };
-        let local = LocalExecutor::new(root, config.inherit_env.clone(), header, extra_roots.as_deref())?;
+        let local = LocalExecutor::new(root, config.inherit_env.clone(), header, &config.ca_file)?;
         let settings = UpstreamSettings {
             connect_timeout: Duration::from_secs(config.connect_timeout_secs),
             idle: Duration::from_secs(config.idle_secs),

@@ -129,9 +129,17 @@ async fn after_a_poll() {
     tokio::time::sleep(std::time::Duration::from_millis(3 * POLL_MS)).await;
 }
 
-/// With the identity cache on, rows are reused until a change: every kind of revocation
-/// applies within one poll of the change counter (entries otherwise live for a minute).
-async fn cached_revocation_applies_within_one_poll(backend: Backend) {
+/// A gateway with the identity cache polling every [`POLL_MS`], the demo data, and wanda's
+/// token; the counter has been read once. Keep `_test_db` bound: dropping it drops the database.
+struct Cached {
+    _test_db: TestDb,
+    config: scopegate::config::Config,
+    db: scopegate::store::Db,
+    probe: Probe,
+    wanda: String,
+}
+
+async fn cached(backend: Backend) -> Cached {
     let test_db = TestDb::new(backend).await;
     let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(POLL_MS))]);
     let db = db_for(&config).await;
@@ -139,6 +147,13 @@ async fn cached_revocation_applies_within_one_poll(backend: Backend) {
     let probe = Probe::start(config.clone()).await;
     let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
     after_a_poll().await;
+    Cached { _test_db: test_db, config, db, probe, wanda }
+}
+
+/// With the identity cache on, rows are reused until a change: every kind of revocation
+/// applies within one poll of the change counter (entries otherwise live for a minute).
+async fn cached_revocation_applies_within_one_poll(backend: Backend) {
+    let Cached { _test_db, config, db, probe, wanda } = cached(backend).await;
     let (_, _, body) = probe.call(Some(&wanda)).await;
     assert_eq!(body["flocks"].as_array().unwrap().len(), 1, "read and cached");
 
@@ -217,13 +232,7 @@ both_dbs!(identity_every_change_moves_the_counter, every_identity_change_moves_t
 /// not seen), and fail closed: when the counter can't be read, cached rows stop serving and
 /// every request reads the database, so that change then applies.
 async fn unreadable_counter_turns_the_cache_off(backend: Backend) {
-    let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(POLL_MS))]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let probe = Probe::start(config.clone()).await;
-    let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
-    after_a_poll().await;
+    let Cached { _test_db, db, probe, wanda, .. } = cached(backend).await;
     assert_eq!(probe.call(Some(&wanda)).await.0, StatusCode::OK, "read and cached");
 
     // Disable wanda behind the counter's back: its trigger removed first.
