@@ -52,8 +52,8 @@ struct Entry {
     rows: Arc<PrincipalRows>,
 }
 
-/// The counter value an entry is stored under; taken before its rows are read, so the rows
-/// are never older than the value they are labelled with.
+/// The counter value taken before an entry's rows are read: the rows are stored only if the
+/// counter still has it, so they are never older than the value the cache trusts.
 #[derive(Clone, Copy)]
 pub(crate) struct Epoch(i64);
 
