@@ -82,6 +82,9 @@ pub struct UpstreamConfig {
     pub assertion_header: String,
     /// Lifetime of one identity assertion.
     pub assertion_ttl_secs: u64,
+    /// How long an assertion is reused for further calls of the same caller to the same
+    /// upstream (0: a fresh one per call; at most half the lifetime is used).
+    pub assertion_reuse_ms: u64,
     /// How often the assertion signing key is replaced.
     pub key_rotation_secs: u64,
     /// The local executor's plugin root, a `file:` URI (empty: the gateway's working

@@ -2,8 +2,15 @@
 //! gateway (tenant, user, roles, flock scope; audience = the upstream server id). The client's
 //! own token is never forwarded. Public keys are published at `/.well-known/jwks.json`;
 //! a rotated-out key stays published until every assertion it signed has expired.
+//!
+//! An assertion may be reused for the same caller and upstream for a short while
+//! (`upstream.assertion_reuse_ms`, at most half its lifetime): what it asserts is exactly
+//! what a fresh one would (the key is every claim but the times and `jti`), so reuse never
+//! makes an upstream believe anything a fresh assertion would not; its `jti` then names the
+//! assertion, not the call.
 
-use std::sync::RwLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -51,7 +58,14 @@ pub struct AssertionSigner {
     issuer: String,
     lifetime: Duration,
     keys: RwLock<Vec<SigningKey>>,
+    /// How long a signed assertion is handed out again (zero: never).
+    reuse: Duration,
+    /// Recently signed assertions by audience and caller, with when they were signed.
+    recent: Mutex<HashMap<String, (Instant, String)>>,
 }
+
+/// Beyond this many remembered assertions, stale ones are dropped (and, if none are, all).
+const MAX_REMEMBERED: usize = 10_000;
 
 fn generate() -> Result<SigningKey, AssertionError> {
     let rng = SystemRandom::new();
@@ -86,7 +100,21 @@ struct Claims<'a> {
 impl AssertionSigner {
     /// A signer with a fresh key. `lifetime` is how long each assertion is valid.
     pub fn new(issuer: impl Into<String>, lifetime: Duration) -> Result<Self, AssertionError> {
-        Ok(Self { issuer: issuer.into(), lifetime, keys: RwLock::new(vec![generate()?]) })
+        Ok(Self {
+            issuer: issuer.into(),
+            lifetime,
+            keys: RwLock::new(vec![generate()?]),
+            reuse: Duration::ZERO,
+            recent: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Hands a signed assertion out again for `reuse` (at most half the lifetime, so an
+    /// upstream always receives one with at least half its life left).
+    #[must_use]
+    pub fn with_reuse(mut self, reuse: Duration) -> Self {
+        self.reuse = reuse.min(self.lifetime / 2);
+        self
     }
 
     pub fn lifetime(&self) -> Duration {
@@ -103,6 +131,9 @@ impl AssertionSigner {
             k.retired.get_or_insert(now);
         }
         keys.push(fresh);
+        drop(keys);
+        // From now on every assertion is signed with the new key.
+        self.recent.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(())
     }
 
@@ -118,6 +149,31 @@ impl AssertionSigner {
         self.prune();
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
         json!({ "keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>() })
+    }
+
+    /// An assertion of `caller` for `audience`: one signed for the very same claims less than
+    /// the reuse period ago, or else a fresh one.
+    pub fn assertion(&self, caller: &AssertedCaller, audience: &str) -> Result<String, AssertionError> {
+        if self.reuse.is_zero() {
+            return self.sign(caller, audience);
+        }
+        let key = serde_json::to_string(&(audience, caller))?;
+        if let Some((signed, token)) = self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(&key)
+            && signed.elapsed() < self.reuse
+        {
+            return Ok(token.clone());
+        }
+        let signed = Instant::now();
+        let token = self.sign(caller, audience)?;
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.len() >= MAX_REMEMBERED {
+            recent.retain(|_, (at, _)| at.elapsed() < self.reuse);
+            if recent.len() >= MAX_REMEMBERED {
+                recent.clear();
+            }
+        }
+        recent.insert(key, (signed, token.clone()));
+        Ok(token)
     }
 
     /// An assertion of `caller` for the upstream server `audience`: a compact JWS (RFC 7515)
@@ -192,6 +248,55 @@ mod tests {
         assert!(verify(&signer.jwks(), &token, "other-server").is_err(), "audience is the upstream server");
         let other = AssertionSigner::new("scopegate", Duration::from_secs(30)).unwrap();
         assert!(verify(&other.jwks(), &token, "notes").is_err(), "another gateway's keys don't verify it");
+    }
+
+    #[test]
+    fn an_assertion_is_reused_only_for_the_same_claims_and_within_the_period() {
+        let signer =
+            AssertionSigner::new("scopegate", Duration::from_secs(30)).unwrap().with_reuse(Duration::from_millis(300));
+        let first = signer.assertion(&caller(), "notes").unwrap();
+        assert_eq!(signer.assertion(&caller(), "notes").unwrap(), first, "reused within the period");
+        assert_ne!(signer.assertion(&caller(), "other").unwrap(), first, "another audience");
+        let changes: [fn(&mut AssertedCaller); 6] = [
+            |c| c.tenant = "globex".into(),
+            |c| c.tenant_id = "t2".into(),
+            |c| c.user = "walt@acme.test".into(),
+            |c| c.user_id = "u2".into(),
+            |c| c.roles = vec!["owner".into()],
+            |c| c.flocks = json!("all"),
+        ];
+        for change in changes {
+            let mut other = caller();
+            change(&mut other);
+            let token = signer.assertion(&other, "notes").unwrap();
+            assert_ne!(token, first, "{other:?} gets its own assertion");
+            let claims = verify(&signer.jwks(), &token, "notes").unwrap();
+            assert_eq!(claims["sub"], other.user.as_str());
+            assert_eq!(claims["roles"], json!(other.roles));
+            assert_eq!(claims["flocks"], other.flocks);
+        }
+        std::thread::sleep(Duration::from_millis(350));
+        let later = signer.assertion(&caller(), "notes").unwrap();
+        assert_ne!(later, first, "a fresh one once the period is over");
+        assert_eq!(signer.assertion(&caller(), "notes").unwrap(), later);
+        signer.rotate().unwrap();
+        let rotated = signer.assertion(&caller(), "notes").unwrap();
+        assert_ne!(
+            jsonwebtoken::decode_header(&rotated).unwrap().kid,
+            jsonwebtoken::decode_header(&later).unwrap().kid,
+            "after a rotation, signed with the new key"
+        );
+    }
+
+    #[test]
+    fn without_reuse_and_beyond_half_the_lifetime_nothing_is_reused_longer() {
+        let signer = AssertionSigner::new("scopegate", Duration::from_secs(30)).unwrap();
+        assert_ne!(signer.assertion(&caller(), "notes").unwrap(), signer.assertion(&caller(), "notes").unwrap());
+        let capped =
+            AssertionSigner::new("scopegate", Duration::from_secs(1)).unwrap().with_reuse(Duration::from_secs(60));
+        let first = capped.assertion(&caller(), "notes").unwrap();
+        std::thread::sleep(Duration::from_millis(550));
+        assert_ne!(capped.assertion(&caller(), "notes").unwrap(), first, "reuse is capped at half the lifetime");
     }
 
     #[test]

@@ -127,10 +127,10 @@ impl Gateway {
         });
         crate::telemetry::metrics::install();
         let audit = AuditWriter::start(db.clone(), config.audit.max_batch);
-        let assertions = Arc::new(AssertionSigner::new(
-            config.public_url(),
-            Duration::from_secs(config.upstream.assertion_ttl_secs),
-        )?);
+        let assertions = Arc::new(
+            AssertionSigner::new(config.public_url(), Duration::from_secs(config.upstream.assertion_ttl_secs))?
+                .with_reuse(Duration::from_millis(config.upstream.assertion_reuse_ms)),
+        );
         let state = AppState {
             config: Arc::new(config),
             db,

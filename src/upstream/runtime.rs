@@ -503,7 +503,7 @@ impl Upstreams {
         Ok(tools.iter().any(|t| t.name == tool).then_some(Upstream(peer)))
     }
 
-    /// Calls `tool` on the upstream for the caller: the call carries a fresh identity assertion
+    /// Calls `tool` on the upstream for the caller: the call carries an identity assertion
     /// (audience: the server id) and nothing of the client's own credentials. It ends at
     /// `timeout` or when the client cancels; either way the upstream is told to cancel.
     pub async fn call(
@@ -527,8 +527,10 @@ impl Upstreams {
         ctx: &McpCallContext,
         UpstreamCall { tool, arguments, downstream, timeout, cancelled }: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
-        let assertion =
-            self.signer.sign(&asserted_caller(ctx), connection.server().as_str()).map_err(|_| ProxyError::Assertion)?;
+        let assertion = self
+            .signer
+            .assertion(&asserted_caller(ctx), connection.server().as_str())
+            .map_err(|_| ProxyError::Assertion)?;
         let mut meta = RequestMetaObject::new();
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), Value::String(assertion));
         let mut params = CallToolRequestParams::new(tool.to_owned());

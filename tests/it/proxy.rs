@@ -496,6 +496,37 @@ fn proxy_native_tool_names_cannot_collide_with_upstream_tools() {
     );
 }
 
+/// An identity assertion is reused for the same caller within `upstream.assertion_reuse_ms`,
+/// and never beyond a change of what it asserts: a worker's flock, withdrawn between two
+/// calls well inside the reuse period, is gone from the next call's assertion.
+async fn assertion_reuse_follows_identity(backend: Backend) {
+    let reuse = [("upstream.assertion_reuse_ms", json!(15_000))];
+    let proxy = Proxy::with_fx(backend, Mode::Session, &reuse).await;
+    let live = &proxy.live;
+    let wanda = live.client("wanda@acme.test").await;
+    let first = ok(&wanda, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(first["flocks"], json!([live.flock_id("north-barn").await]));
+    let again = ok(&wanda, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(again["jti"], first["jti"], "the same claims: the assertion is reused");
+    let olivia = live.client("olivia@acme.test").await;
+    let other = ok(&olivia, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(other["user"], "olivia@acme.test", "another caller never gets wanda's assertion");
+    assert_ne!(other["jti"], first["jti"]);
+
+    admin_tx!(live.db, |tx| admin_fns::unassign_flock(&mut tx, "acme", "wanda@acme.test", "north-barn")).unwrap();
+    // Once the gateway sees the change (the identity cache polls for it)...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ok(&wanda, "whoami", json!({})).await["flock_scope"] != json!([]) {
+        assert!(Instant::now() < deadline, "the unassignment never reached the gateway");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...the upstream is told the new scope, though the old assertion is still reusable.
+    let after = ok(&wanda, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(after["flocks"], json!([]), "the withdrawn flock is no longer asserted");
+    assert_ne!(after["jti"], first["jti"]);
+}
+both_dbs!(proxy_assertion_reuse_follows_identity, assertion_reuse_follows_identity);
+
 async fn idle_closes(backend: Backend) {
     let proxy = Proxy::with_fx(backend, Mode::Session, &[("upstream.idle_secs", json!(1))]).await;
     let olivia = proxy.live.client("olivia@acme.test").await;
