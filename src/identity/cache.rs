@@ -35,6 +35,8 @@ type Key = (String, Option<String>);
 pub(crate) struct IdentityCache {
     /// How often the counter is read: the staleness bound.
     refresh: Duration,
+    /// Entries older than this are read again however still the counter stands.
+    max_age: Duration,
     state: Mutex<State>,
 }
 
@@ -60,7 +62,7 @@ pub(crate) struct Epoch(i64);
 impl IdentityCache {
     /// `None` when `refresh` is zero (the cache is off).
     pub fn new(refresh: Duration) -> Option<Self> {
-        (!refresh.is_zero()).then(|| Self { refresh, state: Mutex::default() })
+        (!refresh.is_zero()).then(|| Self { refresh, max_age: MAX_AGE, state: Mutex::default() })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -83,7 +85,7 @@ impl IdentityCache {
         let now = Instant::now();
         self.fresh_epoch(&state, now)?;
         let entry = state.entries.get(&(tenant.to_owned(), subject.map(str::to_owned)))?;
-        (now.duration_since(entry.at) < MAX_AGE).then(|| Arc::clone(&entry.rows))
+        (now.duration_since(entry.at) < self.max_age).then(|| Arc::clone(&entry.rows))
     }
 
     pub fn put(&self, tenant: &str, subject: Option<&str>, epoch: Epoch, rows: Arc<PrincipalRows>) {
@@ -198,6 +200,17 @@ mod tests {
         assert!(cache.epoch().is_none(), "and nothing new is cached");
         cache.observe(1);
         assert!(cache.get("acme", Some("olivia")).is_some(), "a fresh read of the same value trusts it again");
+    }
+
+    #[test]
+    fn an_entry_is_read_again_after_its_maximum_age_though_the_counter_stands_still() {
+        let (mut cache, _) = holding_olivia(Duration::from_secs(10), 5);
+        assert_eq!(cache.max_age, MAX_AGE);
+        cache.max_age = Duration::from_millis(30);
+        assert!(cache.get("acme", Some("olivia")).is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        cache.observe(5);
+        assert!(cache.get("acme", Some("olivia")).is_none(), "too old: read again");
     }
 
     #[test]

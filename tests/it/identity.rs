@@ -190,26 +190,53 @@ async fn every_identity_change_moves_the_counter(backend: Backend) {
     let db = db_for(&config).await;
     seed_demo(&db).await;
     let north = flock_id(&db, "acme", "north-barn").await;
-    let statements = [
-        "UPDATE users SET display_name = 'W.' WHERE subject = 'wanda@acme.test'",
-        "DELETE FROM user_roles WHERE user_id = (SELECT id FROM users WHERE subject = 'audrey@acme.test')",
-        "UPDATE tenants SET name = 'Acme Farms' WHERE slug = 'acme'",
+    // (statement, whether it must move the counter): insert, update and delete of each of the
+    // four identity tables, each on its own, so a missing trigger shows as its statement.
+    let mut statements = vec![
+        (
+            "INSERT INTO tenants (id, slug, name, status, created_at) VALUES ('t-x', 'initech', 'Initech', 'active', 0)",
+            true,
+        ),
+        ("UPDATE tenants SET name = 'Acme Farms' WHERE slug = 'acme'", true),
+        (
+            "INSERT INTO users (id, tenant_id, subject, display_name, status, created_at) \
+             VALUES ('u-x', 't-x', 'pat@initech.test', 'Pat', 'active', 0)",
+            true,
+        ),
+        ("UPDATE users SET display_name = 'W.' WHERE subject = 'wanda@acme.test'", true),
+        ("INSERT INTO user_roles (tenant_id, user_id, role) VALUES ('t-x', 'u-x', 'worker')", true),
+        ("UPDATE user_roles SET role = 'manager' WHERE user_id = 'u-x'", true),
+        (
+            "INSERT INTO flocks (id, tenant_id, name, breed, hen_count, created_at) VALUES ('f-x', 't-x', 'barn', 'x', 1, 0)",
+            false,
+        ),
+        ("INSERT INTO flock_assignments (tenant_id, user_id, flock_id) VALUES ('t-x', 'u-x', 'f-x')", true),
+        ("UPDATE flock_assignments SET flock_id = 'f-x' WHERE user_id = 'u-x'", true),
+        ("DELETE FROM flock_assignments WHERE user_id = 'u-x'", true),
+        ("DELETE FROM user_roles WHERE user_id = 'u-x'", true),
+        ("DELETE FROM users WHERE id = 'u-x'", true),
+        ("DELETE FROM tenants WHERE id = 't-x'", true),
+        ("DELETE FROM user_roles WHERE user_id = (SELECT id FROM users WHERE subject = 'audrey@acme.test')", true),
         // Deleting a flock cascades to its assignments (wanda's).
-        "DELETE FROM egg_counts WHERE flock_id = $1",
-        "DELETE FROM flocks WHERE id = $1",
+        ("DELETE FROM egg_counts WHERE flock_id = $1", false),
+        ("DELETE FROM flocks WHERE id = $1", true),
     ];
-    for sql in statements {
+    if backend == Backend::Postgres {
+        // PostgreSQL's TRUNCATE fires no row or delete trigger: it has its own.
+        statements.push(("TRUNCATE user_roles", true));
+    }
+    for (sql, moves) in statements {
         let before = db.identity_epoch().await.unwrap();
         let mut tx = db.begin().await.unwrap();
-        let query = sqlx::query(sql);
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql));
         let query = if sql.contains("$1") { query.bind(&north) } else { query };
         query.execute(&mut *tx).await.unwrap();
         tx.commit().await.unwrap();
         let after = db.identity_epoch().await.unwrap();
-        if sql.starts_with("DELETE FROM egg_counts") {
-            assert_eq!(after, before, "egg counts are not identity rows");
-        } else {
+        if moves {
             assert!(after > before, "{sql}: the counter must move ({before} -> {after})");
+        } else {
+            assert_eq!(after, before, "{sql}: not an identity row");
         }
     }
     let assigned: i64 = {
