@@ -14,14 +14,13 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Json;
-use rmcp::model::{CallToolRequestParams, ServerCapabilities, ServerConfig};
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::model::{JsonObject, ServerCapabilities, ServerConfig};
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -32,7 +31,7 @@ use scopegate::config::{Config, DEFAULT_TOML};
 use scopegate::store::demo;
 use serde::Serialize;
 use sqlx::{AnyPool, Connection, Row};
-use support::connect;
+use support::{Target, close, connect_all, run};
 
 /// The bare server: the same read (acme's flocks, by name), no auth, identity or audit.
 #[derive(Clone)]
@@ -83,74 +82,6 @@ impl Bare {
 impl ServerHandler for Bare {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-}
-
-struct Row_ {
-    calls_per_sec: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-type Peers = Vec<Arc<RunningService<RoleClient, ()>>>;
-
-async fn connect_all(url: &str, token: Option<&str>, clients: usize) -> Peers {
-    let mut peers = Vec::new();
-    for _ in 0..clients {
-        peers.push(Arc::new(connect(url, token).await));
-    }
-    peers
-}
-
-/// Every peer calls `list_flocks` in a loop for `dur`; returns the latency of every call.
-async fn run(peers: &Peers, dur: Duration) -> Vec<Duration> {
-    let deadline = Instant::now() + dur;
-    let mut tasks = Vec::new();
-    for peer in peers {
-        let peer = Arc::clone(peer);
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            while Instant::now() < deadline {
-                let start = Instant::now();
-                let result = peer.call_tool(CallToolRequestParams::new("list_flocks")).await.expect("call");
-                assert_ne!(result.is_error, Some(true));
-                lat.push(start.elapsed());
-            }
-            lat
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all
-}
-
-async fn close(peers: Peers) {
-    for p in peers {
-        if let Ok(p) = Arc::try_unwrap(p) {
-            let _ = p.cancel().await;
-        }
-    }
-}
-
-/// One server under load: its clients, and the calls measured so far.
-struct Target {
-    name: &'static str,
-    peers: Peers,
-    lat: Vec<Duration>,
-    secs: f64,
-}
-
-impl Target {
-    fn row(&mut self) -> Row_ {
-        self.lat.sort();
-        let lat = &self.lat;
-        if lat.is_empty() {
-            return Row_ { calls_per_sec: 0.0, p50: Duration::ZERO, p99: Duration::ZERO };
-        }
-        let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
-        Row_ { calls_per_sec: lat.len() as f64 / self.secs, p50: at(0.5), p99: at(0.99) }
     }
 }
 
@@ -237,22 +168,19 @@ async fn main() {
             let mut targets = Vec::new();
             if servers.contains("bare") {
                 let peers = connect_all(&bare_url, None, clients).await;
-                targets.push(Target { name: "bare", peers, lat: Vec::new(), secs: 0.0 });
+                targets.push(Target::new("bare", peers, "list_flocks", JsonObject::new()));
             }
             if servers.contains("scopegate") {
                 let peers = connect_all(&gw_url, Some(&token), clients).await;
-                targets.push(Target { name: "scopegate", peers, lat: Vec::new(), secs: 0.0 });
+                targets.push(Target::new("scopegate", peers, "list_flocks", JsonObject::new()));
             }
             for target in &targets {
-                run(&target.peers, Duration::from_millis(500)).await;
+                run(&target.peers, target.tool, &target.args, Duration::from_millis(500)).await;
             }
             // The servers take turns, so a change in the machine's load falls on both.
             for _ in 0..rounds {
                 for target in &mut targets {
-                    let started = Instant::now();
-                    let lat = run(&target.peers, Duration::from_secs_f64(secs / rounds as f64)).await;
-                    target.secs += started.elapsed().as_secs_f64();
-                    target.lat.extend(lat);
+                    target.measure(Duration::from_secs_f64(secs / rounds as f64)).await;
                 }
             }
             let ms = |d: Duration| d.as_secs_f64() * 1e3;

@@ -6,15 +6,16 @@
 //! CPUs (the clients on a runtime of their own, so the gateway's worker threads serve only the
 //! gateway). Prints figures; asserts nothing.
 //!
-//! `cargo bench --bench proxy` (SECONDS per row, default 5; DATABASES, default
-//! `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default `direct,bare-fwd,scopegate,native`;
-//! IDENTITY_CACHE_MS, default as shipped; PostgreSQL at SCOPEGATE_BENCH_PG_URL or
-//! postgres://postgres@127.0.0.1:5432).
+//! `cargo bench --bench proxy` (SECONDS per row, default 5, measured in ROUNDS turns, default
+//! 4: the rows take turns, so a change in a shared machine's load falls on all of them;
+//! DATABASES, default `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default
+//! `direct,bare-fwd,scopegate,native`; IDENTITY_CACHE_MS, default as shipped; PostgreSQL at
+//! SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
 
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
@@ -33,7 +34,7 @@ use scopegate::model::Role;
 use scopegate::store::{demo, entities};
 use serde_json::json;
 use sqlx::Connection;
-use support::connect;
+use support::{Row, Target, close, connect, connect_all, run};
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -80,12 +81,6 @@ async fn bare_forwarder(upstream: &str) -> String {
     support::serve_on_loopback(axum::Router::new().route_service("/mcp", service)).await
 }
 
-struct Row {
-    calls_per_sec: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
 /// The load generator's own runtime (threads named `bench-client`), so the clients don't run
 /// on the gateway's worker threads and a profile can tell the two apart.
 fn client_runtime() -> tokio::runtime::Runtime {
@@ -97,61 +92,12 @@ fn client_runtime() -> tokio::runtime::Runtime {
         .expect("the client runtime")
 }
 
-/// `load_on` on the clients' runtime.
-async fn load(
+/// Runs `work` on the clients' runtime.
+async fn on_clients<T: Send + 'static>(
     clients_rt: &tokio::runtime::Runtime,
-    url: &str,
-    token: Option<&str>,
-    tool: &'static str,
-    clients: usize,
-    secs: f64,
-) -> Row {
-    let (url, token) = (url.to_owned(), token.map(str::to_owned));
-    clients_rt.spawn(async move { load_on(&url, token.as_deref(), tool, clients, secs).await }).await.expect("load")
-}
-
-/// `clients` clients call `tool` in a loop for `secs` (after a short warm-up).
-async fn load_on(url: &str, token: Option<&str>, tool: &'static str, clients: usize, secs: f64) -> Row {
-    let mut peers = Vec::new();
-    for _ in 0..clients {
-        peers.push(Arc::new(connect(url, token).await));
-    }
-    let run = |peers: Vec<Arc<RunningService<RoleClient, ()>>>, dur: Duration| async move {
-        let deadline = Instant::now() + dur;
-        let mut tasks = Vec::new();
-        for peer in peers {
-            tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
-                let args = if tool.ends_with("echo") { json!({"text": "ping"}) } else { json!({}) };
-                let args = args.as_object().cloned().unwrap();
-                while Instant::now() < deadline {
-                    let start = Instant::now();
-                    let params = CallToolRequestParams::new(tool).with_arguments(args.clone());
-                    let result = peer.call_tool(params).await.expect("call");
-                    assert_ne!(result.is_error, Some(true), "{result:?}");
-                    lat.push(start.elapsed());
-                }
-                lat
-            }));
-        }
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap());
-        }
-        all
-    };
-    run(peers.clone(), Duration::from_millis(500)).await;
-    let started = Instant::now();
-    let mut lat = run(peers.clone(), Duration::from_secs_f64(secs)).await;
-    let elapsed = started.elapsed().as_secs_f64();
-    for p in peers {
-        if let Ok(p) = Arc::try_unwrap(p) {
-            let _ = p.cancel().await;
-        }
-    }
-    lat.sort();
-    let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
-    Row { calls_per_sec: lat.len() as f64 / elapsed, p50: at(0.5), p99: at(0.99) }
+    work: impl Future<Output = T> + Send + 'static,
+) -> T {
+    clients_rt.spawn(work).await.expect("client work")
 }
 
 fn gateway_config(db_url: &str, cache_ms: u64) -> Config {
@@ -188,6 +134,7 @@ async fn main() {
     sqlx::any::install_default_drivers();
     scopegate::http::install_tls_provider();
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
     let cache_ms: u64 = support::identity_cache_ms();
     let client_counts: Vec<usize> = std::env::var("CLIENTS")
         .unwrap_or_else(|_| "1,16".to_owned())
@@ -201,7 +148,7 @@ async fn main() {
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!(
-        "tools/call echo on a Streamable HTTP upstream: direct vs through scopegate (session mode), {secs}s per row, \
+        "tools/call echo on a Streamable HTTP upstream: direct vs through scopegate (session mode), {secs}s per row in {rounds} turns, \
          real HTTP on loopback, auth.identity_cache_ms = {cache_ms}"
     );
     println!(
@@ -240,18 +187,41 @@ async fn main() {
         let bare_url = bare_forwarder(&upstream_url).await;
 
         for &clients in &client_counts {
-            let mut direct_row: Option<Row> = None;
+            let mut targets = Vec::new();
             for &path in &rows {
-                let row = match path {
-                    "direct" => load(&clients_rt, &upstream_url, None, "echo", clients, secs).await,
-                    "bare-fwd" => load(&clients_rt, &bare_url, None, "echo", clients, secs).await,
-                    "scopegate" => load(&clients_rt, &gw_url, Some(&token), "fx__echo", clients, secs).await,
+                let (name, url, token, tool) = match path {
+                    "direct" => ("direct", upstream_url.clone(), None, "echo"),
+                    "bare-fwd" => ("bare-fwd", bare_url.clone(), None, "echo"),
+                    "scopegate" => ("scopegate", gw_url.clone(), Some(token.clone()), "fx__echo"),
                     // A native call through the same gateway: what the gateway costs without an upstream.
-                    "native" => load(&clients_rt, &gw_url, Some(&token), "whoami", clients, secs).await,
+                    "native" => ("native", gw_url.clone(), Some(token.clone()), "whoami"),
                     other => panic!("ROWS: unknown row {other}"),
                 };
-                let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                let versus = match (&direct_row, path) {
+                let args = if tool.ends_with("echo") { json!({"text": "ping"}) } else { json!({}) };
+                let args = args.as_object().cloned().unwrap();
+                let peers =
+                    on_clients(&clients_rt, async move { connect_all(&url, token.as_deref(), clients).await }).await;
+                targets.push(Target::new(name, peers, tool, args));
+            }
+            // The paths take turns, so a change in the machine's load falls on all of them.
+            let slice = Duration::from_secs_f64(secs / rounds as f64);
+            let targets = on_clients(&clients_rt, async move {
+                for target in &targets {
+                    run(&target.peers, target.tool, &target.args, Duration::from_millis(500)).await;
+                }
+                for _ in 0..rounds {
+                    for target in &mut targets {
+                        target.measure(slice).await;
+                    }
+                }
+                targets
+            })
+            .await;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let mut direct_row: Option<Row> = None;
+            for mut target in targets {
+                let row = target.row();
+                let versus = match (&direct_row, target.name) {
                     (Some(direct), "bare-fwd" | "scopegate") => format!(
                         "{:>13.0}% {:>15.3}",
                         100.0 * row.calls_per_sec / direct.calls_per_sec,
@@ -260,14 +230,16 @@ async fn main() {
                     _ => String::new(),
                 };
                 println!(
-                    "{backend:<9} {clients:>7} {path:<9} | {:>9.0} {:>8.3} {:>8.3} | {versus}",
+                    "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} | {versus}",
+                    target.name,
                     row.calls_per_sec,
                     ms(row.p50),
                     ms(row.p99)
                 );
-                if path == "direct" {
+                if target.name == "direct" {
                     direct_row = Some(row);
                 }
+                on_clients(&clients_rt, close(target.peers)).await;
             }
         }
         let mut tx = db.begin().await.unwrap();
