@@ -9,7 +9,8 @@
 //! `cargo bench --bench proxy` (SECONDS per row, default 5, measured in ROUNDS turns, default
 //! 4: the rows take turns, so a change in a shared machine's load falls on all of them;
 //! DATABASES, default `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default
-//! `direct,bare-fwd,scopegate,native`; IDENTITY_CACHE_MS, default as shipped; PostgreSQL at
+//! `direct,bare-fwd,scopegate,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
+//! shipped; PostgreSQL at
 //! SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
 
 mod support;
@@ -100,8 +101,8 @@ async fn on_clients<T: Send + 'static>(
     clients_rt.spawn(work).await.expect("client work")
 }
 
-fn gateway_config(db_url: &str, cache_ms: u64) -> Config {
-    let figment = Figment::from(Toml::string(DEFAULT_TOML))
+fn gateway_config(db_url: &str, cache_ms: u64, reuse_ms: Option<u64>) -> Config {
+    let mut figment = Figment::from(Toml::string(DEFAULT_TOML))
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("database.max_connections", 16))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
@@ -109,6 +110,9 @@ fn gateway_config(db_url: &str, cache_ms: u64) -> Config {
         .merge(Serialized::default("limits.tenant_per_sec", 0.0))
         .merge(Serialized::default("limits.user_per_sec", 0.0))
         .merge(Serialized::default("telemetry.filter", "warn"));
+    if let Some(reuse_ms) = reuse_ms {
+        figment = figment.merge(Serialized::default("upstream.assertion_reuse_ms", reuse_ms));
+    }
     Config::from_figment(figment).expect("bench configuration")
 }
 
@@ -136,6 +140,8 @@ async fn main() {
     let secs: f64 = std::env::var("SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5.0);
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
     let cache_ms: u64 = support::identity_cache_ms();
+    let reuse_ms: Option<u64> =
+        std::env::var("ASSERTION_REUSE_MS").ok().map(|v| v.parse().expect("ASSERTION_REUSE_MS"));
     let client_counts: Vec<usize> = std::env::var("CLIENTS")
         .unwrap_or_else(|_| "1,16".to_owned())
         .split(',')
@@ -149,7 +155,8 @@ async fn main() {
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!(
         "tools/call echo on a Streamable HTTP upstream: direct vs through scopegate (session mode), {secs}s per row in {rounds} turns, \
-         real HTTP on loopback, auth.identity_cache_ms = {cache_ms}"
+         real HTTP on loopback, auth.identity_cache_ms = {cache_ms}, upstream.assertion_reuse_ms = {}",
+        reuse_ms.map_or_else(|| "as shipped".to_owned(), |ms| ms.to_string())
     );
     println!(
         "{:<9} {:>7} {:<9} | {:>9} {:>8} {:>8} | {:>14} {:>15}",
@@ -165,7 +172,7 @@ async fn main() {
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {pg_name}"))).execute(&mut conn).await.unwrap();
             format!("{pg_server}/{pg_name}")
         };
-        let config = gateway_config(&url, cache_ms);
+        let config = gateway_config(&url, cache_ms, reuse_ms);
         let gateway = Gateway::build(config.clone()).await.expect("gateway");
         let addr = gateway.local_addr();
         let public = gateway.state().config.public_url();
