@@ -143,7 +143,7 @@ impl Executor {
         }
         let started = match &server.transport {
             ResolvedTransport::Stdio { command, args, env, cwd } => {
-                let transport = host.spawn(server.name.as_str(), command, args, env, cwd)?;
+                let transport = handler.counted(host.spawn(server.name.as_str(), command, args, env, cwd)?);
                 tokio::time::timeout(timeout, handler.serve(transport)).await
             }
             ResolvedTransport::Http { url, headers } => {
@@ -157,7 +157,7 @@ impl Executor {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
                 config.max_concurrent_requests = 256;
                 let client = AssertingClient::new(host.http.clone(), host.assertion_header.clone());
-                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
                 tokio::time::timeout(timeout, handler.serve(transport)).await
             }
         };

@@ -21,7 +21,12 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, JsonObject, ProgressNotificationParam,
     ProgressToken, RequestMetaObject, ServerResult, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::model::{GetExtensions, JsonRpcMessage, JsonRpcNotification, ServerNotification};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, RxJsonRpcMessage, ServiceError,
+    TxJsonRpcMessage,
+};
+use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ErrorData, RoleServer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -105,17 +110,180 @@ pub struct Downstream {
 /// writes its last log line just before its answer, and the two are handled concurrently.
 const LOG_LINGER: Duration = Duration::from_millis(500);
 
+/// Progress held for a call still being sent, at most this many notifications per connection.
+const MAX_EARLY: usize = 256;
+
 /// In-flight calls of one connection, by the progress token the upstream was given, and the
 /// calls that finished within [`LOG_LINGER`].
+///
+/// A call is announced before its request is sent and routed once rmcp has given it its
+/// progress token, so an upstream that answers with progress or a log line at once (before
+/// the sending task has run again) still finds its caller: progress for an unknown token is
+/// held while any call is announced and handed over when that call is routed, and an
+/// announced call counts as a possible source of log lines.
 #[derive(Default)]
 struct Routes {
     state: Mutex<RouteTable>,
+    dispatch: Dispatch,
+}
+
+/// Progress and log notifications from the upstream, counted in the order the transport
+/// delivered them, until their handler is done with them.
+///
+/// rmcp hands each notification to its handler in a task of its own but a call's answer
+/// straight to the caller, so the answer can overtake the notifications sent before it, and
+/// the downstream request would be answered (its stream closed) before its last progress.
+/// A call therefore waits, once answered, until every notification that came before its
+/// answer has been handled (at most [`SETTLE_BOUND`]).
+#[derive(Default)]
+struct Dispatch {
+    state: Mutex<DispatchState>,
+    settled: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct DispatchState {
+    next: u64,
+    /// Notifications not yet handled, with when they came. One whose handler never runs (rmcp
+    /// routed it elsewhere, or the connection died) stops counting after [`SETTLE_BOUND`].
+    open: BTreeMap<u64, Instant>,
+}
+
+/// A counted notification's place in the order; travels in the notification's extensions.
+#[derive(Clone, Copy, Debug)]
+struct Seq(u64);
+
+/// The longest a call's answer waits for the notifications before it.
+const SETTLE_BOUND: Duration = Duration::from_secs(1);
+
+impl Dispatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DispatchState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn received(&self) -> Seq {
+        let mut state = self.lock();
+        let now = Instant::now();
+        if state.open.len() >= 1024 {
+            state.open.retain(|_, at| now.duration_since(*at) < SETTLE_BOUND);
+        }
+        let seq = state.next;
+        state.next += 1;
+        state.open.insert(seq, now);
+        Seq(seq)
+    }
+
+    fn done(&self, seq: Seq) {
+        self.lock().open.remove(&seq.0);
+        self.settled.notify_waiters();
+    }
+
+    /// Every notification received so far is below this.
+    fn horizon(&self) -> u64 {
+        self.lock().next
+    }
+
+    /// Waits until every notification below `horizon` has been handled, or [`SETTLE_BOUND`].
+    async fn settle(&self, horizon: u64) {
+        let settled = async {
+            loop {
+                let notified = self.settled.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let pending = self.lock().open.range(..horizon).any(|(_, at)| at.elapsed() < SETTLE_BOUND);
+                if !pending {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(SETTLE_BOUND, settled).await.is_err() {
+            tracing::debug!("upstream notifications still being handled after the answer; answering anyway");
+        }
+    }
+}
+
+/// Marks a counted notification handled when its handler ends, however it ends.
+struct Handled<'a>(&'a Dispatch, Option<Seq>);
+
+impl Drop for Handled<'_> {
+    fn drop(&mut self) {
+        if let Some(seq) = self.1 {
+            self.0.done(seq);
+        }
+    }
+}
+
+/// An upstream transport whose progress and log notifications are counted as they arrive.
+pub struct Counted<T> {
+    inner: T,
+    routes: Arc<Routes>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let mut message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(JsonRpcNotification { notification, .. }) = &mut message
+            && matches!(
+                notification,
+                ServerNotification::ProgressNotification(_) | ServerNotification::LoggingMessageNotification(_)
+            )
+        {
+            let seq = self.routes.dispatch.received();
+            notification.extensions_mut().insert(seq);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 #[derive(Default)]
 struct RouteTable {
     calls: HashMap<ProgressToken, Downstream>,
+    /// Calls being sent: their progress token is not known yet.
+    announced: Vec<(u64, Downstream)>,
+    next_announcement: u64,
+    early: EarlyProgress,
     finished: std::collections::VecDeque<(Instant, Downstream)>,
+}
+
+/// Progress notifications that came before their call was routed, for [`LOG_LINGER`] at most.
+#[derive(Default)]
+struct EarlyProgress(std::collections::VecDeque<(Instant, ProgressNotificationParam)>);
+
+impl EarlyProgress {
+    fn prune(&mut self, now: Instant) {
+        while self.0.front().is_some_and(|(at, _)| now.duration_since(*at) > LOG_LINGER) {
+            self.0.pop_front();
+        }
+    }
+
+    fn hold(&mut self, now: Instant, params: ProgressNotificationParam) {
+        self.prune(now);
+        if self.0.len() < MAX_EARLY {
+            self.0.push_back((now, params));
+        }
+    }
+
+    /// The held notifications for `token`, in the order they came.
+    fn take(&mut self, now: Instant, token: &ProgressToken) -> Vec<ProgressNotificationParam> {
+        self.prune(now);
+        let (mine, others): (Vec<_>, Vec<_>) = self.0.drain(..).partition(|(_, p)| &p.progress_token == token);
+        self.0.extend(others);
+        mine.into_iter().map(|(_, p)| p).collect()
+    }
 }
 
 impl Routes {
@@ -123,8 +291,26 @@ impl Routes {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn progress_target(&self, token: &ProgressToken) -> Option<Downstream> {
-        self.lock().calls.get(token).cloned()
+    /// Where progress for `token` goes; `None` (and held, if a call is being sent) when no
+    /// routed call has it.
+    fn progress_target(&self, params: &ProgressNotificationParam) -> Option<Downstream> {
+        let mut table = self.lock();
+        if let Some(target) = table.calls.get(&params.progress_token) {
+            return Some(target.clone());
+        }
+        if !table.announced.is_empty() {
+            table.early.hold(Instant::now(), params.clone());
+        }
+        None
+    }
+
+    /// Announces a call about to be sent; the guard retires it however the call ends.
+    fn announce(&self, downstream: Downstream) -> RouteGuard<'_> {
+        let mut table = self.lock();
+        let id = table.next_announcement;
+        table.next_announcement += 1;
+        table.announced.push((id, downstream));
+        RouteGuard { routes: self, slot: Slot::Announced(id) }
     }
 
     /// The one session every in-flight (or just finished) call belongs to, if there is one.
@@ -134,24 +320,70 @@ impl Routes {
         while table.finished.front().is_some_and(|(at, _)| now.duration_since(*at) > LOG_LINGER) {
             table.finished.pop_front();
         }
-        let mut owners = table.calls.values().chain(table.finished.iter().map(|(_, d)| d));
+        let mut owners = table
+            .calls
+            .values()
+            .chain(table.announced.iter().map(|(_, d)| d))
+            .chain(table.finished.iter().map(|(_, d)| d));
         let first = owners.next()?;
         owners.all(|d| d.owner == first.owner).then(|| first.peer.clone())
     }
 }
 
-/// Retires a call's route when the call ends, however it ends.
+enum Slot {
+    Announced(u64),
+    Routed(ProgressToken),
+}
+
+/// A call's place in the route table: announced, then routed; retired when the call ends,
+/// however it ends.
 struct RouteGuard<'a> {
     routes: &'a Routes,
-    token: ProgressToken,
+    slot: Slot,
+}
+
+impl RouteGuard<'_> {
+    /// Routes the announced call by its progress token; returns the progress that came for it
+    /// before.
+    fn route(&mut self, token: &ProgressToken) -> (Option<Downstream>, Vec<ProgressNotificationParam>) {
+        let Slot::Announced(id) = self.slot else {
+            return (None, Vec::new());
+        };
+        let mut table = self.routes.lock();
+        let Some(at) = table.announced.iter().position(|(i, _)| *i == id) else {
+            return (None, Vec::new());
+        };
+        let (_, downstream) = table.announced.swap_remove(at);
+        table.calls.insert(token.clone(), downstream.clone());
+        self.slot = Slot::Routed(token.clone());
+        let early = table.early.take(Instant::now(), token);
+        (Some(downstream), early)
+    }
 }
 
 impl Drop for RouteGuard<'_> {
     fn drop(&mut self) {
         let mut table = self.routes.lock();
-        if let Some(done) = table.calls.remove(&self.token) {
+        let done = match &self.slot {
+            Slot::Announced(id) => {
+                table.announced.iter().position(|(i, _)| i == id).map(|at| table.announced.swap_remove(at).1)
+            }
+            Slot::Routed(token) => table.calls.remove(token),
+        };
+        if let Some(done) = done {
             table.finished.push_back((Instant::now(), done));
         }
+    }
+}
+
+/// Sends `params` to the calling session under its own progress token, if it asked for progress.
+async fn forward_progress(server: &str, target: Downstream, mut params: ProgressNotificationParam) {
+    let Downstream { peer, progress: Some(token), .. } = target else {
+        return;
+    };
+    params.progress_token = token;
+    if let Err(e) = peer.notify_progress(params).await {
+        tracing::debug!(%server, error = %e, "progress not delivered");
     }
 }
 
@@ -163,20 +395,26 @@ pub struct ProxyClient {
     server: String,
 }
 
+impl ProxyClient {
+    /// `transport`, with this connection's progress and log notifications counted.
+    pub fn counted<T: Transport<RoleClient>>(&self, transport: T) -> Counted<T> {
+        Counted { inner: transport, routes: Arc::clone(&self.routes) }
+    }
+
+    fn handled(&self, context: &NotificationContext<RoleClient>) -> Handled<'_> {
+        Handled(&self.routes.dispatch, context.extensions.get::<Seq>().copied())
+    }
+}
+
 impl ClientHandler for ProxyClient {
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(ClientCapabilities::default(), Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
     }
 
-    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        let target = self.routes.progress_target(&params.progress_token);
-        let Some(Downstream { peer, progress: Some(token), .. }) = target else {
-            return;
-        };
-        let mut forwarded = params;
-        forwarded.progress_token = token;
-        if let Err(e) = peer.notify_progress(forwarded).await {
-            tracing::debug!(server = %self.server, error = %e, "progress not delivered");
+    async fn on_progress(&self, params: ProgressNotificationParam, context: NotificationContext<RoleClient>) {
+        let _handled = self.handled(&context);
+        if let Some(target) = self.routes.progress_target(&params) {
+            forward_progress(&self.server, target, params).await;
         }
     }
 
@@ -190,8 +428,9 @@ impl ClientHandler for ProxyClient {
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        let _handled = self.handled(&context);
         match self.routes.single_owner() {
             Some(peer) => {
                 if let Err(e) = peer.notify_logging_message(params).await {
@@ -537,12 +776,21 @@ impl Upstreams {
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
+        // Announced before it is sent: whatever the upstream sends back at once finds its caller.
+        let mut route = connection.routes.announce(downstream);
         let handle = peer.send_request_with_option(request, options).await.map_err(unavailable)?;
-        connection.routes.lock().calls.insert(handle.progress_token.clone(), downstream);
-        let _route = RouteGuard { routes: &connection.routes, token: handle.progress_token.clone() };
+        if let (Some(target), early) = route.route(&handle.progress_token) {
+            for params in early {
+                forward_progress(connection.server().as_str(), target.clone(), params).await;
+            }
+        }
         let (id, upstream) = (handle.id.clone(), handle.peer.clone());
         let answer = tokio::select! {
-            answer = handle.await_response() => answer,
+            answer = handle.await_response() => {
+                // What the upstream sent before its answer reaches the caller before the answer.
+                connection.routes.dispatch.settle(connection.routes.dispatch.horizon()).await;
+                answer
+            }
             () = cancelled.cancelled() => {
                 let notification = CancelledNotification::new(CancelledNotificationParam::new(
                     Some(id),
@@ -653,6 +901,59 @@ fn resolve_declaration(server: &str, declaration: &str, executor: &Executor) -> 
     declared
         .resolve(&executor.placement(), executor.env())
         .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+}
+
+#[cfg(test)]
+mod early_progress_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_waits_for_the_notifications_before_it_and_only_those() {
+        let dispatch = Arc::new(Dispatch::default());
+        let (first, second) = (dispatch.received(), dispatch.received());
+        let horizon = dispatch.horizon();
+        let later = dispatch.received();
+        let waiting = {
+            let dispatch = Arc::clone(&dispatch);
+            tokio::spawn(async move { dispatch.settle(horizon).await })
+        };
+        dispatch.done(first);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "one notification before the answer is still being handled");
+        dispatch.done(second);
+        let started = Instant::now();
+        waiting.await.unwrap();
+        assert!(started.elapsed() < SETTLE_BOUND / 2, "settled once both were handled, not at the bound");
+        let _ = later; // after the answer: not waited for
+
+        // One whose handler never runs holds an answer back for SETTLE_BOUND at most.
+        let _lost = dispatch.received();
+        let started = Instant::now();
+        dispatch.settle(dispatch.horizon()).await;
+        assert!(started.elapsed() >= SETTLE_BOUND && started.elapsed() < SETTLE_BOUND * 3);
+    }
+
+    fn progress(token: u32, step: f64) -> ProgressNotificationParam {
+        ProgressNotificationParam::new(ProgressToken(rmcp::model::NumberOrString::Number(token.into())), step)
+    }
+
+    #[test]
+    fn held_progress_is_handed_to_its_own_call_in_order_and_expires() {
+        let mut early = EarlyProgress::default();
+        let now = Instant::now();
+        early.hold(now, progress(1, 1.0));
+        early.hold(now, progress(2, 1.0));
+        early.hold(now, progress(1, 2.0));
+        let mine = early.take(now, &progress(1, 0.0).progress_token);
+        assert_eq!(mine.iter().map(|p| p.progress).collect::<Vec<_>>(), [1.0, 2.0], "its own, in order");
+        assert!(early.take(now, &progress(1, 0.0).progress_token).is_empty(), "handed over once");
+        let later = now + LOG_LINGER + Duration::from_millis(1);
+        assert!(early.take(later, &progress(2, 0.0).progress_token).is_empty(), "unclaimed progress expires");
+        for i in 0..(MAX_EARLY as u32 + 10) {
+            early.hold(later, progress(i, 1.0));
+        }
+        assert_eq!(early.0.len(), MAX_EARLY, "bounded");
+    }
 }
 
 #[cfg(test)]
