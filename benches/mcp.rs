@@ -31,7 +31,7 @@ use scopegate::config::{Config, DEFAULT_TOML};
 use scopegate::store::demo;
 use serde::Serialize;
 use sqlx::{AnyPool, Connection, Row};
-use support::{Target, close, connect_all, run};
+use support::{Target, close, connect_all};
 
 /// The bare server: the same read (acme's flocks, by name), no auth, identity or audit.
 #[derive(Clone)]
@@ -175,7 +175,7 @@ async fn main() {
                 targets.push(Target::new("scopegate", peers, "list_flocks", JsonObject::new()));
             }
             for target in &targets {
-                run(&target.peers, target.tool, &target.args, Duration::from_millis(500)).await;
+                target.warm_up().await;
             }
             // The servers take turns, so a change in the machine's load falls on both.
             for _ in 0..rounds {

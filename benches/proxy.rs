@@ -35,7 +35,7 @@ use scopegate::model::Role;
 use scopegate::store::{demo, entities};
 use serde_json::json;
 use sqlx::Connection;
-use support::{Row, Target, close, connect, connect_all, run};
+use support::{Row, Target, close, connect, connect_all};
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -214,7 +214,7 @@ async fn main() {
             let slice = Duration::from_secs_f64(secs / rounds as f64);
             let targets = on_clients(&clients_rt, async move {
                 for target in &targets {
-                    run(&target.peers, target.tool, &target.args, Duration::from_millis(500)).await;
+                    target.warm_up().await;
                 }
                 for _ in 0..rounds {
                     for target in &mut targets {

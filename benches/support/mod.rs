@@ -108,6 +108,11 @@ impl Target {
         Self { name, peers, tool, args, lat: Vec::new(), secs: 0.0 }
     }
 
+    /// Calls for half a second, not counted.
+    pub async fn warm_up(&self) {
+        run(&self.peers, self.tool, &self.args, Duration::from_millis(500)).await;
+    }
+
     /// Calls for `dur`, counted.
     pub async fn measure(&mut self, dur: Duration) {
         let started = Instant::now();

@@ -343,21 +343,19 @@ struct RouteGuard<'a> {
 }
 
 impl RouteGuard<'_> {
-    /// Routes the announced call by its progress token; returns the progress that came for it
-    /// before.
-    fn route(&mut self, token: &ProgressToken) -> (Option<Downstream>, Vec<ProgressNotificationParam>) {
+    /// Routes the announced call by its progress token; returns its caller and the progress
+    /// that came for it before.
+    fn route(&mut self, token: &ProgressToken) -> Option<(Downstream, Vec<ProgressNotificationParam>)> {
         let Slot::Announced(id) = self.slot else {
-            return (None, Vec::new());
+            return None;
         };
         let mut table = self.routes.lock();
-        let Some(at) = table.announced.iter().position(|(i, _)| *i == id) else {
-            return (None, Vec::new());
-        };
+        let at = table.announced.iter().position(|(i, _)| *i == id)?;
         let (_, downstream) = table.announced.swap_remove(at);
         table.calls.insert(token.clone(), downstream.clone());
         self.slot = Slot::Routed(token.clone());
         let early = table.early.take(Instant::now(), token);
-        (Some(downstream), early)
+        Some((downstream, early))
     }
 }
 
@@ -779,7 +777,7 @@ impl Upstreams {
         // Announced before it is sent: whatever the upstream sends back at once finds its caller.
         let mut route = connection.routes.announce(downstream);
         let handle = peer.send_request_with_option(request, options).await.map_err(unavailable)?;
-        if let (Some(target), early) = route.route(&handle.progress_token) {
+        if let Some((target, early)) = route.route(&handle.progress_token) {
             for params in early {
                 forward_progress(connection.server().as_str(), target.clone(), params).await;
             }
@@ -904,7 +902,7 @@ fn resolve_declaration(server: &str, declaration: &str, executor: &Executor) -> 
 }
 
 #[cfg(test)]
-mod early_progress_tests {
+mod tests {
     use super::*;
 
     #[tokio::test]
@@ -954,11 +952,6 @@ mod early_progress_tests {
         }
         assert_eq!(early.0.len(), MAX_EARLY, "bounded");
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     fn tool(name: &str) -> Tool {
         Tool::new(name.to_owned(), "t", Arc::new(JsonObject::new()))
