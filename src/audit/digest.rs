@@ -84,6 +84,9 @@ struct ChainBody<'a> {
     action: &'a str,
     args_digest: &'a Option<String>,
     args_raw: &'a Option<String>,
+    // Absent when 1, so the events written before the member existed hash as they did.
+    #[serde(skip_serializing_if = "is_one")]
+    calls: i64,
     client_name: &'a Option<String>,
     client_version: &'a Option<String>,
     duration_us: i64,
@@ -100,6 +103,10 @@ struct ChainBody<'a> {
     user_id: UserId,
 }
 
+fn is_one(n: &i64) -> bool {
+    *n == 1
+}
+
 /// The hash of one chain link: over the predecessor's hash, the sequence number and
 /// every stored field of the event.
 pub fn chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
@@ -107,6 +114,7 @@ pub fn chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
         action: &event.action,
         args_digest: &event.args_digest,
         args_raw: &event.args_raw,
+        calls: event.calls,
         client_name: &event.client_name,
         client_version: &event.client_version,
         duration_us: event.duration_us,
@@ -167,7 +175,7 @@ mod tests {
     }
 
     fn reference_chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "prev_hash": prev_hash,
             "seq": seq,
             "id": event.id,
@@ -186,6 +194,9 @@ mod tests {
             "error_class": event.error_class,
             "duration_us": event.duration_us,
         });
+        if event.calls != 1 {
+            body["calls"] = event.calls.into();
+        }
         let digest = Sha256::digest(reference_canonical(&body).as_bytes());
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -229,6 +240,7 @@ mod tests {
             outcome in prop_oneof![Just(Outcome::Ok), Just(Outcome::Denied), Just(Outcome::Failed)],
             action in any::<String>(),
             texts in (text(), text(), text(), text(), text(), text(), text(), text()),
+            calls in prop_oneof![Just(1i64), any::<i64>()],
         ) {
             let (session_id, request_id, client_name, client_version, tool, args_digest, args_raw, error_class) = texts;
             let event = AuditEvent {
@@ -247,6 +259,7 @@ mod tests {
                 outcome,
                 error_class,
                 duration_us: times.1,
+                calls,
             };
             prop_assert_eq!(chain_hash(&prev, seq, &event), reference_chain_hash(&prev, seq, &event));
         }

@@ -10,6 +10,7 @@
 //! then reloads the head and retries.
 
 pub mod digest;
+pub(crate) mod refusal;
 pub mod verify;
 mod writer;
 
@@ -66,6 +67,9 @@ pub struct AuditEvent {
     pub outcome: Outcome,
     pub error_class: Option<String>,
     pub duration_us: i64,
+    /// How many calls the event stands for: 1, except for an aggregated refusal (calls
+    /// refused by the rate limiter in one window, see [`refusal`]).
+    pub calls: i64,
 }
 
 /// The newest event of a tenant's chain.
@@ -123,7 +127,7 @@ pub(crate) fn link<'a>(head: Option<&Head>, event: &'a AuditEvent) -> Link<'a> {
     Link { event, seq, prev_hash, hash }
 }
 
-const COLUMNS: usize = 18;
+const COLUMNS: usize = 19;
 
 /// Inserts `links` with ONE statement (atomic by itself, one round trip).
 pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -> Result<(), StoreError> {
@@ -133,7 +137,7 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
     let mut sql = String::from(
         "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
          client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
-         duration_us, prev_hash, hash) VALUES ",
+         duration_us, calls, prev_hash, hash) VALUES ",
     );
     for i in 0..links.len() {
         sql.push_str(if i == 0 { "(" } else { ", (" });
@@ -167,6 +171,7 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
             .bind(e.outcome.as_str())
             .bind(e.error_class.clone())
             .bind(e.duration_us)
+            .bind(e.calls)
             .bind(l.prev_hash.clone())
             .bind(l.hash.clone());
     }
@@ -220,18 +225,19 @@ impl CallAudit {
         args_digest: String,
         args_raw: Option<String>,
     ) -> Self {
+        // Everything the caller chose is stored in its safe rendering (no U+0000, bounded).
         let (client_name, client_version) = match client {
-            Some((n, v)) => (Some(n), Some(v)),
+            Some((n, v)) => (Some(refusal::safe_text(&n)), Some(refusal::safe_text(&v))),
             None => (None, None),
         };
         Self {
             tenant,
             user,
-            session_id,
-            request_id,
+            session_id: session_id.as_deref().map(refusal::safe_text),
+            request_id: request_id.as_deref().map(refusal::safe_text),
             client_name,
             client_version,
-            tool,
+            tool: refusal::safe_text(&tool),
             args_digest,
             args_raw,
             started: Instant::now(),
@@ -256,6 +262,7 @@ impl CallAudit {
             outcome,
             error_class: error_class.map(str::to_owned),
             duration_us: self.started.elapsed().as_micros() as i64,
+            calls: 1,
         }
     }
 

@@ -41,7 +41,7 @@ pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, S
         let rows = sqlx::query(
             "SELECT id, tenant_id, seq, occurred_at, user_id, session_id, request_id, client_name, \
              client_version, action, tool, args_digest, args_raw, outcome, error_class, duration_us, \
-             prev_hash, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq",
+             calls, prev_hash, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq",
         )
         .bind(&tenant_id)
         .fetch_all(&mut *tx)
@@ -100,5 +100,6 @@ fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {
         outcome,
         error_class: row.try_get("error_class")?,
         duration_us: row.try_get("duration_us")?,
+        calls: row.try_get("calls")?,
     })
 }

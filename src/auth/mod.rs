@@ -99,6 +99,8 @@ pub struct Authenticator {
     /// algorithm).
     validations: Vec<Validation>,
     tenant_claim: String,
+    /// `auth.leeway_secs`: a token is honoured until the instant `exp` plus this.
+    leeway_secs: i64,
 }
 
 /// Every algorithm a configured key can verify: HS256 with the development secret, the
@@ -162,7 +164,8 @@ impl Authenticator {
                 validation
             })
             .collect();
-        Ok(Self { hs256, jwks, validations, tenant_claim: a.tenant_claim.clone() })
+        let leeway_secs = i64::try_from(a.leeway_secs).unwrap_or(i64::MAX);
+        Ok(Self { hs256, jwks, validations, tenant_claim: a.tenant_claim.clone(), leeway_secs })
     }
 
     /// The validation accepting exactly `alg`.
@@ -208,8 +211,19 @@ impl Authenticator {
         if subject.is_empty() {
             return Err(AuthError::Claims);
         }
+        // One rule for requests and streams: honoured until the instant exp + leeway (the
+        // library's whole-second comparison would honour the token for up to a second more
+        // than the streams it opened live).
+        if crate::store::now_millis() >= honoured_until_ms(expires_at, self.leeway_secs) {
+            return Err(AuthError::Expired);
+        }
         Ok(Claims { subject, tenant, expires_at, issuer })
     }
+}
+
+/// The instant (Unix milliseconds) from which a token with `exp` is no longer honoured.
+pub(crate) fn honoured_until_ms(expires_at: i64, leeway_secs: i64) -> i64 {
+    expires_at.saturating_add(leeway_secs).saturating_mul(1000)
 }
 
 fn map_jwt_error(e: jsonwebtoken::errors::Error) -> AuthError {

@@ -1,5 +1,7 @@
 //! Rate limits: a token bucket per tenant and one per user, checked after identity
-//! resolution. Over the limit: 429 with `Retry-After`, and nothing runs.
+//! resolution. Over the limit: 429 with `Retry-After`, and nothing runs. A refused
+//! `tools/call` is audited (denied, `rate_limited`), gathered per user and window so that a
+//! flood does not turn into as many writes (see [`RateLimitAudit`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,8 +13,10 @@ use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
 use super::error::json_error;
+use crate::audit::refusal::RateLimitAudit;
 use crate::config::LimitsConfig;
 use crate::identity::request_principal;
+use crate::mcp::Inspection;
 use crate::store::{TenantId, UserId};
 use crate::telemetry::metrics;
 
@@ -27,6 +31,7 @@ pub(crate) struct RateLimiter {
     config: LimitsConfig,
     tenants: Mutex<HashMap<TenantId, Bucket>>,
     users: Mutex<HashMap<(TenantId, UserId), Bucket>>,
+    audit: Arc<RateLimitAudit>,
 }
 
 /// Takes one token from `bucket` (refilled at `rate` per second up to `burst`), or says how
@@ -63,8 +68,8 @@ fn check<K: std::hash::Hash + Eq>(
 }
 
 impl RateLimiter {
-    pub fn new(config: LimitsConfig) -> Self {
-        Self { config, tenants: Mutex::default(), users: Mutex::default() }
+    pub fn new(config: LimitsConfig, audit: Arc<RateLimitAudit>) -> Self {
+        Self { config, tenants: Mutex::default(), users: Mutex::default(), audit }
     }
 
     fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
@@ -80,6 +85,12 @@ pub(crate) async fn limit(State(limiter): State<Arc<RateLimiter>>, request: Requ
         && let Err((which, wait)) = limiter.admit(principal.tenant, principal.user)
     {
         metrics::denial(if which == "user" { "rate_limited_user" } else { "rate_limited_tenant" });
+        if let Some(inspection) = request.extensions().get::<Inspection>()
+            && inspection.method() == Some("tools/call")
+        {
+            let request_id = inspection.request_id().map(crate::mcp::id_text);
+            limiter.audit.refused(principal, inspection.name(), request_id);
+        }
         let mut response = json_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many requests; retry later");
         let secs = wait.ceil().max(1.0) as u64;
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {

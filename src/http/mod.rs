@@ -267,7 +267,8 @@ where
     M::Future: Send + 'static,
 {
     let server = &state.config.server;
-    let limiter = Arc::new(limits::RateLimiter::new(state.config.limits.clone()));
+    let refusals = crate::audit::refusal::RateLimitAudit::start(state.audit.clone(), state.shutdown.clone());
+    let limiter = Arc::new(limits::RateLimiter::new(state.config.limits.clone(), refusals));
     let gate = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(Arc::clone(&state.gate), authenticate))
         .layer(middleware::from_fn_with_state(limiter, limits::limit));

@@ -1,8 +1,11 @@
-//! Session binding: which principal (tenant + user) created each MCP session.
-//! A session id presented by anyone else is treated as unknown.
+//! Session binding: which principal (tenant + user) created each MCP session, and which
+//! request ids each session has in flight. A session id presented by anyone else is treated
+//! as unknown.
 
-use std::collections::HashMap;
-use std::sync::RwLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rmcp::model::RequestId;
 
 use crate::store::{TenantId, UserId};
 
@@ -17,6 +20,22 @@ pub struct Principal {
 #[derive(Debug, Default)]
 pub struct SessionRegistry {
     sessions: RwLock<HashMap<String, Principal>>,
+    /// (session id, request id) of every request whose answer is still being sent.
+    in_flight: Mutex<HashSet<(String, RequestId)>>,
+}
+
+/// A request id held in flight for its session; released when dropped (the answer was sent,
+/// or the client went away).
+#[derive(Debug)]
+pub struct InFlight {
+    registry: Arc<SessionRegistry>,
+    key: (String, RequestId),
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.registry.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+    }
 }
 
 impl SessionRegistry {
@@ -39,6 +58,15 @@ impl SessionRegistry {
 
     pub fn principal(&self, session_id: &str) -> Option<Principal> {
         self.sessions.read().unwrap_or_else(|p| p.into_inner()).get(session_id).copied()
+    }
+
+    /// Holds `request` in flight for `session_id`, or `None` when a request with that id is
+    /// in flight there already (JSON-RPC ids must be unique among a session's pending
+    /// requests: a second one would run and never get its answer).
+    pub fn begin_request(self: &Arc<Self>, session_id: &str, request: &RequestId) -> Option<InFlight> {
+        let key = (session_id.to_owned(), request.clone());
+        let fresh = self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+        fresh.then(|| InFlight { registry: Arc::clone(self), key })
     }
 
     pub fn unbind(&self, session_id: &str) {

@@ -21,7 +21,7 @@ use tower::{Service, ServiceBuilder};
 
 use crate::http::AppState;
 use crate::upstream::runtime::Upstreams;
-pub(crate) use jsonrpc::Inspection;
+pub(crate) use jsonrpc::{Inspection, id_text};
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
@@ -69,7 +69,11 @@ pub(crate) fn service(
         Arc::clone(&manager),
         mcp_config,
     ));
-    let binding = Arc::new(session::Binding { sessions: Arc::clone(&state.sessions), audit: state.audit.clone() });
+    let binding = Arc::new(session::Binding {
+        sessions: Arc::clone(&state.sessions),
+        audit: state.audit.clone(),
+        leeway_secs: i64::try_from(config.auth.leeway_secs).unwrap_or(i64::MAX),
+    });
     session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
     // (configuration and all) by every layer, on every request.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ConstString, CustomRequest, CustomResult, ErrorCode, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -83,6 +84,33 @@ impl GatewayServer {
         Ok(CallToolResponse::Complete(result))
     }
 }
+
+/// The MCP request methods the transport parses into typed requests. One of them arriving
+/// as a custom request means its `params` did not fit: invalid params (-32602), not an
+/// unknown method (-32601).
+const TYPED_METHODS: &[&str] = &[
+    rmcp::model::InitializeResultMethod::VALUE,
+    rmcp::model::DiscoverRequestMethod::VALUE,
+    rmcp::model::PingRequestMethod::VALUE,
+    rmcp::model::CompleteRequestMethod::VALUE,
+    rmcp::model::SetLevelRequestMethod::VALUE,
+    rmcp::model::GetPromptRequestMethod::VALUE,
+    rmcp::model::ListPromptsRequestMethod::VALUE,
+    rmcp::model::ListResourcesRequestMethod::VALUE,
+    rmcp::model::ListResourceTemplatesRequestMethod::VALUE,
+    rmcp::model::ReadResourceRequestMethod::VALUE,
+    rmcp::model::SubscriptionsListenRequestMethod::VALUE,
+    rmcp::model::SubscribeRequestMethod::VALUE,
+    rmcp::model::UnsubscribeRequestMethod::VALUE,
+    rmcp::model::CallToolRequestMethod::VALUE,
+    rmcp::model::ListToolsRequestMethod::VALUE,
+    rmcp::model::GetTaskMethod::VALUE,
+    rmcp::model::UpdateTaskMethod::VALUE,
+    rmcp::model::CancelTaskMethod::VALUE,
+    rmcp::model::ListSkillsRequestMethod::VALUE,
+    rmcp::model::GetSkillRequestMethod::VALUE,
+    rmcp::model::ReadResourceDirectoryRequestMethod::VALUE,
+];
 
 /// Whether `roles` may use `tool`: the one decision behind listing and calling.
 pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool {
@@ -212,6 +240,33 @@ impl ServerHandler for GatewayServer {
         Ok(ListPromptsResult::with_all_items(Vec::new()))
     }
 
+    /// A request the transport could not type. A known method here had `params` that do not
+    /// fit it: -32602 with what is wrong (a malformed `tools/call` is audited as a failed call
+    /// of the tool it names). Anything else is an unknown method.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let CustomRequest { method, params, .. } = request;
+        if !TYPED_METHODS.contains(&method.as_str()) {
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
+        }
+        let params = params.unwrap_or(serde_json::Value::Null);
+        let detail = if method == rmcp::model::CallToolRequestMethod::VALUE {
+            let detail = serde_json::from_value::<CallToolRequestParams>(params.clone())
+                .err()
+                .map_or_else(|| "does not fit the method".to_owned(), |e| e.to_string());
+            let tool = params.get("name").and_then(serde_json::Value::as_str).unwrap_or("(invalid)");
+            self.audit_malformed_call(&context, tool).await?;
+            detail
+        } else {
+            "does not fit the method".to_owned()
+        };
+        metrics::denial("invalid_params");
+        Err(ErrorData::invalid_params(format!("Invalid params for {method}: {detail}"), None))
+    }
+
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
         self.shared.tools.get(name)
     }
@@ -311,6 +366,29 @@ impl ServerHandler for GatewayServer {
             return Err(ErrorData::internal_error("internal error", None));
         }
         result
+    }
+}
+
+impl GatewayServer {
+    /// Audits a `tools/call` whose params were malformed (it never reached `call_tool`), as a
+    /// failed call of `tool`. Fails closed like every audited call.
+    async fn audit_malformed_call(&self, context: &RequestContext<RoleServer>, tool: &str) -> Result<(), ErrorData> {
+        let ctx = context_for(context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let call = CallAudit::new(
+            ctx.tenant_id(),
+            ctx.user_id(),
+            ctx.session_id().map(str::to_owned),
+            Some(request_id_text(ctx.request_id())),
+            client_of(context, ctx.session_id()),
+            tool.to_owned(),
+            digest::arguments_digest(None),
+            None,
+        );
+        self.shared.audit.record(call.event(Outcome::Failed, Some("invalid_params"))).await.map_err(|e| {
+            tracing::error!(error = %e, "audit failed; the call fails");
+            metrics::denial("audit_unavailable");
+            ErrorData::internal_error("internal error", None)
+        })
     }
 }
 

@@ -3,6 +3,11 @@
 //! DELETE) is answered as if the session did not exist (404) and nothing runs; the
 //! refusal is audited in the presenter's own tenant (the presenter is authenticated, so
 //! the event can be tied to a tenant; the session's owner is never revealed).
+//!
+//! A request whose JSON-RPC id is already in flight in its session is refused at once with
+//! a JSON-RPC error, before anything runs. A response body (a stream included) ends when
+//! the token that opened it stops being honoured: at `exp` plus the configured leeway, the
+//! same instant the gate starts refusing the token's POSTs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,15 +23,18 @@ use http::{Method, StatusCode};
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use crate::audit::{AuditEvent, AuditWriter, Outcome};
+use super::jsonrpc::{Inspection, error_response, id_text};
+use crate::audit::AuditWriter;
+use crate::audit::refusal::{Refused, refusal_event};
 use crate::http::error::json_error;
-use crate::identity::{SESSION_HEADER, SessionRegistry, request_principal};
-use crate::store::{AuditEventId, now_millis};
+use crate::identity::{InFlight, SESSION_HEADER, SessionRegistry, request_principal};
 use crate::telemetry::metrics;
 
 pub(crate) struct Binding {
     pub sessions: Arc<SessionRegistry>,
     pub audit: AuditWriter,
+    /// `auth.leeway_secs`: a token is honoured until `exp` plus this.
+    pub leeway_secs: i64,
 }
 
 fn no_such_session() -> Response {
@@ -47,24 +55,15 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
             Some(_) => {
                 tracing::warn!(%method, "session presented by another principal; answered as unknown");
                 metrics::denial("session_not_owned");
-                let event = AuditEvent {
-                    id: AuditEventId::generate(),
-                    tenant: principal.tenant,
-                    occurred_at: now_millis(),
-                    user: principal.user,
-                    session_id: None,
-                    request_id: None,
-                    client_name: None,
-                    client_version: None,
-                    action: format!("mcp/session {method}"),
+                let action = format!("mcp/session {method}");
+                let refused = Refused {
+                    action: &action,
                     tool: None,
-                    args_digest: None,
-                    args_raw: None,
-                    outcome: Outcome::Denied,
-                    error_class: Some("session_not_owned".to_owned()),
-                    duration_us: 0,
+                    request_id: None,
+                    session_id: None,
+                    class: "session_not_owned",
                 };
-                if let Err(e) = binding.audit.record(event).await {
+                if let Err(e) = binding.audit.record(refusal_event(principal, refused, 1)).await {
                     tracing::error!(error = %e, "could not audit a refused session");
                 }
                 return no_such_session();
@@ -76,9 +75,43 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
         }
     }
 
+    // A request id already in flight in this session: refused before anything runs.
+    let mut in_flight = None;
+    if let (Some(session), Some(inspection)) = (&presented, request.extensions().get::<Inspection>())
+        && inspection.is_request()
+        && let Some(id) = inspection.request_id()
+    {
+        match binding.sessions.begin_request(session, id) {
+            Some(held) => in_flight = Some(held),
+            None => {
+                metrics::denial("duplicate_request_id");
+                tracing::info!("request id already in flight in its session; refused");
+                if inspection.method() == Some("tools/call") {
+                    let refused = Refused {
+                        action: "tools/call",
+                        tool: inspection.name(),
+                        request_id: Some(id_text(id)),
+                        session_id: Some(session),
+                        class: "duplicate_request_id",
+                    };
+                    if let Err(e) = binding.audit.record(refusal_event(principal, refused, 1)).await {
+                        tracing::error!(error = %e, "could not audit a refused duplicate request");
+                    }
+                }
+                return error_response(
+                    Some(id),
+                    -32600,
+                    "Invalid Request: a request with this id is already in flight in this session",
+                );
+            }
+        }
+    }
+
     let response = next.run(request).await;
-    // A stream outlives no token: it ends when the token that opened it expires.
-    let response = response.map(|body| Body::new(UntilExpiry::new(body, expires_at)));
+    // A stream outlives no token: it ends when the token that opened it stops being honoured.
+    // The request id stays in flight until the answer's body is done (or dropped).
+    let until = crate::auth::honoured_until_ms(expires_at, binding.leeway_secs);
+    let response = response.map(|body| Body::new(UntilExpiry::new(body, until, in_flight)));
 
     match presented {
         Some(session) => {
@@ -101,16 +134,19 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
     response
 }
 
-/// A response body that ends at the token's expiry (long-lived SSE streams included).
+/// A response body that ends when its token stops being honoured (long-lived SSE streams
+/// included), holding its request id in flight while it lasts.
 struct UntilExpiry {
     inner: Body,
     deadline: Pin<Box<tokio::time::Sleep>>,
+    _in_flight: Option<InFlight>,
 }
 
 impl UntilExpiry {
-    fn new(inner: Body, expires_at: i64) -> Self {
-        let left = (expires_at - time::OffsetDateTime::now_utc().unix_timestamp()).max(0) as u64;
-        Self { inner, deadline: Box::pin(tokio::time::sleep(Duration::from_secs(left))) }
+    /// `until`: Unix milliseconds.
+    fn new(inner: Body, until: i64, in_flight: Option<InFlight>) -> Self {
+        let left = until.saturating_sub(crate::store::now_millis()).max(0) as u64;
+        Self { inner, deadline: Box::pin(tokio::time::sleep(Duration::from_millis(left))), _in_flight: in_flight }
     }
 }
 

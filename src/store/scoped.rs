@@ -267,6 +267,13 @@ async fn find_flock_on(
     let Some((scope, ids)) = scope_clause(flocks, "f.id", 3) else {
         return Ok(None);
     };
+    if let FlockKey::Name(name) = key
+        && name.contains('\0')
+    {
+        // Flock names are validated slugs: none holds U+0000, which PostgreSQL's text can't
+        // even hold. Not found, the same answer on both databases.
+        return Ok(None);
+    }
     let column = match key {
         FlockKey::Id(_) => "f.id",
         FlockKey::Name(_) => "f.name",

@@ -10,6 +10,7 @@ mod config;
 mod fixture;
 mod grants;
 mod guards;
+mod hardening;
 mod identity;
 mod mcp;
 mod mcp_http;

@@ -10,7 +10,7 @@ use crate::mcp::{Live, Mode, call, ok};
 use crate::support::*;
 
 /// A test-only tool set registered through the public API, as a SaaS registers its own.
-mod slow_tools {
+pub mod slow_tools {
     use std::time::Duration;
 
     use rmcp::{tool, tool_router};

@@ -1,0 +1,308 @@
+//! Findings of an adversarial run, each pinned: hostile text (U+0000) answered alike on both
+//! databases and audited in a safe rendering; rate-limited calls audited without amplifying a
+//! flood; a request id already in flight refused at once; bodies the transport can't read
+//! answered as JSON-RPC errors; one expiry rule for requests and streams.
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::mcp::{Live, Mode};
+use crate::mcp_http::{INITIALIZED, open_session, post, post_bytes, tool_call};
+use crate::support::*;
+
+async fn rows(live: &Live, sql: &str) -> Vec<(String, Option<String>, Option<String>, Option<String>, i64)> {
+    let mut tx = live.db.begin().await.unwrap();
+    sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned())).fetch_all(&mut *tx).await.unwrap()
+}
+
+async fn chain_ok(live: &Live) {
+    let reports = scopegate::audit::verify::verify(&live.db, None).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
+/// U+0000 in a flock key, a client name, a tool name, a token's `sub` or `tid`: the same clean
+/// answer on both databases, and every call audited with the character rendered as U+FFFD.
+async fn hostile_text(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[]).await;
+    let token = live.token_for("olivia@acme.test");
+
+    // A client whose name holds U+0000: its session works and its calls are audited.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "evil\u{0}client", "version": "1\u{0}"}}})
+    .to_string();
+    let reply = post(&live, &token, None, &init, &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.message);
+    let session = reply.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    assert!(post(&live, &token, Some(&session), INITIALIZED, &[]).await.status.is_success());
+    let whoami = post(&live, &token, Some(&session), &tool_call(2, "whoami", json!({})), &[]).await;
+    assert_eq!(whoami.message["result"]["structuredContent"]["user"], "olivia@acme.test", "{:?}", whoami.message);
+
+    // A flock key holding U+0000 does not exist, on either database (not an internal error).
+    for (id, tool) in [(3, "get_flock"), (4, "query_egg_counts")] {
+        let args = if tool == "get_flock" {
+            json!({"flock": "north\u{0}barn"})
+        } else {
+            json!({"flock": "north\u{0}barn", "from": "2026-01-01", "to": "2026-01-02"})
+        };
+        let reply = post(&live, &token, Some(&session), &tool_call(id, tool, args), &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.message["result"]["isError"], true, "{tool}: {:?}", reply.message);
+        let text = reply.message["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("not found"), "{tool}: {:?}", reply.message);
+    }
+    // A tool name holding U+0000: unknown, and audited.
+    let unknown = post(&live, &token, Some(&session), &tool_call(5, "who\u{0}ami", json!({})), &[]).await;
+    assert_eq!(unknown.message["error"]["message"], "tool not found", "{:?}", unknown.message);
+
+    let events =
+        rows(&live, "SELECT outcome, tool, client_name, client_version, calls FROM audit_events ORDER BY seq").await;
+    assert_eq!(events.len(), 4, "every call audited: {events:?}");
+    for (_, _, name, version, _) in &events {
+        assert_eq!(name.as_deref(), Some("evil\u{FFFD}client"));
+        assert_eq!(version.as_deref(), Some("1\u{FFFD}"));
+    }
+    assert_eq!(events[3].1.as_deref(), Some("who\u{FFFD}ami"));
+    assert_eq!(events[3].0, "denied");
+    chain_ok(&live).await;
+
+    // A validly signed token whose `sub` or `tid` holds U+0000: 403, as any unknown principal.
+    for (tenant, subject) in [("acme", "olivia\u{0}@acme.test"), ("ac\u{0}me", "olivia@acme.test")] {
+        let token = Signer::dev().sign(&claims(&live.config, tenant, subject));
+        let reply = post(&live, &token, None, crate::mcp_http::INIT, &[]).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{tenant:?} {subject:?}: {:?}", reply.message);
+    }
+}
+both_dbs!(hardening_hostile_text, hostile_text);
+
+/// Rate-limited `tools/call` requests are audited (denied, `rate_limited`), a user's flood
+/// gathered into one event per window that counts the calls it stands for.
+async fn rate_limited_calls_are_audited(backend: Backend) {
+    let live = Live::start(
+        backend,
+        Mode::Stateless,
+        &[("limits.user_per_sec", json!(0.2)), ("limits.user_burst", json!(2.0))],
+    )
+    .await;
+    let token = live.token_for("wanda@acme.test");
+    let mut refused = 0;
+    for i in 0..40 {
+        let reply = post(&live, &token, None, &tool_call(i, "whoami", json!({})), &[]).await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+        }
+    }
+    // A refused request that is not a tools/call is not a call: not audited.
+    let list = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}).to_string();
+    assert_eq!(post(&live, &token, None, &list, &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused >= 37, "the burst passes, the rest is refused: {refused}");
+
+    // Windows close after a second; give the writer time to commit.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let counted = loop {
+        let counted = live
+            .count(
+                "SELECT COALESCE(CAST(SUM(calls) AS BIGINT), 0) FROM audit_events WHERE error_class = 'rate_limited'",
+            )
+            .await;
+        if counted >= refused || Instant::now() > deadline {
+            break counted;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(counted, refused, "every refused call is counted in an event");
+    let events = rows(
+        &live,
+        "SELECT outcome, tool, error_class, request_id, calls FROM audit_events \
+         WHERE error_class = 'rate_limited' ORDER BY seq",
+    )
+    .await;
+    // 40 calls in well under a few seconds: a handful of windows, not one write per call.
+    assert!(!events.is_empty() && events.len() <= 5, "{events:?}");
+    for (outcome, tool, _, request_id, _) in &events {
+        assert_eq!((outcome.as_str(), tool.as_deref()), ("denied", Some("whoami")));
+        assert!(request_id.is_some());
+    }
+    let admitted = live.count("SELECT COUNT(*) FROM audit_events WHERE outcome = 'ok'").await;
+    assert_eq!(admitted, 40 - refused);
+    chain_ok(&live).await;
+}
+both_dbs!(hardening_rate_limited_calls_are_audited, rate_limited_calls_are_audited);
+
+/// A second request of a session with an id already in flight there is refused at once with
+/// a JSON-RPC error; nothing of it runs; the id is free again once the first is answered.
+async fn duplicate_request_id(backend: Backend) {
+    use crate::mcp_timeout::slow_tools;
+    let tools = scopegate::mcp::ToolSet::native()
+        .with(slow_tools::Slow, slow_tools::Slow::tool_router(), slow_tools::SPECS)
+        .unwrap();
+    let live = Live::start_with_tools(backend, Mode::Session, &[("mcp.call_timeout_secs", json!(2))], tools).await;
+    let token = live.token_for("olivia@acme.test");
+    let session = open_session(&live, &token).await.unwrap();
+
+    let first = {
+        let (live_url, token, session) = (live.url(), token.clone(), session.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let body = tool_call(7, "slow_report", json!({}));
+            let response = reqwest::Client::new()
+                .post(live_url)
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("mcp-session-id", session)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let text = response.text().await.unwrap();
+            (text, started.elapsed())
+        })
+    };
+    // Wait until the first call is running (its audit event is not written before it ends).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let eggs_before = live.count("SELECT COUNT(*) FROM egg_counts").await;
+    let write = tool_call(
+        7,
+        "record_egg_count",
+        json!({"flock": "north-barn", "day": crate::mcp_http::yesterday(), "eggs": 5}),
+    );
+    let started = Instant::now();
+    let duplicate = post(&live, &token, Some(&session), &write, &[]).await;
+    let waited = started.elapsed();
+    assert_eq!(duplicate.status, StatusCode::BAD_REQUEST, "{:?}", duplicate.message);
+    assert_eq!(duplicate.message["id"], 7);
+    assert_eq!(duplicate.message["error"]["code"], -32600, "{:?}", duplicate.message);
+    assert!(waited < Duration::from_secs(2), "refused at once, not held: {waited:?}");
+    assert_eq!(live.count("SELECT COUNT(*) FROM egg_counts").await, eggs_before, "the duplicate never ran");
+
+    // The first call gets its own answer (the timeout of the slow tool).
+    let (text, _) = tokio::time::timeout(Duration::from_secs(15), first).await.unwrap().unwrap();
+    assert!(text.contains("tool call timed out"), "{text}");
+    // Its id is free again.
+    let again = post(&live, &token, Some(&session), &tool_call(7, "whoami", json!({})), &[]).await;
+    assert_eq!(again.message["result"]["structuredContent"]["user"], "olivia@acme.test", "{:?}", again.message);
+
+    let events =
+        rows(&live, "SELECT outcome, tool, error_class, request_id, calls FROM audit_events ORDER BY seq").await;
+    let classes: Vec<_> = events.iter().map(|e| (e.0.as_str(), e.1.as_deref(), e.2.as_deref())).collect();
+    assert_eq!(
+        classes,
+        [
+            ("denied", Some("record_egg_count"), Some("duplicate_request_id")),
+            ("failed", Some("slow_report"), Some("timeout")),
+            ("ok", Some("whoami"), None),
+        ]
+    );
+    chain_ok(&live).await;
+}
+both_dbs!(hardening_duplicate_request_id, duplicate_request_id);
+
+/// Bodies that pass the envelope check but that the transport can't read, and `tools/call`
+/// requests whose params don't fit: JSON-RPC errors with the right code, nothing run.
+async fn error_shapes(backend: Backend, mode: Mode) {
+    let live = Live::start(backend, mode, &[]).await;
+    let token = live.token_for("olivia@acme.test");
+    let session = open_session(&live, &token).await;
+    let s = session.as_deref();
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"whoami","arguments":{{"a":{}{}}}}}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let bodies: Vec<(Vec<u8>, i64, Value, &str)> = vec![
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"whoami\",\"arguments\":{\"a\":\"\xff\"}}}".to_vec(),
+            -32700,
+            Value::Null,
+            "invalid UTF-8",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami","arguments":{"a":"\ud800"}}}"#.to_vec(),
+            -32700,
+            Value::Null,
+            "a lone surrogate",
+        ),
+        (deep.into_bytes(), -32700, Value::Null, "100,000 nested arrays"),
+        (br#"{"jsonrpc":"2.0","id":4,"method":42}"#.to_vec(), -32600, Value::Null, "a numeric method"),
+        (br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}"#.to_vec(), -32602, json!(5), "no name"),
+        (
+            br#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":42}}"#.to_vec(),
+            -32602,
+            json!(6),
+            "a numeric name",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"whoami","arguments":[1]}}"#.to_vec(),
+            -32602,
+            json!(7),
+            "arguments not an object",
+        ),
+        (br#"{"jsonrpc":"2.0","id":8,"method":"no/such/method"}"#.to_vec(), -32601, json!(8), "an unknown method"),
+    ];
+    for (body, code, id, why) in bodies {
+        let reply = post_bytes(&live, &token, s, body, &[]).await;
+        assert_ne!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{why}");
+        assert_eq!(reply.message["jsonrpc"], "2.0", "{why}: a JSON-RPC answer: {:?}", reply.message);
+        assert_eq!(reply.message["error"]["code"], code, "{why}: {:?}", reply.message);
+        assert_eq!(reply.message["id"], id, "{why}: {:?}", reply.message);
+    }
+    // The malformed tools/call requests never ran a tool, and each is audited as a failed call.
+    let events =
+        rows(&live, "SELECT outcome, tool, error_class, request_id, calls FROM audit_events ORDER BY seq").await;
+    let seen: Vec<_> = events.iter().map(|e| (e.0.as_str(), e.1.as_deref(), e.2.as_deref(), e.3.as_deref())).collect();
+    assert_eq!(
+        seen,
+        [
+            ("failed", Some("(invalid)"), Some("invalid_params"), Some("5")),
+            ("failed", Some("(invalid)"), Some("invalid_params"), Some("6")),
+            ("failed", Some("whoami"), Some("invalid_params"), Some("7")),
+        ]
+    );
+    chain_ok(&live).await;
+}
+all_modes!(hardening_error_shapes, error_shapes);
+
+/// One rule: a token is honoured until the instant `exp` + `auth.leeway_secs`. Its POSTs are
+/// accepted until then and refused from then on, and a stream it opened lives exactly as long.
+async fn one_expiry_rule(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[("auth.leeway_secs", json!(2))]).await;
+    let mut c = claims(&live.config, "acme", "olivia@acme.test");
+    let exp = now() + 2;
+    c["exp"] = json!(exp);
+    let token = Signer::dev().sign(&c);
+    let honoured_until = std::time::UNIX_EPOCH + Duration::from_secs((exp + 2) as u64);
+    let session = open_session(&live, &token).await.unwrap();
+    let stream = reqwest::Client::new()
+        .get(live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let stream = tokio::spawn(async move {
+        let _ = stream.bytes().await;
+        std::time::SystemTime::now()
+    });
+
+    // Past `exp`, inside the leeway: accepted, and the stream is still open.
+    let inside = honoured_until - Duration::from_millis(900);
+    tokio::time::sleep(inside.duration_since(std::time::SystemTime::now()).unwrap_or_default()).await;
+    let accepted = post(&live, &token, Some(&session), &tool_call(2, "whoami", json!({})), &[]).await;
+    assert_eq!(accepted.status, StatusCode::OK, "inside the leeway: {:?}", accepted.message);
+    assert!(!stream.is_finished(), "the stream ended before its token stopped being honoured");
+
+    let ended =
+        tokio::time::timeout(Duration::from_secs(10), stream).await.expect("the stream outlived its token").unwrap();
+    assert!(ended + Duration::from_millis(50) >= honoured_until, "the stream ended early");
+    // From the instant the stream ended, the token's POSTs are refused.
+    let refused = post(&live, &token, Some(&session), &tool_call(3, "whoami", json!({})), &[]).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+}
+both_dbs!(hardening_one_expiry_rule, one_expiry_rule);
