@@ -50,6 +50,9 @@ pub struct AuditEntry {
     pub outcome: String,
     pub error_class: Option<String>,
     pub duration_us: i64,
+    /// How many calls the event stands for (more than 1 only for rate-limited calls gathered
+    /// into one event).
+    pub calls: i64,
 }
 
 /// How a tool names a flock: by id (a UUID) or by name.
@@ -230,7 +233,7 @@ impl<'a> ScopedStore<'a> {
     pub async fn recent_audit_events(&self, limit: i64) -> Result<Vec<AuditEntry>, StoreError> {
         let rows = sqlx::query(
             "SELECT a.seq, a.occurred_at, COALESCE(u.subject, '') AS subject, a.tool, a.outcome, \
-             a.error_class, a.duration_us FROM audit_events a \
+             a.error_class, a.duration_us, a.calls FROM audit_events a \
              LEFT JOIN users u ON u.id = a.user_id AND u.tenant_id = a.tenant_id \
              WHERE a.tenant_id = $1 ORDER BY a.seq DESC LIMIT $2",
         )
@@ -248,6 +251,7 @@ impl<'a> ScopedStore<'a> {
                     outcome: row.try_get("outcome")?,
                     error_class: row.try_get("error_class")?,
                     duration_us: row.try_get("duration_us")?,
+                    calls: row.try_get("calls")?,
                 })
             })
             .collect()

@@ -128,6 +128,18 @@ async fn rate_limited_calls_are_audited(backend: Backend) {
     let admitted = live.count("SELECT COUNT(*) FROM audit_events WHERE outcome = 'ok'").await;
     assert_eq!(admitted, 40 - refused);
     chain_ok(&live).await;
+
+    // The audit tool shows how many calls each event stands for.
+    let olivia = live.token_for("olivia@acme.test");
+    let listed = post(&live, &olivia, None, &tool_call(1, "recent_audit_events", json!({"limit": 200})), &[]).await;
+    let shown: i64 = listed.message["result"]["structuredContent"]["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["error_class"] == "rate_limited")
+        .map(|e| e["calls"].as_i64().unwrap())
+        .sum();
+    assert_eq!(shown, refused);
 }
 both_dbs!(hardening_rate_limited_calls_are_audited, rate_limited_calls_are_audited);
 
