@@ -9,7 +9,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::mcp::{Live, Mode};
-use crate::mcp_http::{INITIALIZED, open_session, post, post_bytes, tool_call};
+use crate::mcp_http::{INITIALIZED, open_session, open_stream, post, post_bytes, tool_call};
 use crate::support::*;
 
 async fn rows(live: &Live, sql: &str) -> Vec<(String, Option<String>, Option<String>, Option<String>, i64)> {
@@ -288,16 +288,7 @@ async fn one_expiry_rule(backend: Backend) {
     let token = Signer::dev().sign(&c);
     let honoured_until = std::time::UNIX_EPOCH + Duration::from_secs((exp + 2) as u64);
     let session = open_session(&live, &token).await.unwrap();
-    let stream = reqwest::Client::new()
-        .get(live.url())
-        .header("authorization", format!("Bearer {token}"))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), StatusCode::OK);
+    let stream = open_stream(&live, &token, &session).await;
     let stream = tokio::spawn(async move {
         let _ = stream.bytes().await;
         std::time::SystemTime::now()

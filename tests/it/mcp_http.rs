@@ -57,6 +57,21 @@ pub async fn post_bytes(
     Reply { status, headers, message }
 }
 
+/// Opens the session's GET stream (SSE) with `token`.
+pub async fn open_stream(live: &Live, token: &str, session: &str) -> reqwest::Response {
+    let response = reqwest::Client::new()
+        .get(live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response
+}
+
 async fn other_method(live: &Live, method: reqwest::Method, token: &str, session: &str) -> StatusCode {
     reqwest::Client::new()
         .request(method, live.url())
@@ -411,16 +426,7 @@ async fn stream_ends_at_token_expiry(backend: Backend) {
     let token = Signer::dev().sign(&c);
     let session = open_session(&live, &token).await.unwrap();
     let started = std::time::Instant::now();
-    let response = reqwest::Client::new()
-        .get(live.url())
-        .header("authorization", format!("Bearer {token}"))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let response = open_stream(&live, &token, &session).await;
     // Reading to the end returns only because the stream is closed at expiry.
     let read = tokio::time::timeout(Duration::from_secs(10), response.bytes()).await;
     assert!(read.is_ok(), "the stream outlived its token");
