@@ -18,5 +18,6 @@ mod mcp_shutdown;
 mod mcp_timeout;
 mod proxy;
 mod store;
+mod tool_results;
 mod type_privacy;
 mod upstream;

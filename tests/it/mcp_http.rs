@@ -154,7 +154,8 @@ async fn malformed_input(backend: Backend, mode: Mode) {
         let reply = post(&live, &token, s, &tool_call(10 + i as i64, "record_egg_count", args.clone()), &[]).await;
         let result = &reply.message["result"];
         assert_eq!(result["isError"], true, "{args}: {:?}", reply.message);
-        let message = result["structuredContent"]["message"].as_str().unwrap_or_default();
+        assert!(result.get("structuredContent").is_none(), "{args}: an error has no structured content");
+        let message = result["content"][0]["text"].as_str().unwrap_or_default();
         assert!(message.contains(&format!("`{field}`")), "{args}: the error must name `{field}`: {message}");
     }
 
