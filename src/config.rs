@@ -168,6 +168,32 @@ pub struct DatabaseConfig {
     pub min_connections: u32,
     pub acquire_timeout_secs: u64,
     pub sqlite_busy_timeout_ms: u64,
+    /// SQLite's `PRAGMA synchronous`: `full` (the default) makes a commit durable before it
+    /// is reported; `normal` may lose the last commits on a power loss or OS crash.
+    pub sqlite_synchronous: SqliteSynchronous,
+}
+
+/// How far SQLite flushes a commit before reporting it (WAL mode). Only these two: `off`
+/// would lose commits even on an application crash, `extra` buys nothing in WAL mode.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSynchronous {
+    /// Every commit is synced to disk before it is reported: committed means durable, so an
+    /// answered call's audit event survives a power loss.
+    Full,
+    /// The WAL is synced only at checkpoints: faster commits, but the last ones can roll back
+    /// after a power loss or an OS crash (never after a crash of the gateway alone).
+    Normal,
+}
+
+impl SqliteSynchronous {
+    /// The `PRAGMA synchronous` value.
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Self::Full => "FULL",
+            Self::Normal => "NORMAL",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

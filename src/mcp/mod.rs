@@ -79,12 +79,26 @@ pub(crate) fn service(
     // (configuration and all) by every layer, on every request.
     let endpoint = tower::service_fn(move |request: Request| {
         let service = Arc::clone(&service);
-        async move { Ok::<_, Infallible>(service.handle(request).await.into_response()) }
+        async move {
+            let terminating = request.method() == http::Method::DELETE;
+            let response = service.handle(request).await.into_response();
+            Ok::<_, Infallible>(if terminating { terminated(response) } else { response })
+        }
     });
     ServiceBuilder::new()
         .layer(middleware::from_fn(jsonrpc::check))
         .layer(middleware::from_fn_with_state(binding, session::bind))
         .service(endpoint)
+}
+
+/// A session `DELETE` that succeeded answers 200. rmcp answers 202 Accepted, which the official
+/// Python SDK reports as "Session termination failed" (it accepts 200 and 204; the TypeScript
+/// SDK any 2xx): the session is gone by then, nothing is left pending.
+fn terminated(mut response: Response) -> Response {
+    if response.status() == http::StatusCode::ACCEPTED {
+        *response.status_mut() = http::StatusCode::OK;
+    }
+    response
 }
 
 /// The host (with port, when it has one) of the public URL, so the public name is an

@@ -11,7 +11,7 @@ mod whoami;
 use rmcp::ErrorData;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::IntoCallToolResult;
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject, MetaObject};
 use serde_json::json;
 use time::Date;
 use time::macros::format_description;
@@ -84,9 +84,13 @@ pub(crate) fn router() -> ToolRouter<FarmTools> {
         + FarmTools::recent_audit_events_router()
 }
 
+/// The `_meta` key of a tool error result that holds its error class (`invalid_argument`,
+/// `not_found`), which the audit records.
+pub const ERROR_CLASS_META: &str = "io.scopegate/error";
+
 /// Why a tool call failed. Bad input and missing things go back to the caller as a tool
-/// error (`isError: true`, with a structured `{error, message}`); internal failures are
-/// logged and become an opaque JSON-RPC internal error.
+/// error (`isError: true`, the message as text, the error class in `_meta`); internal
+/// failures are logged and become an opaque JSON-RPC internal error.
 #[derive(Debug)]
 pub enum ToolFailure {
     Invalid { field: String, message: String },
@@ -128,8 +132,12 @@ impl IntoCallToolResult for ToolFailure {
                 return Err(ErrorData::internal_error("internal error", None));
             }
         };
-        let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
-        result.structured_content = Some(json!({ "error": class, "message": message }));
+        // No structured content: it would have to match the tool's declared output schema
+        // (clients that validate it, like the TypeScript SDK's, reject the whole result
+        // otherwise), and an error is not the tool's output. The class rides in `_meta`,
+        // which no schema covers, for the audit and for clients that want it.
+        let mut result = CallToolResult::error(vec![ContentBlock::text(message)]);
+        result.meta = Some(MetaObject(JsonObject::from_iter([(ERROR_CLASS_META.to_owned(), json!(class))])));
         Ok(result.into())
     }
 }

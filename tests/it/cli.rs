@@ -4,6 +4,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use scopegate::config::Config;
+
 use crate::support::*;
 
 fn scopegate(dir: &std::path::Path) -> Command {
@@ -39,6 +41,56 @@ async fn token_prints_a_token_alone_that_the_gateway_accepts() {
     assert_eq!((claims.tenant.as_str(), claims.subject.as_str()), ("acme", "olivia@acme.test"));
     let ttl = claims.expires_at - now();
     assert!((890..=900).contains(&ttl), "ttl {ttl}");
+}
+
+/// A gateway started with `--listen ADDR` (no public URL) requires `aud` =
+/// `http://ADDR/mcp`: `token --listen ADDR` mints for it (a plain `token` mints for the
+/// configured 127.0.0.1:8080 and is refused there), `--audience` sets `aud` outright, and
+/// stderr says which audience was used while stdout holds the token alone.
+#[tokio::test]
+async fn token_mints_for_the_gateway_it_is_told_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let mint = |extra: &[&str]| {
+        let out = scopegate(dir.path())
+            .args(["token", "--tenant", "acme", "--user", "olivia@acme.test"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(stdout.lines().count(), 1, "{extra:?}: stdout holds the token alone");
+        (stdout.trim_end().to_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let gateway_on = |listen: &str, audience: &str| {
+        config_with(
+            "sqlite://unused.db",
+            &[
+                ("server.listen", serde_json::json!(listen)),
+                ("server.public_url", serde_json::json!("")),
+                ("auth.audience", serde_json::json!(audience)),
+            ],
+        )
+    };
+    let verify = |config: Config, token: String| async move {
+        scopegate::auth::Authenticator::from_config(&config).await.unwrap().verify(&token).await
+    };
+
+    let listened = gateway_on("127.0.0.1:47123", "");
+    let (token, stderr) = mint(&["--listen", "127.0.0.1:47123"]);
+    assert!(stderr.contains("audience http://127.0.0.1:47123/mcp"), "{stderr}");
+    assert!(verify(listened.clone(), token).await.is_ok(), "accepted by the gateway on that address");
+    let (plain, stderr) = mint(&[]);
+    assert!(stderr.contains("audience http://127.0.0.1:8080/mcp"), "{stderr}");
+    assert!(verify(listened, plain).await.is_err(), "a token for another audience is refused");
+
+    let (token, stderr) = mint(&["--audience", "https://mcp.example.com/mcp"]);
+    assert!(stderr.contains("audience https://mcp.example.com/mcp"), "{stderr}");
+    assert!(verify(gateway_on("127.0.0.1:8080", "https://mcp.example.com/mcp"), token).await.is_ok());
+
+    for bad in [&["--audience", ""][..], &["--listen", "nowhere"], &["--listen", "127.0.0.1:1", "--audience", "x"]] {
+        let out = scopegate(dir.path()).args(["token", "--tenant", "acme", "--user", "x"]).args(bad).output().unwrap();
+        assert!(!out.status.success() && out.stdout.is_empty(), "{bad:?} must be refused");
+    }
 }
 
 #[test]

@@ -40,6 +40,8 @@ fn unknown_keys_and_wrong_types_name_the_key() {
         assert!(err.contains("body_limit_bytes"), "{err}");
         let err = load_err(jail, Some(("c.toml", "[nonsense]\nx = 1\n")));
         assert!(err.contains("nonsense"), "{err}");
+        let err = load_err(jail, Some(("d.toml", "[database]\nsqlite_synchronous = \"off\"\n")));
+        assert!(err.contains("database.sqlite_synchronous") && err.contains("`normal`"), "{err}");
         Ok(())
     });
     Jail::expect_with(|jail| {
@@ -83,11 +85,15 @@ fn other_refusals_name_their_key() {
         ("SCOPEGATE_AUTH__JWKS_URL", "ftp://idp/jwks", "auth.jwks_url"),
         ("SCOPEGATE_AUTH__ISSUER", "", "auth.issuer"),
         ("SCOPEGATE_DATABASE__MAX_CONNECTIONS", "0", "database.max_connections"),
+        // Only `full` and `normal`: `off` would lose commits even when only the process dies.
+        ("SCOPEGATE_DATABASE__SQLITE_SYNCHRONOUS", "off", "database.sqlite_synchronous"),
+        ("SCOPEGATE_DATABASE__SQLITE_SYNCHRONOUS", "extra", "database.sqlite_synchronous"),
     ];
     for (var, value, key) in cases {
         Jail::expect_with(|jail| {
             jail.set_env(var, value);
-            let err = load_err(jail, None);
+            // Keys read from the environment are reported in its upper case.
+            let err = load_err(jail, None).to_lowercase();
             assert!(err.contains(key), "{var}={value}: {err}");
             Ok(())
         });

@@ -18,6 +18,8 @@ mod mcp_modern;
 mod mcp_shutdown;
 mod mcp_timeout;
 mod proxy;
+mod readme;
 mod store;
+mod tool_results;
 mod type_privacy;
 mod upstream;

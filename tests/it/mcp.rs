@@ -11,6 +11,7 @@ use rmcp::{ErrorData, ServiceExt};
 use scopegate::Gateway;
 use scopegate::config::Config;
 use scopegate::store::Db;
+use scopegate::tools::ERROR_CLASS_META;
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -103,11 +104,22 @@ pub async fn ok(client: &Peer<RoleClient>, tool: &str, args: Value) -> Value {
     result.structured_content.expect("structured output")
 }
 
-/// The tool error of a call that ran and failed (`isError: true`).
+/// The tool error of a call that ran and failed (`isError: true`), as `{error, message}`: the
+/// error class from the result's `_meta` and the message from its text. An error result never
+/// carries structured content (it would have to match the tool's output schema).
 pub async fn tool_error(client: &Peer<RoleClient>, tool: &str, args: Value) -> Value {
     let result = call(client, tool, args.clone()).await.unwrap_or_else(|e| panic!("{tool} {args}: {e:?}"));
+    error_of(tool, &args, &result)
+}
+
+/// `{error, message}` of a tool error result, which must carry no structured content.
+pub fn error_of(tool: &str, args: &Value, result: &CallToolResult) -> Value {
     assert_eq!(result.is_error, Some(true), "{tool} {args} should fail: {result:?}");
-    result.structured_content.expect("structured error")
+    assert_eq!(result.structured_content, None, "{tool} {args}: an error result has no structured content");
+    let class = result.meta.as_ref().and_then(|m| m.get(ERROR_CLASS_META)).cloned();
+    let message: String = result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect();
+    assert!(!message.is_empty(), "{tool} {args}: the error is told in text: {result:?}");
+    json!({ "error": class.unwrap_or(Value::Null), "message": message })
 }
 
 fn names(list: &Value) -> Vec<String> {

@@ -152,3 +152,44 @@ async fn database_refuses_cross_tenant_links(backend: Backend) {
     assert!(result.is_err(), "an acme egg count on a globex flock must be refused");
 }
 both_dbs!(store_database_refuses_cross_tenant_links, database_refuses_cross_tenant_links);
+
+/// Committed means durable: SQLite syncs every commit (`PRAGMA synchronous = FULL`, 2) unless
+/// `database.sqlite_synchronous = "normal"` (1) is chosen; PostgreSQL keeps its durable
+/// `synchronous_commit = on`. Every connection of the pool is checked, not only the first.
+async fn commits_are_durable_by_default(backend: Backend) {
+    async fn reported(db: &Db, connections: usize) -> Vec<String> {
+        let mut held = Vec::new();
+        let mut values = Vec::new();
+        for _ in 0..connections {
+            let mut tx = db.begin_read().await.unwrap();
+            let value = match db.kind() {
+                scopegate::store::DbKind::Sqlite => {
+                    let n: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *tx).await.unwrap();
+                    n.to_string()
+                }
+                scopegate::store::DbKind::Postgres => {
+                    sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+                        .fetch_one(&mut *tx)
+                        .await
+                        .unwrap()
+                }
+            };
+            values.push(value);
+            held.push(tx);
+        }
+        values
+    }
+    let test_db = TestDb::new(backend).await;
+    let config = config_with(&test_db.url, &[]);
+    let db = db_for(&config).await;
+    let expected = if backend == Backend::Sqlite { "2" } else { "on" };
+    assert_eq!(reported(&db, 3).await, vec![expected; 3], "the default is durable on every connection");
+    db.close().await;
+
+    let config = config_with(&test_db.url, &[("database.sqlite_synchronous", serde_json::json!("normal"))]);
+    let db = db_for(&config).await;
+    let expected = if backend == Backend::Sqlite { "1" } else { "on" };
+    assert_eq!(reported(&db, 3).await, vec![expected; 3], "`normal` is SQLite's opt-in; PostgreSQL stays durable");
+    db.close().await;
+}
+both_dbs!(store_commits_are_durable_by_default, commits_are_durable_by_default);

@@ -1,0 +1,118 @@
+//! The README's command-line examples run as written.
+//!
+//! The rule: every fenced block of README.md tagged `sh` that has a line starting with
+//! `scopegate ` or `cargo run -- ` is an example, and runs whole, by `sh -e`, with the built
+//! binary as `scopegate` (`cargo run -- ` stands for it), in a fresh working folder, against
+//! a fresh database holding the demo data (what the quick start sets up). Each command must
+//! succeed. A block that starts the server (`serve`) is not run: it does not exit (the
+//! `serve` tests start it). Such lines in a block tagged otherwise fail the test, so an
+//! example can't escape by its tag.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::*;
+
+const README: &str = include_str!("../../README.md");
+
+struct Block {
+    info: String,
+    text: String,
+    line: usize,
+}
+
+fn fenced_blocks(markdown: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut open: Option<Block> = None;
+    for (n, line) in markdown.lines().enumerate() {
+        let trimmed = line.trim_start();
+        match (&mut open, trimmed.strip_prefix("```")) {
+            (None, Some(info)) => open = Some(Block { info: info.trim().to_owned(), text: String::new(), line: n + 1 }),
+            (Some(_), Some(_)) => blocks.extend(open.take()),
+            (Some(block), None) => {
+                block.text.push_str(line);
+                block.text.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    blocks
+}
+
+fn is_cli_line(line: &str) -> bool {
+    let line = line.trim_start();
+    line.starts_with("scopegate ") || line.starts_with("cargo run -- ")
+}
+
+fn starts_server(line: &str) -> bool {
+    let line = line.trim_start();
+    line.starts_with("scopegate serve") || line.starts_with("cargo run -- serve")
+}
+
+/// The examples to run: (README line of the block, script).
+fn examples() -> Vec<(usize, String)> {
+    let mut examples = Vec::new();
+    for block in fenced_blocks(README) {
+        if !block.text.lines().any(is_cli_line) {
+            continue;
+        }
+        assert_eq!(block.info, "sh", "README line {}: a block with CLI examples is tagged `sh`", block.line);
+        if block.text.lines().any(starts_server) {
+            continue;
+        }
+        let script: String = block
+            .text
+            .lines()
+            .map(|l| match l.trim_start().strip_prefix("cargo run -- ") {
+                Some(rest) => format!("scopegate {rest}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        examples.push((block.line, script));
+    }
+    examples
+}
+
+#[test]
+fn the_rule_finds_the_examples() {
+    let examples = examples();
+    let all: String = examples.iter().map(|(_, s)| s.as_str()).collect();
+    for needle in ["scopegate admin ", "scopegate audit verify", "scopegate guards report", "scopegate token "] {
+        assert!(all.contains(needle), "the README's examples include `{needle}`");
+    }
+    let blocks =
+        fenced_blocks("text\n```sh\nscopegate admin tenant list\n```\n```sh\ncargo run -- serve --demo\n```\n");
+    assert_eq!(blocks.len(), 2);
+    assert!(blocks[0].text.lines().any(is_cli_line) && blocks[1].text.lines().any(starts_server));
+}
+
+async fn readme_examples_run_as_written(backend: Backend) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_scopegate"));
+    let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    for (line, script) in examples() {
+        let test_db = TestDb::new(backend).await;
+        let db = db_for(&config_with(&test_db.url, &[])).await;
+        seed_demo(&db).await;
+        db.close().await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-e", "-x", "-c", &script]).current_dir(dir.path());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("SCOPEGATE_") {
+                cmd.env_remove(key);
+            }
+        }
+        let out = cmd
+            .env("PATH", &path)
+            .env("RUST_LOG", "warn")
+            .env("SCOPEGATE_DATABASE__URL", &test_db.url)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "README block at line {line} fails as written:\n{script}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+both_dbs!(readme_cli_examples, readme_examples_run_as_written);
