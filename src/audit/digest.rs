@@ -1,6 +1,8 @@
 //! Digests: SHA-256 of canonical JSON (object keys sorted, no insignificant white space),
 //! for tool arguments and for the audit chain.
 
+use std::io::Write;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -15,19 +17,28 @@ pub fn canonical_json(value: &Value) -> String {
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
+/// The canonical JSON of a tool call's arguments, straight from the borrowed map (for
+/// `audit.record_raw_arguments`: the caller need not wrap a copy of the map in a `Value`).
+pub fn canonical_arguments(arguments: &Map<String, Value>) -> String {
+    let mut out = Vec::with_capacity(64);
+    write_object(&mut out, arguments);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
 /// Writes `value` canonically, straight from the borrowed value (no sorted copy is built).
-fn write_canonical(out: &mut Vec<u8>, value: &Value) {
+/// `out` is a `Vec` or the SHA-256 hasher itself: neither can fail.
+fn write_canonical<W: Write>(out: &mut W, value: &Value) {
     match value {
         Value::Object(map) => write_object(out, map),
         Value::Array(items) => {
-            out.push(b'[');
+            put(out, b"[");
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    put(out, b",");
                 }
                 write_canonical(out, item);
             }
-            out.push(b']');
+            put(out, b"]");
         }
         // Scalars and keys are written by serde_json itself, so escaping and number
         // formatting are exactly those of `Value::to_string`.
@@ -35,46 +46,55 @@ fn write_canonical(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
-fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) {
+fn write_object<W: Write>(out: &mut W, map: &Map<String, Value>) {
     let mut entries: Vec<(&String, &Value)> = map.iter().collect();
     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    out.push(b'{');
+    put(out, b"{");
     for (i, (key, value)) in entries.into_iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            put(out, b",");
         }
         write_json(out, key.as_str());
-        out.push(b':');
+        put(out, b":");
         write_canonical(out, value);
     }
-    out.push(b'}');
+    put(out, b"}");
 }
 
-fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    // Writing to a Vec can't fail, and these values (strings, numbers, flat structs of
-    // them) always serialize.
+fn put<W: Write>(out: &mut W, bytes: &[u8]) {
+    out.write_all(bytes).expect("writing to a Vec or a hasher can't fail");
+}
+
+fn write_json<W: Write, T: Serialize + ?Sized>(out: &mut W, value: &T) {
+    // The writer can't fail, and these values (strings, numbers, flat structs of them)
+    // always serialize.
     serde_json::to_writer(out, value).expect("a JSON scalar serializes");
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+fn hex(digest: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest {
+    let mut out = String::with_capacity(2 * digest.len());
+    for &b in digest {
         out.push(HEX[usize::from(b >> 4)] as char);
         out.push(HEX[usize::from(b & 0x0f)] as char);
     }
     out
 }
 
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// SHA-256 of the canonical JSON of a tool call's arguments (absent arguments = `{}`).
+/// The canonical form is written into the hasher as it is produced: a large argument (a body
+/// near the size limit) is not copied into a buffer first.
 pub fn arguments_digest(arguments: Option<&Map<String, Value>>) -> String {
-    let mut out = Vec::with_capacity(64);
+    let mut hasher = Sha256::new();
     match arguments {
-        Some(map) => write_object(&mut out, map),
-        None => out.extend_from_slice(b"{}"),
+        Some(map) => write_object(&mut hasher, map),
+        None => put(&mut hasher, b"{}"),
     }
-    sha256_hex(&out)
+    hex(&hasher.finalize())
 }
 
 /// What a chain link hashes, with its members declared in sorted key order: serialized as
@@ -130,9 +150,11 @@ pub fn chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
         tool: &event.tool,
         user_id: event.user,
     };
-    let mut out = Vec::with_capacity(768);
-    write_json(&mut out, &body);
-    sha256_hex(&out)
+    // Written straight into the hasher: with raw arguments recorded, the body can be as large
+    // as a request.
+    let mut hasher = Sha256::new();
+    write_json(&mut hasher, &body);
+    hex(&hasher.finalize())
 }
 
 #[cfg(test)]
@@ -227,6 +249,7 @@ mod tests {
         fn canonical_json_is_the_sorted_value_printed(value in json_value()) {
             prop_assert_eq!(canonical_json(&value), reference_canonical(&value));
             if let Value::Object(map) = &value {
+                prop_assert_eq!(canonical_arguments(map), reference_canonical(&value));
                 let expected = sha256_hex(reference_canonical(&value).as_bytes());
                 prop_assert_eq!(arguments_digest(Some(map)), expected);
             }
@@ -263,6 +286,28 @@ mod tests {
             };
             prop_assert_eq!(chain_hash(&prev, seq, &event), reference_chain_hash(&prev, seq, &event));
         }
+    }
+
+    /// Arguments far larger than the hasher's block, with escapes and non-ASCII text, digest
+    /// as the hash of their sorted printed form (the digest streams into the hasher in pieces).
+    #[test]
+    fn a_large_argument_digests_as_its_printed_form() {
+        let big: String = "a\"b\\c\n\u{1}é🐔".repeat(100_000);
+        let value = serde_json::json!({"z": big, "a": [1, 2.5, {"y": null, "b": true}], "m": "x"});
+        let Value::Object(map) = &value else { unreachable!() };
+        let printed = reference_canonical(&value);
+        assert!(printed.len() > 1_000_000);
+        assert_eq!(canonical_arguments(map), printed);
+        assert_eq!(arguments_digest(Some(map)), sha256_hex(printed.as_bytes()));
+    }
+
+    /// A stored value, pinned: the argument digest of a fixed object.
+    #[test]
+    fn an_argument_digest_is_pinned() {
+        let value = serde_json::json!({"flock": "north-barn", "day": "2026-11-30", "eggs": 42});
+        let Value::Object(map) = &value else { unreachable!() };
+        assert_eq!(canonical_arguments(map), r#"{"day":"2026-11-30","eggs":42,"flock":"north-barn"}"#);
+        assert_eq!(arguments_digest(Some(map)), "8e9b183f92f0899843148b1e14caf6fb3b9711c6868888368ff4f28bdad2072c");
     }
 
     #[test]

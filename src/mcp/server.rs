@@ -283,10 +283,16 @@ impl ServerHandler for GatewayServer {
         let ctx = context_for(&context, &shared.sessions).map_err(|e| refused(&e))?;
         let tool = request.name.to_string();
         let client = client_of(&context, ctx.session_id());
+        // The arguments are read where they lie (never cloned): recorded raw, their canonical
+        // form is built once and hashed; otherwise it streams into the hasher, unbuffered.
         let args_raw = if shared.record_raw_arguments {
-            request.arguments.as_ref().map(|a| digest::canonical_json(&serde_json::Value::Object(a.clone())))
+            request.arguments.as_ref().map(digest::canonical_arguments)
         } else {
             None
+        };
+        let args_digest = match &args_raw {
+            Some(raw) => digest::sha256_hex(raw.as_bytes()),
+            None => digest::arguments_digest(request.arguments.as_ref()),
         };
         let call = Arc::new(CallAudit::new(
             ctx.tenant_id(),
@@ -295,7 +301,7 @@ impl ServerHandler for GatewayServer {
             Some(request_id_text(ctx.request_id())),
             client,
             tool.clone(),
-            digest::arguments_digest(request.arguments.as_ref()),
+            args_digest,
             args_raw,
         ));
         let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };

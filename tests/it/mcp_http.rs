@@ -313,6 +313,33 @@ async fn audit_chain_detects_tampering(backend: Backend) {
 }
 both_dbs!(mcp_audit_chain_detects_tampering, audit_chain_detects_tampering);
 
+/// With `audit.record_raw_arguments`, a call's arguments are stored in their canonical form (keys
+/// sorted, whatever order the client sent), the stored digest is the hash of exactly that text,
+/// and the chain over them verifies.
+async fn raw_arguments_are_stored_canonically(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[("audit.record_raw_arguments", json!(true))]).await;
+    let olivia = live.client("olivia@acme.test").await;
+    let day = yesterday();
+    ok(&olivia, "record_egg_count", json!({"flock": "north-barn", "eggs": 12, "day": day})).await;
+    let mut tx = live.db.begin().await.unwrap();
+    let rows: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT args_raw, args_digest FROM audit_events WHERE tool = 'record_egg_count'")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    drop(tx);
+    let expected = format!(r#"{{"day":"{day}","eggs":12,"flock":"north-barn"}}"#);
+    assert!(!rows.is_empty(), "the call is audited");
+    for (raw, digest) in rows {
+        assert_eq!(raw.as_deref(), Some(expected.as_str()));
+        assert_eq!(digest, Some(scopegate::audit::digest::sha256_hex(expected.as_bytes())));
+    }
+    let reports = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
+    assert_eq!(reports[0].broken, None, "{reports:?}");
+    olivia.cancel().await.ok();
+}
+both_dbs!(mcp_raw_arguments_are_stored_canonically, raw_arguments_are_stored_canonically);
+
 /// Stateless: a call that sends nothing before its answer gets plain JSON, not an SSE stream
 /// (a call that sends progress first falls back to SSE: `proxy_progress_and_logs_*`).
 async fn stateless_call_answers_plain_json(backend: Backend) {
