@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use http::{HeaderValue, StatusCode, header};
 
 use super::{MessageBinding, resolver};
@@ -41,10 +42,13 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     // Buffer the body to learn which JSON-RPC message this identity is for. A body that
     // is not JSON-RPC binds no id, so no tool call can use this identity.
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, gate.body_limit).await {
+    let bytes = match buffer(&parts.headers, body, gate.body_limit).await {
         Ok(bytes) => bytes,
-        Err(_) => {
+        Err(BodyError::TooLarge) => {
             return json_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "request body too large");
+        }
+        Err(BodyError::Read) => {
+            return json_error(StatusCode::BAD_REQUEST, "bad_request", "the request body could not be read");
         }
     };
     // The one parse of the body; the JSON-RPC check behind the gate reuses it.
@@ -77,6 +81,50 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     request.extensions_mut().insert(Arc::new(identity));
     request.extensions_mut().insert(inspection);
     next.run(request).await
+}
+
+enum BodyError {
+    TooLarge,
+    Read,
+}
+
+/// The whole body in one buffer, sized from `Content-Length` (capped at `limit`) and filled
+/// frame by frame, each frame dropped once copied: one copy of the body at a time, where
+/// collecting the frames first and joining them after held two.
+async fn buffer(headers: &http::HeaderMap, body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    if declared > limit {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = body;
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| BodyError::Read)?.into_data() else {
+            continue;
+        };
+        let held = first.as_ref().map_or(0, Bytes::len) + joined.as_ref().map_or(0, BytesMut::len);
+        if held + data.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        match (&mut first, &mut joined) {
+            // The usual case, one frame: kept as it is, no copy at all.
+            (None, None) => first = Some(data),
+            (Some(_), None) => {
+                let mut buf = BytesMut::with_capacity(declared.max(held + data.len()));
+                buf.extend_from_slice(&first.take().unwrap_or_default());
+                buf.extend_from_slice(&data);
+                joined = Some(buf);
+            }
+            (_, Some(buf)) => buf.extend_from_slice(&data),
+        }
+    }
+    Ok(joined.map(BytesMut::freeze).or(first).unwrap_or_default())
 }
 
 /// The token from exactly one `Authorization: Bearer <token>` header.

@@ -61,7 +61,8 @@ pub struct NoArguments {}
 /// Deserializes the arguments as `T` would be, reporting the path of the first bad field.
 /// The argument check of a [`ToolSpec`]: `validate: arguments::<MyParams>`.
 pub fn arguments<T: serde::de::DeserializeOwned>(args: &JsonObject) -> Result<(), ToolFailure> {
-    serde_path_to_error::deserialize::<_, T>(serde_json::Value::Object(args.clone())).map(|_| ()).map_err(|e| {
+    // Straight from the borrowed map: a copy of the arguments would cost as much as the body.
+    serde_path_to_error::deserialize::<_, T>(args).map(|_| ()).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "arguments".to_owned() } else { path };
         ToolFailure::Invalid { field, message: e.into_inner().to_string() }
