@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-fn scopegate(dir: &std::path::Path) -> Command {
+pub(crate) fn scopegate(dir: &std::path::Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scopegate"));
     cmd.current_dir(dir);
     for (key, _) in std::env::vars() {

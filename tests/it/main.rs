@@ -17,6 +17,7 @@ mod mcp_modern;
 mod mcp_shutdown;
 mod mcp_timeout;
 mod proxy;
+mod replicas;
 mod store;
 mod type_privacy;
 mod upstream;
