@@ -11,6 +11,7 @@
 //! keeps the appends of one replica off that row lock's queue; it is always taken before any
 //! database transaction, so it can't deadlock against SQLite's write lock.
 
+pub mod checkpoint;
 pub mod digest;
 pub mod verify;
 mod writer;

@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod checkpoints;
 mod cli;
 mod compose;
 mod config;
