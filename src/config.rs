@@ -123,6 +123,14 @@ pub struct AuditConfig {
     pub record_raw_arguments: bool,
     /// Most events one group commit writes.
     pub max_batch: usize,
+    /// Where signed checkpoints of the chain heads go: "" (off), `file:PATH`, `stdout`, or an
+    /// http(s) URL.
+    pub checkpoint_sink: String,
+    /// The Ed25519 private key (PKCS#8 PEM) that signs checkpoints.
+    #[serde(default)]
+    pub checkpoint_key: PathBuf,
+    /// How often the gateway checkpoints the heads that moved.
+    pub checkpoint_interval_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -340,6 +348,20 @@ impl Config {
         }
         if self.audit.max_batch == 0 || self.audit.max_batch > 1000 {
             return Err(ConfigError::invalid("audit.max_batch", "must be 1 to 1000"));
+        }
+        match crate::audit::checkpoint::Sink::parse(&self.audit.checkpoint_sink) {
+            Err(e) => return Err(ConfigError::invalid("audit.checkpoint_sink", e)),
+            Ok(Some(_)) if self.audit.checkpoint_key.as_os_str().is_empty() => {
+                return Err(ConfigError::invalid(
+                    "audit.checkpoint_key",
+                    "audit.checkpoint_sink is set, so checkpoints need a signing key: create one with \
+                     `scopegate audit keygen --out FILE` and name it here",
+                ));
+            }
+            Ok(_) => {}
+        }
+        if self.audit.checkpoint_interval_secs == 0 {
+            return Err(ConfigError::invalid("audit.checkpoint_interval_secs", "must be greater than 0"));
         }
         let l = &self.limits;
         for (key, value) in [

@@ -3,12 +3,15 @@
 //! commit. When the insert fails the call fails (fail closed). Never skips an event.
 //!
 //! Chain: each tenant's events count up from `seq` 1; each stores the SHA-256 of its
-//! predecessor (`prev_hash`) and its own `hash` over (prev_hash, canonical event). One
-//! in-process lock per tenant serialises chain appends; it is always taken before any
-//! database transaction, so it can't deadlock against SQLite's write lock. Other
-//! replicas appending to the same chain collide on UNIQUE (tenant_id, seq); the append
-//! then reloads the head and retries.
+//! predecessor (`prev_hash`) and its own `hash` over (prev_hash, canonical event). Every
+//! append moves the tenant's row in `audit_heads` in its own transaction: a compare-and-swap
+//! from the head this replica cached, or, when another replica moved it, a locked read of the
+//! real head. The row lock serialises a tenant's appends across replicas, so an append never
+//! collides on UNIQUE (tenant_id, seq) and needs no retry. One in-process lock per tenant
+//! keeps the appends of one replica off that row lock's queue; it is always taken before any
+//! database transaction, so it can't deadlock against SQLite's write lock.
 
+pub mod checkpoint;
 pub mod digest;
 pub(crate) mod refusal;
 pub mod verify;
@@ -72,7 +75,7 @@ pub struct AuditEvent {
     pub calls: i64,
 }
 
-/// The newest event of a tenant's chain.
+/// The newest event of a tenant's chain (seq 0 and [`GENESIS`] for a chain with no events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Head {
     pub seq: i64,
@@ -100,13 +103,72 @@ impl Chains {
     }
 }
 
-pub(crate) async fn load_head(conn: &mut AnyConnection, tenant: TenantId) -> Result<Option<Head>, StoreError> {
-    let row: Option<(i64, String)> =
-        sqlx::query_as("SELECT seq, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1")
+/// Locks `tenant`'s head row (inside the caller's transaction, until it ends) and reads it,
+/// creating the row of a chain that has none. A no-op UPDATE takes the row lock on
+/// PostgreSQL and reads the newest committed head once it has it; SQLite has no row locks,
+/// and its writers are already serialised by `BEGIN IMMEDIATE`.
+async fn lock_head(conn: &mut AnyConnection, tenant: TenantId) -> Result<Head, StoreError> {
+    const LOCK: &str = "UPDATE audit_heads SET seq = seq WHERE tenant_id = $1 RETURNING seq, hash";
+    let row: Option<(i64, String)> = sqlx::query_as(LOCK).bind(tenant).fetch_optional(&mut *conn).await?;
+    if let Some((seq, hash)) = row {
+        return Ok(Head { seq, hash });
+    }
+    // A chain with no head row yet; a concurrent first append of another replica may create
+    // it first, then this lock waits for that one to commit.
+    sqlx::query("INSERT INTO audit_heads (tenant_id, seq, hash) VALUES ($1, 0, $2) ON CONFLICT (tenant_id) DO NOTHING")
+        .bind(tenant)
+        .bind(GENESIS)
+        .execute(&mut *conn)
+        .await?;
+    let (seq, hash): (i64, String) = sqlx::query_as(LOCK).bind(tenant).fetch_one(&mut *conn).await?;
+    Ok(Head { seq, hash })
+}
+
+/// Links `events` after `cached` (the head this replica last saw, `None`: unknown) and moves
+/// the tenant's head row to the last of them, inside the caller's transaction. When another
+/// replica moved the head since, the events are linked again after the real head. Either way
+/// the caller holds the head row's lock until it commits, so no other append can take these
+/// sequence numbers. Returns the links to insert and the new head.
+pub(crate) async fn claim<'a>(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    cached: Option<&Head>,
+    events: &[&'a AuditEvent],
+) -> Result<(Vec<Link<'a>>, Head), StoreError> {
+    if let Some(cached) = cached {
+        let (links, head) = link_all(cached, events);
+        let swapped = sqlx::query("UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant_id = $3 AND seq = $4")
+            .bind(head.seq)
+            .bind(head.hash.clone())
             .bind(tenant)
-            .fetch_optional(conn)
-            .await?;
-    Ok(row.map(|(seq, hash)| Head { seq, hash }))
+            .bind(cached.seq)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if swapped == 1 {
+            return Ok((links, head));
+        }
+    }
+    let real = lock_head(conn, tenant).await?;
+    let (links, head) = link_all(&real, events);
+    sqlx::query("UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant_id = $3")
+        .bind(head.seq)
+        .bind(head.hash.clone())
+        .bind(tenant)
+        .execute(&mut *conn)
+        .await?;
+    Ok((links, head))
+}
+
+fn link_all<'a>(head: &Head, events: &[&'a AuditEvent]) -> (Vec<Link<'a>>, Head) {
+    let mut head = head.clone();
+    let mut links = Vec::with_capacity(events.len());
+    for event in events {
+        let l = link(&head, event);
+        head = Head { seq: l.seq, hash: l.hash.clone() };
+        links.push(l);
+    }
+    (links, head)
 }
 
 /// One event placed in its chain: its sequence number and the hashes that link it.
@@ -117,14 +179,11 @@ pub(crate) struct Link<'a> {
     pub hash: String,
 }
 
-/// Places `event` after `head` (the chain's newest event, `None` for an empty chain).
-pub(crate) fn link<'a>(head: Option<&Head>, event: &'a AuditEvent) -> Link<'a> {
-    let (seq, prev_hash) = match head {
-        Some(h) => (h.seq + 1, h.hash.clone()),
-        None => (1, GENESIS.to_owned()),
-    };
-    let hash = digest::chain_hash(&prev_hash, seq, event);
-    Link { event, seq, prev_hash, hash }
+/// Places `event` after `head` (the chain's newest event; seq 0 for an empty chain).
+pub(crate) fn link<'a>(head: &Head, event: &'a AuditEvent) -> Link<'a> {
+    let seq = head.seq + 1;
+    let hash = digest::chain_hash(&head.hash, seq, event);
+    Link { event, seq, prev_hash: head.hash.clone(), hash }
 }
 
 const COLUMNS: usize = 19;
@@ -180,20 +239,16 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
 }
 
 /// Inserts `event` as the next link of its tenant's chain on `conn` (inside the caller's
-/// transaction). `head` is the cached head under the tenant's lock; it is loaded when
-/// unknown. Returns the new head, which the caller stores only after its commit.
+/// transaction). `head` is the cached head under the tenant's in-process lock (`None`:
+/// unknown). Returns the new head, which the caller stores only after its commit.
 pub(crate) async fn append(
     conn: &mut AnyConnection,
     head: &Option<Head>,
     event: &AuditEvent,
 ) -> Result<Head, StoreError> {
-    let head = match head {
-        Some(h) => Some(h.clone()),
-        None => load_head(conn, event.tenant).await?,
-    };
-    let link = link(head.as_ref(), event);
-    insert_links(conn, std::slice::from_ref(&link)).await?;
-    Ok(Head { seq: link.seq, hash: link.hash })
+    let (links, head) = claim(conn, event.tenant, head.as_ref(), &[event]).await?;
+    insert_links(conn, &links).await?;
+    Ok(head)
 }
 
 /// The audit record of one tool call in progress: who, what, since when, and whether

@@ -1,8 +1,12 @@
-//! `scopegate audit verify`: recomputes every tenant's chain and names the first broken event.
+//! `scopegate audit verify`: recomputes every tenant's chain and names the first broken event;
+//! with signed checkpoints, also names a chain that no longer reaches a checkpointed head.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 use sqlx::Row;
 
+use super::checkpoint::{Checkpoint, SignatureProblem, VerifyingKey};
 use super::digest::chain_hash;
 use super::{AuditEvent, GENESIS, Outcome};
 use crate::store::{Db, StoreError};
@@ -13,6 +17,34 @@ pub struct ChainReport {
     pub tenant: String,
     pub events: i64,
     pub broken: Option<BrokenLink>,
+    /// Checkpoints of this tenant whose signature holds and whose head the chain reaches.
+    pub checkpoints_reached: usize,
+    /// The newest seq among them.
+    pub newest_checkpoint: Option<i64>,
+    /// Checkpoints of this tenant that fail: a bad signature, an unknown key, or a head the
+    /// chain no longer reaches.
+    pub checkpoint_problems: Vec<String>,
+}
+
+/// Checkpoint lines to hold the chains against (see [`super::checkpoint::parse_lines`]), and
+/// the keys they may be signed with.
+pub struct Checkpoints<'a> {
+    pub lines: &'a [(usize, Result<Checkpoint, String>)],
+    pub keys: &'a [VerifyingKey],
+}
+
+/// What `verify_with_checkpoints` found: a report per tenant, and problems that belong to no
+/// tenant of the database (a malformed line, a checkpoint of a tenant that no longer exists).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Verdict {
+    pub chains: Vec<ChainReport>,
+    pub problems: Vec<String>,
+}
+
+impl Verdict {
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty() && self.chains.iter().all(|c| c.broken.is_none() && c.checkpoint_problems.is_empty())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -24,6 +56,30 @@ pub struct BrokenLink {
 
 /// Verifies the chains of every tenant, or of the one whose slug is given.
 pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, StoreError> {
+    Ok(verify_with_checkpoints(db, tenant, None).await?.chains)
+}
+
+/// [`verify`], and every checkpoint (of the tenant given, or of all) checked: its signature,
+/// and that the chain still holds its head (an event at its seq with its hash).
+pub async fn verify_with_checkpoints(
+    db: &Db,
+    tenant: Option<&str>,
+    checkpoints: Option<Checkpoints<'_>>,
+) -> Result<Verdict, StoreError> {
+    let mut problems = Vec::new();
+    let mut by_tenant: HashMap<&str, Vec<(usize, &Checkpoint)>> = HashMap::new();
+    if let Some(c) = &checkpoints {
+        for (line, parsed) in c.lines {
+            match parsed {
+                Ok(cp) if tenant.is_none_or(|slug| slug == cp.tenant) => {
+                    by_tenant.entry(cp.tenant_id.as_str()).or_default().push((*line, cp));
+                }
+                Ok(_) => {}
+                Err(e) => problems.push(format!("checkpoint line {line} is not a checkpoint: {e}")),
+            }
+        }
+    }
+    let keys = checkpoints.as_ref().map_or(&[][..], |c| c.keys);
     let mut tx = db.begin_read().await?;
     let tenants: Vec<(String, String)> = match tenant {
         Some(slug) => {
@@ -49,6 +105,7 @@ pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, S
         let mut prev = GENESIS.to_owned();
         let mut broken = None;
         let mut count = 0;
+        let mut hashes: HashMap<i64, String> = HashMap::new();
         for (i, row) in rows.iter().enumerate() {
             count += 1;
             let seq: i64 = row.try_get("seq")?;
@@ -68,11 +125,67 @@ pub async fn verify(db: &Db, tenant: Option<&str>) -> Result<Vec<ChainReport>, S
                 broken = Some(BrokenLink { seq, event_id: id, reason });
                 break;
             }
+            hashes.insert(seq, stored_hash.clone());
             prev = stored_hash;
         }
-        reports.push(ChainReport { tenant: slug, events: count, broken });
+        let mut report = ChainReport {
+            tenant: slug,
+            events: count,
+            broken,
+            checkpoints_reached: 0,
+            newest_checkpoint: None,
+            checkpoint_problems: Vec::new(),
+        };
+        for (line, cp) in by_tenant.remove(tenant_id.as_str()).unwrap_or_default() {
+            match held_by_chain(cp, keys, &hashes) {
+                Ok(()) => {
+                    report.checkpoints_reached += 1;
+                    report.newest_checkpoint = report.newest_checkpoint.max(Some(cp.seq));
+                }
+                Err(problem) => report.checkpoint_problems.push(format!("checkpoint line {line}: {problem}")),
+            }
+        }
+        reports.push(report);
     }
-    Ok(reports)
+    // Checkpoints of tenants the database no longer has: the whole chain is gone.
+    let mut gone: Vec<(usize, &Checkpoint)> = by_tenant.into_values().flatten().collect();
+    gone.sort_by_key(|(line, _)| *line);
+    for (line, cp) in gone {
+        let signed = match cp.check_signature(keys) {
+            Ok(()) => "",
+            Err(_) => " (and its signature does not hold)",
+        };
+        problems.push(format!(
+            "checkpoint line {line}: tenant `{}` ({}) is not in the database, but its chain was checkpointed at seq {}{signed}",
+            cp.tenant, cp.tenant_id, cp.seq
+        ));
+    }
+    Ok(Verdict { chains: reports, problems })
+}
+
+/// Whether `cp` is signed by one of `keys` and its head is in the chain (`hashes`: the seq
+/// and hash of every event up to the first broken one).
+fn held_by_chain(cp: &Checkpoint, keys: &[VerifyingKey], hashes: &HashMap<i64, String>) -> Result<(), String> {
+    match cp.check_signature(keys) {
+        Ok(()) => {}
+        Err(SignatureProblem::UnknownKey) => return Err(format!("signed by an unknown key `{}`", cp.key_id)),
+        Err(SignatureProblem::BadSignature) => return Err("signature does not verify".to_owned()),
+    }
+    if cp.seq == 0 {
+        return Ok(());
+    }
+    match hashes.get(&cp.seq) {
+        Some(hash) if *hash == cp.hash => Ok(()),
+        Some(_) => Err(format!("the chain no longer reaches the checkpointed head: event {} has another hash", cp.seq)),
+        None => {
+            let end = hashes.len();
+            Err(format!(
+                "the chain no longer reaches the checkpointed head: it was at seq {} (signed at {} ms), \
+                 the intact chain ends at seq {end}",
+                cp.seq, cp.at
+            ))
+        }
+    }
 }
 
 fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {

@@ -8,7 +8,7 @@ use sqlx::Any;
 use sqlx::pool::PoolConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{AuditEvent, Chains, Head, insert_links, link, load_head};
+use super::{AuditEvent, Chains, Head, claim, insert_links};
 use crate::store::{Db, StoreError, TenantId};
 
 struct Pending {
@@ -104,8 +104,10 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
     }
 }
 
-/// Appends `batch` with one multi-row INSERT (atomic, one round trip), holding the chain
-/// lock of every tenant in it (taken in tenant order, before touching the database).
+/// Appends `batch` in one transaction: each tenant's head row moved (in tenant order, so
+/// replicas committing batches of the same tenants can't deadlock), then one multi-row INSERT.
+/// Holds the in-process chain lock of every tenant in it (taken in tenant order, before
+/// touching the database).
 async fn commit(
     db: &Db,
     held: &mut Option<PoolConnection<Any>>,
@@ -120,49 +122,37 @@ async fn commit(
     for tenant in by_tenant.keys() {
         guards.push(chains.lock(*tenant).await);
     }
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let mut heads: Vec<Option<Head>> = guards.iter().map(|g| (**g).clone()).collect();
-        let result: Result<(), StoreError> = async {
-            let conn = match held {
-                Some(conn) => conn,
-                None => held.insert(db.pool().acquire().await?),
-            };
-            let mut links = Vec::with_capacity(batch.len());
-            for ((tenant, events), head) in by_tenant.iter().zip(heads.iter_mut()) {
-                if head.is_none() {
-                    *head = load_head(conn, *tenant).await?;
-                }
-                for event in events {
-                    let l = link(head.as_ref(), event);
-                    *head = Some(Head { seq: l.seq, hash: l.hash.clone() });
-                    links.push(l);
-                }
-            }
-            insert_links(conn, &links).await
+    let result: Result<Vec<Head>, StoreError> = async {
+        let conn = match held {
+            Some(conn) => conn,
+            None => held.insert(db.pool().acquire().await?),
+        };
+        let mut tx = db.begin_on(conn).await?;
+        let mut links = Vec::with_capacity(batch.len());
+        let mut heads = Vec::with_capacity(by_tenant.len());
+        for ((tenant, events), guard) in by_tenant.iter().zip(guards.iter()) {
+            let (mut tenant_links, head) = claim(&mut tx, *tenant, guard.as_ref(), events).await?;
+            links.append(&mut tenant_links);
+            heads.push(head);
         }
-        .await;
-        match result {
-            Ok(()) => {
-                for (guard, head) in guards.iter_mut().zip(heads) {
-                    **guard = head;
-                }
-                return Ok(());
+        insert_links(&mut tx, &links).await?;
+        tx.commit().await?;
+        Ok(heads)
+    }
+    .await;
+    match result {
+        Ok(heads) => {
+            for (guard, head) in guards.iter_mut().zip(heads) {
+                **guard = Some(head);
             }
-            Err(StoreError::Sql(sqlx::Error::Database(e))) if e.is_unique_violation() && attempt < 3 => {
-                // Another replica appended first: forget the cached heads and retry.
-                for guard in guards.iter_mut() {
-                    **guard = None;
-                }
+            Ok(())
+        }
+        Err(e) => {
+            for guard in guards.iter_mut() {
+                **guard = None;
             }
-            Err(e) => {
-                for guard in guards.iter_mut() {
-                    **guard = None;
-                }
-                *held = None;
-                return Err(e);
-            }
+            *held = None;
+            Err(e)
         }
     }
 }

@@ -51,6 +51,8 @@ pub enum CliError {
     #[error(transparent)]
     Mint(#[from] crate::auth::mint::MintError),
     #[error(transparent)]
+    Checkpoint(#[from] crate::audit::checkpoint::CheckpointError),
+    #[error(transparent)]
     GuardsReport(#[from] guards::ReportError),
     #[error("{0}")]
     Usage(String),

@@ -63,6 +63,8 @@ pub enum StartError {
     Assertions(#[from] AssertionError),
     #[error("upstream servers: {0}")]
     Upstreams(#[from] crate::upstream::executor::UpstreamError),
+    #[error("audit checkpoints: {0}")]
+    Checkpoints(#[from] crate::audit::checkpoint::CheckpointError),
     #[error("binding {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -99,6 +101,8 @@ impl Gateway {
         protected: impl FnOnce(&AppState) -> Router,
     ) -> Result<Self, StartError> {
         let mut config = config;
+        // Before anything is bound or written: a bad checkpoint key stops start-up here.
+        let checkpoints = crate::audit::checkpoint::from_config(&config.audit)?;
         let listener = TcpListener::bind(config.server.listen)
             .await
             .map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
@@ -108,6 +112,10 @@ impl Gateway {
         config.server.listen = local_addr;
         let db = Db::connect(&config.database).await?;
         db.migrate().await?;
+        let checkpointer = match checkpoints {
+            Some((key, sink)) => Some(crate::audit::checkpoint::Checkpointer::new(db.clone(), key, sink)?),
+            None => None,
+        };
         let authenticator = Arc::new(Authenticator::from_config(&config).await?);
         if !config.auth.hs256_secret.is_empty() {
             tracing::warn!(
@@ -158,6 +166,10 @@ impl Gateway {
             Duration::from_secs(state.config.upstream.key_rotation_secs),
             state.shutdown.clone(),
         );
+        if let Some(checkpointer) = checkpointer {
+            checkpointer
+                .spawn(Duration::from_secs(state.config.audit.checkpoint_interval_secs), state.shutdown.clone());
+        }
         state.ready.store(true, Ordering::Release);
         Ok(Self { listener, router, state, local_addr })
     }

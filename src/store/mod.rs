@@ -216,6 +216,18 @@ impl Db {
         })
     }
 
+    /// [`Db::begin`] on a connection the caller already holds.
+    pub(crate) async fn begin_on<'c>(
+        &self,
+        conn: &'c mut sqlx::AnyConnection,
+    ) -> Result<sqlx::Transaction<'c, sqlx::Any>, StoreError> {
+        use sqlx::Connection as _;
+        Ok(match self.kind {
+            DbKind::Sqlite => conn.begin_with("BEGIN IMMEDIATE").await?,
+            DbKind::Postgres => conn.begin().await?,
+        })
+    }
+
     /// A transaction that only reads (one consistent snapshot), which on SQLite does not hold
     /// the write lock and so never delays writers.
     pub async fn begin_read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {

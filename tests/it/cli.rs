@@ -8,7 +8,7 @@ use scopegate::config::Config;
 
 use crate::support::*;
 
-fn scopegate(dir: &std::path::Path) -> Command {
+pub(crate) fn scopegate(dir: &std::path::Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scopegate"));
     cmd.current_dir(dir);
     for (key, _) in std::env::vars() {

@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod checkpoints;
 mod cli;
 mod compose;
 mod config;
@@ -19,6 +20,7 @@ mod mcp_shutdown;
 mod mcp_timeout;
 mod proxy;
 mod readme;
+mod replicas;
 mod store;
 mod tool_results;
 mod type_privacy;
