@@ -8,7 +8,8 @@
 //! The bare server and the gateway take turns (ROUNDS turns each, default 4, SECONDS split
 //! between them), so a change in a shared machine's load falls on both.
 //! For profiling one server alone: ROWS (e.g. `sqlite-session,postgres-stateless`) and
-//! SERVERS (`bare`, `scopegate`) pick what runs; by default everything does.
+//! SERVERS (`bare`, `scopegate`) pick what runs, and DATABASES (`sqlite,postgres`) which
+//! databases; by default everything does.
 //! IDENTITY_CACHE_MS sets `auth.identity_cache_ms` and SQLITE_SYNCHRONOUS (`full` or
 //! `normal`) `database.sqlite_synchronous` (default: as shipped).
 
@@ -146,7 +147,8 @@ async fn main() {
     );
     let rows = std::env::var("ROWS").unwrap_or_default();
     let servers = std::env::var("SERVERS").unwrap_or_else(|_| "bare,scopegate".to_owned());
-    for backend in ["sqlite", "postgres"] {
+    let databases = std::env::var("DATABASES").unwrap_or_else(|_| "sqlite,postgres".to_owned());
+    for backend in ["sqlite", "postgres"].into_iter().filter(|b| databases.split(',').any(|d| d == *b)) {
         for stateless in [false, true] {
             let mode = if stateless { "stateless" } else { "session" };
             if !rows.is_empty() && !rows.split(',').any(|r| r == format!("{backend}-{mode}")) {
