@@ -334,9 +334,12 @@ mod tests {
         }
     }
 
+    /// A body, its method, its tool name, whether it is a request, and what the case is.
+    type Read = (&'static str, Option<&'static str>, Option<&'static str>, bool, &'static str);
+
     #[test]
     fn inspection_reads_method_and_tool_name_whatever_the_params() {
-        let cases: &[(&str, Option<&str>, Option<&str>, bool, &str)] = &[
+        let cases: &[Read] = &[
             (
                 r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"name":"inner"},"name":"whoami"}}"#,
                 Some("tools/call"),
