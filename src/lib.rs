@@ -9,12 +9,14 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod context;
+pub(crate) mod error_body;
 pub mod http;
 pub mod identity;
 pub mod mcp;
 pub mod model;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod tools;
 pub mod upstream;
 

@@ -240,7 +240,7 @@ impl Writer {
     fn new(sink: Sink) -> Result<Self, CheckpointError> {
         let http = match sink {
             Sink::Http(_) => {
-                crate::http::install_tls_provider();
+                crate::tls::install_provider();
                 Some(
                     reqwest::Client::builder()
                         .timeout(Duration::from_secs(10))

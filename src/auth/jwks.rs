@@ -123,7 +123,7 @@ impl Jwks {
         max_age: Duration,
         min_refetch_interval: Duration,
     ) -> Result<Arc<Self>, JwksError> {
-        crate::http::install_tls_provider();
+        crate::tls::install_provider();
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .tcp_nodelay(true)

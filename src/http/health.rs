@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
 use super::AppState;
-use super::error::json_error;
+use crate::error_body::json_error;
 
 pub(crate) async fn healthz() -> Response {
     (StatusCode::OK, "ok").into_response()

@@ -12,9 +12,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
-use super::error::json_error;
 use crate::audit::refusal::RateLimitAudit;
 use crate::config::LimitsConfig;
+use crate::error_body::json_error;
 use crate::identity::request_principal;
 use crate::mcp::Inspection;
 use crate::store::{TenantId, UserId};

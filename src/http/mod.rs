@@ -1,7 +1,6 @@
 //! HTTP: the router, the tower layers of the request path, health and well-known routes,
 //! start-up and graceful shutdown. Decides nothing about identity; mounts the gate.
 
-pub(crate) mod error;
 mod health;
 mod limits;
 mod well_known;
@@ -159,7 +158,9 @@ impl Gateway {
         if let Some(cache) = &state.gate.cache {
             cache.spawn_poller(state.db.clone(), state.shutdown.clone());
         }
-        let mcp = crate::mcp::service(&state, tools, upstreams, state.shutdown.clone());
+        let shares =
+            crate::mcp::Shares { config: &state.config, db: &state.db, sessions: &state.sessions, audit: &state.audit };
+        let mcp = crate::mcp::service(shares, tools, upstreams, state.shutdown.clone());
         let router = router(&state, mcp, protected(&state));
         spawn_key_rotation(
             Arc::clone(&state.assertions),
@@ -223,10 +224,9 @@ impl Gateway {
     }
 }
 
-/// Installs rustls' ring provider as the process default (for outgoing HTTPS: JWKS,
-/// upstreams). Idempotent.
+/// Installs rustls' ring provider as the process default (see [`crate::tls`]). Idempotent.
 pub fn install_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::tls::install_provider();
 }
 
 fn spawn_key_rotation(signer: Arc<AssertionSigner>, every: Duration, stop: tokio_util::sync::CancellationToken) {
@@ -302,7 +302,7 @@ where
             }),
         );
     }
-    let routes = public.merge(gated).fallback(error::not_found);
+    let routes = public.merge(gated).fallback(crate::error_body::not_found);
 
     let origins =
         Arc::new(OriginPolicy { own: state.config.public_url(), allowed: state.config.server.allowed_origins.clone() });
@@ -352,7 +352,7 @@ async fn check_origin(State(origins): State<Arc<OriginPolicy>>, request: Request
         let allowed = origin.to_str().is_ok_and(|o| o == origins.own || origins.allowed.iter().any(|a| a == o));
         if !allowed {
             tracing::info!(origin = ?origin, "foreign Origin refused");
-            return error::json_error(StatusCode::FORBIDDEN, "forbidden_origin", "Origin not allowed");
+            return crate::error_body::json_error(StatusCode::FORBIDDEN, "forbidden_origin", "Origin not allowed");
         }
     }
     next.run(request).await

@@ -12,7 +12,7 @@ use http::{HeaderValue, StatusCode, header};
 
 use super::{MessageBinding, resolver};
 use crate::auth::{AuthError, Authenticator};
-use crate::http::error::json_error;
+use crate::error_body::json_error;
 use crate::mcp::Inspection;
 use crate::store::Db;
 

@@ -19,23 +19,35 @@ use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tower::{Service, ServiceBuilder};
 
-use crate::http::AppState;
+use crate::audit::AuditWriter;
+use crate::config::Config;
+use crate::identity::SessionRegistry;
+use crate::store::Db;
 use crate::upstream::runtime::Upstreams;
 pub(crate) use jsonrpc::{Inspection, id_text};
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
 
+/// What the endpoint shares with the rest of the gateway (handed down by the HTTP layer, which
+/// owns it: this module never reaches up for it).
+pub(crate) struct Shares<'a> {
+    pub config: &'a Config,
+    pub db: &'a Db,
+    pub sessions: &'a Arc<SessionRegistry>,
+    pub audit: &'a AuditWriter,
+}
+
 /// The `/mcp` endpoint: the JSON-RPC check, session binding and rmcp's Streamable HTTP
 /// service, as one service for the gate to wrap. `shutdown` ends every session and stream
 /// when cancelled.
 pub(crate) fn service(
-    state: &AppState,
+    state: Shares<'_>,
     tools: ToolSet,
     upstreams: Arc<Upstreams>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static> + Clone + Send + Sync + 'static
 {
-    let config = &state.config;
+    let config = state.config;
     let shared = Arc::new(server::Shared {
         db: state.db.clone(),
         audit: state.audit.clone(),

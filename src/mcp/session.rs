@@ -26,7 +26,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use super::jsonrpc::{Inspection, error_response, id_text};
 use crate::audit::AuditWriter;
 use crate::audit::refusal::{Refused, refusal_event};
-use crate::http::error::json_error;
+use crate::error_body::json_error;
 use crate::identity::{InFlight, SESSION_HEADER, SessionRegistry, request_principal};
 use crate::telemetry::metrics;
 

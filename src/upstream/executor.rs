@@ -70,7 +70,7 @@ impl LocalExecutor {
         assertion_header: HeaderName,
         ca_file: &str,
     ) -> Result<Self, UpstreamError> {
-        crate::http::install_tls_provider();
+        crate::tls::install_provider();
         let mut builder = reqwest::Client::builder()
             // No total timeout: it would cut SSE streams. Calls time out in the proxy instead.
             .connect_timeout(Duration::from_secs(10))

@@ -1,4 +1,5 @@
-//! Our error body for every refusal the HTTP layer makes: `{"error": code, "message": text}`.
+//! Our error body for every refusal made over HTTP (by the layers, the gate, the session
+//! binding): `{"error": code, "message": text}`.
 //! Internal causes are logged, never sent.
 
 use axum::Json;
