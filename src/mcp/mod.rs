@@ -51,7 +51,7 @@ pub(crate) fn service(
     let shared = Arc::new(server::Shared {
         db: state.db.clone(),
         audit: state.audit.clone(),
-        sessions: Arc::clone(&state.sessions),
+        sessions: Arc::clone(state.sessions),
         tools,
         upstreams,
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
@@ -82,11 +82,11 @@ pub(crate) fn service(
         mcp_config,
     ));
     let binding = Arc::new(session::Binding {
-        sessions: Arc::clone(&state.sessions),
+        sessions: Arc::clone(state.sessions),
         audit: state.audit.clone(),
         leeway_secs: i64::try_from(config.auth.leeway_secs).unwrap_or(i64::MAX),
     });
-    session::spawn_sweeper(Arc::clone(&state.sessions), manager, shutdown);
+    session::spawn_sweeper(Arc::clone(state.sessions), manager, shutdown);
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
     // (configuration and all) by every layer, on every request.
     let endpoint = tower::service_fn(move |request: Request| {
