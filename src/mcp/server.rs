@@ -298,7 +298,7 @@ impl ServerHandler for GatewayServer {
             ctx.tenant_id(),
             ctx.user_id(),
             ctx.session_id().map(str::to_owned),
-            Some(request_id_text(ctx.request_id())),
+            Some(super::jsonrpc::id_text(ctx.request_id())),
             client,
             tool.clone(),
             args_digest,
@@ -387,7 +387,7 @@ impl GatewayServer {
             ctx.tenant_id(),
             ctx.user_id(),
             ctx.session_id().map(str::to_owned),
-            Some(request_id_text(ctx.request_id())),
+            Some(super::jsonrpc::id_text(ctx.request_id())),
             client_of(context, ctx.session_id()),
             tool.to_owned(),
             digest::arguments_digest(None),
@@ -411,11 +411,4 @@ fn client_of(context: &RequestContext<RoleServer>, session: Option<&str>) -> Opt
         .and_then(|_| context.peer.peer_info())
         .map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
     from_session.or_else(|| context.meta.client_info().map(|c| (c.name, c.version)))
-}
-
-fn request_id_text(id: &rmcp::model::RequestId) -> String {
-    match id {
-        rmcp::model::RequestId::Number(n) => n.to_string(),
-        rmcp::model::RequestId::String(s) => s.to_string(),
-    }
 }

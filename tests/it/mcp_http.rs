@@ -57,22 +57,8 @@ pub async fn post_bytes(
     Reply { status, headers, message }
 }
 
-/// Opens the session's GET stream (SSE) with `token`.
-pub async fn open_stream(live: &Live, token: &str, session: &str) -> reqwest::Response {
-    let response = reqwest::Client::new()
-        .get(live.url())
-        .header("authorization", format!("Bearer {token}"))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response
-}
-
-async fn other_method(live: &Live, method: reqwest::Method, token: &str, session: &str) -> StatusCode {
+/// A bodiless request (GET, DELETE) of `session` with `token`.
+async fn session_request(live: &Live, method: reqwest::Method, token: &str, session: &str) -> reqwest::Response {
     reqwest::Client::new()
         .request(method, live.url())
         .header("authorization", format!("Bearer {token}"))
@@ -82,7 +68,17 @@ async fn other_method(live: &Live, method: reqwest::Method, token: &str, session
         .send()
         .await
         .unwrap()
-        .status()
+}
+
+/// Opens the session's GET stream (SSE) with `token`.
+pub async fn open_stream(live: &Live, token: &str, session: &str) -> reqwest::Response {
+    let response = session_request(live, reqwest::Method::GET, token, session).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    response
+}
+
+async fn other_method(live: &Live, method: reqwest::Method, token: &str, session: &str) -> StatusCode {
+    session_request(live, method, token, session).await.status()
 }
 
 pub const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
