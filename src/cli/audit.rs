@@ -31,7 +31,8 @@ pub enum AuditCommand {
         checkpoints: Option<PathBuf>,
         /// A public key checkpoints may be signed with (base64url, as `audit keygen` prints
         /// it); repeatable. Default: the public half of audit.checkpoint_key.
-        #[arg(long, value_name = "KEY", requires = "checkpoints")]
+        // base64url keys may begin with `-`: a key, never an option.
+        #[arg(long, value_name = "KEY", requires = "checkpoints", allow_hyphen_values = true)]
         public_key: Vec<String>,
     },
     /// Sign every tenant's chain head now and write it to audit.checkpoint_sink.

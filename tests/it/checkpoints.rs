@@ -77,6 +77,10 @@ async fn truncation_after_a_checkpoint(backend: Backend) {
         audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl", "--public-key", &public]);
     assert!(ok_, "{out}");
 
+    // A base64url key can begin with `-`: it is taken as the key, not as an option.
+    let (_, out) = audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl", "--public-key", "-AAAA"]);
+    assert!(!out.contains("unexpected argument"), "{out}");
+
     // Another key: the checkpoints are not trusted.
     let other = keygen(dir.path(), "other.pem");
     let (ok_, out) =
