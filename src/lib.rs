@@ -4,6 +4,7 @@
 //! `auth` (bearer JWT) -> `identity` (tenant, user, flock scope; the `McpCallContext`
 //! factory) -> tools. `store` owns every SQL statement; `config` and `telemetry` set up.
 
+pub mod agent;
 pub mod audit;
 pub mod auth;
 pub mod cli;
@@ -18,6 +19,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod tools;
+pub mod tunnel;
 pub mod upstream;
 
 pub use config::Config;

@@ -476,9 +476,26 @@ fn checked_template(s: &str) -> Result<(), String> {
     template(s).map(drop)
 }
 
-fn expand(text: &str, env: &dyn ExecutorEnv, executor: &ExecutorId) -> Result<String, String> {
+/// Resolves the references of one `args`, `env` or `headers` value on `executor`'s environment.
+/// For an executor whose environment is elsewhere ([`ExecutorEnv::deferred`]), the value is
+/// checked (syntax, and no `${env:NAME}`) and kept as written: the remote agent resolves it on
+/// its own machine with this same function.
+pub fn expand(text: &str, env: &dyn ExecutorEnv, executor: &ExecutorId) -> Result<String, String> {
+    let parts = template(text)?;
+    if env.deferred() {
+        if let Some(Part::Gateway(var)) = parts.iter().find(|p| matches!(p, Part::Gateway(_))) {
+            return Err(format!(
+                "`${{env:{var}}}` forwards the gateway's own environment, refused for the remote executor {:?}",
+                executor.as_str()
+            ));
+        }
+        if text.contains('\0') {
+            return Err("a value contains NUL".to_owned());
+        }
+        return Ok(text.to_owned());
+    }
     let mut out = String::new();
-    for part in template(text)? {
+    for part in parts {
         match part {
             Part::Text(t) => out.push_str(t),
             Part::Executor(var) => {

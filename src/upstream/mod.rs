@@ -53,4 +53,9 @@ pub trait ExecutorEnv {
     fn var(&self, name: &str) -> Option<String>;
     /// Whether the executor is the gateway host, whose environment is the gateway's own.
     fn is_local(&self) -> bool;
+    /// Whether `${NAME}` references are left for the executor to resolve on its own machine
+    /// (a remote executor: the gateway never learns the executor's environment).
+    fn deferred(&self) -> bool {
+        false
+    }
 }

@@ -1,0 +1,265 @@
+//! The executor tunnel: one WebSocket between the gateway and an executor agent, carrying many
+//! logical channels, each with its own flow control. It moves bytes; it never interprets what a
+//! channel carries and never decides who may open one (the gateway's route authenticates the
+//! agent before the tunnel starts).
+//!
+//! # Wire format
+//!
+//! Every WebSocket message is one binary frame (a text message is a protocol error):
+//!
+//! ```text
+//! byte 0       kind: 1 Open, 2 Opened, 3 Refused, 4 Data, 5 Credit, 6 Close
+//! bytes 1..5   channel id, u32 big-endian (0 is never a channel)
+//! bytes 5..    payload:
+//!                Open      the JSON of an [`Open`]
+//!                Opened    empty
+//!                Refused   UTF-8 reason
+//!                Data      one message of the channel (one JSON-RPC message, or a file chunk)
+//!                Credit    u32 big-endian: that many more Data frames may be sent
+//!                Close     UTF-8 reason (empty: a normal end)
+//! ```
+//!
+//! Only the gateway opens channels; it numbers them from 1 and never reuses a number within a
+//! tunnel. A channel starts with a window of [`Settings::window`] Data frames in each direction;
+//! the receiver grants credit back as its reader consumes them, so a slow reader stops its
+//! writer and nothing queues without bound. A peer that sends past its window, an unknown
+//! kind, an oversized frame or a Data frame for a channel that is not open ends the tunnel.
+//! Close is final for the channel on both sides. Both sides send a WebSocket ping every
+//! [`Settings::heartbeat`]; a side that hears nothing for three heartbeats ends the tunnel.
+//! When the tunnel ends, every channel ends with it: readers see the end, writers an error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Limits and timing of one tunnel (both sides use the same defaults).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The largest payload of one frame, in bytes.
+    pub max_frame: usize,
+    /// Data frames a channel may have in flight in each direction before credit comes back.
+    pub window: u32,
+    /// The ping interval; silence for three of them ends the tunnel.
+    pub heartbeat: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { max_frame: 16 * 1024 * 1024, window: 64, heartbeat: Duration::from_secs(10) }
+    }
+}
+
+/// What the gateway asks an agent to open. Values of `args`, `env` and `headers` may hold
+/// `${NAME}` references, which the agent resolves on its own environment
+/// (`upstream::declaration::expand`); `cwd` and `uri` are `file:` URIs the agent checks
+/// against its own root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Open {
+    /// Launch a stdio server; each Data frame is one JSON-RPC message to its stdin or from its
+    /// stdout (one line, without the newline).
+    Stdio { server: String, command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: String },
+    /// Reach a Streamable HTTP server over the agent's network; each Data frame is one
+    /// JSON-RPC message. The agent moves a call's identity assertion from `_meta` into
+    /// `assertion_header`, as the gateway does for the local executor.
+    Http { server: String, url: String, headers: BTreeMap<String, String>, assertion_header: String },
+    /// Read one file under the agent's root: Data frames carry its bytes, then the agent
+    /// closes the channel (reason empty when the whole file was sent).
+    ReadFile { uri: String, max_bytes: u64 },
+}
+
+/// Why a tunnel or channel operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TunnelError {
+    #[error("the executor connection is closed: {0}")]
+    Closed(String),
+    #[error("the executor refused: {0}")]
+    Refused(String),
+    #[error("a message of {size} bytes is over the limit of {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("the executor did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// The gateway's route an agent dials (a WebSocket upgrade).
+pub const CONNECT_PATH: &str = "/executors/connect";
+/// The upgrade request header naming the executor the agent runs as.
+pub const EXECUTOR_HEADER: &str = "scopegate-executor";
+/// The upgrade request header with the agent's root, a `file:` URI.
+pub const ROOT_HEADER: &str = "scopegate-executor-root";
+// The secret travels as `Authorization: Bearer <secret>`.
+
+/// Which end of the tunnel this is: only the gateway opens channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Gateway,
+    Agent,
+}
+
+/// Starts driving `ws` (already upgraded and, on the gateway, already authenticated): spawns
+/// the reader, writer and heartbeat tasks, which end when the socket closes, three heartbeats
+/// pass in silence, the peer breaks the protocol, or [`TunnelHandle::close`] is called.
+/// On the agent side, [`Incoming`] yields the gateway's open requests; on the gateway side it
+/// yields nothing.
+pub fn start<S>(ws: tokio_tungstenite::WebSocketStream<S>, side: Side, settings: Settings) -> (TunnelHandle, Incoming)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let _ = (ws, side, settings);
+    unimplemented!("tunnel::start")
+}
+
+/// A handle on a running tunnel; clones share it.
+#[derive(Clone)]
+pub struct TunnelHandle {}
+
+impl TunnelHandle {
+    /// Opens a channel (gateway side): sends `open` and waits up to `timeout` for the agent's
+    /// Opened or Refused.
+    pub async fn open(&self, open: &Open, timeout: Duration) -> Result<Channel, TunnelError> {
+        let _ = (open, timeout);
+        unimplemented!("TunnelHandle::open")
+    }
+
+    /// Ends the tunnel and every channel on it, telling the peer `reason` (a WebSocket close).
+    pub fn close(&self, reason: &str) {
+        let _ = reason;
+        unimplemented!("TunnelHandle::close")
+    }
+
+    pub fn is_closed(&self) -> bool {
+        unimplemented!("TunnelHandle::is_closed")
+    }
+
+    /// Resolves when the tunnel has ended, with why.
+    pub async fn closed(&self) -> String {
+        unimplemented!("TunnelHandle::closed")
+    }
+
+    /// Channels open now.
+    pub fn channels_open(&self) -> usize {
+        unimplemented!("TunnelHandle::channels_open")
+    }
+}
+
+/// The gateway's open requests, as the agent receives them.
+pub struct Incoming {}
+
+impl Incoming {
+    /// The next open request; `None` once the tunnel has ended.
+    pub async fn next(&mut self) -> Option<PendingOpen> {
+        unimplemented!("Incoming::next")
+    }
+}
+
+/// One open request, to be accepted or refused (dropping it refuses it).
+pub struct PendingOpen {
+    pub open: Open,
+}
+
+impl PendingOpen {
+    pub fn accept(self) -> Channel {
+        unimplemented!("PendingOpen::accept")
+    }
+
+    pub fn refuse(self, reason: &str) {
+        let _ = reason;
+        unimplemented!("PendingOpen::refuse")
+    }
+}
+
+/// One open channel. Dropping both halves closes it (reason empty).
+pub struct Channel {}
+
+impl Channel {
+    pub fn id(&self) -> u32 {
+        unimplemented!("Channel::id")
+    }
+
+    pub fn split(self) -> (ChannelSender, ChannelReceiver) {
+        unimplemented!("Channel::split")
+    }
+}
+
+/// The sending half: waits for credit, so a slow peer slows the sender and nothing else.
+#[derive(Clone)]
+pub struct ChannelSender {}
+
+impl ChannelSender {
+    /// Sends one message; fails once the channel or tunnel has ended, or when `data` is larger
+    /// than the frame limit (the channel stays open then).
+    pub async fn send(&self, data: Bytes) -> Result<(), TunnelError> {
+        let _ = data;
+        unimplemented!("ChannelSender::send")
+    }
+
+    /// Closes the channel for both sides, telling the peer `reason` (empty: a normal end).
+    pub fn close(&self, reason: &str) {
+        let _ = reason;
+        unimplemented!("ChannelSender::close")
+    }
+}
+
+/// The receiving half: reading grants credit back to the peer.
+pub struct ChannelReceiver {}
+
+impl ChannelReceiver {
+    /// The next message; `None` once the channel has ended (see [`Self::close_reason`]).
+    pub async fn recv(&mut self) -> Option<Bytes> {
+        unimplemented!("ChannelReceiver::recv")
+    }
+
+    /// Why the channel ended, once it has (empty: a normal end by the peer).
+    pub fn close_reason(&self) -> Option<String> {
+        unimplemented!("ChannelReceiver::close_reason")
+    }
+}
+
+/// Accepts a WebSocket upgrade on the gateway: checks the request is one (GET, `Upgrade:
+/// websocket`, `Connection: upgrade`, version 13, a key) and returns the `101` answer to send,
+/// and a future of the WebSocket once hyper hands the connection over. Not an upgrade: `Err`
+/// with the reason, for a `400`.
+pub fn accept_upgrade(
+    request: &mut http::Request<axum::body::Body>,
+    settings: &Settings,
+) -> Result<(http::Response<axum::body::Body>, Upgrading), String> {
+    let _ = (request, settings);
+    unimplemented!("accept_upgrade")
+}
+
+/// The gateway's side of an upgrade in progress.
+pub struct Upgrading {}
+
+impl Upgrading {
+    pub async fn ready(
+        self,
+    ) -> Result<tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>, String> {
+        unimplemented!("Upgrading::ready")
+    }
+}
+
+/// Why the agent could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// The gateway answered, but not with a WebSocket (`401`: bad secret; `409`: the name is
+    /// already connected; ...): its status and body.
+    #[error("the gateway answered {status}: {body}")]
+    Refused { status: u16, body: String },
+    #[error("{0}")]
+    Network(String),
+}
+
+/// Dials the gateway's [`CONNECT_PATH`] under `base` (an `http:` or `https:` URL; TLS verified
+/// by `client`, built with the same `ca_file` rules as the gateway's upstream client),
+/// presenting `headers`, and completes the WebSocket handshake.
+pub async fn dial(
+    client: &reqwest::Client,
+    base: &str,
+    headers: http::HeaderMap,
+    settings: &Settings,
+) -> Result<tokio_tungstenite::WebSocketStream<reqwest::Upgraded>, DialError> {
+    let _ = (client, base, headers, settings);
+    unimplemented!("dial")
+}
