@@ -183,7 +183,7 @@ async fn main() {
         tokio::spawn(gateway.run(std::future::pending()));
         let (mut child, upstream_url) = fixture(&addr.to_string(), &public).await;
         let mut tx = db.begin().await.unwrap();
-        entities::create_executor(&mut tx, "local", "bench-host", "gateway", "local").await.unwrap();
+        entities::create_executor(&mut tx, "local", "bench-host", "gateway", "local", &[]).await.unwrap();
         let declaration = json!({"type": "http", "url": upstream_url});
         entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/fx", &declaration).await.unwrap();
         entities::bind_server(&mut tx, "acme", "fx", "local").await.unwrap();

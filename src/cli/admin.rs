@@ -1,6 +1,7 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
-//! executors, `mcp-server` entities, bindings and grants of upstream tools. Each command is one transaction: an error
-//! names the field and leaves nothing half-written.
+//! executors (and their owners and secrets), `mcp-server` entities, bindings and grants of
+//! upstream tools. Each command is one transaction: an error names the field and leaves
+//! nothing half-written. Never prints a secret before its transaction has committed.
 
 use clap::{Args, Subcommand};
 
@@ -163,6 +164,7 @@ pub enum AssignmentCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum ExecutorCmd {
+    /// A remote executor's secret is printed alone on stdout, this once.
     Create {
         name: String,
         #[arg(long)]
@@ -173,10 +175,37 @@ pub enum ExecutorCmd {
         /// local or remote.
         #[arg(long, default_value = "local")]
         kind: String,
+        /// A tenant that owns the remote executor (repeatable; at least one for remote, none
+        /// for local).
+        #[arg(long = "tenant")]
+        tenants: Vec<String>,
     },
     List,
+    /// Refused while any tenant binds servers to it.
     Delete {
         name: String,
+    },
+    /// A new secret for a remote executor, printed alone on stdout; the old one stops working.
+    RotateSecret {
+        name: String,
+    },
+    /// Owners of a remote executor: only they may bind servers to it.
+    #[command(subcommand)]
+    Owner(OwnerCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OwnerCmd {
+    Add {
+        #[arg(long)]
+        tenant: String,
+        executor: String,
+    },
+    /// Refused while the tenant binds servers to the executor, and for its last owner.
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        executor: String,
     },
 }
 
@@ -306,17 +335,32 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
     db.migrate().await?;
     let result = execute(&db, args).await;
     db.close().await;
-    let (listing, json) = result?;
-    if let Some(listing) = listing {
-        print(&listing, json);
+    let (output, json) = result?;
+    match output {
+        Output::Nothing => {}
+        Output::Listing(listing) => print(&listing, json),
+        // Printed only now, after the commit: a secret that was never stored is never shown.
+        Output::Secret(secret) => {
+            println!("{secret}");
+            eprintln!("This executor secret is shown only once: store it now (rotate-secret makes a new one).");
+        }
     }
     Ok(())
 }
 
+/// What a command prints once its transaction has committed.
+enum Output {
+    Nothing,
+    Listing(Listing),
+    /// A remote executor's new secret: alone on stdout.
+    Secret(String),
+}
+
 /// Runs one command in one transaction; commits only when it succeeded.
-async fn execute(db: &Db, args: AdminArgs) -> Result<(Option<Listing>, bool), StoreError> {
+async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError> {
     let mut tx = db.begin().await?;
     let c = &mut *tx;
+    let mut secret = None;
     let listing = match args.command {
         AdminCommand::Tenant(cmd) => match cmd {
             TenantCmd::Create { slug, name } => admin::create_tenant(c, &slug, &name).await.map(|_| None),
@@ -365,13 +409,41 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Option<Listing>, bool), St
             AssignmentCmd::List { tenant } => admin::list_assignments(c, &tenant).await.map(Some),
         },
         AdminCommand::Executor(cmd) => match cmd {
-            ExecutorCmd::Create { name, machine, user, kind } => {
-                entities::create_executor(c, &name, &machine, &user, &kind).await.map(|_| None)
+            ExecutorCmd::Create { name, machine, user, kind, tenants } => {
+                let owners: Vec<&str> = tenants.iter().map(String::as_str).collect();
+                entities::create_executor(c, &name, &machine, &user, &kind, &owners).await.map(|s| {
+                    secret = s;
+                    None
+                })
             }
-            ExecutorCmd::List => {
-                entities::list_executors(c).await.map(|x| Some(rows(&x, &["name", "machine", "run_as", "kind"])))
-            }
+            ExecutorCmd::List => entities::list_executors(c).await.map(|x| {
+                Some(
+                    x.into_iter()
+                        .map(|e| {
+                            vec![
+                                ("name", e.name),
+                                ("machine", e.machine),
+                                ("run_as", e.run_as),
+                                ("kind", e.kind),
+                                ("owners", e.owners.join(",")),
+                            ]
+                        })
+                        .collect(),
+                )
+            }),
             ExecutorCmd::Delete { name } => entities::delete_executor(c, &name).await.map(|_| None),
+            ExecutorCmd::RotateSecret { name } => entities::rotate_executor_secret(c, &name).await.map(|s| {
+                secret = Some(s);
+                None
+            }),
+            ExecutorCmd::Owner(cmd) => match cmd {
+                OwnerCmd::Add { tenant, executor } => {
+                    entities::add_executor_owner(c, &executor, &tenant).await.map(|_| None)
+                }
+                OwnerCmd::Remove { tenant, executor } => {
+                    entities::remove_executor_owner(c, &executor, &tenant).await.map(|_| None)
+                }
+            },
         },
         AdminCommand::Entity(cmd) => match cmd {
             EntityCmd::Add { tenant, name, declaration } => {
@@ -420,5 +492,10 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Option<Listing>, bool), St
         },
     }?;
     tx.commit().await?;
-    Ok((listing, args.json))
+    let output = match (listing, secret) {
+        (Some(listing), _) => Output::Listing(listing),
+        (None, Some(secret)) => Output::Secret(secret),
+        (None, None) => Output::Nothing,
+    };
+    Ok((output, args.json))
 }

@@ -1,9 +1,15 @@
-//! Executors, `mcp-server` entities, bindings and the grants of upstream tools, and the
-//! resolver that finds a server's declaration in the BOUND executor's context. Never consults
+//! Executors (with their owning tenants and secret hashes, never a secret), `mcp-server`
+//! entities, bindings and the grants of upstream tools, and the resolver that finds a server's declaration in the BOUND executor's context. Never consults
 //! the resolving host's own machine name or user: the one resolving query takes only a tenant
 //! and a server id.
 
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::rand::{SecureRandom as _, SystemRandom};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use sqlx::{AnyConnection, Row};
 
 use super::admin::tenant_id_by_slug;
@@ -105,37 +111,216 @@ pub fn parse_entity_name(name: &str) -> Result<&str, StoreError> {
     Ok(server)
 }
 
+/// The prefix of every executor secret: a leaked one is recognisable in logs and by scanners.
+const SECRET_PREFIX: &str = "sgx_";
+
+/// hex SHA-256 of an executor secret
+pub fn executor_secret_hash(secret: &str) -> String {
+    Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new secret: `sgx_` and 32 random bytes, base64url without padding.
+fn new_executor_secret() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| StoreError::Invalid { field: "secret", message: "the system random source failed".into() })?;
+    Ok(format!("{SECRET_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// Equality whose time does not depend on where two equally long values first differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a remote executor agent was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentAuthError {
+    #[error("no such executor")]
+    Unknown,
+    #[error("not a remote executor")]
+    NotRemote,
+    #[error("wrong secret")]
+    WrongSecret,
+}
+
+/// Creates an executor. A `remote` one is owned by `owners` (tenant slugs, at least one) and
+/// gets a new secret, returned once (only its hash is stored); a `local` one takes no owners
+/// (every tenant may bind it) and has no secret. Everything is checked before the first write,
+/// so a refusal writes nothing; the caller's transaction holds the writes together.
 pub async fn create_executor(
     conn: &mut AnyConnection,
     name: &str,
     machine: &str,
     run_as: &str,
     kind: &str,
-) -> Result<String, StoreError> {
+    owners: &[&str],
+) -> Result<Option<String>, StoreError> {
     validate_segment("name", name)?;
     validate_segment("machine", machine)?;
     validate_segment("user", run_as)?;
-    if !matches!(kind, "local" | "remote") {
-        return Err(StoreError::Invalid { field: "kind", message: format!("`{kind}` must be local or remote") });
+    let remote = match kind {
+        "local" => false,
+        "remote" => true,
+        _ => return Err(StoreError::Invalid { field: "kind", message: format!("`{kind}` must be local or remote") }),
+    };
+    if !remote && !owners.is_empty() {
+        return Err(StoreError::Invalid {
+            field: "tenant",
+            message: "a local executor takes no --tenant: every tenant may bind it".into(),
+        });
     }
+    if remote && owners.is_empty() {
+        return Err(StoreError::Invalid {
+            field: "tenant",
+            message: format!("remote executor `{name}` needs at least one owner: pass --tenant SLUG"),
+        });
+    }
+    let mut tenants = Vec::with_capacity(owners.len());
+    for slug in owners {
+        let tenant = tenant_id_by_slug(&mut *conn, slug).await?;
+        if !tenants.contains(&tenant) {
+            tenants.push(tenant);
+        }
+    }
+    let secret = if remote { Some(new_executor_secret()?) } else { None };
     let id = uuid::Uuid::now_v7().to_string();
-    sqlx::query("INSERT INTO executors (id, name, machine, run_as, kind, created_at) VALUES ($1, $2, $3, $4, $5, $6)")
-        .bind(&id)
+    sqlx::query(
+        "INSERT INTO executors (id, name, machine, run_as, kind, created_at, secret_hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(&id)
+    .bind(name)
+    .bind(machine)
+    .bind(run_as)
+    .bind(kind)
+    .bind(now_millis())
+    .bind(secret.as_deref().map(executor_secret_hash))
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| unique_conflict(e, || format!("executor `{name}` already exists")))?;
+    for tenant in tenants {
+        sqlx::query("INSERT INTO executor_owners (executor_id, tenant_id) VALUES ($1, $2)")
+            .bind(&id)
+            .bind(tenant)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(secret)
+}
+
+/// The id of the remote executor `name`; a local one is refused, naming `executor`.
+async fn remote_executor_id(conn: &mut AnyConnection, name: &str) -> Result<String, StoreError> {
+    let (id, kind): (String, String) = sqlx::query_as("SELECT id, kind FROM executors WHERE name = $1")
         .bind(name)
-        .bind(machine)
-        .bind(run_as)
-        .bind(kind)
-        .bind(now_millis())
-        .execute(conn)
-        .await
-        .map_err(|e| unique_conflict(e, || format!("executor `{name}` already exists")))?;
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("executor `{name}` does not exist")))?;
+    if kind != "remote" {
+        return Err(StoreError::Invalid {
+            field: "executor",
+            message: format!("`{name}` is a {kind} executor: it has no secret and no owners"),
+        });
+    }
     Ok(id)
 }
 
-pub async fn list_executors(conn: &mut AnyConnection) -> Result<Vec<Executor>, StoreError> {
-    let rows =
-        sqlx::query("SELECT id, name, machine, run_as, kind FROM executors ORDER BY name").fetch_all(conn).await?;
-    rows.iter().map(executor_from_row).collect()
+/// Gives the remote executor `name` a new secret and returns it (once); the old one stops
+/// working at once.
+pub async fn rotate_executor_secret(conn: &mut AnyConnection, name: &str) -> Result<String, StoreError> {
+    let id = remote_executor_id(&mut *conn, name).await?;
+    let secret = new_executor_secret()?;
+    sqlx::query("UPDATE executors SET secret_hash = $1 WHERE id = $2 AND kind = 'remote'")
+        .bind(executor_secret_hash(&secret))
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(secret)
+}
+
+/// Lets the tenant bind servers to the remote executor `name`.
+pub async fn add_executor_owner(conn: &mut AnyConnection, name: &str, tenant_slug: &str) -> Result<(), StoreError> {
+    let id = remote_executor_id(&mut *conn, name).await?;
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    sqlx::query("INSERT INTO executor_owners (executor_id, tenant_id) VALUES ($1, $2)")
+        .bind(id)
+        .bind(tenant)
+        .execute(conn)
+        .await
+        .map_err(|e| unique_conflict(e, || format!("`{tenant_slug}` already owns executor `{name}`")))?;
+    Ok(())
+}
+
+/// Takes the remote executor `name` from the tenant. Refused while the tenant still binds
+/// servers to it (naming them: unbind them first), and for its last owner (delete it instead).
+pub async fn remove_executor_owner(conn: &mut AnyConnection, name: &str, tenant_slug: &str) -> Result<(), StoreError> {
+    let id = remote_executor_id(&mut *conn, name).await?;
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let bound: Vec<String> = sqlx::query_scalar(
+        "SELECT server FROM mcp_server_bindings WHERE tenant_id = $1 AND executor_id = $2 ORDER BY server",
+    )
+    .bind(tenant)
+    .bind(&id)
+    .fetch_all(&mut *conn)
+    .await?;
+    if !bound.is_empty() {
+        return Err(StoreError::Conflict(format!(
+            "`{tenant_slug}` still binds servers to executor `{name}`: {} (unbind them first)",
+            bound.join(", ")
+        )));
+    }
+    let owners: Vec<TenantId> = sqlx::query_scalar("SELECT tenant_id FROM executor_owners WHERE executor_id = $1")
+        .bind(&id)
+        .fetch_all(&mut *conn)
+        .await?;
+    if !owners.contains(&tenant) {
+        return Err(StoreError::NotFound(format!("`{tenant_slug}` does not own executor `{name}`")));
+    }
+    if owners.len() == 1 {
+        return Err(StoreError::Conflict(format!(
+            "`{tenant_slug}` is the last owner of executor `{name}`: delete the executor instead"
+        )));
+    }
+    sqlx::query("DELETE FROM executor_owners WHERE executor_id = $1 AND tenant_id = $2")
+        .bind(&id)
+        .bind(tenant)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// An executor as `admin executor list` shows it: never its secret or hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecutorRow {
+    pub name: String,
+    pub machine: String,
+    pub run_as: String,
+    pub kind: String,
+    /// The owning tenants' slugs, sorted (empty for `local`).
+    pub owners: Vec<String>,
+}
+
+pub async fn list_executors(conn: &mut AnyConnection) -> Result<Vec<ExecutorRow>, StoreError> {
+    let rows = sqlx::query("SELECT id, name, machine, run_as, kind FROM executors ORDER BY name")
+        .fetch_all(&mut *conn)
+        .await?;
+    let owners: Vec<(String, String)> = sqlx::query_as(
+        "SELECT o.executor_id, t.slug FROM executor_owners o JOIN tenants t ON t.id = o.tenant_id ORDER BY t.slug",
+    )
+    .fetch_all(conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let x = executor_from_row(r)?;
+            Ok(ExecutorRow {
+                owners: owners.iter().filter(|(id, _)| *id == x.id).map(|(_, slug)| slug.clone()).collect(),
+                name: x.name,
+                machine: x.machine,
+                run_as: x.run_as,
+                kind: x.kind,
+            })
+        })
+        .collect()
 }
 
 fn executor_from_row(row: &sqlx::any::AnyRow) -> Result<Executor, StoreError> {
@@ -148,6 +333,7 @@ fn executor_from_row(row: &sqlx::any::AnyRow) -> Result<Executor, StoreError> {
     })
 }
 
+/// Deletes an executor, with its owners. Refused while any tenant binds servers to it.
 pub async fn delete_executor(conn: &mut AnyConnection, name: &str) -> Result<(), StoreError> {
     let done =
         sqlx::query("DELETE FROM executors WHERE name = $1").bind(name).execute(conn).await.map_err(|e| match &e {
@@ -161,6 +347,44 @@ pub async fn delete_executor(conn: &mut AnyConnection, name: &str) -> Result<(),
         return Err(StoreError::NotFound(format!("executor `{name}` does not exist")));
     }
     Ok(())
+}
+
+impl Db {
+    /// The remote executor `name`, if `secret` is its current secret (constant-time compare of hashes).
+    pub async fn authenticate_executor(
+        &self,
+        name: &str,
+        secret: &str,
+    ) -> Result<Result<Executor, AgentAuthError>, StoreError> {
+        let Some(row) =
+            sqlx::query("SELECT id, name, machine, run_as, kind, secret_hash FROM executors WHERE name = $1")
+                .bind(name)
+                .fetch_optional(self.pool())
+                .await?
+        else {
+            return Ok(Err(AgentAuthError::Unknown));
+        };
+        let executor = executor_from_row(&row)?;
+        if executor.kind != "remote" {
+            return Ok(Err(AgentAuthError::NotRemote));
+        }
+        // No stored hash (a remote executor from before secrets existed): nothing matches.
+        let stored: Option<String> = row.try_get("secret_hash")?;
+        match stored {
+            Some(stored) if same_bytes(stored.as_bytes(), executor_secret_hash(secret).as_bytes()) => Ok(Ok(executor)),
+            _ => Ok(Err(AgentAuthError::WrongSecret)),
+        }
+    }
+
+    /// name -> secret hash of every remote executor (one query; the gateway polls it to drop
+    /// agents whose executor was deleted or whose secret was rotated).
+    pub async fn remote_executor_secrets(&self) -> Result<HashMap<String, String>, StoreError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, secret_hash FROM executors WHERE kind = 'remote' AND secret_hash IS NOT NULL")
+                .fetch_all(self.pool())
+                .await?;
+        Ok(rows.into_iter().collect())
+    }
 }
 
 /// Stores one server declaration under `name` in the tenant. The declaration must already
@@ -223,7 +447,8 @@ pub async fn delete_entity(conn: &mut AnyConnection, tenant_slug: &str, name: &s
     Ok(())
 }
 
-/// Binds (or rebinds) a tenant's server id to an executor.
+/// Binds (or rebinds) a tenant's server id to an executor: `local`, or a remote executor the
+/// tenant owns.
 pub async fn bind_server(
     conn: &mut AnyConnection,
     tenant_slug: &str,
@@ -232,11 +457,27 @@ pub async fn bind_server(
 ) -> Result<(), StoreError> {
     validate_server_id(server)?;
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
-    let executor_id: String = sqlx::query_scalar("SELECT id FROM executors WHERE name = $1")
+    let (executor_id, kind): (String, String) = sqlx::query_as("SELECT id, kind FROM executors WHERE name = $1")
         .bind(executor)
         .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("executor `{executor}` does not exist")))?;
+    // A remote executor runs code on its owners' machines: only they may bind to it. Anything
+    // but `local` needs an owner row (fail closed).
+    if kind != "local" {
+        let owned: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM executor_owners WHERE executor_id = $1 AND tenant_id = $2")
+                .bind(&executor_id)
+                .bind(tenant)
+                .fetch_one(&mut *conn)
+                .await?;
+        if owned == 0 {
+            return Err(StoreError::Invalid {
+                field: "executor",
+                message: format!("tenant `{tenant_slug}` does not own remote executor `{executor}`"),
+            });
+        }
+    }
     sqlx::query(
         "INSERT INTO mcp_server_bindings (tenant_id, server, executor_id, created_at) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (tenant_id, server) DO UPDATE SET executor_id = excluded.executor_id",
@@ -279,7 +520,8 @@ pub async fn list_bindings(conn: &mut AnyConnection, tenant_slug: &str) -> Resul
 /// three entity names built from THAT executor's machine and user:
 /// `machines/{machine}/profile/mcp-servers/{server}`, then `users/{user}/mcp-servers/{server}`,
 /// then `defaults/mcp-servers/{server}`. Each candidate is a point lookup on the unique
-/// (tenant_id, name) index. `None`: the server is not bound, or no entity matches.
+/// (tenant_id, name) index. A binding to a remote executor the tenant does not own (any more)
+/// is ignored. `None`: the server is not bound, or no entity matches.
 const RESOLVE: &str = "\
 SELECT e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kind, \
        CASE WHEN e.name = 'machines/' || x.machine || '/profile/mcp-servers/' || b.server THEN 1 \
@@ -292,6 +534,8 @@ SELECT e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kin
                   'users/' || x.run_as || '/mcp-servers/' || b.server, \
                   'defaults/mcp-servers/' || b.server) \
  WHERE b.tenant_id = $1 AND b.server = $2 \
+   AND (x.kind = 'local' OR EXISTS (SELECT 1 FROM executor_owners o \
+                                     WHERE o.executor_id = x.id AND o.tenant_id = b.tenant_id)) \
  ORDER BY rank LIMIT 1";
 
 /// [`RESOLVE`] for every server the tenant bound: best rank first within each server.
@@ -307,6 +551,8 @@ SELECT b.server, e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run
                   'users/' || x.run_as || '/mcp-servers/' || b.server, \
                   'defaults/mcp-servers/' || b.server) \
  WHERE b.tenant_id = $1 \
+   AND (x.kind = 'local' OR EXISTS (SELECT 1 FROM executor_owners o \
+                                     WHERE o.executor_id = x.id AND o.tenant_id = b.tenant_id)) \
  ORDER BY b.server, rank";
 
 fn entity_from_row(r: &sqlx::any::AnyRow) -> Result<ResolvedEntity, StoreError> {

@@ -209,7 +209,19 @@ async fn admin_commands(backend: Backend) {
     ok(&["role", "add", "--tenant", "initech", "peter@initech.test", "manager"]);
     ok(&["flock", "create", "--tenant", "initech", "basement", "--breed", "Silkie", "--hens", "12"]);
     ok(&["assignment", "add", "--tenant", "initech", "peter@initech.test", "basement"]);
-    ok(&["executor", "create", "build-01", "--machine", "build-01", "--user", "ci", "--kind", "remote"]);
+    ok(&[
+        "executor",
+        "create",
+        "build-01",
+        "--machine",
+        "build-01",
+        "--user",
+        "ci",
+        "--kind",
+        "remote",
+        "--tenant",
+        "initech",
+    ]);
     ok(&[
         "entity",
         "add",

@@ -15,8 +15,8 @@ async fn setup(backend: Backend) -> (TestDb, Db) {
     assert!(db.is_ready().await, "ready with the grants migration applied");
     seed_demo(&db).await;
     let mut tx = db.begin().await.unwrap();
-    entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local").await.unwrap();
-    entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote").await.unwrap();
+    entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+    entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
     entities::bind_server(&mut tx, "acme", "files", "local").await.unwrap();
     entities::bind_server(&mut tx, "acme", "wiki", "local").await.unwrap();
     entities::bind_server(&mut tx, "globex", "files", "local").await.unwrap();

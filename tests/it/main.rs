@@ -8,6 +8,7 @@ mod checkpoints;
 mod cli;
 mod compose;
 mod config;
+mod executors;
 mod fixture;
 mod grants;
 mod guards;

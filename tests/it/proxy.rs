@@ -37,8 +37,8 @@ impl Proxy {
         all.extend(overrides.iter().cloned());
         let live = Live::start(backend, mode, &all).await;
         let mut tx = live.db.begin().await.unwrap();
-        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local").await.unwrap();
-        entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote").await.unwrap();
+        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+        entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
         tx.commit().await.unwrap();
         Self { live, root }
     }

@@ -13,8 +13,8 @@ async fn setup(backend: Backend) -> (TestDb, Db) {
     seed_demo(&db).await;
     let mut tx = db.begin().await.unwrap();
     // The gateway host itself, and a build machine.
-    entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local").await.unwrap();
-    entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote").await.unwrap();
+    entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+    entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
     tx.commit().await.unwrap();
     (test_db, db)
 }
@@ -112,17 +112,17 @@ async fn admin_refusals(backend: Backend) {
     let cases = vec![
         (
             "dup executor",
-            admin_tx!(db, |tx| entities::create_executor(&mut tx, "local", "x", "y", "local")).map(|_| ()),
+            admin_tx!(db, |tx| entities::create_executor(&mut tx, "local", "x", "y", "local", &[])).map(|_| ()),
             "local",
         ),
         (
             "bad kind",
-            admin_tx!(db, |tx| entities::create_executor(&mut tx, "e2", "x", "y", "cloud")).map(|_| ()),
+            admin_tx!(db, |tx| entities::create_executor(&mut tx, "e2", "x", "y", "cloud", &[])).map(|_| ()),
             "kind",
         ),
         (
             "slash machine",
-            admin_tx!(db, |tx| entities::create_executor(&mut tx, "e3", "a/b", "y", "local")).map(|_| ()),
+            admin_tx!(db, |tx| entities::create_executor(&mut tx, "e3", "a/b", "y", "local", &[])).map(|_| ()),
             "machine",
         ),
         (
