@@ -47,9 +47,8 @@ pub(super) fn decode(mut message: Bytes) -> Result<Frame, String> {
 
 /// The payload of a Credit frame.
 pub(super) fn credit(payload: &[u8]) -> Result<u32, String> {
-    let bytes: [u8; 4] = payload
-        .try_into()
-        .map_err(|_| format!("a Credit frame's payload is {} bytes, not 4", payload.len()))?;
+    let bytes: [u8; 4] =
+        payload.try_into().map_err(|_| format!("a Credit frame's payload is {} bytes, not 4", payload.len()))?;
     Ok(u32::from_be_bytes(bytes))
 }
 

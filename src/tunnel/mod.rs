@@ -137,7 +137,8 @@ impl TunnelHandle {
 
     /// Ends the tunnel and every channel on it, telling the peer `reason` (a WebSocket close).
     pub fn close(&self, reason: &str) {
-        self.inner.shutdown(tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal, reason.to_owned());
+        self.inner
+            .shutdown(tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal, reason.to_owned());
     }
 
     pub fn is_closed(&self) -> bool {

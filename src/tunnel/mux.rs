@@ -94,11 +94,7 @@ pub(super) struct ChanShared {
 
 impl ChanShared {
     fn new(window: u32) -> Self {
-        Self {
-            credit: Semaphore::new(window as usize),
-            peer_credit: AtomicU32::new(window),
-            reason: OnceLock::new(),
-        }
+        Self { credit: Semaphore::new(window as usize), peer_credit: AtomicU32::new(window), reason: OnceLock::new() }
     }
 
     fn finish(&self, reason: &str) {
@@ -363,12 +359,7 @@ impl Inner {
         Ok(())
     }
 
-    fn on_open(
-        self: &Arc<Self>,
-        id: u32,
-        payload: &[u8],
-        incoming: &mpsc::Sender<PendingOpen>,
-    ) -> Result<(), String> {
+    fn on_open(self: &Arc<Self>, id: u32, payload: &[u8], incoming: &mpsc::Sender<PendingOpen>) -> Result<(), String> {
         if self.side == Side::Gateway {
             return Err(format!("an Open for channel {id} from the agent (only the gateway opens channels)"));
         }
@@ -446,11 +437,7 @@ impl Inner {
 /// A frame for a channel not in the map: dropped if the channel existed (it has closed and the
 /// peer had not heard yet), a protocol error if it never did.
 fn closed_or_unknown(channels: &Channels, id: u32, what: &str) -> Result<(), String> {
-    if id <= channels.highest {
-        Ok(())
-    } else {
-        Err(format!("{what} for channel {id}, which was never opened"))
-    }
+    if id <= channels.highest { Ok(()) } else { Err(format!("{what} for channel {id}, which was never opened")) }
 }
 
 fn text(payload: &[u8]) -> String {
@@ -645,7 +632,9 @@ async fn read_loop<S>(
             Some(Ok(Message::Frame(_))) => Err("a raw frame".to_owned()),
             Some(Ok(Message::Close(frame))) => {
                 let reason = match frame {
-                    Some(frame) if !frame.reason.is_empty() => format!("the peer closed the connection: {}", frame.reason),
+                    Some(frame) if !frame.reason.is_empty() => {
+                        format!("the peer closed the connection: {}", frame.reason)
+                    }
                     _ => "the peer closed the connection".to_owned(),
                 };
                 inner.shutdown(CloseCode::Normal, reason);

@@ -115,7 +115,9 @@ async fn the_open_request_arrives_whole() {
     let gateway = pair.gateway.clone();
     let opening = tokio::spawn(async move { gateway.open(&sent, WAIT).await.map(|c| c.id()) });
     let pending = within("the open request", pair.incoming.next()).await.unwrap();
-    assert!(matches!(&pending.open, Open::Http { server, headers, .. } if server == "crm" && headers["x-api-key"] == "${CRM_KEY}"));
+    assert!(
+        matches!(&pending.open, Open::Http { server, headers, .. } if server == "crm" && headers["x-api-key"] == "${CRM_KEY}")
+    );
     let agent_side = pending.accept();
     assert_eq!(within("open", opening).await.unwrap(), Ok(agent_side.id()));
 }
@@ -421,11 +423,7 @@ async fn a_peer_breaking_the_protocol_ends_the_tunnel() {
         ("a malformed credit", vec![Message::Binary(encode(frame::CREDIT, 1, b"\x01"))], "not 4"),
         ("an Open from the agent", vec![Message::Binary(encode(frame::OPEN, 2, b"{}"))], "only the gateway opens"),
         ("a second Opened", vec![Message::Binary(encode(frame::OPENED, 1, b""))], "second Opened"),
-        (
-            "a Refused for an open channel",
-            vec![Message::Binary(encode(frame::REFUSED, 1, b"no"))],
-            "already open",
-        ),
+        ("a Refused for an open channel", vec![Message::Binary(encode(frame::REFUSED, 1, b"no"))], "already open"),
     ];
     for (case, messages, expected) in cases {
         let (gateway, _incoming, channel, mut raw) = raw_agent(settings.clone()).await;
@@ -657,13 +655,13 @@ async fn a_gateway_that_answers_otherwise_is_refused_with_its_body() {
     let long = "y".repeat(5000);
     let router = axum::Router::new()
         .route(CONNECT_PATH, axum::routing::get(|| async { (http::StatusCode::UNAUTHORIZED, "bad secret") }))
-        .route("/long/executors/connect", axum::routing::get(move || async move { (http::StatusCode::CONFLICT, long) }));
+        .route(
+            "/long/executors/connect",
+            axum::routing::get(move || async move { (http::StatusCode::CONFLICT, long) }),
+        );
     let addr = serve(router).await;
     let error = dial(&client(), &format!("http://{addr}"), http::HeaderMap::new(), &settings()).await.err();
-    assert!(
-        matches!(&error, Some(DialError::Refused { status: 401, body }) if body == "bad secret"),
-        "{error:?}"
-    );
+    assert!(matches!(&error, Some(DialError::Refused { status: 401, body }) if body == "bad secret"), "{error:?}");
     let error = dial(&client(), &format!("http://{addr}/long"), http::HeaderMap::new(), &settings()).await.err();
     assert!(
         matches!(&error, Some(DialError::Refused { status: 409, body }) if body.len() == 1024),

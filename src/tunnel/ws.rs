@@ -46,9 +46,8 @@ pub(super) fn accept_upgrade(
     if headers.get(header::SEC_WEBSOCKET_VERSION).map(HeaderValue::as_bytes) != Some(b"13") {
         return Err("the request's Sec-WebSocket-Version is not 13".to_owned());
     }
-    let key = headers
-        .get(header::SEC_WEBSOCKET_KEY)
-        .ok_or_else(|| "the request has no Sec-WebSocket-Key".to_owned())?;
+    let key =
+        headers.get(header::SEC_WEBSOCKET_KEY).ok_or_else(|| "the request has no Sec-WebSocket-Key".to_owned())?;
     // RFC 6455: the key is 16 random bytes in base64.
     match base64::engine::general_purpose::STANDARD.decode(key.as_bytes()) {
         Ok(bytes) if bytes.len() == 16 => {}
@@ -105,8 +104,8 @@ pub(super) async fn dial(
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
-    let key_value =
-        HeaderValue::from_str(&key).map_err(|e| DialError::Network(format!("the WebSocket key is not a header: {e}")))?;
+    let key_value = HeaderValue::from_str(&key)
+        .map_err(|e| DialError::Network(format!("the WebSocket key is not a header: {e}")))?;
     headers.insert(header::SEC_WEBSOCKET_KEY, key_value);
     let mut response = client
         .get(&url)
