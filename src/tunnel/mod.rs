@@ -23,7 +23,8 @@
 //! tunnel. A channel starts with a window of [`Settings::window`] Data frames in each direction;
 //! the receiver grants credit back as its reader consumes them, so a slow reader stops its
 //! writer and nothing queues without bound. A peer that sends past its window, an unknown
-//! kind, an oversized frame or a Data frame for a channel that is not open ends the tunnel.
+//! kind, an oversized frame or a frame for a channel that was never opened ends the tunnel (a
+//! frame for a channel already closed is dropped: the peer may not have heard the Close yet).
 //! Close is final for the channel on both sides. Both sides send a WebSocket ping every
 //! [`Settings::heartbeat`]; a side that hears nothing for three heartbeats ends the tunnel.
 //! When the tunnel ends, every channel ends with it: readers see the end, writers an error.
