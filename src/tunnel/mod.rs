@@ -23,16 +23,26 @@
 //! tunnel. A channel starts with a window of [`Settings::window`] Data frames in each direction;
 //! the receiver grants credit back as its reader consumes them, so a slow reader stops its
 //! writer and nothing queues without bound. A peer that sends past its window, an unknown
-//! kind, an oversized frame or a Data frame for a channel that is not open ends the tunnel.
+//! kind, an oversized frame or a frame for a channel that was never opened ends the tunnel (a
+//! frame for a channel already closed is dropped: the peer may not have heard the Close yet).
 //! Close is final for the channel on both sides. Both sides send a WebSocket ping every
 //! [`Settings::heartbeat`]; a side that hears nothing for three heartbeats ends the tunnel.
 //! When the tunnel ends, every channel ends with it: readers see the end, writers an error.
 
+mod frame;
+mod mux;
+#[cfg(test)]
+mod tests;
+mod ws;
+
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+
+pub use ws::ws_config;
 
 /// Limits and timing of one tunnel (both sides use the same defaults).
 #[derive(Debug, Clone)]
@@ -102,118 +112,137 @@ pub enum Side {
 /// the reader, writer and heartbeat tasks, which end when the socket closes, three heartbeats
 /// pass in silence, the peer breaks the protocol, or [`TunnelHandle::close`] is called.
 /// On the agent side, [`Incoming`] yields the gateway's open requests; on the gateway side it
-/// yields nothing.
+/// yields nothing. Dropping every [`TunnelHandle`] and the [`Incoming`] ends the tunnel too.
+/// Call it inside a Tokio runtime.
 pub fn start<S>(ws: tokio_tungstenite::WebSocketStream<S>, side: Side, settings: Settings) -> (TunnelHandle, Incoming)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let _ = (ws, side, settings);
-    unimplemented!("tunnel::start")
+    let (inner, owner, rx) = mux::start(ws, side, settings);
+    (TunnelHandle { inner: Arc::clone(&inner), _owner: Arc::clone(&owner) }, Incoming { inner, rx, _owner: owner })
 }
 
 /// A handle on a running tunnel; clones share it.
 #[derive(Clone)]
-pub struct TunnelHandle {}
+pub struct TunnelHandle {
+    inner: Arc<mux::Inner>,
+    _owner: Arc<mux::Owner>,
+}
 
 impl TunnelHandle {
     /// Opens a channel (gateway side): sends `open` and waits up to `timeout` for the agent's
     /// Opened or Refused.
     pub async fn open(&self, open: &Open, timeout: Duration) -> Result<Channel, TunnelError> {
-        let _ = (open, timeout);
-        unimplemented!("TunnelHandle::open")
+        self.inner.open(open, timeout).await
     }
 
     /// Ends the tunnel and every channel on it, telling the peer `reason` (a WebSocket close).
     pub fn close(&self, reason: &str) {
-        let _ = reason;
-        unimplemented!("TunnelHandle::close")
+        self.inner
+            .shutdown(tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal, reason.to_owned());
     }
 
     pub fn is_closed(&self) -> bool {
-        unimplemented!("TunnelHandle::is_closed")
+        self.inner.is_closed()
     }
 
     /// Resolves when the tunnel has ended, with why.
     pub async fn closed(&self) -> String {
-        unimplemented!("TunnelHandle::closed")
+        self.inner.closed().await
     }
 
     /// Channels open now.
     pub fn channels_open(&self) -> usize {
-        unimplemented!("TunnelHandle::channels_open")
+        self.inner.channels_open()
     }
 }
 
 /// The gateway's open requests, as the agent receives them.
-pub struct Incoming {}
+pub struct Incoming {
+    inner: Arc<mux::Inner>,
+    rx: tokio::sync::mpsc::Receiver<PendingOpen>,
+    _owner: Arc<mux::Owner>,
+}
 
 impl Incoming {
     /// The next open request; `None` once the tunnel has ended.
     pub async fn next(&mut self) -> Option<PendingOpen> {
-        unimplemented!("Incoming::next")
+        if self.inner.is_closed() {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            _ = self.inner.closed() => None,
+            pending = self.rx.recv() => pending,
+        }
     }
 }
 
 /// One open request, to be accepted or refused (dropping it refuses it).
 pub struct PendingOpen {
     pub open: Open,
+    pending: mux::Pending,
 }
 
 impl PendingOpen {
-    pub fn accept(self) -> Channel {
-        unimplemented!("PendingOpen::accept")
+    pub fn accept(mut self) -> Channel {
+        self.pending.accept()
     }
 
-    pub fn refuse(self, reason: &str) {
-        let _ = reason;
-        unimplemented!("PendingOpen::refuse")
+    pub fn refuse(mut self, reason: &str) {
+        self.pending.refuse(reason);
     }
 }
 
 /// One open channel. Dropping both halves closes it (reason empty).
-pub struct Channel {}
+pub struct Channel {
+    sender: ChannelSender,
+    receiver: ChannelReceiver,
+}
 
 impl Channel {
     pub fn id(&self) -> u32 {
-        unimplemented!("Channel::id")
+        self.sender.handle.id()
     }
 
     pub fn split(self) -> (ChannelSender, ChannelReceiver) {
-        unimplemented!("Channel::split")
+        (self.sender, self.receiver)
     }
 }
 
 /// The sending half: waits for credit, so a slow peer slows the sender and nothing else.
 #[derive(Clone)]
-pub struct ChannelSender {}
+pub struct ChannelSender {
+    handle: Arc<mux::ChanHandle>,
+}
 
 impl ChannelSender {
     /// Sends one message; fails once the channel or tunnel has ended, or when `data` is larger
     /// than the frame limit (the channel stays open then).
     pub async fn send(&self, data: Bytes) -> Result<(), TunnelError> {
-        let _ = data;
-        unimplemented!("ChannelSender::send")
+        self.handle.send(data).await
     }
 
     /// Closes the channel for both sides, telling the peer `reason` (empty: a normal end).
     pub fn close(&self, reason: &str) {
-        let _ = reason;
-        unimplemented!("ChannelSender::close")
+        self.handle.close(reason);
     }
 }
 
 /// The receiving half: reading grants credit back to the peer.
-pub struct ChannelReceiver {}
+pub struct ChannelReceiver {
+    reader: mux::Reader,
+}
 
 impl ChannelReceiver {
     /// The next message; `None` once the channel has ended (see [`Self::close_reason`]).
     pub async fn recv(&mut self) -> Option<Bytes> {
-        unimplemented!("ChannelReceiver::recv")
+        self.reader.recv().await
     }
 
     /// Why the channel ended, once it has (empty: a normal end by the peer).
     pub fn close_reason(&self) -> Option<String> {
-        unimplemented!("ChannelReceiver::close_reason")
+        self.reader.handle().shared().reason()
     }
 }
 
@@ -225,18 +254,20 @@ pub fn accept_upgrade(
     request: &mut http::Request<axum::body::Body>,
     settings: &Settings,
 ) -> Result<(http::Response<axum::body::Body>, Upgrading), String> {
-    let _ = (request, settings);
-    unimplemented!("accept_upgrade")
+    ws::accept_upgrade(request, settings)
 }
 
 /// The gateway's side of an upgrade in progress.
-pub struct Upgrading {}
+pub struct Upgrading {
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    config: tokio_tungstenite::tungstenite::protocol::WebSocketConfig,
+}
 
 impl Upgrading {
     pub async fn ready(
         self,
     ) -> Result<tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>, String> {
-        unimplemented!("Upgrading::ready")
+        ws::ready(self).await
     }
 }
 
@@ -260,6 +291,5 @@ pub async fn dial(
     headers: http::HeaderMap,
     settings: &Settings,
 ) -> Result<tokio_tungstenite::WebSocketStream<reqwest::Upgraded>, DialError> {
-    let _ = (client, base, headers, settings);
-    unimplemented!("dial")
+    ws::dial(client, base, headers, settings).await
 }
