@@ -4,12 +4,15 @@
 //! bare rmcp forwarder (an rmcp server relaying each call over an rmcp client, nothing else),
 //! the floor for any proxy built on rmcp. Gateway, upstream and clients share the machine's
 //! CPUs (the clients on a runtime of their own, so the gateway's worker threads serve only the
-//! gateway). Prints figures; asserts nothing.
+//! gateway). A `remote` row calls the same upstream through a remote executor: a real
+//! `scopegate executor` agent process on loopback, so the gateway reaches the upstream over
+//! the agent's tunnel; it is compared with the `scopegate` row (the local executor). Prints
+//! figures; asserts nothing.
 //!
 //! `cargo bench --bench proxy` (SECONDS per row, default 5, measured in ROUNDS turns, default
 //! 4: the rows take turns, so a change in a shared machine's load falls on all of them;
 //! DATABASES, default `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default
-//! `direct,bare-fwd,scopegate,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
+//! `direct,bare-fwd,scopegate,remote,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
 //! shipped; PostgreSQL at
 //! SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
 
@@ -39,6 +42,7 @@ use support::{Row, Target, close, connect, connect_all};
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
 
 /// The floor for any proxy built on rmcp: a bare rmcp server whose `tools/call` forwards to
 /// the upstream over one shared rmcp client, with no authentication, identity, grants,
@@ -133,6 +137,21 @@ async fn fixture(gateway: &str, issuer: &str) -> (tokio::process::Child, String)
     (child, format!("http://{addr}/mcp"))
 }
 
+/// Waits (bounded) until the gateway lists `tool`: the agent has connected.
+async fn wait_for_tool(url: &str, token: &str, tool: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let client = connect(url, Some(token)).await;
+        let listed = client.list_all_tools().await.unwrap_or_default();
+        let _ = client.cancel().await;
+        if listed.iter().any(|t| t.name == tool) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{tool} never listed: the executor agent did not connect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     sqlx::any::install_default_drivers();
@@ -148,7 +167,7 @@ async fn main() {
         .map(|n| n.trim().parse().expect("CLIENTS: comma-separated client counts"))
         .collect();
     let clients_rt = client_runtime();
-    let rows_spec = std::env::var("ROWS").unwrap_or_else(|_| "direct,bare-fwd,scopegate,native".to_owned());
+    let rows_spec = std::env::var("ROWS").unwrap_or_else(|_| "direct,bare-fwd,scopegate,remote,native".to_owned());
     let rows: Vec<&str> = rows_spec.split(',').map(str::trim).collect();
     let databases = std::env::var("DATABASES").unwrap_or_else(|_| "sqlite,postgres".to_owned());
     let pg_server =
@@ -160,7 +179,7 @@ async fn main() {
     );
     println!(
         "{:<9} {:>7} {:<9} | {:>9} {:>8} {:>8} | {:>14} {:>15}",
-        "database", "clients", "path", "calls/s", "p50 ms", "p99 ms", "gateway/direct", "added p50 ms"
+        "database", "clients", "path", "calls/s", "p50 ms", "p99 ms", "vs direct/local", "added p50 ms"
     );
     for backend in databases.split(',') {
         let dir = tempfile::tempdir().unwrap();
@@ -188,10 +207,32 @@ async fn main() {
         entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/fx", &declaration).await.unwrap();
         entities::bind_server(&mut tx, "acme", "fx", "local").await.unwrap();
         entities::grant_tool(&mut tx, "acme", "fx", Role::Owner, "*").await.unwrap();
+        // The same upstream through a remote executor, whose agent runs beside the gateway.
+        let secret = entities::create_executor(&mut tx, "bench-box", "bench-box", "ci", "remote", &["acme"])
+            .await
+            .unwrap()
+            .expect("a remote executor's secret");
+        entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/rx", &declaration).await.unwrap();
+        entities::bind_server(&mut tx, "acme", "rx", "bench-box").await.unwrap();
+        entities::grant_tool(&mut tx, "acme", "rx", Role::Owner, "*").await.unwrap();
         tx.commit().await.unwrap();
+        let secret_file = dir.path().join("bench-box.secret");
+        std::fs::write(&secret_file, &secret).unwrap();
+        let root = format!("file://{}", dir.path().canonicalize().unwrap().display());
+        let mut agent = tokio::process::Command::new(SCOPEGATE)
+            .args(["executor", "--gateway", &format!("http://{addr}"), "--name", "bench-box", "--root", &root])
+            .arg("--secret-file")
+            .arg(&secret_file)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the agent starts");
         let token = dev_token(&live_config, "acme", "olivia@acme.test", 3600).unwrap();
         let gw_url = format!("http://{addr}/mcp");
         let bare_url = bare_forwarder(&upstream_url).await;
+        if rows.contains(&"remote") {
+            wait_for_tool(&gw_url, &token, "rx__echo").await;
+        }
 
         for &clients in &client_counts {
             let mut targets = Vec::new();
@@ -200,6 +241,7 @@ async fn main() {
                     "direct" => ("direct", upstream_url.clone(), None, "echo"),
                     "bare-fwd" => ("bare-fwd", bare_url.clone(), None, "echo"),
                     "scopegate" => ("scopegate", gw_url.clone(), Some(token.clone()), "fx__echo"),
+                    "remote" => ("remote", gw_url.clone(), Some(token.clone()), "rx__echo"),
                     // A native call through the same gateway: what the gateway costs without an upstream.
                     "native" => ("native", gw_url.clone(), Some(token.clone()), "whoami"),
                     other => panic!("ROWS: unknown row {other}"),
@@ -226,14 +268,19 @@ async fn main() {
             .await;
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             let mut direct_row: Option<Row> = None;
+            let mut local_row: Option<Row> = None;
             for mut target in targets {
                 let row = target.row();
-                let versus = match (&direct_row, target.name) {
-                    (Some(direct), "bare-fwd" | "scopegate") => format!(
-                        "{:>13.0}% {:>15.3}",
-                        100.0 * row.calls_per_sec / direct.calls_per_sec,
-                        ms(row.p50) - ms(direct.p50)
-                    ),
+                let versus = |base: &Row| {
+                    format!(
+                        "{:>14.0}% {:>15.3}",
+                        100.0 * row.calls_per_sec / base.calls_per_sec,
+                        ms(row.p50) - ms(base.p50)
+                    )
+                };
+                let versus = match (target.name, &direct_row, &local_row) {
+                    ("bare-fwd" | "scopegate", Some(direct), _) => versus(direct),
+                    ("remote", _, Some(local)) => versus(local),
                     _ => String::new(),
                 };
                 println!(
@@ -243,8 +290,10 @@ async fn main() {
                     ms(row.p50),
                     ms(row.p99)
                 );
-                if target.name == "direct" {
-                    direct_row = Some(row);
+                match target.name {
+                    "direct" => direct_row = Some(row),
+                    "scopegate" => local_row = Some(row),
+                    _ => {}
                 }
                 on_clients(&clients_rt, close(target.peers)).await;
             }
@@ -257,6 +306,7 @@ async fn main() {
         drop(tx);
         println!("{backend:<9} audit events of proxied calls: {audited}");
         let _ = child.kill().await;
+        let _ = agent.kill().await;
         db.close().await;
         if backend == "postgres" {
             let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();

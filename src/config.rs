@@ -100,6 +100,14 @@ pub struct UpstreamConfig {
     /// A PEM file of CA certificates trusted for HTTPS upstreams besides the platform's own
     /// roots (empty: the platform's roots only), for upstreams behind a private CA.
     pub ca_file: String,
+    /// How often the gateway pings each connected executor agent; an agent silent for three
+    /// of these is dropped.
+    pub executor_heartbeat_secs: u64,
+    /// The largest message on an executor tunnel, in bytes.
+    pub executor_max_frame_bytes: usize,
+    /// How often connected agents are checked against their executors' rows: an agent whose
+    /// executor was deleted or whose secret was rotated is dropped within this long.
+    pub executor_recheck_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -339,6 +347,15 @@ impl Config {
         }
         if self.upstream.connect_timeout_secs == 0 {
             return Err(ConfigError::invalid("upstream.connect_timeout_secs", "must be greater than 0"));
+        }
+        if self.upstream.executor_heartbeat_secs == 0 {
+            return Err(ConfigError::invalid("upstream.executor_heartbeat_secs", "must be greater than 0"));
+        }
+        if self.upstream.executor_max_frame_bytes < 64 * 1024 {
+            return Err(ConfigError::invalid("upstream.executor_max_frame_bytes", "must be at least 65536"));
+        }
+        if !(100..=60_000).contains(&self.upstream.executor_recheck_ms) {
+            return Err(ConfigError::invalid("upstream.executor_recheck_ms", "must be 100 to 60000"));
         }
         if self.upstream.idle_secs == 0 {
             return Err(ConfigError::invalid("upstream.idle_secs", "must be greater than 0"));

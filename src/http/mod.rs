@@ -1,6 +1,7 @@
 //! HTTP: the router, the tower layers of the request path, health and well-known routes,
 //! start-up and graceful shutdown. Decides nothing about identity; mounts the gate.
 
+mod executors;
 mod health;
 mod limits;
 mod well_known;
@@ -148,12 +149,20 @@ impl Gateway {
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
+        let agents = crate::upstream::remote::Agents::new();
         let upstreams = crate::upstream::runtime::Upstreams::from_config(
             &state.config.upstream,
             state.db.clone(),
             Arc::clone(&state.assertions),
             Arc::clone(&state.sessions),
+            Arc::clone(&agents),
         )?;
+        spawn_executor_recheck(
+            state.db.clone(),
+            Arc::clone(&agents),
+            Duration::from_millis(state.config.upstream.executor_recheck_ms),
+            state.shutdown.clone(),
+        );
         upstreams.spawn_sweeper(state.shutdown.clone());
         if let Some(cache) = &state.gate.cache {
             cache.spawn_poller(state.db.clone(), state.shutdown.clone());
@@ -161,7 +170,16 @@ impl Gateway {
         let shares =
             crate::mcp::Shares { config: &state.config, db: &state.db, sessions: &state.sessions, audit: &state.audit };
         let mcp = crate::mcp::service(shares, tools, upstreams, state.shutdown.clone());
-        let router = router(&state, mcp, protected(&state));
+        let executors = executors::ExecutorRoute {
+            db: state.db.clone(),
+            agents,
+            settings: crate::tunnel::Settings {
+                max_frame: state.config.upstream.executor_max_frame_bytes,
+                heartbeat: Duration::from_secs(state.config.upstream.executor_heartbeat_secs),
+                ..crate::tunnel::Settings::default()
+            },
+        };
+        let router = router(&state, mcp, protected(&state), executors);
         spawn_key_rotation(
             Arc::clone(&state.assertions),
             Duration::from_secs(state.config.upstream.key_rotation_secs),
@@ -229,6 +247,34 @@ pub fn install_tls_provider() {
     crate::tls::install_provider();
 }
 
+/// Drops connected agents whose executor was deleted or whose secret was rotated, checking
+/// every `every` until `stop`; then ends every agent's tunnel (the agents reconnect).
+fn spawn_executor_recheck(
+    db: Db,
+    agents: Arc<crate::upstream::remote::Agents>,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            if agents.connected() == 0 {
+                continue;
+            }
+            match db.remote_executor_secrets().await {
+                Ok(secrets) => agents.recheck(&secrets),
+                Err(e) => tracing::warn!(error = %e, "checking connected executors failed; checking again"),
+            }
+        }
+        agents.close_all("the gateway is shutting down");
+    });
+}
+
 fn spawn_key_rotation(signer: Arc<AssertionSigner>, every: Duration, stop: tokio_util::sync::CancellationToken) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -273,7 +319,7 @@ pub async fn shutdown_signal() {
 /// Layers are stacked with `ServiceBuilder` around whole services, not with `Router::layer`:
 /// axum clones a route's service for every request, and a route layered level by level is a
 /// chain of boxed services (each cloned, and each cloning its inner service again).
-fn router<M>(state: &AppState, mcp: M, protected: Router) -> Router
+fn router<M>(state: &AppState, mcp: M, protected: Router, executors: executors::ExecutorRoute) -> Router
 where
     M: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
     M::Future: Send + 'static,
@@ -291,7 +337,8 @@ where
         .route("/.well-known/oauth-protected-resource", get(well_known::protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(well_known::protected_resource))
         .route("/.well-known/jwks.json", get(well_known::jwks))
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .route(crate::tunnel::CONNECT_PATH, get(executors::connect).with_state(executors));
     if state.config.metrics.enabled {
         let db = state.db.clone();
         public = public.route(

@@ -89,6 +89,32 @@ pub fn upstream_restart(server: &str) {
     metrics::counter!("scopegate_upstream_restarts_total", "server" => server.to_owned()).increment(1);
 }
 
+/// An executor agent connected (`returning`: its executor had connected to this replica
+/// before, so this is a reconnect).
+pub fn executor_connected(returning: bool) {
+    metrics::gauge!("scopegate_executors_connected").increment(1.0);
+    metrics::counter!("scopegate_executor_connections_total").increment(1);
+    if returning {
+        metrics::counter!("scopegate_executor_reconnects_total").increment(1);
+    }
+}
+
+/// An executor agent's tunnel ended.
+pub fn executor_disconnected() {
+    metrics::gauge!("scopegate_executors_connected").decrement(1.0);
+}
+
+/// An agent refused at connect: `unknown`, `not_remote`, `wrong_secret`, `name_in_use`,
+/// `bad_request`, `unavailable`.
+pub fn executor_refused(reason: &'static str) {
+    metrics::counter!("scopegate_executor_refusals_total", "reason" => reason).increment(1);
+}
+
+/// A connected agent dropped by the gateway: `deleted`, `secret_rotated`.
+pub fn executor_dropped(reason: &'static str) {
+    metrics::counter!("scopegate_executor_drops_total", "reason" => reason).increment(1);
+}
+
 /// Where a request's identity rows came from: the identity cache or the database.
 pub fn identity_lookup(cached: bool) {
     let source = if cached { "cache" } else { "database" };

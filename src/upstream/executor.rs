@@ -1,6 +1,6 @@
 //! Executors: where an upstream server is launched, whose filesystem its `cwd` names and whose
-//! network its HTTP goes over. Only the gateway host itself (`local`) is implemented; a
-//! remote executor is refused by name until its agent exists, never silently run locally.
+//! network its HTTP goes over: the gateway host itself (`local`), or a remote executor, which
+//! is reached only through the remote host handler and never silently run locally.
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
@@ -15,6 +15,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::client::AssertingClient;
+use super::remote::{RemoteEnv, RemoteHostHandler};
 use super::runtime::ProxyClient;
 use super::{ExecutorEnv, ExecutorId, PathUri, Placement, ResolvedServer, ResolvedTransport};
 use crate::store::entities::Executor as ExecutorRow;
@@ -24,8 +25,12 @@ use crate::store::entities::Executor as ExecutorRow;
 pub enum UpstreamError {
     #[error("{key}: {message}")]
     Config { key: &'static str, message: String },
-    #[error("executor `{0}` is a remote executor; remote executors are not supported yet")]
-    RemoteUnsupported(String),
+    #[error("executor `{0}` is not connected to this gateway")]
+    Offline(String),
+    #[error("server `{server}`: `{path}` is outside the executor's root")]
+    OutsideRoot { server: String, path: String },
+    #[error("the executor: {0}")]
+    Remote(String),
     #[error("server `{server}` is declared for executor `{declared}` but bound to `{bound}`")]
     WrongExecutor { server: String, declared: String, bound: String },
     #[error("launching `{command}`: {source}")]
@@ -98,23 +103,56 @@ impl LocalExecutor {
 
 /// The executor a server is bound to, ready to launch or dial on.
 pub enum Executor {
-    Local { id: ExecutorId, host: Arc<LocalExecutor> },
+    Local {
+        id: ExecutorId,
+        host: Arc<LocalExecutor>,
+    },
+    /// An agent's machine: `root` is the root its agent reported; everything goes through
+    /// the remote host handler.
+    Remote {
+        id: ExecutorId,
+        root: PathUri,
+        host: Arc<RemoteHostHandler>,
+    },
 }
 
 impl Executor {
-    /// The executor for a bound executor's row: `local` runs on this host; `remote` is
-    /// refused until remote executors exist.
-    pub fn for_row(row: &ExecutorRow, local: &Arc<LocalExecutor>) -> Result<Self, UpstreamError> {
+    /// The executor for a bound executor's row: `local` runs on this host, `remote` through
+    /// the remote host handler.
+    pub fn for_row(
+        row: &ExecutorRow,
+        local: &Arc<LocalExecutor>,
+        remote: &Arc<RemoteHostHandler>,
+    ) -> Result<Self, UpstreamError> {
         match row.kind.as_str() {
             "local" => Ok(Self::Local { id: ExecutorId::new(&row.name), host: Arc::clone(local) }),
-            _ => Err(UpstreamError::RemoteUnsupported(row.name.clone())),
+            "remote" => remote.executor(row),
+            other => Err(UpstreamError::Config { key: "executor.kind", message: format!("unknown kind {other:?}") }),
         }
+    }
+
+    /// One stored server declaration (the JSON of one `.mcp.json` entry), resolved for this
+    /// executor: placed under its root, references resolved on its environment (or left for
+    /// a remote agent to resolve on its own).
+    pub fn resolve(&self, server: &str, declaration: &str) -> Result<ResolvedServer, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(declaration).map_err(|e| format!("stored declaration: {e}"))?;
+        let file = serde_json::json!({ server: value }).to_string();
+        let parsed = super::parse_declarations(&file).map_err(|e| e.to_string())?;
+        if let Some(error) = parsed.errors.first() {
+            return Err(error.to_string());
+        }
+        let declared = parsed.servers.into_iter().next().ok_or("no server in the declaration")?;
+        declared
+            .resolve(&self.placement(), self.env())
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
     }
 
     /// Where an entity's declaration is placed: installed on this executor, under its root.
     pub fn placement(&self) -> Placement {
         match self {
             Self::Local { id, host } => Placement::Environment { executor: id.clone(), root: host.root.clone() },
+            Self::Remote { id, root, .. } => Placement::Environment { executor: id.clone(), root: root.clone() },
         }
     }
 
@@ -122,6 +160,7 @@ impl Executor {
     pub fn env(&self) -> &dyn ExecutorEnv {
         match self {
             Self::Local { .. } => &HostEnv,
+            Self::Remote { .. } => &RemoteEnv,
         }
     }
 
@@ -133,7 +172,19 @@ impl Executor {
         handler: ProxyClient,
         timeout: Duration,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
-        let Self::Local { id, host } = self;
+        let (id, host) = match self {
+            Self::Local { id, host } => (id, host),
+            Self::Remote { id, host, .. } => {
+                if &server.executor != id {
+                    return Err(UpstreamError::WrongExecutor {
+                        server: server.name.to_string(),
+                        declared: server.executor.to_string(),
+                        bound: id.to_string(),
+                    });
+                }
+                return host.open(server, handler, timeout).await;
+            }
+        };
         if &server.executor != id {
             return Err(UpstreamError::WrongExecutor {
                 server: server.name.to_string(),

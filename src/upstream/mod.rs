@@ -7,10 +7,14 @@
 //! identity assertion to Streamable HTTP upstreams in a header.
 
 pub mod client;
+pub mod connection;
 pub mod declaration;
 pub mod executor;
 pub mod path_uri;
+pub mod remote;
+pub mod routing;
 pub mod runtime;
+pub mod snapshot;
 
 use std::fmt;
 

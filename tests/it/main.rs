@@ -21,6 +21,7 @@ mod mcp_shutdown;
 mod mcp_timeout;
 mod proxy;
 mod readme;
+mod remote;
 mod replicas;
 mod store;
 mod tool_results;

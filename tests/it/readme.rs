@@ -4,8 +4,8 @@
 //! `scopegate ` or `cargo run -- ` is an example, and runs whole, by `sh -e`, with the built
 //! binary as `scopegate` (`cargo run -- ` stands for it), in a fresh working folder, against
 //! a fresh database holding the demo data (what the quick start sets up). Each command must
-//! succeed. A block that starts the server (`serve`) is not run: it does not exit (the
-//! `serve` tests start it). Such lines in a block tagged otherwise fail the test, so an
+//! succeed. A block that starts the server (`serve`) or an executor agent (`executor`) is not
+//! run: neither exits (the `serve` and executor tests start them). Such lines in a block tagged otherwise fail the test, so an
 //! example can't escape by its tag.
 
 use std::path::Path;
@@ -44,9 +44,12 @@ fn is_cli_line(line: &str) -> bool {
     line.starts_with("scopegate ") || line.starts_with("cargo run -- ")
 }
 
+/// The gateway (`serve`) and the executor agent (`executor`) run until stopped.
 fn starts_server(line: &str) -> bool {
     let line = line.trim_start();
-    line.starts_with("scopegate serve") || line.starts_with("cargo run -- serve")
+    ["scopegate serve", "cargo run -- serve", "scopegate executor ", "cargo run -- executor "]
+        .iter()
+        .any(|start| line.starts_with(start))
 }
 
 /// The examples to run: (README line of the block, script).

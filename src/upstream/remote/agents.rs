@@ -1,0 +1,195 @@
+//! The agents connected to this gateway replica, by executor name: which one is connected, with
+//! which root and secret, and the rule for a second agent presenting a name already connected
+//! (the first keeps it; the second is refused until the first is gone). Never authenticates an
+//! agent (the connect route does) and never opens a server (the host handler does).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::store::entities::Executor as ExecutorRow;
+use crate::telemetry::metrics;
+use crate::tunnel::TunnelHandle;
+use crate::upstream::PathUri;
+
+/// How long a name stays reserved for an agent whose upgrade has not completed.
+const UPGRADE_GRACE: Duration = Duration::from_secs(10);
+
+/// A connected agent, as the host handler uses it.
+#[derive(Clone)]
+pub struct AgentLink {
+    pub executor: ExecutorRow,
+    /// The agent's own root: every path of a server opened there stays inside it.
+    pub root: PathUri,
+    pub tunnel: TunnelHandle,
+}
+
+enum State {
+    Upgrading(Instant),
+    Live(TunnelHandle),
+}
+
+struct Slot {
+    serial: u64,
+    executor: ExecutorRow,
+    root: PathUri,
+    secret_hash: String,
+    state: State,
+}
+
+impl Slot {
+    /// Whether this slot still holds its name against a newcomer.
+    fn holds(&self) -> bool {
+        match &self.state {
+            State::Upgrading(since) => since.elapsed() < UPGRADE_GRACE,
+            State::Live(tunnel) => !tunnel.is_closed(),
+        }
+    }
+}
+
+/// Why an agent can't take its name now.
+#[derive(Debug, thiserror::Error)]
+#[error("executor `{0}` is already connected to this gateway; the first agent keeps it")]
+pub struct AlreadyConnected(pub String);
+
+/// The connected agents of this replica.
+#[derive(Default)]
+pub struct Agents {
+    slots: Mutex<HashMap<String, Slot>>,
+    /// The root each executor's agent last reported, kept across disconnects: a server is
+    /// placed under it when a snapshot is resolved, and checked against the live root when
+    /// it is opened.
+    roots: Mutex<HashMap<String, PathUri>>,
+    serial: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Agents {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Reserves `executor`'s name for an agent that has authenticated and is upgrading. The
+    /// first agent keeps a name while it is connected: a second one is refused (and, as agents
+    /// retry, takes over once the first is gone), so two agents never flap over one name.
+    pub fn reserve(
+        self: &Arc<Self>,
+        executor: ExecutorRow,
+        root: PathUri,
+        secret_hash: String,
+    ) -> Result<Reservation, AlreadyConnected> {
+        let mut slots = lock(&self.slots);
+        if slots.get(&executor.name).is_some_and(Slot::holds) {
+            return Err(AlreadyConnected(executor.name));
+        }
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let name = executor.name.clone();
+        slots.insert(
+            name.clone(),
+            Slot { serial, executor, root, secret_hash, state: State::Upgrading(Instant::now()) },
+        );
+        Ok(Reservation { agents: Arc::clone(self), name, serial, live: false })
+    }
+
+    /// The connected agent of executor `name`, if there is one.
+    pub fn link(&self, name: &str) -> Option<AgentLink> {
+        let slots = lock(&self.slots);
+        let slot = slots.get(name)?;
+        match &slot.state {
+            State::Live(tunnel) if !tunnel.is_closed() => {
+                Some(AgentLink { executor: slot.executor.clone(), root: slot.root.clone(), tunnel: tunnel.clone() })
+            }
+            _ => None,
+        }
+    }
+
+    /// The root executor `name`'s agent last reported to this replica.
+    pub fn root(&self, name: &str) -> Option<PathUri> {
+        lock(&self.roots).get(name).cloned()
+    }
+
+    /// Agents connected now.
+    pub fn connected(&self) -> usize {
+        lock(&self.slots).values().filter(|s| matches!(&s.state, State::Live(t) if !t.is_closed())).count()
+    }
+
+    /// Drops every agent whose executor is gone or whose secret is no longer the one it
+    /// authenticated with (`secrets`: name -> secret hash of every remote executor).
+    pub fn recheck(&self, secrets: &HashMap<String, String>) {
+        let slots = lock(&self.slots);
+        for (name, slot) in slots.iter() {
+            let reason = match secrets.get(name) {
+                None => "deleted",
+                Some(hash) if *hash != slot.secret_hash => "secret_rotated",
+                Some(_) => continue,
+            };
+            if let State::Live(tunnel) = &slot.state
+                && !tunnel.is_closed()
+            {
+                tracing::warn!(executor = %name, reason, "dropping a connected executor agent");
+                metrics::executor_dropped(reason);
+                tunnel.close(match reason {
+                    "deleted" => "the executor was deleted",
+                    _ => "the executor's secret was rotated",
+                });
+            }
+        }
+    }
+
+    /// Ends every agent's tunnel (shutdown): agents reconnect, to this replica when it is back.
+    pub fn close_all(&self, reason: &str) {
+        for slot in lock(&self.slots).values() {
+            if let State::Live(tunnel) = &slot.state {
+                tunnel.close(reason);
+            }
+        }
+    }
+}
+
+/// A name reserved for an upgrading agent; released when dropped unless made live, and then
+/// released when the tunnel ends (see [`Reservation::live`]).
+pub struct Reservation {
+    agents: Arc<Agents>,
+    name: String,
+    serial: u64,
+    live: bool,
+}
+
+impl Reservation {
+    /// The agent's tunnel is up: the name is its own until the tunnel ends. Returns when it
+    /// has ended.
+    pub async fn live(mut self, tunnel: TunnelHandle) -> String {
+        let root = {
+            let mut slots = lock(&self.agents.slots);
+            let Some(slot) = slots.get_mut(&self.name).filter(|s| s.serial == self.serial) else {
+                tunnel.close("superseded");
+                return "superseded".to_owned();
+            };
+            slot.state = State::Live(tunnel.clone());
+            slot.root.clone()
+        };
+        self.live = true;
+        let returning = lock(&self.agents.roots).insert(self.name.clone(), root).is_some();
+        metrics::executor_connected(returning);
+        tracing::info!(executor = %self.name, returning, "executor agent connected");
+        let why = tunnel.closed().await;
+        tracing::info!(executor = %self.name, reason = %why, "executor agent disconnected");
+        why
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.live {
+            metrics::executor_disconnected();
+        }
+        let mut slots = lock(&self.agents.slots);
+        if slots.get(&self.name).is_some_and(|s| s.serial == self.serial) {
+            slots.remove(&self.name);
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! A session's frozen view of the tenant's upstream servers and grants: which connections it
+//! names and which tools each of the caller's roles may use. Never another tenant's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::connection::Connection;
+use crate::model::Role;
+use crate::store::TenantId;
+use crate::store::entities::GrantRow;
+
+/// The upstream servers one session sees, frozen when the session first needed them.
+pub struct Snapshot {
+    pub(super) tenant: TenantId,
+    pub(super) servers: BTreeMap<String, Arc<Connection>>,
+    pub(super) grants: Vec<GrantRow>,
+}
+
+impl Snapshot {
+    /// The allow list: a grant names the server, one of the caller's roles, and the tool or `*`.
+    pub fn allowed(&self, server: &str, tool: &str, roles: &[Role]) -> bool {
+        self.grants.iter().any(|g| g.server == server && roles.contains(&g.role) && (g.tool == "*" || g.tool == tool))
+    }
+
+    pub(super) fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
+        self.grants.iter().any(|g| g.server == server && roles.contains(&g.role))
+    }
+
+    pub fn connection(&self, server: &str) -> Option<&Arc<Connection>> {
+        self.servers.get(server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_names_server_role_and_tool() {
+        let snapshot = Snapshot {
+            tenant: TenantId::generate(),
+            servers: BTreeMap::new(),
+            grants: vec![
+                GrantRow { server: "fx".into(), role: Role::Owner, tool: "*".into() },
+                GrantRow { server: "fx".into(), role: Role::Worker, tool: "whoami".into() },
+            ],
+        };
+        assert!(snapshot.allowed("fx", "anything", &[Role::Owner]));
+        assert!(snapshot.allowed("fx", "whoami", &[Role::Worker]));
+        assert!(!snapshot.allowed("fx", "echo", &[Role::Worker]));
+        assert!(!snapshot.allowed("fx", "whoami", &[Role::Auditor]));
+        assert!(!snapshot.allowed("other", "whoami", &[Role::Owner]), "a grant names its server");
+        assert!(!snapshot.allowed("fx", "whoami", &[]));
+    }
+}

@@ -1,0 +1,698 @@
+//! Remote executors, end to end: the gateway (in this process) and real `scopegate executor`
+//! agents (child processes) on loopback, on SQLite and PostgreSQL. A server bound to a remote
+//! executor runs on the agent's side, with the agent's environment, inside the agent's root;
+//! the faults of the agent, the gateway and the secrets are each exercised.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use scopegate::Gateway;
+use scopegate::config::Config;
+use scopegate::model::Role;
+use scopegate::store::{Db, entities};
+use serde_json::{Value, json};
+
+use crate::mcp::{call, ok};
+use crate::support::*;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
+
+/// A variable only the agents' environment has: a server that reports it ran there.
+const AGENT_ONLY: &str = "SCOPEGATE_TEST_AGENT_ONLY";
+
+/// A gateway that can be stopped and started again on the same address and database, the
+/// executors' secrets, and an agent root holding `work/`.
+pub struct Site {
+    pub config: Config,
+    pub db: Db,
+    addr: std::net::SocketAddr,
+    stop: Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>)>,
+    pub root: tempfile::TempDir,
+    files: tempfile::TempDir,
+    _test_db: TestDb,
+}
+
+impl Site {
+    pub async fn start(backend: Backend, overrides: &[(&str, Value)]) -> Self {
+        scopegate::http::install_tls_provider();
+        let test_db = TestDb::new(backend).await;
+        let mut all = vec![
+            ("upstream.connect_timeout_secs", json!(5)),
+            ("upstream.executor_recheck_ms", json!(200)),
+            ("server.shutdown_grace_secs", json!(1)),
+        ];
+        all.extend(overrides.iter().cloned());
+        let config = config_with(&test_db.url, &all);
+        let db = db_for(&config).await;
+        seed_demo(&db).await;
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("work")).unwrap();
+        let mut site = Self {
+            addr: config.server.listen,
+            config,
+            db,
+            stop: None,
+            root,
+            files: tempfile::tempdir().unwrap(),
+            _test_db: test_db,
+        };
+        site.start_gateway().await;
+        let mut tx = site.db.begin().await.unwrap();
+        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+        tx.commit().await.unwrap();
+        site
+    }
+
+    /// Starts the gateway (again, on the address it had).
+    pub async fn start_gateway(&mut self) {
+        let mut config = self.config.clone();
+        config.server.listen = self.addr;
+        let gateway = Gateway::build(config).await.expect("gateway");
+        self.addr = gateway.local_addr();
+        self.config.server.listen = self.addr;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(gateway.run(async move {
+            let _ = rx.await;
+        }));
+        self.stop = Some((tx, run));
+    }
+
+    pub async fn stop_gateway(&mut self) {
+        if let Some((tx, run)) = self.stop.take() {
+            let _ = tx.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A remote executor owned by `tenants`; returns the file holding its secret.
+    pub async fn remote_executor(&self, name: &str, machine: &str, user: &str, tenants: &[&str]) -> PathBuf {
+        let mut tx = self.db.begin().await.unwrap();
+        let secret = entities::create_executor(&mut tx, name, machine, user, "remote", tenants)
+            .await
+            .unwrap()
+            .expect("a remote executor gets a secret");
+        tx.commit().await.unwrap();
+        let file = self.files.path().join(format!("{name}.secret"));
+        std::fs::write(&file, format!("{secret}\n")).unwrap();
+        file
+    }
+
+    pub fn root_uri(&self) -> String {
+        format!("file://{}", self.root.path().canonicalize().unwrap().display())
+    }
+
+    /// A stdio declaration of the fixture as server `server`: its declared value comes from
+    /// `value`, which may be a `${NAME}` reference.
+    pub fn stdio(&self, server: &str, value: &str) -> Value {
+        json!({
+            "command": FIXTURE,
+            "args": ["stdio"],
+            "cwd": "work",
+            "env": {
+                "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", self.base_url()),
+                "FIXTURE_SERVER_ID": server,
+                "FIXTURE_ISSUER": self.config.public_url(),
+                "FIXTURE_DECLARED_VALUE": value,
+            }
+        })
+    }
+
+    pub async fn entity(&self, tenant: &str, name: &str, declaration: &Value) {
+        let mut tx = self.db.begin().await.unwrap();
+        entities::create_entity(&mut tx, tenant, name, declaration).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    /// Declares `server` under `defaults/`, binds it to `executor`, grants the owner role
+    /// every tool.
+    pub async fn serve(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {
+        self.entity(tenant, &format!("defaults/mcp-servers/{server}"), declaration).await;
+        self.bind(tenant, server, executor).await;
+    }
+
+    pub async fn bind(&self, tenant: &str, server: &str, executor: &str) {
+        let mut tx = self.db.begin().await.unwrap();
+        entities::bind_server(&mut tx, tenant, server, executor).await.unwrap();
+        entities::grant_tool(&mut tx, tenant, server, Role::Owner, "*").await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    /// Starts `scopegate executor` for `name` with `secret_file`, against this gateway.
+    pub fn agent(&self, name: &str, secret_file: &Path) -> Agent {
+        self.agent_to(name, secret_file, &[self.base_url()])
+    }
+
+    pub fn agent_to(&self, name: &str, secret_file: &Path, gateways: &[String]) -> Agent {
+        self.agent_in(None, name, secret_file, gateways)
+    }
+
+    /// An agent, inside network namespace `netns` when given.
+    pub fn agent_in(&self, netns: Option<&str>, name: &str, secret_file: &Path, gateways: &[String]) -> Agent {
+        let log = self.files.path().join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()));
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns, SCOPEGATE]);
+                c
+            }
+            None => std::process::Command::new(SCOPEGATE),
+        };
+        command.arg("executor");
+        for gateway in gateways {
+            command.args(["--gateway", gateway]);
+        }
+        command
+            .args(["--name", name, "--secret-file"])
+            .arg(secret_file)
+            .args(["--root", &self.root_uri(), "--backoff-max-secs", "1", "--heartbeat-secs", "1"])
+            .env(AGENT_ONLY, format!("ran-on-{name}"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        Agent { child: command.spawn().expect("scopegate executor starts"), log }
+    }
+
+    pub async fn client(&self, subject: &str) -> RunningService<RoleClient, ()> {
+        let tenant = subject.rsplit('@').next().unwrap().split('.').next().unwrap();
+        let token = Signer::hs256(self.config.auth.hs256_secret.expose()).sign(&claims(&self.config, tenant, subject));
+        let transport = StreamableHttpClientTransport::with_client(
+            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.base_url())).auth_header(token),
+        );
+        ().serve(transport).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
+    }
+
+    /// Waits (bounded) until a new session of `subject` lists `tool`: the agent is connected.
+    pub async fn wait_for_tool(&self, subject: &str, tool: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let client = self.client(subject).await;
+            let tools = client.list_all_tools().await.unwrap();
+            if tools.iter().any(|t| t.name == tool) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{tool} never appeared for {subject}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        let mut tx = self.db.begin().await.unwrap();
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(&mut *tx).await.unwrap()
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base_url())).await.unwrap().text().await.unwrap()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        if let Some((tx, _)) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A running agent process; killed when dropped.
+pub struct Agent {
+    pub child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the agent's log holds `text`.
+    pub async fn wait_log(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !self.log().contains(text) {
+            assert!(Instant::now() < deadline, "the agent never logged {text:?}; its log:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn pid_alive(pid: u64) -> bool {
+    // A zombie still has a /proc entry: count only processes that are not dead.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+async fn wait_gone(pid: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pid_alive(pid) {
+        assert!(Instant::now() < deadline, "{what} (pid {pid}) is still running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The standard set-up: executor `build-01` (machine `build-01`, user `ci`) owned by acme,
+/// acme's server `far` bound to it, declared to report the agent-only variable.
+async fn with_far(backend: Backend, overrides: &[(&str, Value)]) -> (Site, PathBuf) {
+    let site = Site::start(backend, overrides).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    site.serve("acme", "far", &site.stdio("far", &format!("${{{AGENT_ONLY}}}")), "build-01").await;
+    (site, secret)
+}
+
+async fn runs_on_the_executor(backend: Backend) {
+    let (site, secret) = with_far(backend, &[]).await;
+    assert!(std::env::var(AGENT_ONLY).is_err(), "the gateway's own environment lacks the variable");
+    let _agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+
+    let olivia = site.client("olivia@acme.test").await;
+    let me = ok(&olivia, "far__whoami_upstream", json!({})).await;
+    assert_eq!(me["declared_value"], "ran-on-build-01", "the reference resolved on the executor: it ran there");
+    assert_eq!(me["tenant"], "acme");
+    assert_eq!(me["user"], "olivia@acme.test", "the identity assertion travels through the executor");
+    assert_eq!(me["assertion_source"], "meta", "a stdio server reads the assertion from _meta");
+    let cwd = me["cwd"].as_str().unwrap();
+    assert_eq!(Path::new(cwd), site.root.path().canonicalize().unwrap().join("work"), "cwd under the agent's root");
+    let keys: Vec<&str> = me["env_keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    let allowed = ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+    for key in &keys {
+        assert!(
+            allowed.contains(key) || key.starts_with("FIXTURE_"),
+            "{key}: a server on an executor sees only its declaration and the agent's inherit_env"
+        );
+    }
+    assert!(!keys.contains(&AGENT_ONLY), "the agent's other variables do not leak into the server");
+    assert_eq!(
+        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'far__whoami_upstream' AND outcome = 'ok'").await,
+        1,
+        "audited like a local call"
+    );
+    // Other tenants see nothing of it.
+    let gary = site.client("gary@globex.test").await;
+    let tools = gary.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| !t.name.starts_with("far__")));
+}
+both_dbs!(remote_stdio_server_runs_on_the_executor, runs_on_the_executor);
+
+/// Entities under the gateway host's machine name, the executor's machine, its user and the
+/// defaults: the executor's machine profile wins, through the remote host handler.
+async fn machine_prefix_first(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    for (name, value) in [
+        ("machines/gw-host/profile/mcp-servers/far", "gateway-host"),
+        ("machines/build-01/profile/mcp-servers/far", "executor-machine"),
+        ("users/ci/mcp-servers/far", "executor-user"),
+        ("defaults/mcp-servers/far", "defaults"),
+    ] {
+        site.entity("acme", name, &site.stdio("far", value)).await;
+    }
+    site.bind("acme", "far", "build-01").await;
+    let _agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let me = ok(&olivia, "far__whoami_upstream", json!({})).await;
+    assert_eq!(me["declared_value"], "executor-machine");
+
+    // Without the machine profile, the executor's user comes next; the gateway host's own
+    // machine name never counts.
+    let mut tx = site.db.begin().await.unwrap();
+    entities::delete_entity(&mut tx, "acme", "machines/build-01/profile/mcp-servers/far").await.unwrap();
+    tx.commit().await.unwrap();
+    let olivia = site.client("olivia@acme.test").await;
+    assert_eq!(ok(&olivia, "far__whoami_upstream", json!({})).await["declared_value"], "executor-user");
+}
+both_dbs!(resolve_via_remote_host_handler_uses_machine_prefix_first, machine_prefix_first);
+
+/// The agent is killed in the middle of a call: the call fails at once (not at the call
+/// timeout), audited as failed; the server the agent ran dies with it; a new agent serves the
+/// next call.
+async fn agent_killed_mid_call(backend: Backend) {
+    let (site, secret) = with_far(backend, &[("mcp.call_timeout_secs", json!(60))]).await;
+    let mut agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__hang").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let server_pid = ok(&olivia, "far__whoami_upstream", json!({})).await["pid"].as_u64().unwrap();
+
+    let hanging = {
+        let peer = olivia.peer().clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            (call(&peer, "far__hang", json!({})).await, started)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = Instant::now();
+    agent.kill();
+    let (result, _) = tokio::time::timeout(Duration::from_secs(10), hanging).await.expect("the call ends").unwrap();
+    let err = result.expect_err("the call fails");
+    assert_eq!(err.message, "upstream server unavailable");
+    assert!(killed.elapsed() < Duration::from_secs(3), "failed within seconds, not at the call timeout");
+    wait_gone(server_pid, "the server the killed agent ran").await;
+    assert_eq!(
+        site.count(
+            "SELECT COUNT(*) FROM audit_events WHERE tool = 'far__hang' AND error_class = 'upstream_unavailable'"
+        )
+        .await,
+        1
+    );
+
+    let _again = site.agent("build-01", &secret);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match call(olivia.peer(), "far__whoami_upstream", json!({})).await {
+            Ok(result) if result.is_error != Some(true) => break,
+            _ => assert!(Instant::now() < deadline, "the reconnected agent never served the call"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+both_dbs!(remote_agent_killed_mid_call_fails_fast_and_recovers, agent_killed_mid_call);
+
+/// The gateway restarts: the agent reconnects by itself, and new sessions reach its servers.
+async fn gateway_restart(backend: Backend) {
+    let (mut site, secret) = with_far(backend, &[]).await;
+    let agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    site.stop_gateway().await;
+    site.start_gateway().await;
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let olivia = site.client("olivia@acme.test").await;
+    assert_eq!(ok(&olivia, "far__whoami_upstream", json!({})).await["declared_value"], "ran-on-build-01");
+    drop(agent);
+}
+both_dbs!(remote_agent_reconnects_after_a_gateway_restart, gateway_restart);
+
+/// A second agent presenting a connected executor's name is refused (409) while the first is
+/// connected, and takes over when the first goes away.
+async fn second_agent(backend: Backend) {
+    let (site, secret) = with_far(backend, &[]).await;
+    let mut first = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let second = site.agent("build-01", &secret);
+    second.wait_log("409").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let served_by = ok(&olivia, "far__whoami_upstream", json!({})).await["pid"].clone();
+    assert!(served_by.is_u64());
+    first.kill();
+    // The second agent, retrying, takes the name.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let client = site.client("olivia@acme.test").await;
+        if let Ok(result) = call(client.peer(), "far__whoami_upstream", json!({})).await
+            && result.is_error != Some(true)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the second agent never took over; its log:\n{}", second.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(site.metrics().await.contains("scopegate_executor_refusals_total{reason=\"name_in_use\"}"));
+}
+both_dbs!(remote_second_agent_with_the_same_name_waits_its_turn, second_agent);
+
+/// Wrong, revoked and other-tenant secrets are refused at connect (401), logged and counted;
+/// rotating the secret drops the connected agent at once; an executor of another tenant is
+/// refused at binding time.
+async fn secrets(backend: Backend) {
+    let (site, secret) = with_far(backend, &[]).await;
+    let globex = site.remote_executor("globex-box", "globex-box", "ci", &["globex"]).await;
+
+    // Another tenant's executor: binding refused, naming the field.
+    let mut tx = site.db.begin().await.unwrap();
+    let err = entities::bind_server(&mut tx, "acme", "stolen", "globex-box").await.expect_err("not acme's executor");
+    assert!(err.to_string().contains("executor"), "{err}");
+    drop(tx);
+
+    // Another executor's secret under build-01's name; a made-up secret.
+    let wrong = site.files.path().join("wrong.secret");
+    std::fs::write(&wrong, "sgx_not-the-secret").unwrap();
+    for file in [&globex, &wrong] {
+        let agent = site.agent("build-01", file);
+        agent.wait_log("401").await;
+    }
+    let olivia = site.client("olivia@acme.test").await;
+    let tools = olivia.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| !t.name.starts_with("far__")), "no agent, no tools");
+    assert!(site.metrics().await.contains("scopegate_executor_refusals_total{reason=\"wrong_secret\"}"));
+
+    // The right secret connects; rotating it drops the agent within the recheck period, and
+    // its old secret is refused from then on.
+    let agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let mut tx = site.db.begin().await.unwrap();
+    let _new = entities::rotate_executor_secret(&mut tx, "build-01").await.unwrap();
+    tx.commit().await.unwrap();
+    agent.wait_log("401").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let err = call(olivia.peer(), "far__whoami_upstream", json!({})).await;
+    assert!(
+        err.is_err() || err.as_ref().is_ok_and(|r| r.is_error == Some(true)),
+        "the rotated-out agent serves nothing: {err:?}"
+    );
+    assert!(site.metrics().await.contains("scopegate_executor_drops_total{reason=\"secret_rotated\"}"));
+}
+both_dbs!(remote_agent_secrets_are_checked_at_connect_and_rotation_drops_it, secrets);
+
+/// One agent stopped mid-call (SIGSTOP) does not slow calls to another executor.
+async fn slow_agent(backend: Backend) {
+    let (site, secret) = with_far(backend, &[("mcp.call_timeout_secs", json!(30))]).await;
+    let other = site.remote_executor("build-02", "build-02", "ci", &["acme"]).await;
+    site.serve("acme", "near", &site.stdio("near", "x"), "build-02").await;
+    let stuck = site.agent("build-01", &secret);
+    let _fine = site.agent("build-02", &other);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    site.wait_for_tool("olivia@acme.test", "near__whoami_upstream").await;
+    let olivia = site.client("olivia@acme.test").await;
+    ok(&olivia, "far__whoami_upstream", json!({})).await;
+    ok(&olivia, "near__whoami_upstream", json!({})).await;
+
+    stuck.signal("-STOP");
+    let blocked = {
+        let peer = olivia.peer().clone();
+        tokio::spawn(async move { call(&peer, "far__whoami_upstream", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    for _ in 0..20 {
+        ok(&olivia, "near__whoami_upstream", json!({})).await;
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "calls to the other executor went on");
+    assert!(!blocked.is_finished(), "the stopped agent's call is still waiting");
+    stuck.signal("-CONT");
+    blocked.abort();
+}
+both_dbs!(remote_slow_agent_blocks_no_other_executor, slow_agent);
+
+/// A declaration whose `cwd` escapes the root is refused by the gateway (the server is not
+/// served); the agent refuses one too, even when asked directly over its tunnel.
+async fn escaping_root(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    let mut escaping = site.stdio("esc", "x");
+    escaping["cwd"] = json!("../../etc");
+    site.serve("acme", "esc", &escaping, "build-01").await;
+    site.serve("acme", "far", &site.stdio("far", "x"), "build-01").await;
+    let _agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let tools = olivia.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| !t.name.starts_with("esc__")), "the gateway refused the placement");
+}
+both_dbs!(remote_declaration_escaping_the_root_is_refused, escaping_root);
+
+/// A network namespace joined to this host by a veth pair, removed when dropped.
+struct Netns {
+    name: String,
+    host_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip").args(args).output().expect("the `ip` command (iproute2) is required");
+    assert!(
+        out.status.success(),
+        "`ip {}` failed: {} (these tests need root and iproute2, as CI has; they fail rather than skip)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Netns {
+    fn create() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("{}{n}", std::process::id() % 100_000);
+        let name = format!("sgx{tag}");
+        let (host_if, ns_if) = (format!("sgh{tag}"), format!("sgn{tag}"));
+        // A /30 of 10.213.0.0/16 chosen by pid and counter, so parallel tests don't collide.
+        let block = (std::process::id() * 8 + n) % 16_384;
+        let (third, fourth) = (block / 64, (block % 64) * 4);
+        let host_ip = format!("10.213.{third}.{}", fourth + 1);
+        let ns_ip = format!("10.213.{third}.{}", fourth + 2);
+        let netns = Self { name: name.clone(), host_ip: host_ip.clone() };
+        ip(&["netns", "add", &name]);
+        ip(&["link", "add", &host_if, "type", "veth", "peer", "name", &ns_if]);
+        ip(&["link", "set", &ns_if, "netns", &name]);
+        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &host_if]);
+        ip(&["link", "set", &host_if, "up"]);
+        ip(&["netns", "exec", &name, "ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if]);
+        ip(&["netns", "exec", &name, "ip", "link", "set", &ns_if, "up"]);
+        ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+        netns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end of the veth pair, and with it ours.
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// An HTTP upstream only the executor can reach: it listens on the loopback of a network
+/// namespace, where the agent runs. The gateway host cannot reach it (a server bound to the
+/// local executor with the same URL is not served), yet through the agent it works, and
+/// the assertion travels in its header.
+async fn http_only_the_executor_reaches(backend: Backend) {
+    let netns = Netns::create();
+    let secret = "executor-netns-test-secret-0123456789abcdef";
+    let site = Site::start(
+        backend,
+        &[("server.listen", json!(format!("{}:0", netns.host_ip))), ("auth.hs256_secret", json!(secret))],
+    )
+    .await;
+    let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+
+    use tokio::io::AsyncBufReadExt;
+    let mut upstream = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &netns.name, FIXTURE, "http", "127.0.0.1:0"])
+        .env("FIXTURE_ASSERTION_HEADER", &site.config.upstream.assertion_header)
+        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", site.base_url()))
+        .env("FIXTURE_SERVER_ID", "web")
+        .env("FIXTURE_ISSUER", site.config.public_url())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    let url = format!("http://{addr}/mcp");
+    let declaration = json!({"type": "http", "url": url, "headers": {"x-declared": "${SCOPEGATE_TEST_AGENT_ONLY}"}});
+    site.serve("acme", "web", &declaration, "build-01").await;
+    site.serve("acme", "direct", &declaration, "local").await;
+
+    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
+    site.wait_for_tool("olivia@acme.test", "web__whoami_upstream").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let me = ok(&olivia, "web__whoami_upstream", json!({})).await;
+    assert_eq!(me["user"], "olivia@acme.test");
+    assert_eq!(me["assertion_source"], "header", "the agent moved the assertion into the header");
+    assert_eq!(me["declared_header"], "ran-on-build-01", "headers resolve on the executor");
+    assert_eq!(me["authorization"], Value::Null, "the client's token never reaches the executor");
+    let tools = olivia.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| !t.name.starts_with("direct__")), "the gateway host itself cannot reach the upstream");
+    upstream.kill().await.ok();
+}
+both_dbs!(remote_http_upstream_reached_over_the_executors_network, http_only_the_executor_reaches);
+
+/// The agent refuses paths outside its own root even when the gateway asks for them: a test
+/// gateway (the tunnel's own accept path, no checks of the gateway's) opens escaping servers
+/// and files directly on a real agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_refuses_paths_outside_its_root_even_when_asked() {
+    use scopegate::tunnel::{self, Open, Settings, Side};
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(root.path().join("work")).unwrap();
+    std::fs::write(root.path().join("work/inside.txt"), "inside").unwrap();
+    let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let app = axum::Router::new().route(
+        tunnel::CONNECT_PATH,
+        axum::routing::get(move |mut request: axum::extract::Request| {
+            let tx = tx.clone();
+            async move {
+                let (response, upgrading) = tunnel::accept_upgrade(&mut request, &Settings::default()).unwrap();
+                tokio::spawn(async move {
+                    let ws = upgrading.ready().await.unwrap();
+                    let (handle, _incoming) = tunnel::start(ws, Side::Gateway, Settings::default());
+                    let _ = tx.send(handle).await;
+                });
+                response
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let secret = root.path().join("secret");
+    std::fs::write(&secret, "sgx_anything").unwrap();
+    let mut agent = std::process::Command::new(SCOPEGATE)
+        .args(["executor", "--gateway", &format!("http://{addr}"), "--name", "box", "--secret-file"])
+        .arg(&secret)
+        .args(["--root", &root_uri])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let handle = tokio::time::timeout(Duration::from_secs(15), rx.recv()).await.expect("the agent dials in").unwrap();
+
+    let stdio = |cwd: String| Open::Stdio {
+        server: "esc".to_owned(),
+        command: FIXTURE.to_owned(),
+        args: vec!["stdio".to_owned()],
+        env: Default::default(),
+        cwd,
+    };
+    for cwd in
+        ["file:///etc".to_owned(), format!("{root_uri}/../"), format!("{root_uri}/work/../../x"), "/etc".to_owned()]
+    {
+        match handle.open(&stdio(cwd.clone()), Duration::from_secs(5)).await {
+            Err(tunnel::TunnelError::Refused(reason)) => assert!(reason.contains("root"), "{cwd}: {reason}"),
+            Err(other) => panic!("{cwd}: refused for the wrong reason: {other}"),
+            Ok(_) => panic!("{cwd}: the agent opened a server outside its root"),
+        }
+    }
+    for uri in ["file:///etc/hostname".to_owned(), format!("{root_uri}/../secret")] {
+        let open = Open::ReadFile { uri: uri.clone(), max_bytes: 1024 };
+        assert!(handle.open(&open, Duration::from_secs(5)).await.is_err(), "{uri}: read outside the root");
+    }
+    // Inside the root both work: the refusals are about the paths.
+    handle.open(&stdio(format!("{root_uri}/work")), Duration::from_secs(5)).await.expect("inside the root");
+    let open = Open::ReadFile { uri: format!("{root_uri}/work/inside.txt"), max_bytes: 1024 };
+    let (_tx, mut file) = handle.open(&open, Duration::from_secs(5)).await.expect("a file inside the root").split();
+    let mut read = Vec::new();
+    while let Some(chunk) = file.recv().await {
+        read.extend_from_slice(&chunk);
+    }
+    assert_eq!(read, b"inside");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
