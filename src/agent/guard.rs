@@ -19,10 +19,22 @@ pub enum GuardError {
     NoCommand,
     #[error("running {command:?}: {source}")]
     Exec { command: OsString, source: std::io::Error },
+    #[error("the child guard runs on unix only")]
+    Unsupported,
+}
+
+/// The guard's exit status when it could not become the command (as shells use for a command
+/// that can't be run).
+pub const FAILED: i32 = 127;
+
+#[cfg(not(unix))]
+pub fn exec(_agent: u32, _command: &[OsString]) -> GuardError {
+    GuardError::Unsupported
 }
 
 /// Becomes `command` (never returns on success). `agent` is the pid of the agent that
 /// launched this guard.
+#[cfg(unix)]
 pub fn exec(agent: u32, command: &[OsString]) -> GuardError {
     let Some((program, args)) = command.split_first() else {
         return GuardError::NoCommand;

@@ -48,6 +48,11 @@ impl Host {
         Ok(Self { name: ExecutorId::new(name), root, real_root, env, inherit_env, http, max_frame, guard })
     }
 
+    /// Replaces the program stdio children are launched through (`None`: launched directly).
+    pub fn set_guard(&mut self, guard: Option<PathBuf>) {
+        self.guard = guard;
+    }
+
     pub fn root(&self) -> &PathUri {
         &self.root
     }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -24,6 +25,10 @@ pub struct StdioServer {
     stdin: ChildStdin,
     stdout: ChildStdout,
     max_frame: usize,
+    /// The child's last stderr line, for the close reason when it exits (a guard that could
+    /// not run the command says why there).
+    last_stderr: Arc<Mutex<String>>,
+    stderr_done: tokio::task::JoinHandle<()>,
 }
 
 /// Why the bridge of a stdio server ended.
@@ -69,15 +74,20 @@ impl StdioServer {
             return Err(format!("launching {command:?}: no pipes"));
         };
         let name = server.to_owned();
+        let last_stderr = Arc::new(Mutex::new(String::new()));
+        let last = Arc::clone(&last_stderr);
         // The child's stderr is its log: into ours, line by line, so a full pipe never blocks it.
-        tokio::spawn(async move {
+        let stderr_done = tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::debug!(server = %name, "stdio server stderr: {line}");
+                let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+                last.clear();
+                last.extend(line.chars().take(512));
             }
         });
         tracing::info!(server, pid, "launched a stdio server");
-        Ok(Self { server: server.to_owned(), child, pid, stdin, stdout, max_frame: host.max_frame })
+        Ok(Self { server: server.to_owned(), child, pid, stdin, stdout, max_frame: host.max_frame, last_stderr, stderr_done })
     }
 
     /// The launched process's id (for tests: its process group has the same id).
@@ -86,7 +96,7 @@ impl StdioServer {
     }
 
     pub(super) async fn run(self, sink: impl MessageSink, mut source: impl MessageSource, stop: CancellationToken) {
-        let Self { server, mut child, pid, mut stdin, stdout, max_frame } = self;
+        let Self { server, mut child, pid, mut stdin, stdout, max_frame, last_stderr, stderr_done } = self;
         let to_child = async {
             let mut writable = true;
             while let Some(message) = source.recv().await {
@@ -125,7 +135,16 @@ impl StdioServer {
         let _ = child.wait().await;
         let reason = match end {
             End::ChannelGone => String::new(),
-            End::Exited(Ok(status)) => format!("the server exited: {status}"),
+            End::Exited(Ok(status)) => {
+                // Its stderr may lag its exit: give it a moment (a grandchild may hold it open).
+                let _ = tokio::time::timeout(std::time::Duration::from_millis(500), stderr_done).await;
+                let last = last_stderr.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                if last.is_empty() {
+                    format!("the server exited: {status}")
+                } else {
+                    format!("the server exited: {status} (its last stderr line: {last})")
+                }
+            }
             End::Exited(Err(e)) => format!("the server's exit status is unknown: {e}"),
             End::Failed(reason) => reason,
         };

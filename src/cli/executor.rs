@@ -80,6 +80,10 @@ pub async fn run(args: ExecutorArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Becomes the command, or exits with [`agent::guard::FAILED`] saying why on stderr (which
+/// the agent logs and puts in the channel's close reason).
 pub fn child_guard(args: ChildGuardArgs) -> Result<(), CliError> {
-    Err(CliError::Usage(agent::guard::exec(args.agent, &args.command).to_string()))
+    let error = agent::guard::exec(args.agent, &args.command);
+    eprintln!("error: {error}");
+    std::process::exit(agent::guard::FAILED)
 }
