@@ -1,7 +1,8 @@
-//! The command line: `serve`, `migrate`, `token`, `guards`. Each subcommand lives in its own file.
+//! The command line: `serve`, `migrate`, `token`, `guards`, `executor`. Each subcommand lives in its own file.
 
 mod admin;
 mod audit;
+mod executor;
 mod guards;
 mod migrate;
 mod serve;
@@ -38,6 +39,10 @@ pub enum Command {
     Admin(admin::AdminArgs),
     /// The build-time guard: `guards report` prints the report of this build's sources.
     Guards(guards::GuardsArgs),
+    /// Run a remote executor agent: dial out to the gateway and run servers on this machine.
+    Executor(executor::ExecutorArgs),
+    #[command(name = "__child-guard", hide = true)]
+    ChildGuard(executor::ChildGuardArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +61,8 @@ pub enum CliError {
     GuardsReport(#[from] guards::ReportError),
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -68,5 +75,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Audit(args) => audit::run(&Config::load(cli.config.as_deref())?, args).await,
         Command::Admin(args) => admin::run(&Config::load(cli.config.as_deref())?, args).await,
         Command::Guards(args) => guards::run(args),
+        Command::Executor(args) => executor::run(args).await,
+        Command::ChildGuard(args) => executor::child_guard(args),
     }
 }

@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod agent;
 mod auth;
 mod checkpoints;
 mod cli;
