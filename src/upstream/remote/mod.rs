@@ -135,3 +135,23 @@ impl RemoteHostHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::declaration::expand;
+
+    /// The gateway never resolves a remote executor's `${NAME}` (it can't know the value and
+    /// must not guess it from its own environment) and never forwards its own `${env:NAME}`.
+    #[test]
+    fn references_are_left_to_the_executor_and_the_gateways_own_are_refused() {
+        let id = ExecutorId::new("build-01");
+        // PATH is set in the gateway's environment: still left as written.
+        for text in ["${PATH}", "--t=${TOKEN}", "$${LITERAL}", "plain"] {
+            assert_eq!(expand(text, &RemoteEnv, &id).unwrap(), text, "{text}");
+        }
+        let err = expand("${env:PATH}", &RemoteEnv, &id).unwrap_err();
+        assert!(err.contains("refused for the remote executor"), "{err}");
+        assert!(expand("${1X}", &RemoteEnv, &id).is_err(), "syntax is still checked");
+    }
+}
