@@ -83,7 +83,8 @@ mod tests {
         assert_eq!(at(0), Duration::ZERO);
         assert_ne!(at(1_000_000), at(150_000_000));
         assert_eq!(at(200_000_000), Duration::from_millis(200), "the ceiling itself is reachable");
-        let real: Vec<_> = (0..20).map(|_| Backoff::new(Duration::from_secs(1), Duration::from_secs(1)).next_delay()).collect();
+        let real: Vec<_> =
+            (0..20).map(|_| Backoff::new(Duration::from_secs(1), Duration::from_secs(1)).next_delay()).collect();
         assert!(real.iter().any(|d| *d != real[0]), "system jitter varies");
     }
 

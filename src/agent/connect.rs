@@ -37,8 +37,8 @@ impl AgentConfig {
             return Err(AgentError::NoGateway);
         }
         for url in &self.gateways {
-            let parsed =
-                reqwest::Url::parse(url).map_err(|e| AgentError::Gateway { url: url.clone(), message: e.to_string() })?;
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| AgentError::Gateway { url: url.clone(), message: e.to_string() })?;
             if !matches!(parsed.scheme(), "http" | "https") {
                 let message = "not an http: or https: URL".to_owned();
                 return Err(AgentError::Gateway { url: url.clone(), message });

@@ -105,8 +105,11 @@ pub async fn prepare(host: &Host, open: Open) -> Result<Prepared, String> {
     match open {
         Open::Stdio { server, command, args, env, cwd } => {
             let cwd = host.contained("cwd", &cwd)?;
-            let args =
-                args.iter().enumerate().map(|(i, a)| host.expand(&format!("args[{i}]"), a)).collect::<Result<Vec<_>, _>>()?;
+            let args = args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| host.expand(&format!("args[{i}]"), a))
+                .collect::<Result<Vec<_>, _>>()?;
             let env = host.expand_map("env", &env)?;
             super::stdio::StdioServer::launch(host, &server, &command, &args, &env, &cwd).map(Prepared::Stdio)
         }

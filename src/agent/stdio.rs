@@ -87,7 +87,16 @@ impl StdioServer {
             }
         });
         tracing::info!(server, pid, "launched a stdio server");
-        Ok(Self { server: server.to_owned(), child, pid, stdin, stdout, max_frame: host.max_frame, last_stderr, stderr_done })
+        Ok(Self {
+            server: server.to_owned(),
+            child,
+            pid,
+            stdin,
+            stdout,
+            max_frame: host.max_frame,
+            last_stderr,
+            stderr_done,
+        })
     }
 
     /// The launched process's id (for tests: its process group has the same id).

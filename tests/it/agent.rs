@@ -163,9 +163,10 @@ async fn a_stdio_server_answers_initialize_over_the_channel_and_dies_with_it() {
     let answer = served.answer(1).await;
     assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
     served.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-    served.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+    served
+        .send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": "through the agent"}}}))
-    .await;
+        .await;
     assert_eq!(served.answer(2).await["result"]["content"][0]["text"], "through the agent");
 
     let pid = served.pid.unwrap();
@@ -408,9 +409,10 @@ async fn an_http_server_is_bridged_with_declared_headers() {
     served.send(initialize(1)).await;
     assert!(served.answer(1).await["result"]["serverInfo"].is_object());
     served.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-    served.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+    served
+        .send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": "over http"}}}))
-    .await;
+        .await;
     assert_eq!(served.answer(2).await["result"]["content"][0]["text"], "over http");
     // Something that is not a client message closes the channel with a reason.
     served.to_agent.as_ref().unwrap().send(Bytes::from_static(b"not json")).await.unwrap();
