@@ -94,7 +94,7 @@ mod tests {
         for _ in 0..6 {
             b.next_with(0);
         }
-        assert_eq!(b.ceiling(), Duration::from_millis(6400));
+        assert_eq!(b.ceiling(), Duration::from_millis(12_800));
         b.reset();
         assert_eq!(b.ceiling(), Duration::from_millis(200));
     }

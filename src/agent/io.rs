@@ -23,8 +23,8 @@ pub trait MessageSource: Send + 'static {
 }
 
 impl MessageSink for ChannelSender {
-    fn send(&self, data: Bytes) -> impl Future<Output = Result<(), String>> + Send {
-        async move { ChannelSender::send(self, data).await.map_err(|e| e.to_string()) }
+    async fn send(&self, data: Bytes) -> Result<(), String> {
+        ChannelSender::send(self, data).await.map_err(|e| e.to_string())
     }
     fn close(&self, reason: &str) {
         ChannelSender::close(self, reason);
