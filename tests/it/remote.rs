@@ -184,20 +184,29 @@ impl Site {
     }
 
     pub async fn client(&self, subject: &str) -> RunningService<RoleClient, ()> {
+        self.client_at(&self.base_url(), subject).await
+    }
+
+    /// A client of the gateway replica at `base`.
+    pub async fn client_at(&self, base: &str, subject: &str) -> RunningService<RoleClient, ()> {
         let tenant = subject.rsplit('@').next().unwrap().split('.').next().unwrap();
         let token = Signer::hs256(self.config.auth.hs256_secret.expose()).sign(&claims(&self.config, tenant, subject));
         let transport = StreamableHttpClientTransport::with_client(
             reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.base_url())).auth_header(token),
+            StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp")).auth_header(token),
         );
         ().serve(transport).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
     }
 
     /// Waits (bounded) until a new session of `subject` lists `tool`: the agent is connected.
     pub async fn wait_for_tool(&self, subject: &str, tool: &str) {
+        self.wait_for_tool_at(&self.base_url(), subject, tool).await
+    }
+
+    pub async fn wait_for_tool_at(&self, base: &str, subject: &str, tool: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let client = self.client(subject).await;
+            let client = self.client_at(base, subject).await;
             let tools = client.list_all_tools().await.unwrap();
             if tools.iter().any(|t| t.name == tool) {
                 return;
@@ -702,3 +711,40 @@ async fn agent_refuses_paths_outside_its_root_even_when_asked() {
     let _ = agent.kill();
     let _ = agent.wait();
 }
+
+/// Two replicas on one database: an agent given both URLs keeps a connection to each, and
+/// each replica serves the executor's servers. A replica the agent is not connected to does
+/// not serve them (it never routes a call elsewhere).
+async fn replicas(backend: Backend) {
+    let (site, secret) = with_far(backend, &[]).await;
+    let mut config = site.config.clone();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let second = Gateway::build(config).await.expect("a second replica");
+    let second_url = format!("http://{}", second.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(second.run(async move {
+        let _ = stopped.await;
+    }));
+
+    // Connected to the first replica only: the second one does not serve `far`.
+    let first_only = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let olivia = site.client_at(&second_url, "olivia@acme.test").await;
+    let tools = olivia.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| !t.name.starts_with("far__")), "a replica without the agent serves nothing of it");
+    drop(first_only);
+
+    let _both = site.agent_to("build-01", &secret, &[site.base_url(), second_url.clone()]);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    site.wait_for_tool_at(&second_url, "olivia@acme.test", "far__whoami_upstream").await;
+    // `echo` checks no assertion: each replica signs with keys of its own, and the fixture
+    // knows only the first one's JWKS.
+    for replica in [site.base_url(), second_url.clone()] {
+        let olivia = site.client_at(&replica, "olivia@acme.test").await;
+        let echoed = call(olivia.peer(), "far__echo", json!({"text": "through this replica"})).await.unwrap();
+        assert_ne!(echoed.is_error, Some(true), "{replica}: {echoed:?}");
+    }
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+}
+both_dbs!(remote_agent_keeps_a_connection_to_each_replica, replicas);
