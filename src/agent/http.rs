@@ -6,13 +6,17 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ErrorData, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ErrorData, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Host;
+
+/// The longest one handshake message may take to reach the HTTP server (the gateway gives up
+/// on the whole handshake sooner, at its connect timeout).
+const HANDSHAKE_SEND: std::time::Duration = std::time::Duration::from_secs(30);
 use super::io::{MessageSink, MessageSource};
 use crate::upstream::client::AssertingClient;
 
@@ -54,9 +58,12 @@ impl HttpServer {
         let Self { server, mut transport, max_frame } = self;
         // Requests go out concurrently (a slow call must not hold up the others); one that
         // could not be delivered is answered with an error so the gateway's caller is not left
-        // waiting.
+        // waiting. Until the handshake is over, one at a time and in order, as rmcp's own
+        // client does: a message enters rmcp's HTTP worker only when its send is first polled,
+        // and the worker takes the message after `initialize` to be `initialized`.
         let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<(RequestId, String)>();
         let mut sends = tokio::task::JoinSet::new();
+        let mut handshaking = true;
         let reason = loop {
             tokio::select! {
                 message = source.recv() => {
@@ -69,15 +76,31 @@ impl HttpServer {
                         ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
                         _ => None,
                     };
+                    let initialized = matches!(
+                        &message,
+                        ClientJsonRpcMessage::Notification(n)
+                            if matches!(n.notification, ClientNotification::InitializedNotification(_))
+                    );
                     let send = transport.send(message);
                     let failed = failed_tx.clone();
-                    sends.spawn(async move {
+                    let delivered = async move {
                         if let Err(e) = send.await
                             && let Some(id) = id
                         {
                             let _ = failed.send((id, e.to_string()));
                         }
-                    });
+                    };
+                    if handshaking {
+                        tokio::select! {
+                            done = tokio::time::timeout(HANDSHAKE_SEND, delivered) => if done.is_err() {
+                                break "the HTTP server did not take the handshake in time".to_owned();
+                            },
+                            () = stop.cancelled() => break "the executor is stopping".to_owned(),
+                        }
+                        handshaking = !initialized;
+                    } else {
+                        sends.spawn(delivered);
+                    }
                 }
                 received = transport.receive() => {
                     let Some(received) = received else { break "the HTTP server's connection ended".to_owned() };

@@ -622,7 +622,7 @@ async fn http_only_the_executor_reaches(backend: Backend) {
     site.serve("acme", "web", &declaration, "build-01").await;
     site.serve("acme", "direct", &declaration, "local").await;
 
-    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
+    let agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
     site.wait_for_tool("olivia@acme.test", "web__whoami_upstream").await;
     let olivia = site.client("olivia@acme.test").await;
     let me = ok(&olivia, "web__whoami_upstream", json!({})).await;
@@ -632,6 +632,9 @@ async fn http_only_the_executor_reaches(backend: Backend) {
     assert_eq!(me["authorization"], Value::Null, "the client's token never reaches the executor");
     let tools = olivia.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("direct__")), "the gateway host itself cannot reach the upstream");
+    // rmcp's HTTP worker on the agent quits for good when the handshake's messages reach it
+    // out of order; it must never have had to.
+    assert!(!agent.log().contains("fatal"), "the agent's HTTP client failed:\n{}", agent.log());
     upstream.kill().await.ok();
 }
 both_dbs!(remote_http_upstream_reached_over_the_executors_network, http_only_the_executor_reaches);
