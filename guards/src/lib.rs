@@ -28,14 +28,16 @@ mod rules;
 mod sarif;
 mod walk;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 pub use report::{
-    BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, REPORT_VERSION, Report, Residue, ToolKind,
+    BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, REPORT_VERSION, Report, Residue, Site, ToolKind,
     ToolReport, TreeNode,
 };
 pub use rules::{
-    Boundary, DEFAULT_RULES, Discovery, Enforcement, ForbiddenCall, ForbiddenType, GuardRow, NameScope, Rules,
+    AllowUnresolved, Boundary, DEFAULT_RULES, Discovery, Enforcement, ForbiddenCall, ForbiddenType, GuardRow,
+    NameScope, Rules, UNRESOLVED_ROW,
 };
 pub use sarif::SARIF_SCHEMA;
 
@@ -84,6 +86,9 @@ pub struct Options {
     pub rules: Option<PathBuf>,
     /// Files that add to the base rules.
     pub extra_rules: Vec<PathBuf>,
+    /// Crate names code may use besides the dependencies `Cargo.toml` lists (for crates linked
+    /// some other way). A path starting with a name that is neither is never called external.
+    pub extern_crates: Vec<String>,
 }
 
 impl Options {
@@ -95,7 +100,18 @@ impl Options {
             tool_modules: Vec::new(),
             rules: None,
             extra_rules: Vec::new(),
+            extern_crates: Vec::new(),
         }
+    }
+
+    /// Adds crate names that are other crates besides the manifest's dependencies.
+    pub fn extern_crates<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.extern_crates.extend(names.into_iter().map(Into::into));
+        self
     }
 
     /// Sets the entry file (relative to the crate root).
@@ -142,6 +158,7 @@ impl Options {
     fn rules_files(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = self.rules.iter().map(|p| self.under_root(p)).collect();
         v.extend(self.extra_rules.iter().map(|p| self.under_root(p)));
+        v.push(self.crate_root.join("Cargo.toml"));
         v
     }
 }
@@ -168,6 +185,32 @@ pub fn load_rules(opts: &Options) -> Result<Rules, GuardError> {
     Ok(rules)
 }
 
+/// The names code uses for the crate's dependencies (`[dependencies]` and every
+/// `[target.*.dependencies]` of `Cargo.toml`, `-` written `_`), plus [`Options::extern_crates`].
+/// Dev- and build-dependencies are not visible to the library's code, so they are not listed.
+fn extern_crates(opts: &Options) -> Result<HashSet<String>, GuardError> {
+    let manifest = opts.crate_root.join("Cargo.toml");
+    let io = |message: String| GuardError::Io { path: "Cargo.toml".into(), message };
+    let text = std::fs::read_to_string(&manifest).map_err(|e| {
+        io(format!(
+            "{e}: the walk needs the crate's dependencies to tell other crates' names from names it cannot resolve"
+        ))
+    })?;
+    let doc: toml::Table = toml::from_str(&text).map_err(|e| io(format!("cannot parse: {e}")))?;
+    let mut tables = vec![doc.get("dependencies")];
+    if let Some(targets) = doc.get("target").and_then(toml::Value::as_table) {
+        tables.extend(targets.values().map(|t| t.get("dependencies")));
+    }
+    let mut out: HashSet<String> = opts.extern_crates.iter().cloned().collect();
+    for table in tables.into_iter().flatten() {
+        let Some(table) = table.as_table() else {
+            return Err(io("a dependencies section is not a table".into()));
+        };
+        out.extend(table.keys().map(|k| k.replace('-', "_")));
+    }
+    Ok(out)
+}
+
 /// Parses the crate and walks every tool; the report lists findings, it does not fail on them.
 pub fn check(opts: &Options) -> Result<Report, GuardError> {
     let rules = load_rules(opts)?;
@@ -177,7 +220,7 @@ pub fn check(opts: &Options) -> Result<Report, GuardError> {
 /// Like [`check`], with rules already loaded.
 pub fn check_with_rules(opts: &Options, rules: &Rules) -> Result<Report, GuardError> {
     let entry = opts.entry_file();
-    let krate = model::Crate::load(&opts.crate_root, &entry)?;
+    let krate = model::Crate::load(&opts.crate_root, &entry, extern_crates(opts)?)?;
     let walked = walk::walk_crate(&krate, rules, &opts.tool_modules);
     Ok(Report {
         generator: "scopegate-guards".into(),
@@ -189,7 +232,7 @@ pub fn check_with_rules(opts: &Options, rules: &Rules) -> Result<Report, GuardEr
         findings: walked.findings,
         tools: walked.tools,
         boundaries: walked.boundaries,
-        residue: report::residue(),
+        residue: report::residue().into_iter().chain(walked.residue).collect(),
     })
 }
 
@@ -200,11 +243,12 @@ pub fn finding_lines(report: &Report) -> Vec<String> {
         .iter()
         .map(|f| {
             let hops: Vec<String> =
-                f.path.iter().map(|h| format!("{} {} ({}:{})", h.kind.as_str(), h.label, h.file, h.line)).collect();
+                f.path.iter().map(|h| format!("{} {} ({})", h.kind.as_str(), h.label, h.location())).collect();
             format!(
-                "[{}] {} reaches forbidden {}: {} | {}",
+                "[{}] {} reaches {} {}: {} | {}",
                 f.guard_row,
                 f.root,
+                f.kind.verb(),
                 f.forbidden,
                 f.reason,
                 hops.join(" -> ")
@@ -221,15 +265,16 @@ pub fn failure_message(report: &Report) -> Option<String> {
     let mut msg = format!("scopegate guards: {} forbidden path(s) from tools:\n", report.findings.len());
     for (i, f) in report.findings.iter().enumerate() {
         msg.push_str(&format!(
-            "\n{}. [{}] {} reaches forbidden {}\n   why: {}\n",
+            "\n{}. [{}] {} reaches {} {}\n   why: {}\n",
             i + 1,
             f.guard_row,
             f.root,
+            f.kind.verb(),
             f.forbidden,
             f.reason
         ));
         for h in &f.path {
-            msg.push_str(&format!("   -> {} {} ({}:{})\n", h.kind.as_str(), h.label, h.file, h.line));
+            msg.push_str(&format!("   -> {} {} ({})\n", h.kind.as_str(), h.label, h.location()));
         }
     }
     Some(msg)

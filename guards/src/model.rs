@@ -1,7 +1,7 @@
 //! The parsed crate: module tree, definitions, impls, `use` tables and name resolution.
 //! It never judges anything; it only answers "what does this path name here".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use syn::spanned::Spanned;
@@ -22,6 +22,25 @@ pub(crate) struct Crate {
     pub statics: Vec<StaticInfo>,
     /// Every source file read, relative to the crate root.
     pub files: Vec<String>,
+    /// Names that are provably other crates: the manifest's dependencies and the sysroot crates.
+    pub externs: HashSet<String>,
+    /// `macro_rules!` definitions of the crate, by name: where each is written.
+    pub macro_defs: HashMap<String, (String, usize)>,
+    /// A definition shadowed in its module's namespace by a later one of the same name (the
+    /// other arm of a `#[cfg(..)]` pair): the later def's id -> the earlier ones. Both are walked.
+    pub def_twins: HashMap<DefId, Vec<DefId>>,
+    /// The same for free fns.
+    pub fn_twins: HashMap<usize, Vec<usize>>,
+}
+
+/// A macro invoked where items are written (`make!(Name);`): it may define names the walk
+/// never sees.
+#[derive(Clone, Debug)]
+pub(crate) struct ItemMacro {
+    /// The macro's path as written (`make`, `tokio::task_local`).
+    pub path: String,
+    pub file: String,
+    pub line: usize,
 }
 
 pub(crate) struct Module {
@@ -33,6 +52,8 @@ pub(crate) struct Module {
     pub values: HashMap<String, Value>,
     pub uses: HashMap<String, Vec<String>>,
     pub globs: Vec<Vec<String>>,
+    /// Macros invoked at item level in this module.
+    pub item_macros: Vec<ItemMacro>,
 }
 
 #[derive(Clone, Copy)]
@@ -84,6 +105,8 @@ pub(crate) struct ImplInfo {
     pub item: syn::ItemImpl,
     /// The crate type the impl is for, when it is one.
     pub self_def: Option<DefId>,
+    /// The crate trait it implements, when it is one.
+    pub trait_def: Option<DefId>,
 }
 
 pub(crate) struct FnInfo {
@@ -109,8 +132,85 @@ pub(crate) enum Res {
     Module(ModId),
     Fn(usize),
     Static(usize),
-    /// Not defined in the parsed crate: the path as far as it could be resolved.
+    /// Provably another crate's: anchored at a dependency or sysroot crate, a prelude name or a
+    /// primitive, or brought in by another crate's glob in a module no macro writes items into.
     External(Vec<String>),
+    /// Looked up in the crate's own namespace (module `.0`) and answered by no definition:
+    /// written by a macro, or otherwise unknown. Never safe.
+    Unresolved(ModId, Vec<String>),
+}
+
+/// The sysroot crates, always in the extern prelude.
+const SYSROOT: [&str; 4] = ["std", "core", "alloc", "proc_macro"];
+
+/// Names the standard prelude (2024 edition) and the language bring into every module.
+const PRELUDE: [&str; 61] = [
+    "bool",
+    "char",
+    "str",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "u128",
+    "usize",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "i128",
+    "isize",
+    "f32",
+    "f64",
+    "Copy",
+    "Send",
+    "Sized",
+    "Sync",
+    "Unpin",
+    "Drop",
+    "Fn",
+    "FnMut",
+    "FnOnce",
+    "AsyncFn",
+    "AsyncFnMut",
+    "AsyncFnOnce",
+    "drop",
+    "Box",
+    "ToOwned",
+    "Clone",
+    "PartialEq",
+    "PartialOrd",
+    "Eq",
+    "Ord",
+    "AsRef",
+    "AsMut",
+    "Into",
+    "From",
+    "Default",
+    "Iterator",
+    "Extend",
+    "IntoIterator",
+    "DoubleEndedIterator",
+    "ExactSizeIterator",
+    "Option",
+    "Some",
+    "None",
+    "Result",
+    "Ok",
+    "Err",
+    "String",
+    "ToString",
+    "Vec",
+    "TryFrom",
+    "TryInto",
+    "FromIterator",
+    "Future",
+    "IntoFuture",
+];
+
+/// Whether a first path segment names another crate or the prelude for sure.
+fn is_extern_root(externs: &HashSet<String>, first: &str) -> bool {
+    SYSROOT.contains(&first) || PRELUDE.contains(&first) || externs.contains(first)
 }
 
 pub(crate) fn line_of<T: Spanned>(node: &T) -> usize {
@@ -124,8 +224,9 @@ pub(crate) fn has_cfg_test(attrs: &[syn::Attribute]) -> bool {
 }
 
 impl Crate {
-    /// Reads `entry` (relative to `root`) and every file module it declares.
-    pub fn load(root: &Path, entry: &Path) -> Result<Crate, GuardError> {
+    /// Reads `entry` (relative to `root`) and every file module it declares; `externs` are the
+    /// crate's dependencies as code names them (`-` written `_`).
+    pub fn load(root: &Path, entry: &Path, externs: HashSet<String>) -> Result<Crate, GuardError> {
         let mut krate = Crate {
             modules: Vec::new(),
             defs: Vec::new(),
@@ -133,6 +234,10 @@ impl Crate {
             fns: Vec::new(),
             statics: Vec::new(),
             files: Vec::new(),
+            externs,
+            macro_defs: HashMap::new(),
+            def_twins: HashMap::new(),
+            fn_twins: HashMap::new(),
         };
         let entry_abs = root.join(entry);
         let child_dir = entry_abs.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -149,6 +254,14 @@ impl Crate {
                 _ => None,
             };
             krate.impls[i].self_def = self_def;
+            let trait_def = match &krate.impls[i].item.trait_ {
+                Some((_, path, _)) => match krate.resolve_path(krate.impls[i].module, path) {
+                    Res::Def(d) if matches!(krate.defs[d].kind, DefKind::Trait(_)) => Some(d),
+                    _ => None,
+                },
+                None => None,
+            };
+            krate.impls[i].trait_def = trait_def;
         }
         Ok(krate)
     }
@@ -163,6 +276,7 @@ impl Crate {
             values: HashMap::new(),
             uses: HashMap::new(),
             globs: Vec::new(),
+            item_macros: Vec::new(),
         });
         self.modules.len() - 1
     }
@@ -230,7 +344,28 @@ impl Crate {
                     let name = f.sig.ident.to_string();
                     self.fns.push(FnInfo { module, file: rel.to_string(), item: f });
                     let id = self.fns.len() - 1;
-                    self.modules[module].values.insert(name, Value::Fn(id));
+                    if let Some(Value::Fn(earlier)) = self.modules[module].values.insert(name, Value::Fn(id)) {
+                        let mut twins = self.fn_twins.remove(&earlier).unwrap_or_default();
+                        twins.push(earlier);
+                        self.fn_twins.insert(id, twins);
+                    }
+                }
+                syn::Item::Macro(m) => {
+                    let line = line_of(&m.mac.path);
+                    match &m.ident {
+                        // `macro_rules! name { .. }`
+                        Some(name) if m.mac.path.is_ident("macro_rules") => {
+                            self.macro_defs.insert(name.to_string(), (rel.to_string(), line));
+                        }
+                        _ => {
+                            let path = m.mac.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>();
+                            self.modules[module].item_macros.push(ItemMacro {
+                                path: path.join("::"),
+                                file: rel.to_string(),
+                                line,
+                            });
+                        }
+                    }
                 }
                 syn::Item::Static(s) => {
                     self.add_static(module, &s.ident, *s.ty, rel);
@@ -238,9 +373,13 @@ impl Crate {
                 syn::Item::Const(c) => {
                     self.add_static(module, &c.ident, *c.ty, rel);
                 }
-                syn::Item::Impl(i) => {
-                    self.impls.push(ImplInfo { module, file: rel.to_string(), item: i, self_def: None })
-                }
+                syn::Item::Impl(i) => self.impls.push(ImplInfo {
+                    module,
+                    file: rel.to_string(),
+                    item: i,
+                    self_def: None,
+                    trait_def: None,
+                }),
                 syn::Item::Use(u) => {
                     let mut prefix = Vec::new();
                     if u.leading_colon.is_some() {
@@ -312,7 +451,11 @@ impl Crate {
     fn add_def(&mut self, module: ModId, name: String, file: &str, line: usize, kind: DefKind) {
         self.defs.push(Def { name: name.clone(), module, file: file.to_string(), line, kind });
         let id = self.defs.len() - 1;
-        self.modules[module].types.insert(name, id);
+        if let Some(earlier) = self.modules[module].types.insert(name, id) {
+            let mut twins = self.def_twins.remove(&earlier).unwrap_or_default();
+            twins.push(earlier);
+            self.def_twins.insert(id, twins);
+        }
     }
 
     fn add_static(&mut self, module: ModId, ident: &syn::Ident, ty: syn::Type, file: &str) {
@@ -365,7 +508,7 @@ impl Crate {
             return Res::Module(m);
         }
         if depth > MAX_DEPTH {
-            return Res::External(segs.to_vec());
+            return self.unresolved(m, &segs[0]);
         }
         let first = segs[0].as_str();
         let (mut cur, rest) = match first {
@@ -375,29 +518,26 @@ impl Crate {
             "super" => (Res::Module(self.modules[m].parent.unwrap_or(0)), &segs[1..]),
             _ => {
                 let found = match local_uses.get(first) {
-                    Some(target) if target.as_slice() != [first.to_string()] => {
-                        Some(self.resolve(m, target, depth + 1))
-                    }
-                    Some(_) => Some(Res::External(vec![first.to_string()])),
-                    None => self.lookup(m, first, depth),
+                    Some(target) if target.as_slice() != [first.to_string()] => self.resolve(m, target, depth + 1),
+                    // A body's `use tokio;`.
+                    Some(_) if is_extern_root(&self.externs, first) => Res::External(vec![first.to_string()]),
+                    Some(_) => self.unresolved(m, first),
+                    None => match self.lookup(m, first, depth) {
+                        Some(r) => r,
+                        None if is_extern_root(&self.externs, first) => return Res::External(segs.to_vec()),
+                        None => self.fallback(m, first, depth),
+                    },
                 };
-                match found {
-                    Some(r) => (r, &segs[1..]),
-                    None => return Res::External(segs.to_vec()),
-                }
+                (found, &segs[1..])
             }
         };
-        for (i, seg) in rest.iter().enumerate() {
+        for seg in rest {
             cur = match cur {
                 Res::Module(mm) if seg == "super" => Res::Module(self.modules[mm].parent.unwrap_or(0)),
                 Res::Module(mm) if seg == "self" => Res::Module(mm),
                 Res::Module(mm) => match self.lookup(mm, seg, depth) {
                     Some(r) => r,
-                    None => {
-                        let mut p = self.modules[mm].path.clone();
-                        p.extend(rest[i..].iter().cloned());
-                        return Res::External(p);
-                    }
+                    None => self.fallback(mm, seg, depth),
                 },
                 Res::Def(d) => Res::Assoc(d, seg.clone()),
                 Res::Assoc(d, _) => Res::Assoc(d, seg.clone()),
@@ -405,13 +545,69 @@ impl Crate {
                     p.push(seg.clone());
                     Res::External(p)
                 }
-                Res::Fn(_) | Res::Static(_) => return Res::External(segs.to_vec()),
+                // Whatever follows an unresolved item is under it.
+                Res::Unresolved(..) => return cur,
+                Res::Fn(_) | Res::Static(_) => return self.unresolved(m, &segs[0]),
             };
         }
         cur
     }
 
-    /// Looks a single name up in a module's namespace: types, modules, `use`s, values, globs.
+    /// `name`, looked up in module `m` and found nowhere in the crate.
+    fn unresolved(&self, m: ModId, name: &str) -> Res {
+        let mut p = self.modules[m].path.clone();
+        p.push(name.to_string());
+        Res::Unresolved(m, p)
+    }
+
+    /// A name module `m` does not define, import or glob from the crate: another crate's glob
+    /// brought it when there is exactly such a source and no macro writes items into `m` (or
+    /// into a module `m` globs from); otherwise it is unresolved.
+    fn fallback(&self, m: ModId, name: &str, depth: usize) -> Res {
+        if !self.macros_in_scope(m, depth).is_empty() {
+            return self.unresolved(m, name);
+        }
+        let mut external = Vec::new();
+        for g in &self.modules[m].globs {
+            if let Res::External(p) = self.resolve(m, g, depth + 1) {
+                external.push(p);
+            }
+        }
+        match external.len() {
+            0 => self.unresolved(m, name),
+            1 => {
+                let mut p = external.pop().unwrap_or_default();
+                p.push(name.to_string());
+                Res::External(p)
+            }
+            // One of several other crates' globs: another crate's, but not which.
+            _ => Res::External(vec![name.to_string()]),
+        }
+    }
+
+    /// Item-level macros of module `m` and of every crate module it globs from: what may have
+    /// written a name `m` does not define.
+    pub fn macros_in_scope(&self, m: ModId, depth: usize) -> Vec<ItemMacro> {
+        let mut seen = vec![m];
+        let mut todo = vec![m];
+        let mut out = Vec::new();
+        while let Some(cur) = todo.pop() {
+            out.extend(self.modules[cur].item_macros.iter().cloned());
+            for g in &self.modules[cur].globs {
+                if let Res::Module(gm) = self.resolve(cur, g, depth + 1)
+                    && !seen.contains(&gm)
+                    && seen.len() < 64
+                {
+                    seen.push(gm);
+                    todo.push(gm);
+                }
+            }
+        }
+        out
+    }
+
+    /// Looks a single name up in a module's namespace: types, modules, `use`s, values, and the
+    /// crate's own globs. `None`: nothing in the crate answers it (see [`Crate::fallback`]).
     fn lookup(&self, m: ModId, name: &str, depth: usize) -> Option<Res> {
         self.lookup_seen(m, name, depth, &mut Vec::new())
     }
@@ -428,7 +624,11 @@ impl Crate {
         if let Some(target) = module.uses.get(name) {
             // `use tokio;` names the extern crate, not itself.
             if target.len() == 1 && target[0] == name {
-                return Some(Res::External(target.clone()));
+                return Some(if is_extern_root(&self.externs, name) {
+                    Res::External(target.clone())
+                } else {
+                    self.unresolved(m, name)
+                });
             }
             return Some(self.resolve(m, target, depth + 1));
         }
@@ -438,7 +638,6 @@ impl Crate {
                 Value::Static(s) => Res::Static(s),
             });
         }
-        let mut external_globs = Vec::new();
         for g in &module.globs {
             if depth > MAX_DEPTH {
                 break;
@@ -449,16 +648,16 @@ impl Crate {
                         return Some(r);
                     }
                 }
-                Res::Def(d) => return Some(Res::Assoc(d, name.to_string())),
-                Res::External(p) => external_globs.push(p),
+                // `use Enum::*`: its variants.
+                Res::Def(d) => {
+                    if let DefKind::Enum(e) = &self.defs[d].kind
+                        && e.variants.iter().any(|v| v.ident == name)
+                    {
+                        return Some(Res::Assoc(d, name.to_string()));
+                    }
+                }
                 _ => {}
             }
-        }
-        // One glob from another crate: best guess is that the name comes from it.
-        if external_globs.len() == 1 {
-            let mut p = external_globs.pop().unwrap_or_default();
-            p.push(name.to_string());
-            return Some(Res::External(p));
         }
         None
     }

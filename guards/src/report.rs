@@ -61,6 +61,19 @@ pub enum FindingKind {
     Call,
     /// A forbidden type held inside a boundary, named in a module not in its `allowed_in`.
     BoundaryLeak,
+    /// A name the walk cannot resolve to a definition (written by a macro, or unknown), not
+    /// allowed in the rules.
+    Unresolved,
+}
+
+impl FindingKind {
+    /// How messages say what was reached: `forbidden` or `unresolved`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            FindingKind::Unresolved => "unresolved",
+            _ => "forbidden",
+        }
+    }
 }
 
 /// One step of a path.
@@ -74,6 +87,30 @@ pub struct Hop {
     pub file: String,
     /// 1-based line.
     pub line: usize,
+    /// Where the walk came to it from, when that is not where it is defined: the line of a
+    /// body that names a static, calls a fn or writes a turbofish, or the type written in a
+    /// signature that leads to a definition elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_at: Option<Site>,
+}
+
+/// A place in the sources.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Site {
+    /// File relative to the crate root.
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+}
+
+impl Hop {
+    /// `file:line`, and `, used at file:line` when it was reached from elsewhere.
+    pub fn location(&self) -> String {
+        match &self.used_at {
+            Some(u) => format!("{}:{}, used at {}:{}", self.file, self.line, u.file, u.line),
+            None => format!("{}:{}", self.file, self.line),
+        }
+    }
 }
 
 /// What a hop or tree node is.
@@ -161,6 +198,10 @@ pub enum Mark {
     External,
     /// Outside the walk (macro).
     Opaque,
+    /// A name the walk cannot resolve (a finding).
+    Unresolved,
+    /// A name the walk cannot resolve, allowed by the rules: residue.
+    Allowed,
 }
 
 /// A node of a dependency tree.
@@ -174,6 +215,9 @@ pub struct TreeNode {
     pub file: String,
     /// 1-based line.
     pub line: usize,
+    /// Where it was reached from, when not where it is defined (see [`Hop::used_at`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_at: Option<Site>,
     /// Why it is a leaf or notable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<Mark>,
@@ -259,41 +303,58 @@ pub struct Residue {
     pub detail: String,
     /// What catches it instead.
     pub backstop: Vec<Enforcement>,
+    /// For an unresolved name the rules allow: the item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<String>,
+    /// For an allowed item: every place a tool reached it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reached_at: Vec<Hop>,
 }
 
+fn residue_entry(title: &str, detail: &str, backstop: Vec<Enforcement>) -> Residue {
+    Residue { title: title.into(), detail: detail.into(), backstop, item: None, reached_at: Vec::new() }
+}
+
+/// What no run of the walk closes, whatever the sources (allowed unresolved items are added
+/// per run).
 pub(crate) fn residue() -> Vec<Residue> {
     use Enforcement::*;
     vec![
-        Residue {
-            title: "Detached background work".into(),
-            detail: "Work moved off the call (a spawned task, a channel to a worker, a queue) changes no type graph. The walk flags the spawn points it knows by name in tool bodies and the receiver's methods; any other way out is not seen.".into(),
-            backstop: vec![RuntimeFailClosedFactory, AuditBackstop],
-        },
-        Residue {
-            title: "Macro-generated code".into(),
-            detail: "Code written by macros, including rmcp's own #[tool], #[tool_router] and #[tool_handler] expansions, is not expanded: the walk sees the source as written. Macro calls whose input does not parse as expressions are marked `macro` (opaque) in the trees.".into(),
-            backstop: vec![RuntimeFailClosedFactory, AuditBackstop],
-        },
-        Residue {
-            title: "unsafe and FFI".into(),
-            detail: "unsafe code, raw pointers cast to other types, transmute and foreign functions can reach anything; they are outside the walk.".into(),
-            backstop: vec![TypePrivacy, RuntimeFailClosedFactory, AuditBackstop],
-        },
-        Residue {
-            title: "Types from other crates are opaque".into(),
-            detail: "A type defined in another crate is matched against the forbidden list by its resolved path and last segment, never walked: a foreign wrapper that privately holds a pool is not seen unless its name or path is listed.".into(),
-            backstop: vec![TypePrivacy, AuditBackstop],
-        },
-        Residue {
-            title: "Sanctioned boundaries".into(),
-            detail: "The walk stops at each [[boundary]] type (McpCallContext): what it hands out is trusted. When the boundary is defined in the walked crate its own insides are audited against allowed_in; when it comes from another crate it is audited by that crate's build.".into(),
-            backstop: vec![RuntimeFailClosedFactory, TypePrivacy],
-        },
-        Residue {
-            title: "Best-effort name resolution".into(),
-            detail: "Glob imports from other crates, method calls (resolved by name only, no type inference), trait-dispatched calls and cfg-gated items are resolved best effort; cfg(test) modules are skipped. Names are matched on the last segment too, so a rename cannot hide a forbidden type, but an unresolved glob can hide where a forbidden call came from.".into(),
-            backstop: vec![RuntimeFailClosedFactory, AuditBackstop],
-        },
+        residue_entry(
+            "Detached work the walk cannot see (G5)",
+            "Refused by name in tool bodies, the receiver's methods and every crate body they reach: every fn or method whose name starts with `spawn` (tokio, std::thread, task sets, runtime handles, thread builders, scoped threads, futures executors, process spawning), `block_on`, `std::thread::scope`, and the runtime, task-set and thread-builder types themselves (so building a runtime, holding a handle or storing one in a binding is refused), through `use` renames and local bindings alike. Not seen: work spawned inside another crate's function the tool calls, work handed to an executor behind a trait object or a generic parameter (`dyn Executor`, `E: Executor`), and work sent to a task started elsewhere (a channel, a queue).",
+            vec![RuntimeFailClosedFactory, AuditBackstop],
+        ),
+        residue_entry(
+            "Macro-generated code",
+            "Macro expansions are not walked. A name a tool reaches that no definition in the crate answers, and that is not provably another crate's, fails the build as unresolved (G9), naming the item-level macros that may have written it; `allow_unresolved` in the rules can let an exact item pass with a reason, and each such item is listed in this section. Macro calls inside bodies are read when their input parses as expressions or statements, else marked `macro` (opaque). Attribute and derive macros (rmcp's #[tool], #[tool_router], #[tool_handler]) are not expanded: code they add is not seen.",
+            vec![RuntimeFailClosedFactory, AuditBackstop],
+        ),
+        residue_entry(
+            "unsafe and FFI",
+            "unsafe code, raw pointers cast to other types, transmute and foreign functions can reach anything; they are outside the walk.",
+            vec![TypePrivacy, RuntimeFailClosedFactory, AuditBackstop],
+        ),
+        residue_entry(
+            "Types from other crates are opaque",
+            "A type is called external only when it is provably another crate's: its path starts at a dependency of the manifest or a sysroot crate, it is a prelude name or a primitive, or another crate's glob brought it into a module no macro writes items into. It is matched against the forbidden list by its resolved path and last segment, never walked: another crate's type that privately holds a forbidden type is not seen unless its name or path is listed.",
+            vec![TypePrivacy, AuditBackstop],
+        ),
+        residue_entry(
+            "Sanctioned boundaries",
+            "The walk stops at each [[boundary]] type (McpCallContext): what it hands out is trusted. When the boundary is defined in the walked crate its own insides are audited against allowed_in; when it comes from another crate it is audited by that crate's build.",
+            vec![RuntimeFailClosedFactory, TypePrivacy],
+        ),
+        residue_entry(
+            "Method calls resolved by name",
+            "There is no type inference. A method call `.name()` reaches every crate trait that declares `name` (its associated types and signatures, and every impl of it, for any self type) and the body of `name` in each of those impls; other types' inherent methods are reached through the types a tool names (their signatures, not their bodies), and the receiver's own methods through their bodies. Names are matched on the last segment too, so a rename cannot hide a forbidden type.",
+            vec![RuntimeFailClosedFactory, AuditBackstop],
+        ),
+        residue_entry(
+            "cfg-gated code is walked as if enabled",
+            "Every #[cfg(..)] item is read whatever the features and target: a feature-gated module, tool or type is checked as if the feature were on, and when two cfg arms define the same name both are walked. Only #[cfg(test)] modules, fns and impls are skipped (they are not in the built crate).",
+            vec![BuildTimeWalk],
+        ),
     ]
 }
 
@@ -315,18 +376,20 @@ impl Report {
             self.findings.len()
         ));
         out.push_str("## Guard table\n\n");
-        out.push_str("| id | protection | forbids | enforced by | proved by | status |\n");
-        out.push_str("|---|---|---|---|---|---|\n");
+        out.push_str("| id | protection | forbids | enforced by | proved by | status | known to pass (residue) |\n");
+        out.push_str("|---|---|---|---|---|---|---|\n");
         for r in &self.guard_rows {
             let by: Vec<&str> = r.enforced_by.iter().map(|e| e.as_str()).collect();
+            let residue = if r.residue.is_empty() { "none known".to_string() } else { r.residue.join("; ") };
             out.push_str(&format!(
-                "| {} | {} | {} | {} | `{}` | {} |\n",
+                "| {} | {} | {} | {} | `{}` | {} | {} |\n",
                 cell(&r.id),
                 cell(&r.title),
                 cell(&r.forbids),
                 cell(&by.join(", ")),
                 cell(&r.test),
-                cell(&r.status)
+                cell(&r.status),
+                cell(&residue)
             ));
         }
         out.push_str("\n## Findings\n\n");
@@ -343,7 +406,7 @@ impl Report {
                 f.reason
             ));
             for h in &f.path {
-                out.push_str(&format!("   - {} `{}` ({}:{})\n", h.kind.as_str(), h.label, h.file, h.line));
+                out.push_str(&format!("   - {} `{}` ({})\n", h.kind.as_str(), h.label, h.location()));
             }
         }
         out.push_str("\n## Tools and their dependency trees\n\n");
@@ -374,7 +437,11 @@ impl Report {
         out.push_str("\n## Residue\n\n");
         for r in &self.residue {
             let by: Vec<&str> = r.backstop.iter().map(|e| e.as_str()).collect();
-            out.push_str(&format!("- **{}**: {} Backstop: {}.\n", r.title, r.detail, by.join(", ")));
+            let backstop = if by.is_empty() { String::new() } else { format!(" Backstop: {}.", by.join(", ")) };
+            out.push_str(&format!("- **{}**: {}{}\n", r.title, r.detail, backstop));
+            for h in &r.reached_at {
+                out.push_str(&format!("  - reached: {} `{}` ({})\n", h.kind.as_str(), h.label, h.location()));
+            }
         }
         out
     }
@@ -393,15 +460,19 @@ fn tree_md(out: &mut String, n: &TreeNode, depth: usize) {
         Some(Mark::Visited) => " (see above)".into(),
         Some(Mark::External) => " (external)".into(),
         Some(Mark::Opaque) => " (opaque)".into(),
+        Some(Mark::Unresolved) => " **UNRESOLVED**".into(),
+        Some(Mark::Allowed) => " (unresolved, allowed: residue)".into(),
         None => String::new(),
     };
+    let used = n.used_at.as_ref().map(|u| format!(", used at {}:{}", u.file, u.line)).unwrap_or_default();
     out.push_str(&format!(
-        "{}- {} `{}` ({}:{}){}\n",
+        "{}- {} `{}` ({}:{}{}){}\n",
         "  ".repeat(depth),
         n.kind.as_str(),
         n.label,
         n.file,
         n.line,
+        used,
         mark
     ));
     for c in &n.children {

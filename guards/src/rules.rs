@@ -28,6 +28,24 @@ pub struct Rules {
     /// Sanctioned bridges where the walk stops.
     #[serde(default)]
     pub boundary: Vec<Boundary>,
+    /// Names the walk cannot resolve that may pass anyway, each with its reason (listed as
+    /// residue in every report).
+    #[serde(default)]
+    pub allow_unresolved: Vec<AllowUnresolved>,
+}
+
+/// The guard row every finding of an unresolved name belongs to; the rules must define it.
+pub const UNRESOLVED_ROW: &str = "G9";
+
+/// One name the walk cannot resolve, allowed by its exact item path.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowUnresolved {
+    /// The item as findings name it: the module it was looked up in and the name
+    /// (`crate::tools::Generated`).
+    pub item: String,
+    /// Why it may pass unwalked.
+    pub reason: String,
 }
 
 /// Attribute and trait names (matched by last path segment) that mark tools.
@@ -112,8 +130,12 @@ pub struct GuardRow {
     pub enforced_by: Vec<Enforcement>,
     /// The test that fails when the protection is removed.
     pub test: String,
-    /// `enforced`, `partial`, `planned`...
+    /// `enforced` (nothing of it is known to pass), `partly` (see `residue`), or `planned`.
     pub status: String,
+    /// Forms of what the row forbids that are known to pass its enforcement, by name; a row
+    /// with any cannot read `enforced`.
+    #[serde(default)]
+    pub residue: Vec<String>,
 }
 
 /// Which types a bare-name match applies to.
@@ -125,6 +147,9 @@ pub enum NameScope {
     Any,
     /// Only types from other crates; a type of this name defined in the crate is walked as usual.
     External,
+    /// No name match at all: only the full `paths` (for names too common to match alone, such
+    /// as `Builder` or `Handle`).
+    Paths,
 }
 
 /// A type no tool may reach.
@@ -159,10 +184,19 @@ pub struct ForbiddenCall {
     /// Also match method calls `.name(...)` by the last segment.
     #[serde(default)]
     pub method: bool,
+    /// The last segment matches any name it starts (`spawn` matches `spawn_local`).
+    #[serde(default)]
+    pub prefix: bool,
     /// Why it is forbidden.
     pub reason: String,
     /// The guard row it belongs to.
     pub guard_row: String,
+}
+
+impl ForbiddenCall {
+    fn last_matches(&self, got: &str, want: &str) -> bool {
+        if self.prefix { got.starts_with(want) } else { got == want }
+    }
 }
 
 /// A sanctioned bridge type: the walk stops there, and the type's own insides are audited
@@ -204,6 +238,7 @@ impl Rules {
         self.forbidden_type.extend(other.forbidden_type);
         self.forbidden_call.extend(other.forbidden_call);
         self.boundary.extend(other.boundary);
+        self.allow_unresolved.extend(other.allow_unresolved);
         Ok(())
     }
 
@@ -226,28 +261,73 @@ impl Rules {
                 return Err(bad(format!("boundary `{}` needs at least one path", b.name)));
             }
         }
+        if !rows.contains(UNRESOLVED_ROW) {
+            return Err(bad(format!("guard row `{UNRESOLVED_ROW}` (names the walk cannot resolve) is missing")));
+        }
+        for r in &self.guard_row {
+            let status = r.status.as_str();
+            if status.starts_with("enforced") && !r.residue.is_empty() {
+                return Err(bad(format!(
+                    "guard row `{}` reads `enforced` but lists residue that passes it: say `partly`",
+                    r.id
+                )));
+            }
+            if status.starts_with("partly") && r.residue.is_empty() {
+                return Err(bad(format!("guard row `{}` reads `partly` but names no residue", r.id)));
+            }
+        }
+        for t in &self.forbidden_type {
+            if t.scope == NameScope::Paths && t.paths.is_empty() {
+                return Err(bad(format!("forbidden type `{}` matches by paths only but lists none", t.name)));
+            }
+        }
+        for a in &self.allow_unresolved {
+            if !a.item.starts_with("crate::") || a.reason.trim().is_empty() {
+                return Err(bad(format!(
+                    "allow_unresolved `{}` needs an item path starting `crate::` and a reason",
+                    a.item
+                )));
+            }
+        }
         Ok(())
     }
 
     /// The forbidden-type rule a resolved type matches, if any.
     pub(crate) fn forbidden_type(&self, full: &str, is_local: bool) -> Option<&ForbiddenType> {
         let last = full.rsplit("::").next().unwrap_or(full);
-        self.forbidden_type
-            .iter()
-            .find(|r| r.paths.iter().any(|p| p == full) || (r.name == last && (r.scope == NameScope::Any || !is_local)))
+        self.forbidden_type.iter().find(|r| {
+            r.paths.iter().any(|p| p == full)
+                || (r.name == last
+                    && match r.scope {
+                        NameScope::Any => true,
+                        NameScope::External => !is_local,
+                        NameScope::Paths => false,
+                    })
+        })
     }
 
     /// The forbidden-call rule a resolved path matches, if any.
     pub(crate) fn forbidden_path_call(&self, path: &[String]) -> Option<&ForbiddenCall> {
         self.forbidden_call.iter().find(|r| {
             let want: Vec<&str> = r.path.split("::").collect();
-            want.len() <= path.len() && path[path.len() - want.len()..].iter().zip(&want).all(|(a, b)| a == b)
+            let Some((last, before)) = want.split_last() else { return false };
+            let Some((got_last, got_before)) = path.split_last() else { return false };
+            before.len() <= got_before.len()
+                && got_before[got_before.len() - before.len()..].iter().zip(before).all(|(a, b)| a == b)
+                && r.last_matches(got_last, last)
         })
     }
 
     /// The forbidden-call rule a method call matches, if any.
     pub(crate) fn forbidden_method_call(&self, name: &str) -> Option<&ForbiddenCall> {
-        self.forbidden_call.iter().find(|r| r.method && r.path.rsplit("::").next() == Some(name))
+        self.forbidden_call
+            .iter()
+            .find(|r| r.method && r.path.rsplit("::").next().is_some_and(|last| r.last_matches(name, last)))
+    }
+
+    /// The allowance for an unresolved item, if any.
+    pub(crate) fn allowed_unresolved(&self, item: &str) -> Option<&AllowUnresolved> {
+        self.allow_unresolved.iter().find(|a| a.item == item)
     }
 
     /// The boundary a resolved type path is, if any.

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::report::{Hop, Report};
+use crate::rules::UNRESOLVED_ROW;
 
 /// The SARIF 2.1.0 schema URI written into `$schema`.
 pub const SARIF_SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
@@ -32,13 +33,19 @@ impl Report {
                     "name": r.title,
                     "shortDescription": { "text": r.title },
                     "fullDescription": { "text": format!("Forbids: {}", r.forbids) },
-                    "help": { "text": format!("Enforced by: {}. Proved by: {}. Status: {}.", by.join(", "), r.test, r.status) },
+                    "help": { "text": format!(
+                        "Enforced by: {}. Proved by: {}. Status: {}. Known to pass (residue): {}.",
+                        by.join(", "),
+                        r.test,
+                        r.status,
+                        if r.residue.is_empty() { "none known".to_string() } else { r.residue.join("; ") }
+                    ) },
                     "defaultConfiguration": { "level": "error" },
-                    "properties": { "enforcedBy": by, "test": r.test, "status": r.status }
+                    "properties": { "enforcedBy": by, "test": r.test, "status": r.status, "residue": r.residue }
                 })
             })
             .collect();
-        let results: Vec<Value> = self
+        let mut results: Vec<Value> = self
             .findings
             .iter()
             .map(|f| {
@@ -79,6 +86,26 @@ impl Report {
                 result
             })
             .collect();
+        // Unresolved names the rules allow: results suppressed with the rules' reason, so a
+        // SARIF viewer shows each one and why it passes.
+        let row = self.guard_rows.iter().position(|r| r.id == UNRESOLVED_ROW);
+        for r in &self.residue {
+            let Some(item) = &r.item else { continue };
+            for h in &r.reached_at {
+                let mut result = json!({
+                    "ruleId": UNRESOLVED_ROW,
+                    "level": "note",
+                    "message": { "text": format!("unresolved name {item}, allowed by the rules: {}", r.detail) },
+                    "locations": [ { "physicalLocation": physical(h) } ],
+                    "suppressions": [ { "kind": "external", "justification": r.detail } ],
+                    "properties": { "kind": "unresolved_allowed", "item": item }
+                });
+                if let Some(i) = row {
+                    result["ruleIndex"] = json!(i);
+                }
+                results.push(result);
+            }
+        }
         let log = json!({
             "$schema": SARIF_SCHEMA,
             "version": "2.1.0",
@@ -89,7 +116,8 @@ impl Report {
                     "rules": rules
                 } },
                 "originalUriBaseIds": { "%SRCROOT%": { "description": { "text": "the crate root" } } },
-                "results": results
+                "results": results,
+                "properties": { "residue": self.residue }
             } ]
         });
         serde_json::to_string_pretty(&log).unwrap_or_default()

@@ -9,8 +9,10 @@ use quote::ToTokens;
 use syn::visit::Visit;
 
 use crate::model::{Crate, DefId, DefKind, ModId, Res, flatten_use, line_of};
-use crate::report::{BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, ToolKind, ToolReport, TreeNode};
-use crate::rules::{ForbiddenType, Rules};
+use crate::report::{
+    BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, Residue, Site, ToolKind, ToolReport, TreeNode,
+};
+use crate::rules::{ForbiddenType, Rules, UNRESOLVED_ROW};
 
 /// Where a type or expression is written: resolution context.
 #[derive(Clone)]
@@ -20,6 +22,9 @@ struct Scope {
     generics: Vec<String>,
     self_def: Option<DefId>,
     uses: Rc<HashMap<String, Vec<String>>>,
+    /// Names bound in the body being read (parameters, `let`s, closure and match bindings,
+    /// items declared inside it): a one-segment path naming one is a local, not an item.
+    locals: Rc<HashSet<String>>,
 }
 
 /// Output of walking a crate.
@@ -27,6 +32,8 @@ pub(crate) struct Walked {
     pub tools: Vec<ToolReport>,
     pub findings: Vec<Finding>,
     pub boundaries: Vec<BoundaryReport>,
+    /// One entry per `allow_unresolved` rule, with where tools reached it.
+    pub residue: Vec<Residue>,
 }
 
 /// One root's walk (a tool, or a boundary audit).
@@ -44,18 +51,22 @@ struct Walk<'a> {
     seen_findings: HashSet<(String, String, String, usize)>,
     held: Vec<Held>,
     boundaries_hit: HashSet<String>,
+    /// Allowed unresolved items met: item -> where, with the path to it.
+    allowed: Vec<(String, Hop)>,
 }
 
 pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) -> Walked {
     let mut tools = Vec::new();
     let mut findings = Vec::new();
     let mut crossings: HashMap<String, Vec<String>> = HashMap::new();
+    let mut allowed: Vec<(String, Hop)> = Vec::new();
     for root in discover(krate, rules, tool_modules) {
         let mut w = Walk::new(krate, rules, root.name.clone(), None);
         let tree = w.walk_root(&root);
         for b in &w.boundaries_hit {
             crossings.entry(b.clone()).or_default().push(root.name.clone());
         }
+        allowed.extend(w.allowed);
         findings.extend(w.findings);
         tools.push(ToolReport {
             name: root.name.clone(),
@@ -80,18 +91,48 @@ pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) 
         };
         if let Some(d) = local {
             let def = &krate.defs[d];
-            report.defined_at =
-                Some(Hop { kind: HopKind::Type, label: krate.def_path(d), file: def.file.clone(), line: def.line });
+            report.defined_at = Some(Hop {
+                used_at: None,
+                kind: HopKind::Type,
+                label: krate.def_path(d),
+                file: def.file.clone(),
+                line: def.line,
+            });
             let mut w = Walk::new(krate, rules, format!("boundary {}", krate.def_path(d)), Some(d));
             let sc = w.def_scope(d);
             let nodes = w.def_node(d, None, &sc);
             report.tree = nodes.into_iter().next();
             report.holds = w.held;
+            allowed.extend(w.allowed);
             findings.extend(w.findings);
         }
         boundaries.push(report);
     }
-    Walked { tools, findings, boundaries }
+    let residue = rules
+        .allow_unresolved
+        .iter()
+        .map(|a| {
+            let mut reached_at: Vec<Hop> =
+                allowed.iter().filter(|(item, _)| *item == a.item).map(|(_, h)| h.clone()).collect();
+            reached_at.dedup();
+            Residue {
+                title: format!("Unresolved name allowed by the rules: `{}`", a.item),
+                detail: format!(
+                    "{}{} The walk cannot see what this name is; it passes because the rules allow this exact item.{}",
+                    a.reason.trim_end_matches('.'),
+                    ".",
+                    if reached_at.is_empty() { " No tool reaches it in this run." } else { "" }
+                ),
+                backstop: vec![
+                    crate::rules::Enforcement::RuntimeFailClosedFactory,
+                    crate::rules::Enforcement::AuditBackstop,
+                ],
+                item: Some(a.item.clone()),
+                reached_at,
+            }
+        })
+        .collect();
+    Walked { tools, findings, boundaries, residue }
 }
 
 // ------------------------------------------------------------------ discovery
@@ -261,7 +302,13 @@ fn pat_label(p: &syn::Pat) -> String {
 /// sections of the trees (never the findings, which are recorded as they are met).
 fn interesting(n: &TreeNode) -> bool {
     match n.mark {
-        Some(Mark::Forbidden) | Some(Mark::Boundary) | Some(Mark::Opaque) => return true,
+        Some(Mark::Forbidden)
+        | Some(Mark::Boundary)
+        | Some(Mark::Opaque)
+        | Some(Mark::Unresolved)
+        | Some(Mark::Allowed) => {
+            return true;
+        }
         Some(Mark::External) | Some(Mark::Visited) => {}
         None => {
             if matches!(n.kind, HopKind::Type | HopKind::Alias | HopKind::Trait)
@@ -301,7 +348,7 @@ fn returns_self(output: &syn::ReturnType, name: &str) -> bool {
 }
 
 fn leaf(kind: HopKind, label: String, file: &str, line: usize, mark: Option<Mark>) -> TreeNode {
-    TreeNode { kind, label, file: file.to_string(), line, mark, guard_row: None, children: Vec::new() }
+    TreeNode { kind, label, file: file.to_string(), line, used_at: None, mark, guard_row: None, children: Vec::new() }
 }
 
 // ------------------------------------------------------------------ the walk
@@ -320,6 +367,7 @@ impl<'a> Walk<'a> {
             seen_findings: HashSet::new(),
             held: Vec::new(),
             boundaries_hit: HashSet::new(),
+            allowed: Vec::new(),
         }
     }
 
@@ -333,6 +381,7 @@ impl<'a> Walk<'a> {
             label: hop.label,
             file: hop.file,
             line: hop.line,
+            used_at: hop.used_at,
             mark: None,
             guard_row: None,
             children,
@@ -383,10 +432,51 @@ impl<'a> Walk<'a> {
     }
 
     fn forbidden_call(&mut self, label: String, file: &str, line: usize, row: &str, reason: &str) -> TreeNode {
-        let hop = Hop { kind: HopKind::Call, label: label.clone(), file: file.to_string(), line };
+        let hop = Hop { used_at: None, kind: HopKind::Call, label: label.clone(), file: file.to_string(), line };
         self.record(FindingKind::Call, hop, row, &label, reason);
         let mut n = leaf(HopKind::Call, label, file, line, Some(Mark::Forbidden));
         n.guard_row = Some(row.to_string());
+        n
+    }
+
+    /// A name no definition answers: a finding, unless the rules allow that exact item.
+    fn unresolved(&mut self, m: ModId, item: &[String], kind: HopKind, file: &str, line: usize) -> TreeNode {
+        let label = item.join("::");
+        let hop = Hop { used_at: None, kind, label: label.clone(), file: file.to_string(), line };
+        if self.rules.allowed_unresolved(&label).is_some() {
+            self.allowed.push((label.clone(), hop));
+            return leaf(kind, label, file, line, Some(Mark::Allowed));
+        }
+        let krate = self.krate;
+        let module = krate.module_path(m);
+        let macros = krate.macros_in_scope(m, 0);
+        let mut reason = format!(
+            "no definition in the crate answers this name (looked up in `{module}`), and it is not provably another crate's: no dependency in Cargo.toml, sysroot crate or prelude name starts it, and no other crate's glob brings it in"
+        );
+        if !macros.is_empty() {
+            let list: Vec<String> = macros
+                .iter()
+                .map(|mac| {
+                    let last = mac.path.rsplit("::").next().unwrap_or(&mac.path);
+                    match krate.macro_defs.get(last) {
+                        Some((f, l)) => {
+                            format!("`{}!` at {}:{} (macro_rules! at {f}:{l})", mac.path, mac.file, mac.line)
+                        }
+                        None => format!("`{}!` at {}:{}", mac.path, mac.file, mac.line),
+                    }
+                })
+                .collect();
+            reason.push_str(&format!(
+                "; an item-level macro in scope may write it: {} (the walk does not see macro expansions)",
+                list.join(", ")
+            ));
+        }
+        reason.push_str(
+            "; an unresolved name is never taken as safe (to let it pass, list the exact item in the rules' allow_unresolved with a reason)",
+        );
+        self.record(FindingKind::Unresolved, hop, UNRESOLVED_ROW, &label, &reason);
+        let mut n = leaf(kind, label, file, line, Some(Mark::Unresolved));
+        n.guard_row = Some(UNRESOLVED_ROW.to_string());
         n
     }
 
@@ -398,6 +488,7 @@ impl<'a> Walk<'a> {
             generics: generic_names(def.generics()),
             self_def: Some(d),
             uses: Rc::new(HashMap::new()),
+            locals: Rc::default(),
         }
     }
 
@@ -406,11 +497,13 @@ impl<'a> Walk<'a> {
         if path.leading_colon.is_none()
             && let Some(first) = segs.first()
             && first == "Self"
-            && let Some(d) = sc.self_def
         {
-            return match segs.len() {
-                1 => Res::Def(d),
-                _ => Res::Assoc(d, segs[segs.len() - 1].clone()),
+            return match sc.self_def {
+                Some(d) if segs.len() == 1 => Res::Def(d),
+                Some(d) => Res::Assoc(d, segs[segs.len() - 1].clone()),
+                // The self type of an impl for another crate's type (`impl Local for u8`), whose
+                // own type is walked where the impl is: `Self` adds nothing more here.
+                None => Res::External(segs),
             };
         }
         let mut segs = segs;
@@ -502,21 +595,30 @@ impl<'a> Walk<'a> {
     fn walk_path_type(&mut self, path: &syn::Path, sc: &Scope) -> Vec<TreeNode> {
         let line = line_of(path);
         if path.leading_colon.is_none()
-            && path.segments.len() == 1
             && path.segments[0].arguments.is_none()
             && sc.generics.iter().any(|g| path.segments[0].ident == g)
         {
-            return vec![leaf(HopKind::GenericParam, path.segments[0].ident.to_string(), &sc.file, line, None)];
+            // `T`, or `S::Ok`: a generic parameter (its bounds are walked where it is declared).
+            return vec![leaf(HopKind::GenericParam, tokens(path), &sc.file, line, None)];
         }
         match self.resolve(path, sc) {
             Res::Def(d) | Res::Assoc(d, _) => self.def_node(d, Some(path), sc),
             Res::External(p) => vec![self.external_node(p.join("::"), Some(path), sc, line)],
-            _ => vec![self.external_node(tokens(path), Some(path), sc, line)],
+            Res::Unresolved(m, item) => {
+                let mut n = self.unresolved(m, &item, HopKind::Type, &sc.file, line);
+                n.children = self.path_args(path, sc);
+                vec![n]
+            }
+            // A module, fn or static where a type is written: nothing the walk can name.
+            Res::Module(_) | Res::Fn(_) | Res::Static(_) => {
+                let item: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+                vec![self.unresolved(sc.module, &item, HopKind::Type, &sc.file, line)]
+            }
         }
     }
 
     fn external_node(&mut self, full: String, args: Option<&syn::Path>, sc: &Scope, line: usize) -> TreeNode {
-        let hop = Hop { kind: HopKind::Type, label: full.clone(), file: sc.file.clone(), line };
+        let hop = Hop { used_at: None, kind: HopKind::Type, label: full.clone(), file: sc.file.clone(), line };
         if let Some(rule) = self.rules.forbidden_type(&full, false) {
             return self.forbidden_type(hop, rule, sc, line);
         }
@@ -532,17 +634,33 @@ impl<'a> Walk<'a> {
         n
     }
 
-    /// A crate type reached from `sc` (generic arguments of `args` walked too).
+    /// A crate type reached from `sc` (generic arguments of `args` walked too), with every
+    /// other `cfg` arm that defines the same name.
     fn def_node(&mut self, d: DefId, args: Option<&syn::Path>, sc: &Scope) -> Vec<TreeNode> {
+        let mut out = Vec::new();
+        // The other cfg arms that define this name: walked as well.
+        for &t in self.krate.def_twins.get(&d).map(Vec::as_slice).unwrap_or_default() {
+            out.extend(self.def_node_one(t, args, sc));
+        }
+        out.extend(self.def_node_one(d, args, sc));
+        out
+    }
+
+    /// One crate definition reached from `sc` (generic arguments of `args` walked too).
+    fn def_node_one(&mut self, d: DefId, args: Option<&syn::Path>, sc: &Scope) -> Vec<TreeNode> {
         let krate = self.krate;
         let def = &krate.defs[d];
-        let full = krate.def_path(d);
+        let used_at = args
+            .map(|p| Site { file: sc.file.clone(), line: line_of(p) })
+            .filter(|u| (u.file.as_str(), u.line) != (def.file.as_str(), def.line));
         let kind = match def.kind {
             DefKind::Alias(_) => HopKind::Alias,
             DefKind::Trait(_) => HopKind::Trait,
             _ => HopKind::Type,
         };
-        let hop = Hop { kind, label: full.clone(), file: def.file.clone(), line: def.line };
+        let hop = Hop { used_at, kind, label: krate.def_path(d), file: def.file.clone(), line: def.line };
+        let full = hop.label.clone();
+        let kind = hop.kind;
         if let Some(rule) = self.rules.forbidden_type(&full, true) {
             let site_line = args.map(line_of).unwrap_or(def.line);
             return vec![self.forbidden_type(hop, rule, sc, site_line)];
@@ -576,6 +694,7 @@ impl<'a> Walk<'a> {
             for b in &tp.bounds {
                 if let syn::TypeParamBound::Trait(_) = b {
                     let hop = Hop {
+                        used_at: None,
                         kind: HopKind::Bound,
                         label: format!("{}: {}", tp.ident, tokens(b)),
                         file: sc.file.clone(),
@@ -586,6 +705,7 @@ impl<'a> Walk<'a> {
             }
             if let Some(def) = &tp.default {
                 let hop = Hop {
+                    used_at: None,
                     kind: HopKind::Bound,
                     label: format!("{} = {}", tp.ident, tokens(def)),
                     file: sc.file.clone(),
@@ -597,7 +717,13 @@ impl<'a> Walk<'a> {
         if let Some(wc) = &g.where_clause {
             for p in &wc.predicates {
                 if let syn::WherePredicate::Type(pt) = p {
-                    let hop = Hop { kind: HopKind::Bound, label: tokens(pt), file: sc.file.clone(), line: line_of(pt) };
+                    let hop = Hop {
+                        used_at: None,
+                        kind: HopKind::Bound,
+                        label: tokens(pt),
+                        file: sc.file.clone(),
+                        line: line_of(pt),
+                    };
                     out.push(self.node(hop, |w| {
                         let mut ch = w.walk_type(&pt.bounded_ty, sc);
                         for b in &pt.bounds {
@@ -620,7 +746,7 @@ impl<'a> Walk<'a> {
                     Some(id) => (id.to_string(), line_of(id)),
                     None => (i.to_string(), line_of(&f.ty)),
                 };
-                let hop = Hop { kind: HopKind::Field, label, file: sc.file.clone(), line };
+                let hop = Hop { used_at: None, kind: HopKind::Field, label, file: sc.file.clone(), line };
                 self.node(hop, |w| w.walk_type(&f.ty, sc))
             })
             .collect()
@@ -634,6 +760,7 @@ impl<'a> Walk<'a> {
             for input in &sig.inputs {
                 if let syn::FnArg::Typed(pt) = input {
                     let hop = Hop {
+                        used_at: None,
                         kind: HopKind::Param,
                         label: pat_label(&pt.pat),
                         file: sc.file.clone(),
@@ -644,7 +771,13 @@ impl<'a> Walk<'a> {
             }
         }
         if ret && let syn::ReturnType::Type(_, t) = &sig.output {
-            let hop = Hop { kind: HopKind::Returns, label: tokens(&**t), file: sc.file.clone(), line: line_of(&**t) };
+            let hop = Hop {
+                used_at: None,
+                kind: HopKind::Returns,
+                label: tokens(&**t),
+                file: sc.file.clone(),
+                line: line_of(&**t),
+            };
             out.push(self.node(hop, |w| w.walk_type(t, sc)));
         }
         out
@@ -667,6 +800,7 @@ impl<'a> Walk<'a> {
             DefKind::Enum(e) => {
                 for v in &e.variants {
                     let hop = Hop {
+                        used_at: None,
                         kind: HopKind::Variant,
                         label: v.ident.to_string(),
                         file: sc.file.clone(),
@@ -685,6 +819,7 @@ impl<'a> Walk<'a> {
                         syn::TraitItem::Fn(f) => {
                             let msc = Self::with_generics(&sc, &f.sig.generics);
                             let hop = Hop {
+                                used_at: None,
                                 kind: HopKind::Method,
                                 label: f.sig.ident.to_string(),
                                 file: sc.file.clone(),
@@ -694,6 +829,7 @@ impl<'a> Walk<'a> {
                         }
                         syn::TraitItem::Type(at) => {
                             let hop = Hop {
+                                used_at: None,
                                 kind: HopKind::AssocType,
                                 label: at.ident.to_string(),
                                 file: sc.file.clone(),
@@ -710,6 +846,13 @@ impl<'a> Walk<'a> {
                         }
                         syn::TraitItem::Const(c) => out.extend(self.walk_type(&c.ty, &sc)),
                         _ => {}
+                    }
+                }
+                // Every impl of the trait, whatever its self type (`impl Local for u8`,
+                // `impl<T> Local for Option<T>`): its self type, associated types and signatures.
+                for i in 0..krate.impls.len() {
+                    if krate.impls[i].trait_def == Some(d) {
+                        out.extend(self.trait_impl_node(i));
                     }
                 }
             }
@@ -734,10 +877,12 @@ impl<'a> Walk<'a> {
             generics: generic_names(&imp.item.generics),
             self_def: Some(d),
             uses: Rc::new(HashMap::new()),
+            locals: Rc::default(),
         };
         match &imp.item.trait_ {
             Some((_, tpath, _)) => {
                 let hop = Hop {
+                    used_at: None,
                     kind: HopKind::Impl,
                     label: format!("{} for {name}", tokens(tpath)),
                     file: sc.file.clone(),
@@ -754,6 +899,57 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// An impl of a reached crate trait: what implements it, and everything its items hand
+    /// out or take (associated types, every method's parameters and return type).
+    fn trait_impl_node(&mut self, i: usize) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let imp = &krate.impls[i];
+        let Some((_, tpath, _)) = &imp.item.trait_ else { return Vec::new() };
+        let sc = self.impl_scope(i);
+        let name = self_ty_name(krate, imp);
+        let hop = Hop {
+            used_at: None,
+            kind: HopKind::Impl,
+            label: format!("{} for {}", tokens(tpath), tokens(&*imp.item.self_ty)),
+            file: imp.file.clone(),
+            line: line_of(tpath),
+        };
+        let n = self.node(hop, |w| {
+            let mut ch = w.walk_type(&imp.item.self_ty, &sc);
+            ch.extend(w.generics_nodes(&imp.item.generics, &sc));
+            ch.extend(w.path_args(tpath, &sc));
+            for item in &imp.item.items {
+                match item {
+                    syn::ImplItem::Fn(f) => {
+                        let msc = Self::with_generics(&sc, &f.sig.generics);
+                        let hop = Hop {
+                            used_at: None,
+                            kind: HopKind::Method,
+                            label: format!("{name}::{}", f.sig.ident),
+                            file: sc.file.clone(),
+                            line: line_of(&f.sig.ident),
+                        };
+                        ch.push(w.node(hop, |w| w.sig_nodes(&f.sig, &msc, true, true)));
+                    }
+                    syn::ImplItem::Type(t) => {
+                        let hop = Hop {
+                            used_at: None,
+                            kind: HopKind::AssocType,
+                            label: format!("{name}::{}", t.ident),
+                            file: sc.file.clone(),
+                            line: line_of(&t.ident),
+                        };
+                        ch.push(w.node(hop, |w| w.walk_type(&t.ty, &sc)));
+                    }
+                    syn::ImplItem::Const(c) => ch.extend(w.walk_type(&c.ty, &sc)),
+                    _ => {}
+                }
+            }
+            ch
+        });
+        if interesting(&n) { vec![n] } else { Vec::new() }
+    }
+
     fn impl_items(&mut self, item: &syn::ItemImpl, name: &str, sc: &Scope) -> Vec<TreeNode> {
         let mut items = Vec::new();
         for item in &item.items {
@@ -762,6 +958,7 @@ impl<'a> Walk<'a> {
                     let msc = Self::with_generics(sc, &f.sig.generics);
                     let ctor = f.sig.receiver().is_none() && returns_self(&f.sig.output, name);
                     let hop = Hop {
+                        used_at: None,
                         kind: if ctor { HopKind::Constructor } else { HopKind::Method },
                         label: format!("{name}::{}", f.sig.ident),
                         file: sc.file.clone(),
@@ -774,6 +971,7 @@ impl<'a> Walk<'a> {
                 }
                 syn::ImplItem::Type(t) => {
                     let hop = Hop {
+                        used_at: None,
                         kind: HopKind::AssocType,
                         label: format!("{name}::{}", t.ident),
                         file: sc.file.clone(),
@@ -791,7 +989,13 @@ impl<'a> Walk<'a> {
 
     fn walk_root(&mut self, root: &Root) -> TreeNode {
         let krate = self.krate;
-        let hop = Hop { kind: HopKind::Tool, label: root.name.clone(), file: root.file.clone(), line: root.line };
+        let hop = Hop {
+            used_at: None,
+            kind: HopKind::Tool,
+            label: root.name.clone(),
+            file: root.file.clone(),
+            line: root.line,
+        };
         self.node(hop, |w| match &root.what {
             RootKind::ImplFn { impl_idx, item } => {
                 let imp = &krate.impls[*impl_idx];
@@ -804,7 +1008,7 @@ impl<'a> Walk<'a> {
                 ch.extend(w.sig_nodes(&f.sig, &fsc, true, false));
                 w.visited_fns.insert((imp.file.clone(), line_of(&f.sig.ident)));
                 let label = format!("{}::{}", self_ty_name(krate, imp), f.sig.ident);
-                ch.extend(w.body_node(label, &f.block, &fsc, line_of(&f.sig.ident)));
+                ch.extend(w.body_node(label, (&f.sig, &f.block), &fsc));
                 ch.extend(w.receiver_methods(imp.self_def));
                 ch
             }
@@ -816,11 +1020,12 @@ impl<'a> Walk<'a> {
                     generics: generic_names(&f.item.sig.generics),
                     self_def: None,
                     uses: Rc::new(HashMap::new()),
+                    locals: Rc::default(),
                 };
                 let mut ch = w.sig_nodes(&f.item.sig, &sc, true, false);
                 w.visited_fns.insert((f.file.clone(), line_of(&f.item.sig.ident)));
                 let label = format!("{}::{}", krate.module_path(f.module), f.item.sig.ident);
-                ch.extend(w.body_node(label, &f.item.block, &sc, line_of(&f.item.sig.ident)));
+                ch.extend(w.body_node(label, (&f.item.sig, &f.item.block), &sc));
                 ch
             }
             RootKind::WholeImpl { impl_idx } => {
@@ -834,10 +1039,16 @@ impl<'a> Walk<'a> {
                         let line = line_of(&f.sig.ident);
                         w.visited_fns.insert((imp.file.clone(), line));
                         let label = format!("{ty}::{}", f.sig.ident);
-                        let hop = Hop { kind: HopKind::Method, label: label.clone(), file: imp.file.clone(), line };
+                        let hop = Hop {
+                            used_at: None,
+                            kind: HopKind::Method,
+                            label: label.clone(),
+                            file: imp.file.clone(),
+                            line,
+                        };
                         ch.push(w.node(hop, |w| {
                             let mut m = w.sig_nodes(&f.sig, &fsc, true, false);
-                            m.extend(w.body_node(label, &f.block, &fsc, line));
+                            m.extend(w.body_node(label, (&f.sig, &f.block), &fsc));
                             m
                         }));
                     }
@@ -848,6 +1059,7 @@ impl<'a> Walk<'a> {
             RootKind::Type { def } => {
                 let sc = w.def_scope(*def);
                 let hop = Hop {
+                    used_at: None,
                     kind: HopKind::Receiver,
                     label: krate.defs[*def].name.clone(),
                     file: sc.file.clone(),
@@ -868,6 +1080,7 @@ impl<'a> Walk<'a> {
             generics: generic_names(&imp.item.generics),
             self_def: imp.self_def,
             uses: Rc::new(HashMap::new()),
+            locals: Rc::default(),
         }
     }
 
@@ -875,6 +1088,7 @@ impl<'a> Walk<'a> {
         let imp = &self.krate.impls[i];
         let sc = self.impl_scope(i);
         let hop = Hop {
+            used_at: None,
             kind: HopKind::Receiver,
             label: tokens(&*imp.item.self_ty),
             file: imp.file.clone(),
@@ -905,8 +1119,14 @@ impl<'a> Walk<'a> {
                     }
                     let fsc = Self::with_generics(&sc, &f.sig.generics);
                     let label = format!("{}::{}", krate.defs[d].name, f.sig.ident);
-                    let hop = Hop { kind: HopKind::Method, label: label.clone(), file: imp.file.clone(), line };
-                    let n = self.node(hop, |w| w.scan_body(&f.block, &fsc));
+                    let hop = Hop {
+                        used_at: None,
+                        kind: HopKind::Method,
+                        label: label.clone(),
+                        file: imp.file.clone(),
+                        line,
+                    };
+                    let n = self.node(hop, |w| w.scan_body(&f.sig, &f.block, &fsc));
                     if interesting(&n) {
                         out.push(n);
                     }
@@ -916,20 +1136,29 @@ impl<'a> Walk<'a> {
         out
     }
 
-    fn body_node(&mut self, label: String, block: &syn::Block, sc: &Scope, line: usize) -> Option<TreeNode> {
-        let hop = Hop { kind: HopKind::Body, label, file: sc.file.clone(), line };
-        let n = self.node(hop, |w| w.scan_body(block, sc));
+    fn body_node(&mut self, label: String, f: (&syn::Signature, &syn::Block), sc: &Scope) -> Option<TreeNode> {
+        let line = line_of(&f.0.ident);
+        let hop = Hop { used_at: None, kind: HopKind::Body, label, file: sc.file.clone(), line };
+        let n = self.node(hop, |w| w.scan_body(f.0, f.1, sc));
         (!n.children.is_empty()).then_some(n)
     }
 
     // -------------------------------------------------------------- bodies
 
-    fn scan_body(&mut self, block: &syn::Block, sc: &Scope) -> Vec<TreeNode> {
+    /// Reads a fn body: every path, type, method call and macro it writes.
+    fn scan_body(&mut self, sig: &syn::Signature, block: &syn::Block, sc: &Scope) -> Vec<TreeNode> {
         let mut c = Collector::default();
+        for input in &sig.inputs {
+            if let syn::FnArg::Typed(pt) = input {
+                c.bind_names(&pt.pat);
+            }
+        }
         c.visit_block(block);
         let mut uses = (*sc.uses).clone();
         uses.extend(c.uses);
-        let sc = Scope { uses: Rc::new(uses), ..sc.clone() };
+        let mut locals = (*sc.locals).clone();
+        locals.extend(c.bound);
+        let sc = Scope { uses: Rc::new(uses), locals: Rc::new(locals), ..sc.clone() };
         let mut out = Vec::new();
         for ev in c.events {
             match ev {
@@ -939,6 +1168,7 @@ impl<'a> Walk<'a> {
                         let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
                         out.push(self.forbidden_call(format!(".{name}()"), &sc.file, line, &row, &reason));
                     }
+                    out.extend(self.method_reach(&name, line, &sc));
                 }
                 Event::Type(t) => {
                     for n in self.walk_type(&t, &sc) {
@@ -956,11 +1186,20 @@ impl<'a> Walk<'a> {
     }
 
     fn body_path(&mut self, p: &syn::Path, line: usize, sc: &Scope) -> Vec<TreeNode> {
-        if p.segments.len() == 1 && sc.generics.iter().any(|g| p.segments[0].ident == g) {
+        let first = p.segments[0].ident.to_string();
+        if p.leading_colon.is_none()
+            && (sc.generics.contains(&first) || (p.segments.len() == 1 && sc.locals.contains(&first)))
+        {
             return Vec::new();
         }
         let krate = self.krate;
+        let site = Site { file: sc.file.clone(), line };
         match self.resolve(p, sc) {
+            Res::Unresolved(m, item) => {
+                let last = item.last().map(String::as_str).unwrap_or_default();
+                let kind = if last.starts_with(char::is_uppercase) { HopKind::Type } else { HopKind::Call };
+                vec![self.unresolved(m, &item, kind, &sc.file, line)]
+            }
             Res::External(segs) => {
                 if let Some(rule) = self.rules.forbidden_path_call(&segs) {
                     let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
@@ -970,38 +1209,16 @@ impl<'a> Walk<'a> {
                 for n in (1..=segs.len()).rev() {
                     let full = segs[..n].join("::");
                     if let Some(rule) = self.rules.forbidden_type(&full, false) {
-                        let hop = Hop { kind: HopKind::Type, label: full, file: sc.file.clone(), line };
+                        let hop = Hop { used_at: None, kind: HopKind::Type, label: full, file: sc.file.clone(), line };
                         return vec![self.forbidden_type(hop, rule, sc, line)];
                     }
                 }
                 Vec::new()
             }
             Res::Fn(f) => {
-                let info = &krate.fns[f];
-                let key = (info.file.clone(), line_of(&info.item.sig.ident));
-                if !self.visited_fns.insert(key) {
-                    return Vec::new();
-                }
-                let fsc = Scope {
-                    module: info.module,
-                    file: info.file.clone(),
-                    generics: generic_names(&info.item.sig.generics),
-                    self_def: None,
-                    uses: Rc::new(HashMap::new()),
-                };
-                let hop = Hop {
-                    kind: HopKind::Call,
-                    label: format!("{}::{}", krate.module_path(info.module), info.item.sig.ident),
-                    file: info.file.clone(),
-                    line: line_of(&info.item.sig.ident),
-                };
-                let n = self.node(hop, |w| {
-                    let mut ch = w.sig_nodes(&info.item.sig, &fsc, true, true);
-                    ch.retain(interesting);
-                    ch.extend(w.scan_body(&info.item.block, &fsc));
-                    ch
-                });
-                vec![n]
+                // The other cfg arms of a fn of this name are walked too.
+                let twins = krate.fn_twins.get(&f).map(Vec::as_slice).unwrap_or_default();
+                twins.iter().chain([&f]).flat_map(|&f| self.call_fn(f, &site)).collect()
             }
             Res::Static(s) => {
                 let st = &krate.statics[s];
@@ -1011,8 +1228,10 @@ impl<'a> Walk<'a> {
                     generics: Vec::new(),
                     self_def: None,
                     uses: Rc::new(HashMap::new()),
+                    locals: Rc::default(),
                 };
                 let hop = Hop {
+                    used_at: Some(site),
                     kind: HopKind::Static,
                     label: format!("{}::{}", krate.module_path(st.module), st.name),
                     file: st.file.clone(),
@@ -1020,18 +1239,150 @@ impl<'a> Walk<'a> {
                 };
                 vec![self.node(hop, |w| w.walk_type(&st.ty, &ssc))]
             }
-            Res::Def(d) => self.def_node(d, None, sc).into_iter().filter(interesting).collect(),
+            Res::Def(d) => self.def_node(d, Some(p), sc).into_iter().filter(interesting).collect(),
             Res::Assoc(d, name) => {
-                let mut out: Vec<TreeNode> = self.def_node(d, None, sc).into_iter().filter(interesting).collect();
-                out.extend(self.follow_assoc_fn(d, &name));
+                let mut out: Vec<TreeNode> = self.def_node(d, Some(p), sc).into_iter().filter(interesting).collect();
+                if matches!(krate.defs[d].kind, DefKind::Trait(_)) {
+                    out.extend(self.trait_method_bodies(d, &name, &site));
+                } else {
+                    out.extend(self.follow_assoc_fn(d, &name, &site));
+                }
                 out
             }
             Res::Module(_) => Vec::new(),
         }
     }
 
+    /// A crate fn a body names: its signature and body.
+    fn call_fn(&mut self, f: usize, site: &Site) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let info = &krate.fns[f];
+        let key = (info.file.clone(), line_of(&info.item.sig.ident));
+        if !self.visited_fns.insert(key) {
+            return Vec::new();
+        }
+        let fsc = Scope {
+            module: info.module,
+            file: info.file.clone(),
+            generics: generic_names(&info.item.sig.generics),
+            self_def: None,
+            uses: Rc::new(HashMap::new()),
+            locals: Rc::default(),
+        };
+        let hop = Hop {
+            used_at: Some(site.clone()),
+            kind: HopKind::Call,
+            label: format!("{}::{}", krate.module_path(info.module), info.item.sig.ident),
+            file: info.file.clone(),
+            line: line_of(&info.item.sig.ident),
+        };
+        let n = self.node(hop, |w| {
+            let mut ch = w.sig_nodes(&info.item.sig, &fsc, true, true);
+            ch.retain(interesting);
+            ch.extend(w.scan_body(&info.item.sig, &info.item.block, &fsc));
+            ch
+        });
+        vec![n]
+    }
+
+    /// `.name(..)` in a body: without types, every crate trait that declares `name` (its
+    /// types, signatures, impls and the bodies of `name` in them), and `name` in the impls of
+    /// crate types this walk has reached.
+    fn method_reach(&mut self, name: &str, line: usize, sc: &Scope) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let site = Site { file: sc.file.clone(), line };
+        let mut out = Vec::new();
+        for d in 0..krate.defs.len() {
+            let DefKind::Trait(t) = &krate.defs[d].kind else { continue };
+            let declares = t.items.iter().any(|it| matches!(it, syn::TraitItem::Fn(f) if f.sig.ident == name));
+            if !declares {
+                continue;
+            }
+            let hop =
+                Hop { used_at: None, kind: HopKind::Call, label: format!(".{name}()"), file: site.file.clone(), line };
+            let n = self.node(hop, |w| {
+                let mut ch: Vec<TreeNode> = w.def_node(d, None, sc).into_iter().filter(interesting).collect();
+                ch.extend(w.trait_method_bodies(d, name, &site));
+                ch
+            });
+            if interesting(&n) {
+                out.push(n);
+            }
+        }
+        for i in 0..krate.impls.len() {
+            let imp = &krate.impls[i];
+            if imp.trait_def.is_some() || !imp.self_def.is_some_and(|d| self.visited_defs.contains(&d)) {
+                continue;
+            }
+            out.extend(self.impl_method_body(i, name, &site));
+        }
+        out
+    }
+
+    /// The bodies of method `name` of crate trait `d`: its default body and every impl's.
+    fn trait_method_bodies(&mut self, d: DefId, name: &str, site: &Site) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let mut out = Vec::new();
+        let DefKind::Trait(t) = &krate.defs[d].kind else { return out };
+        for it in &t.items {
+            if let syn::TraitItem::Fn(f) = it
+                && f.sig.ident == name
+                && let Some(block) = &f.default
+            {
+                let line = line_of(&f.sig.ident);
+                if self.visited_fns.insert((krate.defs[d].file.clone(), line)) {
+                    let tsc = Self::with_generics(&self.def_scope(d), &f.sig.generics);
+                    let hop = Hop {
+                        used_at: Some(site.clone()),
+                        kind: HopKind::Call,
+                        label: format!("{}::{name}", krate.def_path(d)),
+                        file: krate.defs[d].file.clone(),
+                        line,
+                    };
+                    let n = self.node(hop, |w| w.scan_body(&f.sig, block, &tsc));
+                    if interesting(&n) {
+                        out.push(n);
+                    }
+                }
+            }
+        }
+        for i in 0..krate.impls.len() {
+            if krate.impls[i].trait_def == Some(d) {
+                out.extend(self.impl_method_body(i, name, site));
+            }
+        }
+        out
+    }
+
+    /// The body of method `name` in impl `i`, once per walk.
+    fn impl_method_body(&mut self, i: usize, name: &str, site: &Site) -> Vec<TreeNode> {
+        let krate = self.krate;
+        let imp = &krate.impls[i];
+        for item in &imp.item.items {
+            if let syn::ImplItem::Fn(f) = item
+                && f.sig.ident == name
+            {
+                let line = line_of(&f.sig.ident);
+                if !self.visited_fns.insert((imp.file.clone(), line)) {
+                    return Vec::new();
+                }
+                let fsc = Self::with_generics(&self.impl_scope(i), &f.sig.generics);
+                let hop = Hop {
+                    used_at: Some(site.clone()),
+                    kind: HopKind::Call,
+                    label: format!("{}::{name}", tokens(&*imp.item.self_ty)),
+                    file: imp.file.clone(),
+                    line,
+                };
+                let n = self.node(hop, |w| w.scan_body(&f.sig, &f.block, &fsc));
+                return if interesting(&n) { vec![n] } else { Vec::new() };
+            }
+        }
+        Vec::new()
+    }
+
     /// `Type::helper(..)` in a body: scan that fn too.
-    fn follow_assoc_fn(&mut self, d: DefId, name: &str) -> Vec<TreeNode> {
+    fn follow_assoc_fn(&mut self, d: DefId, name: &str, site: &Site) -> Vec<TreeNode> {
         let krate = self.krate;
         for i in 0..krate.impls.len() {
             let imp = &krate.impls[i];
@@ -1048,12 +1399,13 @@ impl<'a> Walk<'a> {
                     }
                     let fsc = Self::with_generics(&self.impl_scope(i), &f.sig.generics);
                     let hop = Hop {
+                        used_at: Some(site.clone()),
                         kind: HopKind::Call,
                         label: format!("{}::{}", krate.def_path(d), name),
                         file: imp.file.clone(),
                         line,
                     };
-                    return vec![self.node(hop, |w| w.scan_body(&f.block, &fsc))];
+                    return vec![self.node(hop, |w| w.scan_body(&f.sig, &f.block, &fsc))];
                 }
             }
         }
@@ -1075,11 +1427,60 @@ struct Collector {
     events: Vec<Event>,
     uses: HashMap<String, Vec<String>>,
     globs: Vec<Vec<String>>,
+    /// Names bound anywhere in the body (and its parameters): locals, not items. Scopes are
+    /// not tracked, so a name bound anywhere in the fn counts as a local everywhere in it.
+    bound: HashSet<String>,
+}
+
+impl Collector {
+    /// Records the names a pattern binds (`x`, `(a, b)`, `S { f, .. }`, `ref mut y`).
+    fn bind_names(&mut self, p: &syn::Pat) {
+        let mut names = PatNames::default();
+        names.visit_pat(p);
+        self.bound.extend(names.0);
+    }
+}
+
+/// The identifiers a pattern binds.
+#[derive(Default)]
+struct PatNames(HashSet<String>);
+
+impl<'ast> Visit<'ast> for PatNames {
+    fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+        self.0.insert(p.ident.to_string());
+        syn::visit::visit_pat_ident(self, p);
+    }
 }
 
 impl<'ast> Visit<'ast> for Collector {
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
         flatten_use(&u.tree, &mut Vec::new(), &mut self.uses, &mut self.globs);
+    }
+
+    fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+        self.bound.insert(p.ident.to_string());
+        syn::visit::visit_pat_ident(self, p);
+    }
+
+    /// Items declared inside the body: their names are local to it, and what they contain is
+    /// read here as part of the body.
+    fn visit_item(&mut self, i: &'ast syn::Item) {
+        let ident = match i {
+            syn::Item::Const(x) => Some(&x.ident),
+            syn::Item::Enum(x) => Some(&x.ident),
+            syn::Item::Fn(x) => Some(&x.sig.ident),
+            syn::Item::Mod(x) => Some(&x.ident),
+            syn::Item::Static(x) => Some(&x.ident),
+            syn::Item::Struct(x) => Some(&x.ident),
+            syn::Item::Trait(x) => Some(&x.ident),
+            syn::Item::Type(x) => Some(&x.ident),
+            syn::Item::Union(x) => Some(&x.ident),
+            _ => None,
+        };
+        if let Some(id) = ident {
+            self.bound.insert(id.to_string());
+        }
+        syn::visit::visit_item(self, i);
     }
 
     fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
@@ -1124,5 +1525,6 @@ impl<'ast> Visit<'ast> for Collector {
         self.events.extend(sub.events);
         self.uses.extend(sub.uses);
         self.globs.extend(sub.globs);
+        self.bound.extend(sub.bound);
     }
 }

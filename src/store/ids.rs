@@ -10,13 +10,30 @@ use sqlx::error::BoxDynError;
 use sqlx::{Database, Decode, Encode, Type};
 use uuid::Uuid;
 
-macro_rules! id_type {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(Uuid);
+/// A tenant (a customer of the SaaS).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TenantId(Uuid);
 
+/// A user of one tenant. The nil id stands for a system actor (no user).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct UserId(Uuid);
+
+/// A flock of one tenant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FlockId(Uuid);
+
+/// An audit event.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AuditEventId(Uuid);
+
+// The types are written out above, not by the macro, so the build-time guard sees what they
+// hold (a UUID); the macro writes only their impls.
+macro_rules! id_impls {
+    ($name:ident) => {
         impl $name {
             /// A new time-ordered id (UUID v7).
             pub fn generate() -> Self {
@@ -65,10 +82,7 @@ macro_rules! id_type {
         }
 
         impl Encode<'_, Any> for $name {
-            fn encode_by_ref(
-                &self,
-                buf: &mut <Any as Database>::ArgumentBuffer,
-            ) -> Result<IsNull, BoxDynError> {
+            fn encode_by_ref(&self, buf: &mut <Any as Database>::ArgumentBuffer) -> Result<IsNull, BoxDynError> {
                 <String as Encode<'_, Any>>::encode(self.to_string(), buf)
             }
         }
@@ -82,22 +96,10 @@ macro_rules! id_type {
     };
 }
 
-id_type!(
-    /// A tenant (a customer of the SaaS).
-    TenantId
-);
-id_type!(
-    /// A user of one tenant. The nil id stands for a system actor (no user).
-    UserId
-);
-id_type!(
-    /// A flock of one tenant.
-    FlockId
-);
-id_type!(
-    /// An audit event.
-    AuditEventId
-);
+id_impls!(TenantId);
+id_impls!(UserId);
+id_impls!(FlockId);
+id_impls!(AuditEventId);
 
 #[cfg(test)]
 mod tests {

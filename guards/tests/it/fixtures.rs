@@ -255,18 +255,22 @@ fn stored_closure_factory_and_fn_pointer() {
 #[test]
 fn spawn_in_tool_body() {
     let r = run("spawn_in_tool_body");
-    only(&r, &["tokio::spawn", "std::thread::spawn", "tokio::task::spawn_blocking", ".block_on()"]);
-    assert!(r.findings.iter().all(|f| f.kind == FindingKind::Call && f.guard_row == "G5"));
+    only(
+        &r,
+        &["tokio::spawn", "std::thread::spawn", "tokio::task::spawn_blocking", ".block_on()", "tokio::runtime::Handle"],
+    );
+    assert!(r.findings.iter().all(|f| f.guard_row == "G5"));
     assert_eq!(
         hops(finding(&r, "tokio::spawn")),
         ["tool Farm::detach src/lib.rs:7", "body Farm::detach src/lib.rs:7", "call tokio::spawn src/lib.rs:8",]
     );
-    // A helper method of the receiver, through `use std::thread`.
+    // A helper method of the receiver, called from the body, through `use std::thread`.
     assert_eq!(
         hops(finding(&r, "std::thread::spawn")),
         [
             "tool Farm::detach src/lib.rs:7",
-            "method Farm::helper src/lib.rs:14",
+            "body Farm::detach src/lib.rs:7",
+            "call Farm::helper src/lib.rs:14",
             "call std::thread::spawn src/lib.rs:15",
         ]
     );
@@ -389,9 +393,21 @@ fn missing_module_file_fails_closed() {
     let dir = std::env::temp_dir().join(format!("guards-missing-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("src")).unwrap();
     std::fs::write(dir.join("src/lib.rs"), "mod gone;\n").unwrap();
+    std::fs::write(dir.join("Cargo.toml"), "[package]\nname = \"gone\"\n").unwrap();
     let err = guards::check(&guards::Options::new(&dir)).unwrap_err();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(err.to_string().contains("module `gone`"), "{err}");
+}
+
+#[test]
+fn a_crate_without_its_manifest_fails_closed() {
+    // Without the dependencies, no name could be proved another crate's.
+    let dir = std::env::temp_dir().join(format!("guards-no-manifest-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "pub struct Farm;\n").unwrap();
+    let err = guards::check(&guards::Options::new(&dir)).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(err.to_string().contains("Cargo.toml"), "{err}");
 }
 
 fn find(n: &TreeNode, pred: &dyn Fn(&TreeNode) -> bool) -> bool {
@@ -478,4 +494,184 @@ fn a_tool_module_that_does_not_exist_holds_no_tools() {
     let r = guards::check(&opts).unwrap();
     assert!(r.tools.is_empty(), "{:?}", r.tools);
     assert!(r.findings.is_empty());
+}
+
+/// The forbidden (or unresolved) items found from one tool root, sorted.
+fn from_root(r: &guards::Report, root: &str) -> Vec<String> {
+    let mut v: Vec<String> = r.findings.iter().filter(|f| f.root == root).map(|f| f.forbidden.clone()).collect();
+    v.sort();
+    v
+}
+
+/// The one finding of `root` for `forbidden`.
+fn finding_of<'a>(r: &'a guards::Report, root: &str, forbidden: &str) -> &'a guards::Finding {
+    let all: Vec<&guards::Finding> = r.findings.iter().filter(|f| f.root == root && f.forbidden == forbidden).collect();
+    assert_eq!(all.len(), 1, "{}", guards::finding_lines(r).join("\n"));
+    all[0]
+}
+
+#[test]
+fn detached_methods() {
+    // Spawning as method calls on handles, task sets and builders, scoped threads, processes,
+    // building a runtime, a `use` rename, a local binding and a held task set.
+    let r = run("detached_methods");
+    assert!(r.findings.iter().all(|f| f.guard_row == "G5"), "{}", guards::finding_lines(&r).join("\n"));
+    for (root, want) in [
+        ("Farm::handle_spawn", vec![".spawn()", "tokio::runtime::Handle"]),
+        ("Farm::task_set", vec![".spawn()", "tokio::task::JoinSet"]),
+        ("Farm::builders", vec![".spawn()", "std::thread::Builder", "tokio::runtime::Builder"]),
+        ("Farm::scoped", vec![".spawn()", "std::thread::scope"]),
+        ("Farm::renamed", vec!["tokio::spawn", "tokio::task::spawn_local"]),
+        ("Farm::process", vec![".spawn()"]),
+        ("Keeper::held", vec!["tokio::task::JoinSet"]),
+    ] {
+        assert_eq!(from_root(&r, root), want, "{root}:\n{}", guards::finding_lines(&r).join("\n"));
+    }
+    // `use tokio::spawn as go; go(..)` and `let detach = tokio::task::spawn_local; detach(..)`.
+    assert_eq!(
+        hops(finding_of(&r, "Farm::renamed", "tokio::spawn")),
+        ["tool Farm::renamed src/lib.rs:34", "body Farm::renamed src/lib.rs:34", "call tokio::spawn src/lib.rs:35"]
+    );
+    assert_eq!(
+        hops(finding_of(&r, "Farm::renamed", "tokio::task::spawn_local")).last().unwrap(),
+        "call tokio::task::spawn_local src/lib.rs:36"
+    );
+    assert_eq!(hops(finding_of(&r, "Farm::handle_spawn", ".spawn()")).last().unwrap(), "call .spawn() src/lib.rs:11");
+    // The report does not call G5 enforced: what it cannot see is named.
+    let g5 = r.guard_rows.iter().find(|g| g.id == "G5").unwrap();
+    assert_eq!(g5.status, "partly");
+    assert!(g5.residue.iter().any(|x| x.contains("trait object")), "{:?}", g5.residue);
+    assert!(r.residue.iter().any(|x| x.title.contains("Detached work") && x.detail.contains("Not seen")));
+}
+
+#[test]
+fn local_trait_implemented_for_foreign_types() {
+    // `impl Leak for u8 { type Out = PgPool }`, `impl<T> Whoami for Option<T>`, `impl Go for
+    // u16` with a spawning body: reached through a bound, a method call, a qualified path.
+    let r = run("foreign_impl");
+    assert_eq!(from_root(&r, "Farm::by_bound"), ["sqlx::PgPool"]);
+    assert_eq!(from_root(&r, "Farm::by_method"), ["sqlx::PgPool"]);
+    assert_eq!(from_root(&r, "Farm::by_qself"), ["sqlx::PgPool"]);
+    assert_eq!(from_root(&r, "Farm::generic_self"), ["crate::identity::TenantContext"]);
+    assert_eq!(from_root(&r, "Farm::detached"), ["tokio::spawn"]);
+    assert_eq!(
+        hops(finding_of(&r, "Farm::by_bound", "sqlx::PgPool")),
+        [
+            "tool Farm::by_bound src/lib.rs:57",
+            "param source src/lib.rs:57",
+            "trait crate::Leak src/lib.rs:9",
+            "impl Leak for u8 src/lib.rs:14",
+            "assoc_type u8::Out src/lib.rs:15",
+            "type sqlx::PgPool src/lib.rs:15",
+        ]
+    );
+    assert_eq!(
+        hops(finding_of(&r, "Farm::by_method", "sqlx::PgPool"))[..4],
+        [
+            "tool Farm::by_method src/lib.rs:62",
+            "body Farm::by_method src/lib.rs:62",
+            "call .make() src/lib.rs:63",
+            "trait crate::Leak src/lib.rs:9",
+        ]
+    );
+    assert_eq!(
+        hops(finding_of(&r, "Farm::generic_self", "crate::identity::TenantContext"))[2..5],
+        ["call .who() src/lib.rs:73", "trait crate::Whoami src/lib.rs:33", "method who src/lib.rs:34"]
+    );
+    // The body of the foreign type's impl method, reached by the method call.
+    assert_eq!(
+        hops(finding_of(&r, "Farm::detached", "tokio::spawn"))[2..],
+        ["call .go() src/lib.rs:78", "call u16::go src/lib.rs:48", "call tokio::spawn src/lib.rs:49"]
+    );
+}
+
+#[test]
+fn macro_generated_items() {
+    // Without the crate's own rules: every name no definition answers fails, naming the
+    // macros that may have written it and the place the tool names it.
+    let r = run("macro_generated");
+    assert!(r.findings.iter().all(|f| f.kind == FindingKind::Unresolved && f.guard_row == "G9"));
+    assert_eq!(from_root(&r, "Farm::param"), ["crate::Sneaky"]);
+    assert_eq!(from_root(&r, "Farm::call"), ["crate::leak"]);
+    assert_eq!(from_root(&r, "Farm::included"), ["crate::generated::Schema"]);
+    assert_eq!(from_root(&r, "Farm::allowed"), ["crate::generated::Version"]);
+    assert_eq!(from_root(&r, "Farm::undeclared"), ["crate::notadep"]);
+    // Locals, closures, items inside the body, the prelude and primitives are not unresolved.
+    assert_eq!(from_root(&r, "Farm::locals_and_prelude"), Vec::<String>::new());
+    let sneaky = finding_of(&r, "Farm::param", "crate::Sneaky");
+    assert_eq!(
+        hops(sneaky),
+        ["tool Farm::param src/lib.rs:28", "param s src/lib.rs:28", "type crate::Sneaky src/lib.rs:28"]
+    );
+    assert!(sneaky.reason.contains("`holder!` at src/lib.rs:17 (macro_rules! at src/lib.rs:1)"), "{}", sneaky.reason);
+    let leak = finding_of(&r, "Farm::call", "crate::leak");
+    assert_eq!(hops(leak).last().unwrap(), "call crate::leak src/lib.rs:32");
+    assert!(leak.reason.contains("`helper_fn!` at src/lib.rs:18"), "{}", leak.reason);
+    let schema = finding_of(&r, "Farm::included", "crate::generated::Schema");
+    assert!(schema.reason.contains("`include!` at src/lib.rs:21"), "{}", schema.reason);
+    assert!(!schema.reason.contains("holder!"), "only the macros of the module it is looked up in: {}", schema.reason);
+    let msg = guards::failure_message(&r).unwrap();
+    assert!(msg.contains("Farm::param reaches unresolved crate::Sneaky"), "{msg}");
+    // Never "external": the tree marks it unresolved.
+    let tool = r.tools.iter().find(|t| t.name == "Farm::param").unwrap();
+    assert!(find(&tool.tree, &|n| n.label == "crate::Sneaky" && n.mark == Some(Mark::Unresolved)));
+    assert!(!find(&tool.tree, &|n| n.mark == Some(Mark::External) && n.label.contains("Sneaky")));
+}
+
+#[test]
+fn an_allowed_unresolved_item_is_residue_in_every_format() {
+    let opts = guards::Options::new(crate::fixture("macro_generated")).extra_rules("guards.toml");
+    let r = guards::check(&opts).unwrap();
+    assert!(r.findings.iter().all(|f| f.forbidden != "crate::generated::Version"));
+    assert_eq!(from_root(&r, "Farm::param"), ["crate::Sneaky"], "an allowance covers that exact item only");
+    let residue = r.residue.iter().find(|x| x.item.as_deref() == Some("crate::generated::Version")).unwrap();
+    assert!(residue.detail.starts_with("build.rs writes it from the package version"));
+    assert_eq!(residue.reached_at.len(), 1);
+    assert_eq!((residue.reached_at[0].file.as_str(), residue.reached_at[0].line), ("src/lib.rs", 39));
+    let tool = r.tools.iter().find(|t| t.name == "Farm::allowed").unwrap();
+    assert!(find(&tool.tree, &|n| n.label == "crate::generated::Version" && n.mark == Some(Mark::Allowed)));
+    let md = r.to_markdown();
+    assert!(md.contains("**Unresolved name allowed by the rules: `crate::generated::Version`**"), "{md}");
+    assert!(md.contains("  - reached: type `crate::generated::Version` (src/lib.rs:39)"));
+    let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert!(json["residue"].as_array().unwrap().iter().any(|x| x["item"] == "crate::generated::Version"));
+    let sarif: serde_json::Value = serde_json::from_str(&r.to_sarif()).unwrap();
+    let run = &sarif["runs"][0];
+    let suppressed: Vec<&serde_json::Value> =
+        run["results"].as_array().unwrap().iter().filter(|x| x["suppressions"].is_array()).collect();
+    assert_eq!(suppressed.len(), 1);
+    assert_eq!(suppressed[0]["ruleId"], "G9");
+    assert_eq!(suppressed[0]["properties"]["item"], "crate::generated::Version");
+    assert!(suppressed[0]["suppressions"][0]["justification"].as_str().unwrap().starts_with("build.rs writes it"));
+    assert!(run["properties"]["residue"].as_array().unwrap().iter().any(|x| x["item"] == "crate::generated::Version"));
+}
+
+#[test]
+fn messages_name_the_use_site() {
+    // A static, a crate fn, a turbofish to a forbidden type and one to a crate type holding one.
+    let r = run("use_sites");
+    let msg = guards::failure_message(&r).unwrap();
+    for want in [
+        "-> static crate::LEAK (src/lib.rs:3, used at src/lib.rs:23)",
+        "-> call crate::helper (src/lib.rs:9, used at src/lib.rs:24)",
+        "-> type sqlx::SqlitePool (src/lib.rs:25)",
+        "-> type crate::Holder (src/lib.rs:5, used at src/lib.rs:26)",
+    ] {
+        assert!(msg.contains(want), "missing {want:?} in:\n{msg}");
+    }
+    let f = finding(&r, "sqlx::PgPool");
+    let hop = f.path.iter().find(|h| h.label == "crate::LEAK").unwrap();
+    assert_eq!(hop.used_at, Some(guards::Site { file: "src/lib.rs".into(), line: 23 }));
+    let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert!(json.to_string().contains(r#""used_at":{"file":"src/lib.rs","line":24}"#));
+}
+
+#[test]
+fn cfg_gated_code_is_walked() {
+    // A feature-gated tool module, and both arms of a cfg pair (a type and a fn).
+    let r = run("cfg_gated");
+    assert_eq!(from_root(&r, "Admin::wipe"), ["sqlx::PgPool"]);
+    assert_eq!(from_root(&r, "Farm::count"), ["sqlx::AnyPool", "sqlx::PgConnection", "sqlx::SqlitePool"]);
+    assert!(r.residue.iter().any(|x| x.title.contains("cfg-gated code is walked")));
+    assert!(r.to_markdown().contains("cfg-gated code is walked as if enabled"));
 }

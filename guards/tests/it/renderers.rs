@@ -7,7 +7,8 @@ use crate::run;
 #[test]
 fn markdown_has_table_findings_trees_and_residue() {
     let md = run("constructor_param").to_markdown();
-    assert!(md.contains("| id | protection | forbids | enforced by | proved by | status |"));
+    assert!(md.contains("| id | protection | forbids | enforced by | proved by | status | known to pass (residue) |"));
+    assert!(md.contains("| partly | a type of another crate that privately holds a pool"));
     assert!(md.contains("| G2 | No pools, connections or transactions in tools |"));
     assert!(md.contains("1. **G2** `Farm::list` reaches `sqlx::SqlitePool`"));
     assert!(md.contains("   - constructor `Store::new` (src/lib.rs:8)"));
@@ -16,9 +17,13 @@ fn markdown_has_table_findings_trees_and_residue() {
     assert!(md.contains("\n    - field `store` (src/lib.rs:14)\n"));
     assert!(md.contains("- param `pool` (src/lib.rs:8)\n"));
     assert!(md.contains("type `sqlx::SqlitePool` (src/lib.rs:8) **FORBIDDEN (G2)**"));
-    for residue in
-        ["Detached background work", "Macro-generated code", "unsafe and FFI", "Types from other crates are opaque"]
-    {
+    for residue in [
+        "Detached work the walk cannot see",
+        "Macro-generated code",
+        "unsafe and FFI",
+        "Types from other crates are opaque",
+        "cfg-gated code",
+    ] {
         assert!(md.contains(residue), "residue lacks {residue}");
     }
     assert!(!md.contains("unreachable"), "the report must never claim unreachability");
@@ -91,7 +96,11 @@ fn build_failure_message_prints_every_path() {
     let msg = guards::failure_message(&report).unwrap();
     assert!(msg.contains("1 forbidden path(s)"));
     assert!(msg.contains("[G2] Farm::list reaches forbidden sqlx::AnyPool"));
-    assert!(msg.contains("   -> trait crate::Repo (src/lib.rs:3)\n   -> method pool (src/lib.rs:4)\n"));
+    assert!(
+        msg.contains(
+            "   -> trait crate::Repo (src/lib.rs:3, used at src/lib.rs:8)\n   -> method pool (src/lib.rs:4)\n"
+        )
+    );
     let lines = guards::finding_lines(&report);
     assert_eq!(lines.len(), 1);
     assert!(lines[0].ends_with("type sqlx::AnyPool (src/lib.rs:4)"));
