@@ -512,7 +512,13 @@ impl Crate {
         }
         let first = segs[0].as_str();
         let (mut cur, rest) = match first {
-            "::" => return Res::External(segs[1..].to_vec()),
+            "::" => {
+                return match segs.get(1) {
+                    Some(c) if is_extern_root(&self.externs, c) => Res::External(segs[1..].to_vec()),
+                    // `::name` where `name` is no crate this one depends on.
+                    _ => self.unresolved(0, segs.get(1).map(String::as_str).unwrap_or("::")),
+                };
+            }
             "crate" | "$crate" => (Res::Module(0), &segs[1..]),
             "self" => (Res::Module(m), &segs[1..]),
             "super" => (Res::Module(self.modules[m].parent.unwrap_or(0)), &segs[1..]),

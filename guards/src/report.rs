@@ -327,7 +327,7 @@ pub(crate) fn residue() -> Vec<Residue> {
         ),
         residue_entry(
             "Macro-generated code",
-            "Macro expansions are not walked. A name a tool reaches that no definition in the crate answers, and that is not provably another crate's, fails the build as unresolved (G9), naming the item-level macros that may have written it; `allow_unresolved` in the rules can let an exact item pass with a reason, and each such item is listed in this section. Macro calls inside bodies are read when their input parses as expressions or statements, else marked `macro` (opaque). Attribute and derive macros (rmcp's #[tool], #[tool_router], #[tool_handler]) are not expanded: code they add is not seen.",
+            "Macro expansions are not walked. A name a tool reaches that no definition in the crate answers, and that is not provably another crate's, fails the build as unresolved (G9), naming the item-level macros that may have written it; `allow_unresolved` in the rules can let an exact item pass with a reason, and each such item is listed in this section. A type written by a macro call (`ty!()`) is unresolved too. Macro calls inside bodies are read when their input parses as expressions or statements; otherwise their tokens are scanned for the names of forbidden calls and types (found by name only), and the call is marked `macro` (opaque) when none is there. Attribute and derive macros (rmcp's #[tool], #[tool_router], #[tool_handler]) are not expanded: code they add is not seen.",
             vec![RuntimeFailClosedFactory, AuditBackstop],
         ),
         residue_entry(

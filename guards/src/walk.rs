@@ -541,13 +541,11 @@ impl<'a> Walk<'a> {
                 }
                 out
             }
-            syn::Type::Macro(m) => vec![leaf(
-                HopKind::Macro,
-                format!("{}!", tokens(&m.mac.path)),
-                &sc.file,
-                line_of(&m.mac.path),
-                Some(Mark::Opaque),
-            )],
+            // A type written by a macro: what it expands to is not seen, so it is unresolved.
+            syn::Type::Macro(m) => {
+                let item = vec![self.krate.module_path(sc.module), format!("{}!", tokens(&m.mac.path))];
+                vec![self.unresolved(sc.module, &item, HopKind::Macro, &sc.file, line_of(&m.mac.path))]
+            }
             _ => Vec::new(),
         }
     }
@@ -1177,12 +1175,37 @@ impl<'a> Walk<'a> {
                         }
                     }
                 }
-                Event::Macro(name, line) => {
-                    out.push(leaf(HopKind::Macro, format!("{name}!"), &sc.file, line, Some(Mark::Opaque)))
-                }
+                Event::Macro(name, line, idents) => out.push(self.opaque_macro(name, line, &idents, &sc)),
             }
         }
         out
+    }
+
+    /// A macro call in a body whose input is not Rust the walk can read (`select! { .. }`):
+    /// its tokens are scanned for the names of forbidden calls and types, so a spawn or a pool
+    /// written inside it is still found (by name only: the macro's expansion is not seen).
+    fn opaque_macro(&mut self, name: String, line: usize, idents: &[(String, usize)], sc: &Scope) -> TreeNode {
+        let hop = Hop { used_at: None, kind: HopKind::Macro, label: format!("{name}!"), file: sc.file.clone(), line };
+        let mut n = self.node(hop, |w| {
+            let mut ch = Vec::new();
+            for (id, at) in idents {
+                if let Some(rule) =
+                    w.rules.forbidden_method_call(id).or_else(|| w.rules.forbidden_path_call(&[id.clone()]))
+                {
+                    let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
+                    ch.push(w.forbidden_call(id.clone(), &sc.file, *at, &row, &reason));
+                } else if let Some(rule) = w.rules.forbidden_type(id, false) {
+                    let hop =
+                        Hop { used_at: None, kind: HopKind::Type, label: id.clone(), file: sc.file.clone(), line: *at };
+                    ch.push(w.forbidden_type(hop, rule, sc, *at));
+                }
+            }
+            ch
+        });
+        if n.children.is_empty() {
+            n.mark = Some(Mark::Opaque);
+        }
+        n
     }
 
     fn body_path(&mut self, p: &syn::Path, line: usize, sc: &Scope) -> Vec<TreeNode> {
@@ -1419,7 +1442,8 @@ enum Event {
     Path(syn::Path, usize),
     Method(String, usize),
     Type(Box<syn::Type>),
-    Macro(String, usize),
+    /// A macro call whose input does not parse: its path, line, and every identifier in it.
+    Macro(String, usize, Vec<(String, usize)>),
 }
 
 #[derive(Default)]
@@ -1519,12 +1543,27 @@ impl<'ast> Visit<'ast> for Collector {
                         sub.visit_stmt(s);
                     }
                 }
-                Err(_) => self.events.push(Event::Macro(tokens(&m.path), line_of(&m.path))),
+                Err(_) => {
+                    let mut idents = Vec::new();
+                    token_idents(m.tokens.clone(), &mut idents);
+                    self.events.push(Event::Macro(tokens(&m.path), line_of(&m.path), idents))
+                }
             },
         }
         self.events.extend(sub.events);
         self.uses.extend(sub.uses);
         self.globs.extend(sub.globs);
         self.bound.extend(sub.bound);
+    }
+}
+
+/// Every identifier in a token stream, groups included, with its line.
+fn token_idents(ts: proc_macro2::TokenStream, out: &mut Vec<(String, usize)>) {
+    for tt in ts {
+        match tt {
+            proc_macro2::TokenTree::Ident(i) => out.push((i.to_string(), i.span().start().line)),
+            proc_macro2::TokenTree::Group(g) => token_idents(g.stream(), out),
+            _ => {}
+        }
     }
 }

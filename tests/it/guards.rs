@@ -55,6 +55,8 @@ fn add_sources(root: &Path, mod_line: &str, files: &[(&str, &str)]) {
 /// pool): the tool's own signature is clean, only the dependency graph is not.
 fn gateway_with_violating_tool(dir: &Path) {
     copy_dir(&workspace().join("src"), &dir.join("src"));
+    // The guard reads the manifest's dependencies to tell other crates' names from unresolved ones.
+    std::fs::copy(workspace().join("Cargo.toml"), dir.join("Cargo.toml")).unwrap();
     let probe = ("src/tools/guard_probe_export.rs", EXPORT_TOOL);
     // Once the real tools module exists, the probe goes beside its tools.
     match ["src/tools/mod.rs", "src/tools.rs"].into_iter().find(|m| dir.join(m).exists()) {
@@ -258,6 +260,7 @@ fn saas_example_passes_its_own_rules() {
 fn saas_example_rejects_a_tool_reaching_its_billing_key() {
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
+    std::fs::copy(workspace().join("examples/saas-tools/Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
     let tools = dir.path().join("src/tools/mod.rs");
     let mut text = std::fs::read_to_string(&tools).unwrap();
     text.push_str("pub mod refund;\n");
@@ -304,6 +307,7 @@ fn saas_example_rejects_a_tool_holding_the_gateways_database_handle() {
     // shipped rules name it: the same failure as a gateway tool holding it.
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
+    std::fs::copy(workspace().join("examples/saas-tools/Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
     let tools = dir.path().join("src/tools/mod.rs");
     let mut text = std::fs::read_to_string(&tools).unwrap();
     text.push_str("pub mod report;\n");

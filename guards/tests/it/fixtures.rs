@@ -524,6 +524,8 @@ fn detached_methods() {
         ("Farm::renamed", vec!["tokio::spawn", "tokio::task::spawn_local"]),
         ("Farm::process", vec![".spawn()"]),
         ("Keeper::held", vec!["tokio::task::JoinSet"]),
+        // Inside a macro whose input is not Rust the walk can read: found by name.
+        ("Selecting::inside_a_macro", vec!["spawn_blocking"]),
     ] {
         assert_eq!(from_root(&r, root), want, "{root}:\n{}", guards::finding_lines(&r).join("\n"));
     }
@@ -596,6 +598,7 @@ fn macro_generated_items() {
     assert_eq!(from_root(&r, "Farm::included"), ["crate::generated::Schema"]);
     assert_eq!(from_root(&r, "Farm::allowed"), ["crate::generated::Version"]);
     assert_eq!(from_root(&r, "Farm::undeclared"), ["crate::notadep"]);
+    assert_eq!(from_root(&r, "Farm::typed"), ["crate::pick_type!"]);
     // Locals, closures, items inside the body, the prelude and primitives are not unresolved.
     assert_eq!(from_root(&r, "Farm::locals_and_prelude"), Vec::<String>::new());
     let sneaky = finding_of(&r, "Farm::param", "crate::Sneaky");
