@@ -1190,7 +1190,7 @@ impl<'a> Walk<'a> {
             let mut ch = Vec::new();
             for (id, at) in idents {
                 if let Some(rule) =
-                    w.rules.forbidden_method_call(id).or_else(|| w.rules.forbidden_path_call(&[id.clone()]))
+                    w.rules.forbidden_method_call(id).or_else(|| w.rules.forbidden_path_call(std::slice::from_ref(id)))
                 {
                     let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
                     ch.push(w.forbidden_call(id.clone(), &sc.file, *at, &row, &reason));
