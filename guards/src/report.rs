@@ -347,7 +347,7 @@ pub(crate) fn residue() -> Vec<Residue> {
         ),
         residue_entry(
             "Method calls resolved by name",
-            "There is no type inference. A method call `.name()` reaches every crate trait that declares `name` (its associated types and signatures, and every impl of it, for any self type) and the body of `name` in each of those impls; other types' inherent methods are reached through the types a tool names (their signatures, not their bodies), and the receiver's own methods through their bodies. Names are matched on the last segment too, so a rename cannot hide a forbidden type.",
+            "There is no type inference. A method call `.name()` reaches every crate trait that declares `name` (its associated types and signatures, and every impl of it, for any self type) and the body of `name` in each of those impls (and the trait's default body), and the body of `name` in the impls of every crate type the walk has reached by then; a method of a type reached only later in the walk is seen through its signature, not its body. The receiver's own methods are always read, bodies included. Names are matched on the last segment too, so a rename cannot hide a forbidden type.",
             vec![RuntimeFailClosedFactory, AuditBackstop],
         ),
         residue_entry(

@@ -1337,7 +1337,7 @@ impl<'a> Walk<'a> {
             if imp.trait_def.is_some() || !imp.self_def.is_some_and(|d| self.visited_defs.contains(&d)) {
                 continue;
             }
-            out.extend(self.impl_method_body(i, name, &site));
+            out.extend(self.impl_method_body(i, name, &site, None).filter(interesting));
         }
         out
     }
@@ -1371,65 +1371,46 @@ impl<'a> Walk<'a> {
         }
         for i in 0..krate.impls.len() {
             if krate.impls[i].trait_def == Some(d) {
-                out.extend(self.impl_method_body(i, name, site));
+                out.extend(self.impl_method_body(i, name, site, None).filter(interesting));
             }
         }
         out
     }
 
-    /// The body of method `name` in impl `i`, once per walk.
-    fn impl_method_body(&mut self, i: usize, name: &str, site: &Site) -> Vec<TreeNode> {
+    /// The body of method `name` in impl `i`, once per walk, under a call hop labelled `label`
+    /// (`Type::name` when `None`). `None`: the impl has no such method.
+    fn impl_method_body(&mut self, i: usize, name: &str, site: &Site, label: Option<String>) -> Option<TreeNode> {
         let krate = self.krate;
         let imp = &krate.impls[i];
-        for item in &imp.item.items {
-            if let syn::ImplItem::Fn(f) = item
-                && f.sig.ident == name
-            {
-                let line = line_of(&f.sig.ident);
-                if !self.visited_fns.insert((imp.file.clone(), line)) {
-                    return Vec::new();
-                }
-                let fsc = Self::with_generics(&self.impl_scope(i), &f.sig.generics);
-                let hop = Hop {
-                    used_at: Some(site.clone()),
-                    kind: HopKind::Call,
-                    label: format!("{}::{name}", tokens(&*imp.item.self_ty)),
-                    file: imp.file.clone(),
-                    line,
-                };
-                let n = self.node(hop, |w| w.scan_body(&f.sig, &f.block, &fsc));
-                return if interesting(&n) { vec![n] } else { Vec::new() };
-            }
+        let f = imp.item.items.iter().find_map(|item| match item {
+            syn::ImplItem::Fn(f) if f.sig.ident == name => Some(f),
+            _ => None,
+        })?;
+        let line = line_of(&f.sig.ident);
+        let first = self.visited_fns.insert((imp.file.clone(), line));
+        let fsc = Self::with_generics(&self.impl_scope(i), &f.sig.generics);
+        let hop = Hop {
+            used_at: Some(site.clone()),
+            kind: HopKind::Call,
+            label: label.unwrap_or_else(|| format!("{}::{name}", tokens(&*imp.item.self_ty))),
+            file: imp.file.clone(),
+            line,
+        };
+        let mut n = self.node(hop, |w| if first { w.scan_body(&f.sig, &f.block, &fsc) } else { Vec::new() });
+        if !first {
+            n.mark = Some(Mark::Visited);
         }
-        Vec::new()
+        Some(n)
     }
 
     /// `Type::helper(..)` in a body: scan that fn too.
     fn follow_assoc_fn(&mut self, d: DefId, name: &str, site: &Site) -> Vec<TreeNode> {
         let krate = self.krate;
         for i in 0..krate.impls.len() {
-            let imp = &krate.impls[i];
-            if imp.self_def != Some(d) {
-                continue;
-            }
-            for item in &imp.item.items {
-                if let syn::ImplItem::Fn(f) = item
-                    && f.sig.ident == name
-                {
-                    let line = line_of(&f.sig.ident);
-                    if !self.visited_fns.insert((imp.file.clone(), line)) {
-                        return Vec::new();
-                    }
-                    let fsc = Self::with_generics(&self.impl_scope(i), &f.sig.generics);
-                    let hop = Hop {
-                        used_at: Some(site.clone()),
-                        kind: HopKind::Call,
-                        label: format!("{}::{}", krate.def_path(d), name),
-                        file: imp.file.clone(),
-                        line,
-                    };
-                    return vec![self.node(hop, |w| w.scan_body(&f.sig, &f.block, &fsc))];
-                }
+            if krate.impls[i].self_def == Some(d)
+                && let Some(n) = self.impl_method_body(i, name, site, Some(format!("{}::{name}", krate.def_path(d))))
+            {
+                return if n.mark == Some(Mark::Visited) { Vec::new() } else { vec![n] };
             }
         }
         Vec::new()
