@@ -140,7 +140,11 @@ fn a_tool_whose_helper_holds_the_store_fails_the_guard_with_the_whole_path() {
         format!("   -> tool ExportTools::export_flock {}\n", at(tool, "fn export_flock")),
         format!("   -> field exporter {}\n", at(tool, "exporter: Exporter")),
         format!("   -> field db {}\n", at(tool, "db: Db")),
-        format!("   -> type crate::store::Db {}\n", at(store, "pub struct Db")),
+        format!(
+            "   -> type crate::store::Db ({store}:{}, used at {tool}:{})\n",
+            line_of(dir.path(), store, "pub struct Db"),
+            line_of(dir.path(), tool, "db: Db")
+        ),
         format!("   -> field pool {}\n", at(store, "pool: AnyPool")),
     ];
     let mut rest = msg.as_str();
@@ -174,8 +178,11 @@ fn a_violating_tool_fails_cargo_build() {
         root.join("Cargo.toml"),
         format!(
             "[package]\nname = \"scopegate\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
-             [build-dependencies]\nguards = {{ path = {:?} }}\n\n[workspace]\n",
-            guards_crate.to_str().unwrap()
+             [build-dependencies]\nguards = {{ path = {:?} }}\n\n[workspace]\n\n\
+             # The gateway's dependencies, for the guard to know them; never built (no target matches).\n\
+             [target.'cfg(any())'.dependencies]\n{}",
+            guards_crate.to_str().unwrap(),
+            dependencies_table()
         ),
     )
     .unwrap();
@@ -201,6 +208,15 @@ fn a_violating_tool_fails_cargo_build() {
     ] {
         assert!(stderr.contains(&needle), "missing {needle:?}\n{stderr}");
     }
+}
+
+/// The body of the workspace manifest's `[dependencies]` table.
+fn dependencies_table() -> String {
+    let manifest = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap();
+    let start =
+        manifest.find("\n[dependencies]\n").expect("the manifest has dependencies") + "\n[dependencies]\n".len();
+    let end = manifest[start..].find("\n[").map_or(manifest.len(), |i| start + i);
+    manifest[start..end].to_owned()
 }
 
 fn scopegate_guards(args: &[&str]) -> std::process::Output {
@@ -294,7 +310,11 @@ impl Refunds {
     assert!(msg.contains("[S1] Refunds::refund reaches forbidden crate::billing::BillingApiKey"), "{msg}");
     for hop in [
         format!("-> field billing {}", at(refund, "billing: std::sync::Arc")),
-        format!("-> type crate::billing::BillingClient {}", at(billing, "pub struct BillingClient")),
+        format!(
+            "-> type crate::billing::BillingClient ({billing}:{}, used at {refund}:{})",
+            line_of(dir.path(), billing, "pub struct BillingClient"),
+            line_of(dir.path(), refund, "billing: std::sync::Arc")
+        ),
         format!("-> field key {}", at(billing, "key: BillingApiKey")),
     ] {
         assert!(msg.contains(&hop), "missing {hop:?}\n{msg}");
