@@ -1,7 +1,8 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
 //! executors (and their owners and secrets), `mcp-server` entities, bindings, grants of
-//! upstream tools and allowances of plugin roots. Each command is one transaction: an error names the field and leaves
-//! nothing half-written. Never prints a secret before its transaction has committed.
+//! upstream tools and allowances of plugin roots. Each command is one transaction: an error
+//! names the field and leaves nothing half-written. Never prints a secret before its
+//! transaction has committed.
 
 use clap::{Args, Subcommand};
 
