@@ -1,7 +1,8 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
-//! executors (and their owners and secrets), `mcp-server` entities, bindings and grants of
-//! upstream tools. Each command is one transaction: an error names the field and leaves
-//! nothing half-written. Never prints a secret before its transaction has committed.
+//! executors (and their owners and secrets), `mcp-server` entities, bindings, grants of
+//! upstream tools and allowances of plugin roots. Each command is one transaction: an error
+//! names the field and leaves nothing half-written. Never prints a secret before its
+//! transaction has committed.
 
 use clap::{Args, Subcommand};
 
@@ -9,7 +10,7 @@ use super::CliError;
 use crate::config::Config;
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::admin::{self, Listing};
-use crate::store::{Db, StoreError, entities};
+use crate::store::{Db, StoreError, entities, roots};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
@@ -49,6 +50,9 @@ pub enum AdminCommand {
     /// Grants of upstream tools to roles: no grant, no tool.
     #[command(subcommand)]
     Grant(GrantCmd),
+    /// Plugin roots a role may select on a remote executor: no allowance, no root.
+    #[command(subcommand)]
+    Root(RootCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -289,6 +293,38 @@ pub struct GrantSpec {
     tool: String,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum RootCmd {
+    /// Let a role select plugin roots at or below a base folder of a remote executor the
+    /// tenant owns. Prints the allowance's id alone on stdout.
+    Allow {
+        #[arg(long)]
+        tenant: String,
+        /// A remote executor the tenant owns.
+        #[arg(long)]
+        executor: String,
+        /// The base folder: a canonical `file:` URI (`file:///srv/plugins`, `file:///C:/plugins`).
+        #[arg(long)]
+        under: String,
+        /// owner, manager, worker or auditor.
+        #[arg(long)]
+        role: Role,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// Only this executor's allowances.
+        #[arg(long)]
+        executor: Option<String>,
+    },
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        /// The allowance's id (from `allow` or `list`).
+        id: String,
+    },
+}
+
 fn print(listing: &Listing, json: bool) {
     if json {
         let rows: Vec<serde_json::Map<String, serde_json::Value>> = listing
@@ -344,6 +380,7 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
             println!("{secret}");
             eprintln!("This executor secret is shown only once: store it now (rotate-secret makes a new one).");
         }
+        Output::Id(id) => println!("{id}"),
     }
     Ok(())
 }
@@ -354,6 +391,8 @@ enum Output {
     Listing(Listing),
     /// A remote executor's new secret: alone on stdout.
     Secret(String),
+    /// The id of a new row: alone on stdout.
+    Id(String),
 }
 
 /// Runs one command in one transaction; commits only when it succeeded.
@@ -361,6 +400,7 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError>
     let mut tx = db.begin().await?;
     let c = &mut *tx;
     let mut secret = None;
+    let mut new_id = None;
     let listing = match args.command {
         AdminCommand::Tenant(cmd) => match cmd {
             TenantCmd::Create { slug, name } => admin::create_tenant(c, &slug, &name).await.map(|_| None),
@@ -490,12 +530,25 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError>
             }
             GrantCmd::Delete(g) => entities::revoke_tool(c, &g.tenant, &g.server, g.role, &g.tool).await.map(|_| None),
         },
+        AdminCommand::Root(cmd) => match cmd {
+            RootCmd::Allow { tenant, executor, under, role } => {
+                roots::allow_root(c, &tenant, &executor, &under, role).await.map(|id| {
+                    new_id = Some(id.to_string());
+                    None
+                })
+            }
+            RootCmd::List { tenant, executor } => roots::list_root_allowances(c, &tenant, executor.as_deref())
+                .await
+                .map(|x| Some(rows(&x, &["id", "executor", "base", "role"]))),
+            RootCmd::Delete { tenant, id } => roots::delete_root_allowance(c, &tenant, &id).await.map(|_| None),
+        },
     }?;
     tx.commit().await?;
-    let output = match (listing, secret) {
-        (Some(listing), _) => Output::Listing(listing),
-        (None, Some(secret)) => Output::Secret(secret),
-        (None, None) => Output::Nothing,
+    let output = match (listing, secret, new_id) {
+        (Some(listing), _, _) => Output::Listing(listing),
+        (None, Some(secret), _) => Output::Secret(secret),
+        (None, None, Some(id)) => Output::Id(id),
+        (None, None, None) => Output::Nothing,
     };
     Ok((output, args.json))
 }

@@ -35,7 +35,7 @@ pub enum Command {
     /// Audit trail tools.
     Audit(audit::AuditArgs),
     /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings,
-    /// grants.
+    /// grants, root allowances.
     Admin(admin::AdminArgs),
     /// The build-time guard: `guards report` prints the report of this build's sources.
     Guards(guards::GuardsArgs),

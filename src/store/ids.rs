@@ -30,6 +30,11 @@ pub struct FlockId(Uuid);
 #[serde(transparent)]
 pub struct AuditEventId(Uuid);
 
+/// An allowance of plugin roots on a remote executor, for one role of one tenant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RootAllowanceId(Uuid);
+
 // The types are written out above, not by the macro, so the build-time guard sees what they
 // hold (a UUID); the macro writes only their impls.
 macro_rules! id_impls {
@@ -100,6 +105,7 @@ id_impls!(TenantId);
 id_impls!(UserId);
 id_impls!(FlockId);
 id_impls!(AuditEventId);
+id_impls!(RootAllowanceId);
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod entities;
 pub mod ids;
 pub mod principal;
+pub mod roots;
 pub mod scoped;
 
 use std::path::Path;
@@ -22,7 +23,7 @@ use sqlx::{AnyPool, Executor};
 
 use crate::config::DatabaseConfig;
 
-pub use ids::{AuditEventId, FlockId, TenantId, UserId};
+pub use ids::{AuditEventId, FlockId, RootAllowanceId, TenantId, UserId};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");

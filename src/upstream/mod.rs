@@ -2,9 +2,10 @@
 //!
 //! `path_uri` keeps executor paths as `file:` URIs; `declaration` parses `.mcp.json` files and
 //! resolves one server for one placement on one executor; `executor` launches or dials a
-//! resolved server where it is bound; `runtime` shares, restarts and closes the connections,
-//! freezes each session's snapshot and makes proxied calls; `client` carries the per-call
-//! identity assertion to Streamable HTTP upstreams in a header.
+//! resolved server where it is bound; `roots` decides which plugin roots a session may select;
+//! `runtime` shares, restarts and closes the connections, freezes each session's snapshot and
+//! makes proxied calls; `client` carries the per-call identity assertion to Streamable HTTP
+//! upstreams in a header.
 
 pub mod client;
 pub mod connection;
@@ -12,6 +13,7 @@ pub mod declaration;
 pub mod executor;
 pub mod path_uri;
 pub mod remote;
+pub mod roots;
 pub mod routing;
 pub mod runtime;
 pub mod snapshot;

@@ -24,6 +24,7 @@ mod proxy;
 mod readme;
 mod remote;
 mod replicas;
+mod roots;
 mod store;
 mod tool_results;
 mod type_privacy;
