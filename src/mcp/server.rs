@@ -2,14 +2,14 @@
 //! the `McpCallContext` extractor, per-call timeout, metrics and the audit of every call.
 //! The handler object lives as long as a session and holds no identity of any caller.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ConstString, CustomRequest, CustomResult, ErrorCode, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
@@ -23,6 +23,7 @@ use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
 use crate::upstream::runtime::{Downstream, ProxyError, UpstreamCall, Upstreams, split_tool_name};
+use crate::upstream::selected::{self, Selection};
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
@@ -36,15 +37,89 @@ pub(crate) struct Shared {
     pub label_tenant: bool,
 }
 
-/// The per-session (or, stateless, per-request) MCP handler.
+/// The per-session (or, stateless, per-request) MCP handler. It holds the session's selected
+/// plugin roots (chosen at `initialize`, checked against the caller then), never a caller.
 #[derive(Clone)]
 pub struct GatewayServer {
     shared: Arc<Shared>,
+    selection: Arc<OnceLock<Arc<Selection>>>,
 }
 
 impl GatewayServer {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        Self { shared, selection: Arc::default() }
+    }
+
+    /// The selected roots that apply to this request: the session's, or, for a request
+    /// outside a session, those its own `_meta` names (checked now, for this request only).
+    async fn selection_for(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<Arc<Selection>>, ErrorData> {
+        if let Some(selection) = self.selection.get() {
+            if selection.tenant() != ctx.tenant_id() {
+                // Session binding makes this unreachable; if it ever happens, see nothing.
+                tracing::error!("a session's selected roots belong to another tenant; refusing them");
+                return Ok(None);
+            }
+            return Ok(Some(Arc::clone(selection)));
+        }
+        if ctx.session_id().is_some() {
+            return Ok(None);
+        }
+        self.select(ctx, context, &context.meta.0, None).await
+    }
+
+    /// Checks and starts the roots `meta` selects, if any: a malformed selection or a root the
+    /// caller may not select is audited and answered -32602 naming the field; nothing is read.
+    async fn select(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+        meta: &serde_json::Map<String, serde_json::Value>,
+        peer: Option<rmcp::service::Peer<RoleServer>>,
+    ) -> Result<Option<Arc<Selection>>, ErrorData> {
+        let internal = |e: &dyn std::fmt::Display| {
+            tracing::error!(error = %e, "checking selected roots failed");
+            ErrorData::internal_error("internal error", None)
+        };
+        let outcome = match selected::requested(meta) {
+            Ok(None) => return Ok(None),
+            Ok(Some(requested)) => {
+                let upstreams = &self.shared.upstreams;
+                selected::authorize(upstreams.db(), ctx.tenant_id(), ctx.roles(), &requested)
+                    .await
+                    .map_err(|e| internal(&e))?
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(roots) => {
+                let remote = Arc::clone(self.shared.upstreams.remote());
+                Ok(Some(Selection::start(ctx.tenant_id(), roots, remote, peer).await))
+            }
+            Err(refusal) => {
+                let class = refusal.refusal.unwrap_or("invalid_params");
+                tracing::warn!(field = %refusal.field, class, "selected roots refused");
+                metrics::denial("root_not_allowed");
+                let call = CallAudit::new(
+                    ctx.tenant_id(),
+                    ctx.user_id(),
+                    ctx.session_id().map(str::to_owned),
+                    Some(super::jsonrpc::id_text(ctx.request_id())),
+                    client_of(context, ctx.session_id()),
+                    selected::SELECTED_ROOTS_KEY.to_owned(),
+                    digest::arguments_digest(None),
+                    None,
+                );
+                self.shared.audit.record(call.event(Outcome::Denied, Some(class))).await.map_err(|e| {
+                    metrics::denial("audit_unavailable");
+                    internal(&e)
+                })?;
+                Err(refusal.into_error_data())
+            }
+        }
     }
 }
 
@@ -59,14 +134,25 @@ impl GatewayServer {
     ) -> Result<CallToolResponse, Option<ProxyError>> {
         let upstreams = &self.shared.upstreams;
         let (server, tool) = split_tool_name(&request.name).ok_or(None)?;
-        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.session_id()).await.map_err(|e| {
-            tracing::error!(error = %e, "resolving upstream servers failed");
-            Some(ProxyError::Unavailable("resolution failed".to_owned()))
-        })?;
-        let connection = snapshot.connection(server).ok_or(None)?;
-        if !snapshot.allowed(server, tool, ctx.roles()) {
-            return Err(None);
+        let (connection, _held);
+        if selected::is_selected_server(server) {
+            // A selected root's server: the session's own (the allowance is the grant).
+            let selection = self.selection_for(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let runtime = selection.as_ref().ok_or(None)?.runtime();
+            connection = Arc::clone(runtime.connection(server).ok_or(None)?);
+            _held = selection;
+        } else {
+            let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.session_id()).await.map_err(|e| {
+                tracing::error!(error = %e, "resolving upstream servers failed");
+                Some(ProxyError::Unavailable("resolution failed".to_owned()))
+            })?;
+            connection = Arc::clone(snapshot.connection(server).ok_or(None)?);
+            if !snapshot.allowed(server, tool, ctx.roles()) {
+                return Err(None);
+            }
+            _held = None;
         }
+        let connection = &connection;
         let upstream = upstreams.upstream_with(connection, tool).await.map_err(Some)?.ok_or(None)?;
         let downstream = Downstream {
             owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
@@ -187,12 +273,38 @@ fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<St
 
 impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().enable_prompts().build())
+        let mut capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_prompts().build();
+        // The extension a client uses to bring its own plugin roots (see `upstream::selected`).
+        let mut extension = serde_json::Map::new();
+        extension.insert("maxRoots".to_owned(), serde_json::json!(selected::MAX_ROOTS));
+        capabilities.experimental = Some([(selected::SELECTED_ROOTS_KEY.to_owned(), extension)].into());
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "scopegate: tools scoped to your tenant, user and role. Flocks you may not see \
                  do not exist for you.",
             )
+    }
+
+    /// The handshake, and the session's selected roots when `_meta` names them: checked
+    /// against the caller now (a refusal fails the `initialize`, naming the field), resolved
+    /// and followed for the life of the session.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        if let Some(meta) = &request.meta {
+            let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+            if let Some(selection) = self.select(&ctx, &context, &meta.0, Some(context.peer.clone())).await?
+                && self.selection.set(selection).is_err()
+            {
+                return Err(ErrorData::invalid_request("the session is already initialized", None));
+            }
+        }
+        Ok(result)
     }
 
     async fn list_tools(
@@ -214,6 +326,9 @@ impl ServerHandler for GatewayServer {
             ErrorData::internal_error("internal error", None)
         })?;
         tools.extend(upstreams.list(&snapshot, ctx.roles()).await);
+        if let Some(selection) = self.selection_for(&ctx, &context).await? {
+            tools.extend(selection.list(upstreams.connect_timeout()).await);
+        }
         Ok(ListToolsResult::with_all_items(tools))
     }
 

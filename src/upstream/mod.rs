@@ -16,6 +16,7 @@ pub mod remote;
 pub mod roots;
 pub mod routing;
 pub mod runtime;
+pub mod selected;
 pub mod snapshot;
 
 use std::fmt;

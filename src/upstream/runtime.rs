@@ -166,6 +166,20 @@ impl Upstreams {
         Ok(Self::new(db, local, remote, signer, sessions, settings))
     }
 
+    /// The remote host handler (selected plugin roots open their servers through it).
+    pub fn remote(&self) -> &Arc<RemoteHostHandler> {
+        &self.remote
+    }
+
+    /// How long a server may take to start and list its tools.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     /// A per-request owner id for a stateless call (its own session).
     pub fn stateless_owner(&self) -> String {
         format!("request-{}", self.requests.fetch_add(1, Ordering::Relaxed))

@@ -25,6 +25,7 @@ mod readme;
 mod remote;
 mod replicas;
 mod roots;
+mod selected;
 mod store;
 mod tool_results;
 mod type_privacy;

@@ -271,14 +271,14 @@ impl Drop for Agent {
     }
 }
 
-fn pid_alive(pid: u64) -> bool {
+pub fn pid_alive(pid: u64) -> bool {
     // A zombie still has a /proc entry: count only processes that are not dead.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
         .unwrap_or(false)
 }
 
-async fn wait_gone(pid: u64, what: &str) {
+pub async fn wait_gone(pid: u64, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while pid_alive(pid) {
         assert!(Instant::now() < deadline, "{what} (pid {pid}) is still running");

@@ -54,7 +54,6 @@ impl Slot {
 pub struct AlreadyConnected(pub String);
 
 /// The connected agents of this replica.
-#[derive(Default)]
 pub struct Agents {
     slots: Mutex<HashMap<String, Slot>>,
     /// The root each executor's agent last reported, kept across disconnects: a server is
@@ -62,6 +61,19 @@ pub struct Agents {
     /// it is opened.
     roots: Mutex<HashMap<String, PathUri>>,
     serial: AtomicU64,
+    /// Bumped whenever an agent connects or disconnects: what follows readiness watches it.
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Agents {
+    fn default() -> Self {
+        Self {
+            slots: Mutex::default(),
+            roots: Mutex::default(),
+            serial: AtomicU64::new(0),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -110,6 +122,15 @@ impl Agents {
     /// The root executor `name`'s agent last reported to this replica.
     pub fn root(&self, name: &str) -> Option<PathUri> {
         lock(&self.roots).get(name).cloned()
+    }
+
+    /// A receiver that sees every connect and disconnect of an agent (as a changed counter).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Agents connected now.
@@ -176,6 +197,7 @@ impl Reservation {
         let returning = lock(&self.agents.roots).insert(self.name.clone(), root).is_some();
         metrics::executor_connected(returning);
         tracing::info!(executor = %self.name, returning, "executor agent connected");
+        self.agents.changed();
         let why = tunnel.closed().await;
         tracing::info!(executor = %self.name, reason = %why, "executor agent disconnected");
         why
@@ -190,6 +212,10 @@ impl Drop for Reservation {
         let mut slots = lock(&self.agents.slots);
         if slots.get(&self.name).is_some_and(|s| s.serial == self.serial) {
             slots.remove(&self.name);
+        }
+        drop(slots);
+        if self.live {
+            self.agents.changed();
         }
     }
 }
