@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::io::{MessageSink, MessageSource};
 use super::{AgentEnv, AgentError};
-use crate::tunnel::{Open, PendingOpen};
+use crate::tunnel::{Open, PendingOpen, Refusal};
 use crate::upstream::{ExecutorId, PathStyle, PathUri, declaration};
 
 /// What every channel of the agent needs: who it is, its root, its environment.
@@ -59,14 +59,17 @@ impl Host {
 
     /// `uri` as a real path inside the root: it must parse as a `file:` URI, lie inside the
     /// root as written, and still lie inside it once its symlinks are resolved (a link inside
-    /// the root that points out of it is refused). `what` names the field for the reason.
+    /// the root that points out of it is refused). `what` names the field for the reason,
+    /// which carries its [`Refusal`] class.
     pub fn contained(&self, what: &str, uri: &str) -> Result<PathBuf, String> {
-        let path = parse_file_uri(uri).map_err(|e| format!("{what} {uri:?}: {e}"))?;
-        let outside = || format!("{what} {uri:?} is outside the executor's root {}", self.root);
+        let path = parse_file_uri(uri).map_err(|e| Refusal::Invalid.tag(&format!("{what} {uri:?}: {e}")))?;
+        let outside =
+            || Refusal::OutsideRoot.tag(&format!("{what} {uri:?} is outside the executor's root {}", self.root));
         if !self.root.contains(&path) {
             return Err(outside());
         }
-        let real = std::fs::canonicalize(path.to_native()).map_err(|e| format!("{what} {uri:?}: {e}"))?;
+        let real =
+            std::fs::canonicalize(path.to_native()).map_err(|e| io_refusal(&e).tag(&format!("{what} {uri:?}: {e}")))?;
         if !real.starts_with(&self.real_root) {
             return Err(outside());
         }
@@ -80,6 +83,14 @@ impl Host {
 
     fn expand_map(&self, what: &str, map: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
         map.iter().map(|(k, v)| Ok((k.clone(), self.expand(&format!("{what} {k}"), v)?))).collect()
+    }
+}
+
+/// The class of a failed filesystem call: missing, or there but not readable.
+pub(super) fn io_refusal(e: &std::io::Error) -> Refusal {
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => Refusal::NotFound,
+        _ => Refusal::Unreadable,
     }
 }
 

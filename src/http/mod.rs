@@ -75,6 +75,7 @@ pub struct Gateway {
     router: Router,
     state: AppState,
     local_addr: SocketAddr,
+    agents: Arc<crate::upstream::remote::Agents>,
 }
 
 impl Gateway {
@@ -172,7 +173,7 @@ impl Gateway {
         let mcp = crate::mcp::service(shares, tools, upstreams, state.shutdown.clone());
         let executors = executors::ExecutorRoute {
             db: state.db.clone(),
-            agents,
+            agents: Arc::clone(&agents),
             settings: crate::tunnel::Settings {
                 max_frame: state.config.upstream.executor_max_frame_bytes,
                 heartbeat: Duration::from_secs(state.config.upstream.executor_heartbeat_secs),
@@ -190,7 +191,7 @@ impl Gateway {
                 .spawn(Duration::from_secs(state.config.audit.checkpoint_interval_secs), state.shutdown.clone());
         }
         state.ready.store(true, Ordering::Release);
-        Ok(Self { listener, router, state, local_addr })
+        Ok(Self { listener, router, state, local_addr, agents })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -199,6 +200,11 @@ impl Gateway {
 
     pub fn state(&self) -> &AppState {
         &self.state
+    }
+
+    /// The executor agents connected to this gateway (to read files through them).
+    pub fn agents(&self) -> &Arc<crate::upstream::remote::Agents> {
+        &self.agents
     }
 
     /// The whole router, for driving with `oneshot` in tests.

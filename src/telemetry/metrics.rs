@@ -115,6 +115,13 @@ pub fn executor_dropped(reason: &'static str) {
     metrics::counter!("scopegate_executor_drops_total", "reason" => reason).increment(1);
 }
 
+/// A file read through an executor's agent, by outcome: `ok`, or the `ReadFileError` class
+/// (`not_connected`, `outside_root`, `not_found`, `not_a_file`, `too_large`, `refused`,
+/// `over_limit`, `failed`, `disconnected`, `timeout`).
+pub fn executor_file_read(outcome: &'static str) {
+    metrics::counter!("scopegate_executor_file_reads_total", "outcome" => outcome).increment(1);
+}
+
 /// Where a request's identity rows came from: the identity cache or the database.
 pub fn identity_lookup(cached: bool) {
     let source = if cached { "cache" } else { "database" };

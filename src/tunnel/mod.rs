@@ -28,6 +28,14 @@
 //! Close is final for the channel on both sides. Both sides send a WebSocket ping every
 //! [`Settings::heartbeat`]; a side that hears nothing for three heartbeats ends the tunnel.
 //! When the tunnel ends, every channel ends with it: readers see the end, writers an error.
+//!
+//! A Refused reason, and a Close reason that is not empty, may start with a class in square
+//! brackets and a space, `[not_found] file:///srv/p/.mcp.json: No such file or directory`, so
+//! the gateway can tell refusals apart without reading prose (see [`Refusal`] for the codes;
+//! the agent classifies its refusals about paths and files). The text after it is for people.
+//! The class is optional and the payload is still one UTF-8 reason: a peer that does not know
+//! a code, or meets a reason without one, treats the whole text as an unclassified reason, so
+//! agents and gateways of either age understand each other.
 
 mod frame;
 mod mux;
@@ -78,6 +86,57 @@ pub enum Open {
     /// Read one file under the agent's root: Data frames carry its bytes, then the agent
     /// closes the channel (reason empty when the whole file was sent).
     ReadFile { uri: String, max_bytes: u64 },
+}
+
+/// The class of a refusal, written at the start of a Refused or Close reason as `[code] `.
+/// Codes are lower-case words; new ones may be added, and an unknown one is no class at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `outside_root`: the path lies outside the agent's root, as written or once its
+    /// symlinks are resolved.
+    OutsideRoot,
+    /// `not_found`: nothing is at the path (or a folder on the way is missing).
+    NotFound,
+    /// `not_a_file`: a folder, a device, a pipe or a socket, not a regular file.
+    NotAFile,
+    /// `too_large`: the file is larger than the request's `max_bytes` (or grew past it while
+    /// it was being read).
+    TooLarge,
+    /// `invalid`: the request is malformed for this agent (a URI it cannot parse).
+    Invalid,
+    /// `unreadable`: the path is there but could not be read (permissions, an I/O error).
+    Unreadable,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 6] =
+        [Self::OutsideRoot, Self::NotFound, Self::NotAFile, Self::TooLarge, Self::Invalid, Self::Unreadable];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::OutsideRoot => "outside_root",
+            Self::NotFound => "not_found",
+            Self::NotAFile => "not_a_file",
+            Self::TooLarge => "too_large",
+            Self::Invalid => "invalid",
+            Self::Unreadable => "unreadable",
+        }
+    }
+
+    /// `reason` with this class in front, as it goes on the wire.
+    pub fn tag(self, reason: &str) -> String {
+        format!("[{}] {reason}", self.code())
+    }
+
+    /// A reason as read from the wire: its class, when it starts with a known one, and the
+    /// text after it; otherwise no class and the whole reason.
+    pub fn split(reason: &str) -> (Option<Refusal>, &str) {
+        let classified = reason.strip_prefix('[').and_then(|rest| {
+            let (code, text) = rest.split_once("] ")?;
+            Self::ALL.into_iter().find(|r| r.code() == code).map(|r| (Some(r), text))
+        });
+        classified.unwrap_or((None, reason))
+    }
 }
 
 /// Why a tunnel or channel operation failed.

@@ -796,3 +796,16 @@ async fn round_trip_figure() {
         "{ROUNDS} round trips of {len} bytes: tunnel p50 {tunnel_p50:?} p99 {tunnel_p99:?}; bare TCP p50 {tcp_p50:?} p99 {tcp_p99:?}"
     );
 }
+
+#[test]
+fn a_refusal_class_travels_in_front_of_its_reason() {
+    for class in Refusal::ALL {
+        let tagged = class.tag("p: why");
+        assert_eq!(Refusal::split(&tagged), (Some(class), "p: why"), "{tagged}");
+    }
+    assert_eq!(Refusal::tag(Refusal::NotFound, "x"), "[not_found] x");
+    // No class, an unknown one, or one without its space: the whole reason, unclassified.
+    for reason in ["", "no such file", "[unknown] x", "[not_found]x", "not_found: x", "[not_found"] {
+        assert_eq!(Refusal::split(reason), (None, reason), "{reason}");
+    }
+}

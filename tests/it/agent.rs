@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use scopegate::agent::io::{Sent, memory_channel};
 use scopegate::agent::{AgentEnv, Host, Prepared, http_client, prepare};
-use scopegate::tunnel::Open;
+use scopegate::tunnel::{Open, Refusal};
 use scopegate::upstream::{PathStyle, PathUri};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
@@ -377,13 +377,28 @@ async fn files_are_read_inside_the_root_in_bounded_chunks() {
     assert!(chunks.len() >= 3 && chunks.iter().all(|c| c.len() <= 64 * 1024), "{}", chunks.len());
     assert_eq!(chunks.concat(), content);
 
+    // Each refusal carries its class for the gateway, and its reason for people.
+    let fifo = std::process::Command::new("mkfifo").arg(d.root.join("work/fifo")).status().unwrap();
+    assert!(fifo.success());
+    std::os::unix::fs::symlink(d.outside.join("secret.json"), d.root.join("work/escape")).unwrap();
+    std::fs::write(d.outside.join("secret.json"), b"{}").unwrap();
     let host = host_with(&d.root, &[], &[], 1 << 20);
-    let over = prepare(&host, Open::ReadFile { uri: file.clone(), max_bytes: 100 * 1024 }).await.err().unwrap();
-    assert!(over.contains("over the limit"), "{over}");
-    let dir = prepare(&host, Open::ReadFile { uri: format!("{}/work", uri(&d.root)), max_bytes: 1 << 20 }).await;
-    assert!(dir.err().unwrap().contains("not a regular file"));
-    let missing = prepare(&host, Open::ReadFile { uri: format!("{}/nope", uri(&d.root)), max_bytes: 1 }).await;
-    assert!(missing.is_err());
+    let root = uri(&d.root);
+    let rows = [
+        ("over the limit", file.clone(), 100 * 1024, Refusal::TooLarge, "over the limit"),
+        ("a folder", format!("{root}/work"), 1 << 20, Refusal::NotAFile, "not a regular file"),
+        ("a named pipe, not waited on", format!("{root}/work/fifo"), 1 << 20, Refusal::NotAFile, "not a regular file"),
+        ("missing", format!("{root}/nope"), 1, Refusal::NotFound, "No such file"),
+        ("a link out of the root", format!("{root}/work/escape"), 1 << 20, Refusal::OutsideRoot, "outside"),
+        ("outside as written", uri(&d.outside.join("secret.json")), 1 << 20, Refusal::OutsideRoot, "outside"),
+        ("not a file: URI", "work/.mcp.json".to_owned(), 1 << 20, Refusal::Invalid, "not a file: URI"),
+    ];
+    for (what, file, max_bytes, class, text) in rows {
+        let opened = tokio::time::timeout(WAIT, prepare(&host, Open::ReadFile { uri: file, max_bytes })).await;
+        let reason = opened.expect(what).err().unwrap_or_else(|| panic!("{what}: opened"));
+        assert_eq!(Refusal::split(&reason).0, Some(class), "{what}: {reason}");
+        assert!(Refusal::split(&reason).1.contains(text), "{what}: {reason}");
+    }
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
@@ -15,6 +16,8 @@ use scopegate::Gateway;
 use scopegate::config::Config;
 use scopegate::model::Role;
 use scopegate::store::{Db, entities};
+use scopegate::upstream::remote::{Agents, ReadFileError};
+use scopegate::upstream::{ExecutorId, PathStyle, PathUri};
 use serde_json::{Value, json};
 
 use crate::mcp::{call, ok};
@@ -35,6 +38,8 @@ pub struct Site {
     stop: Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>)>,
     pub root: tempfile::TempDir,
     files: tempfile::TempDir,
+    /// The agents connected to the running gateway (replaced at each start).
+    agents: Option<Arc<Agents>>,
     _test_db: TestDb,
 }
 
@@ -60,6 +65,7 @@ impl Site {
             stop: None,
             root,
             files: tempfile::tempdir().unwrap(),
+            agents: None,
             _test_db: test_db,
         };
         site.start_gateway().await;
@@ -76,6 +82,7 @@ impl Site {
         let gateway = Gateway::build(config).await.expect("gateway");
         self.addr = gateway.local_addr();
         self.config.server.listen = self.addr;
+        self.agents = Some(Arc::clone(gateway.agents()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let run = tokio::spawn(gateway.run(async move {
             let _ = rx.await;
@@ -87,6 +94,19 @@ impl Site {
         if let Some((tx, run)) = self.stop.take() {
             let _ = tx.send(());
             let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
+        }
+    }
+
+    pub fn agents(&self) -> &Arc<Agents> {
+        self.agents.as_ref().expect("the gateway has started")
+    }
+
+    /// Waits (bounded) until executor `name`'s agent is connected, or gone.
+    pub async fn wait_connected(&self, name: &str, connected: bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.agents().link(name).is_some() != connected {
+            assert!(Instant::now() < deadline, "executor {name} never became connected={connected}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -698,9 +718,20 @@ async fn agent_refuses_paths_outside_its_root_even_when_asked() {
             Ok(_) => panic!("{cwd}: the agent opened a server outside its root"),
         }
     }
-    for uri in ["file:///etc/hostname".to_owned(), format!("{root_uri}/../secret")] {
+    for uri in [
+        "file:///etc/hostname".to_owned(),
+        format!("{root_uri}/../secret"),
+        format!("{root_uri}/work/%2e%2e/../secret"),
+    ] {
         let open = Open::ReadFile { uri: uri.clone(), max_bytes: 1024 };
-        assert!(handle.open(&open, Duration::from_secs(5)).await.is_err(), "{uri}: read outside the root");
+        match handle.open(&open, Duration::from_secs(5)).await {
+            Err(tunnel::TunnelError::Refused(reason)) => {
+                let (class, _) = tunnel::Refusal::split(&reason);
+                assert_eq!(class, Some(tunnel::Refusal::OutsideRoot), "{uri}: {reason}");
+            }
+            Err(other) => panic!("{uri}: refused for the wrong reason: {other}"),
+            Ok(_) => panic!("{uri}: the agent read a file outside its root"),
+        }
     }
     // Inside the root both work: the refusals are about the paths.
     handle.open(&stdio(format!("{root_uri}/work")), Duration::from_secs(5)).await.expect("inside the root");
@@ -751,3 +782,192 @@ async fn replicas(backend: Backend) {
     let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
 }
 both_dbs!(remote_agent_keeps_a_connection_to_each_replica, replicas);
+
+// ---- files read through an executor ----
+
+/// A file under the site's agent root, as the executor's URI.
+fn in_root(site: &Site, relative: &str) -> PathUri {
+    PathUri::parse(&site.root_uri(), PathStyle::Posix).unwrap().join(relative).unwrap()
+}
+
+/// Executor `build-01` with its agent connected.
+async fn with_agent(backend: Backend) -> (Site, Agent) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    let agent = site.agent("build-01", &secret);
+    site.wait_connected("build-01", true).await;
+    (site, agent)
+}
+
+const READ_WAIT: Duration = Duration::from_secs(10);
+
+/// Files come back byte for byte through the agent, a plugin's `.mcp.json` among them, one
+/// larger than the tunnel's whole window too (credit flows back as the gateway reads). They
+/// come from the executor, not from the gateway's disk: with the agent gone, the same file
+/// (still on this shared disk) can't be read.
+async fn file_reads(backend: Backend) {
+    let (site, mut agent) = with_agent(backend).await;
+    let id = ExecutorId::new("build-01");
+    let root = site.root.path();
+    let manifest = json!({
+        "mcpServers": {
+            "demo": {"command": "node", "args": ["server.js", "--name=démo ✓"], "env": {"TOKEN": "${TOKEN}"}},
+            "web": {"type": "http", "url": "https://example.test/mcp"}
+        }
+    });
+    std::fs::create_dir_all(root.join("plugins/demo")).unwrap();
+    std::fs::write(root.join("plugins/demo/.mcp.json"), serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    let small: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+    std::fs::write(root.join("work/small.bin"), &small).unwrap();
+    std::fs::write(root.join("work/empty"), b"").unwrap();
+    // Over 64 frames of 64 KiB: more than one window.
+    let big: Vec<u8> = (0..5 * 1024 * 1024 + 7).map(|i: u32| (i % 251) as u8).collect();
+    std::fs::write(root.join("work/big.bin"), &big).unwrap();
+
+    let read = |relative: &'static str, max_bytes: u64| {
+        let (site, id) = (&site, &id);
+        async move { site.agents().read_file(id, &in_root(site, relative), max_bytes, READ_WAIT).await }
+    };
+    let bytes = read("plugins/demo/.mcp.json", 64 * 1024).await.expect("the plugin's .mcp.json");
+    assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), manifest, "the JSON round trip");
+    assert_eq!(read("work/small.bin", 1000).await.unwrap(), small, "a file of exactly max_bytes");
+    assert_eq!(read("work/empty", 0).await.unwrap(), b"", "an empty file");
+    assert_eq!(read("work/big.bin", 8 * 1024 * 1024).await.unwrap(), big, "a file over many windows");
+    assert_eq!(site.agents().link("build-01").unwrap().tunnel.channels_open(), 0, "every read's channel closed");
+    let metrics = site.metrics().await;
+    assert!(metrics.contains("scopegate_executor_file_reads_total{outcome=\"ok\"}"), "counted");
+
+    agent.kill();
+    site.wait_connected("build-01", false).await;
+    let started = Instant::now();
+    let err = read("plugins/demo/.mcp.json", 64 * 1024).await.unwrap_err();
+    assert_eq!(err, ReadFileError::NotConnected("build-01".to_owned()));
+    assert!(root.join("plugins/demo/.mcp.json").is_file(), "the file is there, but not the executor");
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once");
+}
+both_dbs!(remote_file_reads_come_through_the_executor, file_reads);
+
+/// Each refusal is typed and keeps its reason: outside the root as written (the gateway
+/// refuses before asking; a `..` is resolved lexically first) or through a symlink (the agent
+/// refuses once it resolves it), missing, a folder, a named pipe (refused, not waited on), too
+/// large. The agent still serves afterwards. Reading touches no database: SQLite only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_file_read_refusals_are_typed() {
+    let (site, _agent) = with_agent(Backend::Sqlite).await;
+    let id = ExecutorId::new("build-01");
+    let root = site.root.path().canonicalize().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.json"), b"{\"secret\": true}").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.json"), root.join("work/escape")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("work/escape-dir")).unwrap();
+    std::fs::write(root.join("work/inside.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink(root.join("work/inside.json"), root.join("work/inner-link")).unwrap();
+    std::fs::write(root.join("work/big.json"), vec![b' '; 2000]).unwrap();
+    let fifo = std::process::Command::new("mkfifo").arg(root.join("work/fifo")).status().unwrap();
+    assert!(fifo.success());
+    let root_uri = site.root_uri();
+    let parse = |text: String| PathUri::parse(&text, PathStyle::Posix).unwrap();
+
+    let gateway_refuses = "outside the root";
+    let agent_refuses = "outside the executor's root";
+    let rows: Vec<(&str, PathUri, &str, &str)> = vec![
+        ("another folder", parse("file:///etc/hostname".to_owned()), "outside_root", gateway_refuses),
+        (
+            "`..` out of the root",
+            parse(format!("{root_uri}/work/../../x/secret.json")),
+            "outside_root",
+            gateway_refuses,
+        ),
+        ("a symlink to a file outside", in_root(&site, "work/escape"), "outside_root", agent_refuses),
+        ("through a symlinked folder", in_root(&site, "work/escape-dir/secret.json"), "outside_root", agent_refuses),
+        ("a missing file", in_root(&site, "work/nope.json"), "not_found", "No such file"),
+        ("a missing folder", in_root(&site, "nope/.mcp.json"), "not_found", "No such file"),
+        ("a file taken for a folder", in_root(&site, "work/inside.json/x"), "not_found", "inside.json/x"),
+        ("a folder", in_root(&site, "work"), "not_a_file", "not a regular file"),
+        ("the root itself", in_root(&site, ""), "not_a_file", "not a regular file"),
+        ("a named pipe", in_root(&site, "work/fifo"), "not_a_file", "not a regular file"),
+        ("over max_bytes", in_root(&site, "work/big.json"), "too_large", "2000 bytes, over the limit of 1000"),
+    ];
+    for (what, uri, outcome, reason) in rows {
+        let started = Instant::now();
+        let err = site.agents().read_file(&id, &uri, 1000, READ_WAIT).await.expect_err(what);
+        assert_eq!(err.outcome(), outcome, "{what}: {err}");
+        assert!(err.to_string().contains(reason), "{what}: {err}");
+        assert!(!err.to_string().starts_with('['), "{what}: the class code is not part of the reason: {err}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{what}: took {:?}", started.elapsed());
+    }
+    // A link that stays inside is fine, and the agent serves on after every refusal.
+    let bytes = site.agents().read_file(&id, &in_root(&site, "work/inner-link"), 1000, READ_WAIT).await.unwrap();
+    assert_eq!(bytes, b"{}");
+    let metrics = site.metrics().await;
+    for outcome in ["outside_root", "not_found", "not_a_file", "too_large"] {
+        let line = format!("scopegate_executor_file_reads_total{{outcome=\"{outcome}\"}}");
+        assert!(metrics.contains(&line), "{line}");
+    }
+}
+
+/// An executor without a connected agent, or no executor at all: refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_file_read_without_an_agent_fails_at_once() {
+    let site = Site::start(Backend::Sqlite, &[]).await;
+    site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    for name in ["build-01", "no-such-executor", "local"] {
+        let started = Instant::now();
+        let uri = in_root(&site, "work/x.json");
+        let err = site.agents().read_file(&ExecutorId::new(name), &uri, 10, READ_WAIT).await.unwrap_err();
+        assert_eq!(err, ReadFileError::NotConnected(name.to_owned()));
+        assert!(started.elapsed() < Duration::from_secs(1), "{name}");
+    }
+}
+
+/// An agent that stops answering is bounded by the timeout; one killed while a read waits on
+/// it, or in the middle of sending a file, ends the read at once with a disconnection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_file_read_with_a_stopped_or_killed_agent_does_not_hang() {
+    let (site, mut agent) = with_agent(Backend::Sqlite).await;
+    let id = ExecutorId::new("build-01");
+    std::fs::write(site.root.path().join("work/small.json"), b"{}").unwrap();
+    let small = in_root(&site, "work/small.json");
+
+    agent.signal("-STOP");
+    let short = Duration::from_millis(500);
+    let started = Instant::now();
+    let err = site.agents().read_file(&id, &small, 10, short).await.unwrap_err();
+    assert_eq!(err, ReadFileError::Timeout(short));
+    assert!(started.elapsed() < Duration::from_secs(2), "bounded by the timeout: {:?}", started.elapsed());
+    agent.signal("-CONT");
+    let bytes = site.agents().read_file(&id, &small, 10, READ_WAIT).await.expect("the agent answers again");
+    assert_eq!(bytes, b"{}");
+
+    // Killed while the open waits on it.
+    agent.signal("-STOP");
+    let waiting = {
+        let (agents, id, small) = (Arc::clone(site.agents()), id.clone(), small.clone());
+        tokio::spawn(async move { agents.read_file(&id, &small, 10, Duration::from_secs(60)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let killed = Instant::now();
+    agent.kill();
+    let err = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("no hang").unwrap().unwrap_err();
+    assert_eq!(err.outcome(), "disconnected", "{err}");
+    assert!(killed.elapsed() < Duration::from_secs(3), "ended with the connection: {:?}", killed.elapsed());
+
+    // Killed while sending: a sparse file of 1 GiB takes the agent seconds to send.
+    let secret = site.files.path().join("build-01.secret");
+    let mut agent = site.agent("build-01", &secret);
+    site.wait_connected("build-01", true).await;
+    let huge = std::fs::File::create(site.root.path().join("work/huge.bin")).unwrap();
+    huge.set_len(1 << 30).unwrap();
+    let sending = {
+        let (agents, id, uri) = (Arc::clone(site.agents()), id.clone(), in_root(&site, "work/huge.bin"));
+        tokio::spawn(async move { agents.read_file(&id, &uri, 1 << 30, Duration::from_secs(60)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(site.agents().link("build-01").unwrap().tunnel.channels_open(), 1, "the read is under way");
+    let killed = Instant::now();
+    agent.kill();
+    let err = tokio::time::timeout(Duration::from_secs(5), sending).await.expect("no hang").unwrap().unwrap_err();
+    assert!(matches!(err, ReadFileError::Disconnected(_)), "{err}");
+    assert!(killed.elapsed() < Duration::from_secs(3), "ended with the connection: {:?}", killed.elapsed());
+    assert!(site.metrics().await.contains("scopegate_executor_file_reads_total{outcome=\"disconnected\"}"));
+}

@@ -1,7 +1,8 @@
 //! The agents connected to this gateway replica, by executor name: which one is connected, with
 //! which root and secret, and the rule for a second agent presenting a name already connected
 //! (the first keeps it; the second is refused until the first is gone). Never authenticates an
-//! agent (the connect route does) and never opens a server (the host handler does).
+//! agent (the connect route does) and never opens a server (the host handler does); reading a
+//! file through a connected agent is in `file`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

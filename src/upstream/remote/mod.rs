@@ -3,9 +3,11 @@
 //! executor's context (machine prefix first), places the declaration under the executor's
 //! agent root, checks the result stays there, sends it over a new tunnel channel and bridges
 //! MCP over that channel. It never launches or dials anything itself: what runs, runs on the
-//! agent's machine, over the agent's network.
+//! agent's machine, over the agent's network. Files on an executor (a plugin's `.mcp.json`)
+//! are read the same way, through the agent, by [`Agents::read_file`] in `file`.
 
 pub mod agents;
+pub mod file;
 pub mod transport;
 
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 
 pub use agents::{AgentLink, Agents, AlreadyConnected, Reservation};
+pub use file::ReadFileError;
 pub use transport::ChannelTransport;
 
 use super::executor::{Executor, UpstreamError};
