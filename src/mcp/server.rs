@@ -9,8 +9,8 @@ use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ConstString, CustomRequest, CustomResult, ErrorCode, Implementation,
-    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -296,9 +296,12 @@ impl ServerHandler for GatewayServer {
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
-        if let Some(meta) = &request.meta {
+        // rmcp hands the request's `_meta` over in the context (the params keep a copy only
+        // when it was not moved there).
+        let meta = if context.meta.0.is_empty() { request.meta.as_ref().map(|m| &m.0) } else { Some(&context.meta.0) };
+        if let Some(meta) = meta.filter(|m| m.contains_key(selected::SELECTED_ROOTS_KEY)) {
             let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
-            if let Some(selection) = self.select(&ctx, &context, &meta.0, Some(context.peer.clone())).await?
+            if let Some(selection) = self.select(&ctx, &context, meta, Some(context.peer.clone())).await?
                 && self.selection.set(selection).is_err()
             {
                 return Err(ErrorData::invalid_request("the session is already initialized", None));

@@ -135,7 +135,11 @@ pub async fn authorize(
             Ok(allowed) => out.push(allowed),
             Err(refusal) => {
                 let field = format!("{SELECTED_ROOTS_KEY}[{i}].{}", refusal.field());
-                return Ok(Err(SelectionError { field, message: refusal_text(&refusal), refusal: Some(refusal.reason()) }));
+                return Ok(Err(SelectionError {
+                    field,
+                    message: refusal_text(&refusal),
+                    refusal: Some(refusal.reason()),
+                }));
             }
         }
     }
@@ -220,7 +224,9 @@ impl Selection {
             peer,
         });
         let mut changes = selection.remote.agents().changes();
-        selection.refresh().await;
+        // Not told: the client has not listed anything yet (and, inside `initialize`, a
+        // notification could not be sent before the answer).
+        selection.refresh(false).await;
         if selection.peer.is_some() {
             let weak: Weak<Self> = Arc::downgrade(&selection);
             let stop = selection.stop.clone();
@@ -235,7 +241,7 @@ impl Selection {
                         }
                     }
                     let Some(selection) = weak.upgrade() else { return };
-                    selection.refresh().await;
+                    selection.refresh(true).await;
                 }
             });
         }
@@ -253,8 +259,8 @@ impl Selection {
 
     /// Brings the published runtime in line with the executors connected now: reads what a
     /// newly ready root declares (once), publishes a new runtime only when the set of ready
-    /// roots changed, and tells the session.
-    async fn refresh(&self) {
+    /// roots changed, and then tells the session when `tell`.
+    async fn refresh(&self, tell: bool) {
         let agents = self.remote.agents();
         let mut frozen = self.frozen.lock().await;
         let mut ready = Vec::with_capacity(self.roots.len());
@@ -303,7 +309,7 @@ impl Selection {
         for connection in gone {
             connection.close().await;
         }
-        if let Some(peer) = &self.peer
+        if let Some(peer) = self.peer.as_ref().filter(|_| tell)
             && let Err(e) = peer.notify_tool_list_changed().await
         {
             tracing::debug!(error = %e, "could not tell a session its tool list changed");

@@ -24,7 +24,7 @@ const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 const KEY: &str = "io.scopegate/selectedRoots";
 
 /// A client that selects roots at `initialize` and counts `tools/list_changed`.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 struct Selecting {
     roots: Option<Value>,
     changed: Arc<tokio::sync::Notify>,
@@ -134,7 +134,8 @@ async fn only_that_session(backend: Backend) {
     assert_eq!(Path::new(cwd), site.root.path().canonicalize().unwrap().join("plugins/demo/bin"), "cwd under the root");
     let pid = me["pid"].as_u64().unwrap();
     assert_eq!(
-        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'r1.demo__whoami_upstream' AND outcome = 'ok'").await,
+        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'r1.demo__whoami_upstream' AND outcome = 'ok'")
+            .await,
         1,
         "audited like any call"
     );
@@ -168,7 +169,11 @@ async fn refusals(backend: Backend) {
     let base = format!("{}/plugins", site.root_uri());
     let cases = [
         // Item 1: the path must be a canonical `file:` URI.
-        ("olivia@acme.test", json!([{ "executor": "build-01", "path": site.root.path().join("plugins/demo") }]), ".path"),
+        (
+            "olivia@acme.test",
+            json!([{ "executor": "build-01", "path": site.root.path().join("plugins/demo") }]),
+            ".path",
+        ),
         ("olivia@acme.test", json!([{ "executor": "build-01", "path": "plugins/demo" }]), ".path"),
         ("olivia@acme.test", json!([{ "executor": "build-01", "path": "https://example.test/demo" }]), ".path"),
         ("olivia@acme.test", json!([{ "executor": "build-01", "path": format!("{root}/../demo") }]), ".path"),
@@ -185,8 +190,10 @@ async fn refusals(backend: Backend) {
         assert!(err.contains(&want), "case {i} {selection}: {err}");
     }
     assert!(
-        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'io.scopegate/selectedRoots' AND outcome = 'denied'")
-            .await
+        site.count(
+            "SELECT COUNT(*) FROM audit_events WHERE tool = 'io.scopegate/selectedRoots' AND outcome = 'denied'"
+        )
+        .await
             >= 9,
         "every refusal is audited"
     );
