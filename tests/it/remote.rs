@@ -558,9 +558,9 @@ async fn escaping_root(backend: Backend) {
 both_dbs!(remote_declaration_escaping_the_root_is_refused, escaping_root);
 
 /// A network namespace joined to this host by a veth pair, removed when dropped.
-struct Netns {
-    name: String,
-    host_ip: String,
+pub struct Netns {
+    pub name: String,
+    pub host_ip: String,
 }
 
 fn ip(args: &[&str]) {
@@ -574,7 +574,7 @@ fn ip(args: &[&str]) {
 }
 
 impl Netns {
-    fn create() -> Self {
+    pub fn create() -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tag = format!("{}{n}", std::process::id() % 100_000);

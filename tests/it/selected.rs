@@ -17,7 +17,7 @@ use scopegate::store::roots;
 use serde_json::{Value, json};
 
 use crate::mcp::{call, ok};
-use crate::remote::{Agent, Site, pid_alive, wait_gone};
+use crate::remote::{Agent, Netns, Site, pid_alive, wait_gone};
 use crate::support::*;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -116,7 +116,7 @@ async fn with_plugin(backend: Backend) -> (Site, Agent, PathBuf, String) {
     let root = plugin(&site, "demo", "${SCOPEGATE_TEST_AGENT_ONLY}");
     allow(&site, "acme", "build-01", &format!("{}/plugins", site.root_uri()), Role::Owner).await;
     let agent = site.agent("build-01", &secret);
-    agent.wait_log("connected").await;
+    agent.wait_log("connected to the gateway").await;
     (site, agent, secret, root)
 }
 
@@ -124,6 +124,8 @@ async fn only_that_session(backend: Backend) {
     let (site, _agent, _secret, root) = with_plugin(backend).await;
     let selection = json!([{ "executor": "build-01", "path": root }]);
     let (olivia, _) = connect(&site, "olivia@acme.test", Some(selection.clone())).await.unwrap();
+    let advertised = &olivia.peer_info().unwrap().capabilities.experimental;
+    assert!(advertised.as_ref().is_some_and(|e| e.contains_key(KEY)), "the extension is advertised: {advertised:?}");
     wait_listed(&olivia, "r1.demo__whoami_upstream", true).await;
     let tools = names(&olivia.list_all_tools().await.unwrap());
     assert!(tools.iter().all(|t| !t.starts_with("r1.broken")), "the broken sibling is left out: {tools:?}");
@@ -218,7 +220,13 @@ async fn readiness(backend: Backend) {
     tokio::time::timeout(Duration::from_secs(20), changed.notified()).await.expect("tools/list_changed on connect");
     wait_listed(&olivia, "r1.demo__whoami_upstream", true).await;
     let first = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await["pid"].as_u64().unwrap();
-    // While ready, the same runtime: the same process.
+    // While the set of ready roots is unchanged, the same runtime: the same process, even
+    // when another executor (not selected) comes and goes meanwhile.
+    let other_secret = site.remote_executor("build-02", "build-02", "ci", &["acme"]).await;
+    let mut other = site.agent("build-02", &other_secret);
+    other.wait_log("connected to the gateway").await;
+    other.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let tools = names(&olivia.list_all_tools().await.unwrap());
     assert!(tools.contains(&"r1.demo__whoami_upstream".to_owned()));
     let second = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await["pid"].as_u64().unwrap();
@@ -242,3 +250,117 @@ async fn readiness(backend: Backend) {
     assert!(pid_alive(third["pid"].as_u64().unwrap()));
 }
 both_dbs!(selected_root_readiness_follows_the_executor, readiness);
+
+/// A 2026-07-28 request (no session) names its roots in its own `_meta`: checked and served for
+/// that request alone.
+async fn stateless(backend: Backend) {
+    let (site, _agent, _secret, root) = with_plugin(backend).await;
+    let token = Signer::hs256(site.config.auth.hs256_secret.expose())
+        .sign(&claims(&site.config, "acme", "olivia@acme.test"));
+    let post = |body: Value| {
+        let request = reqwest::Client::new()
+            .post(format!("{}/mcp", site.base_url()))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", body["method"].as_str().unwrap())
+            .header("authorization", format!("Bearer {token}"));
+        let request = match body["params"]["name"].as_str() {
+            Some(name) => request.header("mcp-name", name),
+            None => request,
+        };
+        async move {
+            let text = request.body(body.to_string()).send().await.unwrap().text().await.unwrap();
+            serde_json::from_str::<Value>(&text).unwrap_or_else(|_| {
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                    .rfind(|v| v.get("id").is_some())
+                    .unwrap_or(Value::Null)
+            })
+        }
+    };
+    let meta = |roots: Option<Value>| {
+        let mut meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        if let Some(roots) = roots {
+            meta[KEY] = roots;
+        }
+        meta
+    };
+    let selection = json!([{ "executor": "build-01", "path": root }]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                               "params": {"_meta": meta(Some(selection.clone()))}}))
+        .await;
+        let tools: Vec<&str> =
+            list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        if tools.contains(&"r1.demo__whoami_upstream") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never listed: {list}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let call = |roots: Option<Value>| {
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "r1.demo__whoami_upstream", "arguments": {}, "_meta": meta(roots)}})
+    };
+    let answer = post(call(Some(selection.clone()))).await;
+    assert_eq!(answer["result"]["structuredContent"]["declared_value"], "ran-on-build-01", "{answer}");
+    // Without the selection in its own `_meta`, the request has no such tool.
+    let answer = post(call(None)).await;
+    assert_eq!(answer["error"]["message"], "tool not found", "{answer}");
+    // A root it may not select: -32602 naming the field.
+    let outside = json!([{ "executor": "build-01", "path": format!("{}/elsewhere", site.root_uri()) }]);
+    let answer = post(call(Some(outside))).await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("io.scopegate/selectedRoots[0].path"), "{answer}");
+}
+both_dbs!(selected_roots_in_a_stateless_request, stateless);
+
+/// A selected plugin declaring a Streamable HTTP server that only the executor can reach (it
+/// listens on the loopback of the network namespace where the agent runs): served through the
+/// agent, over the executor's network.
+async fn http_over_the_executors_network(backend: Backend) {
+    let netns = Netns::create();
+    let site = Site::start(
+        backend,
+        &[
+            ("server.listen", json!(format!("{}:0", netns.host_ip))),
+            ("server.allowed_hosts", json!([netns.host_ip])),
+            ("auth.hs256_secret", json!("selected-netns-test-secret-0123456789abcdef")),
+        ],
+    )
+    .await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    use tokio::io::AsyncBufReadExt;
+    let mut upstream = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &netns.name, FIXTURE, "http", "127.0.0.1:0"])
+        .env("FIXTURE_ASSERTION_HEADER", &site.config.upstream.assertion_header)
+        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", site.base_url()))
+        .env("FIXTURE_SERVER_ID", "web")
+        .env("FIXTURE_ISSUER", site.config.public_url())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    let dir = site.root.path().join("plugins/web");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mcp = json!({ "web": { "type": "http", "url": format!("http://{addr}/mcp") } });
+    std::fs::write(dir.join(".mcp.json"), mcp.to_string()).unwrap();
+    allow(&site, "acme", "build-01", &format!("{}/plugins", site.root_uri()), Role::Owner).await;
+    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret, &[site.base_url()]);
+    let selection = json!([{ "executor": "build-01", "path": format!("{}/plugins/web", site.root_uri()) }]);
+    let (olivia, _) = connect(&site, "olivia@acme.test", Some(selection)).await.unwrap();
+    wait_listed(&olivia, "r1.web__whoami_upstream", true).await;
+    let me = ok(&olivia, "r1.web__whoami_upstream", json!({})).await;
+    assert_eq!(me["user"], "olivia@acme.test");
+    assert_eq!(me["assertion_source"], "header", "the agent carried the assertion in the header");
+}
+both_dbs!(selected_plugin_http_server_over_the_executors_network, http_over_the_executors_network);
