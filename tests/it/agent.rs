@@ -475,4 +475,6 @@ fn bad_executor_arguments_are_refused_clearly() {
     let help = std::process::Command::new(SCOPEGATE).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("executor") && !help.contains("child-guard"), "{help}");
+    let help = executor(&["--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--root-dir <DIR>"), "the mapping is documented");
 }
