@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentEnv, AgentError, Backoff, Host};
+use super::{AgentEnv, AgentError, AgentRoot, Backoff, Host};
 use crate::tunnel::{self, DialError, Settings, Side};
 use crate::upstream::PathUri;
 
@@ -20,7 +20,10 @@ pub struct AgentConfig {
     pub gateways: Vec<String>,
     pub name: String,
     pub secret_file: PathBuf,
+    /// The root as the gateway knows it.
     pub root: PathUri,
+    /// The directory `root` stands for on this machine (`None`: the root's own native path).
+    pub root_dir: Option<PathBuf>,
     pub ca_file: Option<PathBuf>,
     pub inherit_env: Vec<String>,
     pub backoff_max: Duration,
@@ -56,15 +59,16 @@ impl AgentConfig {
         } else {
             None
         };
-        Host::new(
+        let root = AgentRoot::new(self.root.clone(), self.root_dir.clone())?;
+        Ok(Host::new(
             &self.name,
-            self.root.clone(),
+            root,
             AgentEnv::from_process(),
             self.inherit_env.clone(),
             http,
             settings.max_frame,
             guard,
-        )
+        ))
     }
 }
 
@@ -109,7 +113,13 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     let settings = Settings { heartbeat: config.heartbeat, ..Settings::default() };
     let host = Arc::new(config.host(&settings)?);
     let config = Arc::new(config);
-    tracing::info!(executor = %config.name, root = %config.root, gateways = ?config.gateways, "executor agent starting");
+    tracing::info!(
+        executor = %config.name,
+        root = %config.root,
+        root_dir = ?config.root_dir,
+        gateways = ?config.gateways,
+        "executor agent starting"
+    );
     let mut loops = JoinSet::new();
     for gateway in config.gateways.clone() {
         loops.spawn(connection_loop(Arc::clone(&config), Arc::clone(&host), settings.clone(), gateway, stop.clone()));

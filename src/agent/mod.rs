@@ -5,7 +5,9 @@
 //! gateway opens is checked and prepared by `serve` (containment, `${NAME}` references on the
 //! agent's environment) and then pumped by `stdio`, `http` or `file` over the message I/O of
 //! `io`, which the tunnel's channel halves implement and tests replace with memory pairs.
-//! `guard` is the hidden re-exec that ties a child's life to the agent's on Linux.
+//! `root` is the one place a URI becomes a host path (`--root-dir` maps the root URI onto
+//! another directory). `guard` is the hidden re-exec that ties a child's life to the agent's
+//! on Linux.
 
 pub mod backoff;
 pub mod connect;
@@ -14,6 +16,7 @@ mod file;
 pub mod guard;
 mod http;
 pub mod io;
+pub mod root;
 pub mod serve;
 mod stdio;
 
@@ -22,6 +25,7 @@ use std::path::PathBuf;
 pub use backoff::Backoff;
 pub use connect::{AgentConfig, http_client, run};
 pub use env::AgentEnv;
+pub use root::AgentRoot;
 pub use serve::{Host, Prepared, prepare, serve_pending};
 
 /// Why the agent could not start.
@@ -29,6 +33,8 @@ pub use serve::{Host, Prepared, prepare, serve_pending};
 pub enum AgentError {
     #[error("--root {root}: {message}")]
     Root { root: String, message: String },
+    #[error("--root-dir {}: {message}", path.display())]
+    RootDir { path: PathBuf, message: String },
     #[error("--ca-file {path}: {message}")]
     CaFile { path: PathBuf, message: String },
     #[error("--gateway: at least one gateway URL is required")]

@@ -9,16 +9,14 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::io::{MessageSink, MessageSource};
-use super::{AgentEnv, AgentError};
+use super::{AgentEnv, AgentRoot};
 use crate::tunnel::{Open, PendingOpen, Refusal};
-use crate::upstream::{ExecutorId, PathStyle, PathUri, declaration};
+use crate::upstream::{ExecutorId, PathUri, declaration};
 
 /// What every channel of the agent needs: who it is, its root, its environment.
 pub struct Host {
     pub(super) name: ExecutorId,
-    pub(super) root: PathUri,
-    /// The root with its symlinks resolved, at start: real paths are compared against it.
-    real_root: PathBuf,
+    root: AgentRoot,
     pub(super) env: AgentEnv,
     pub(super) inherit_env: Vec<String>,
     pub(super) http: reqwest::Client,
@@ -30,22 +28,16 @@ pub struct Host {
 }
 
 impl Host {
-    /// `root` must be an existing directory on this machine.
     pub fn new(
         name: &str,
-        root: PathUri,
+        root: AgentRoot,
         env: AgentEnv,
         inherit_env: Vec<String>,
         http: reqwest::Client,
         max_frame: usize,
         guard: Option<PathBuf>,
-    ) -> Result<Self, AgentError> {
-        let bad = |message: String| AgentError::Root { root: root.to_string(), message };
-        let real_root = std::fs::canonicalize(root.to_native()).map_err(|e| bad(e.to_string()))?;
-        if !real_root.is_dir() {
-            return Err(bad("not a directory".to_owned()));
-        }
-        Ok(Self { name: ExecutorId::new(name), root, real_root, env, inherit_env, http, max_frame, guard })
+    ) -> Self {
+        Self { name: ExecutorId::new(name), root, env, inherit_env, http, max_frame, guard }
     }
 
     /// Replaces the program stdio children are launched through (`None`: launched directly).
@@ -53,27 +45,15 @@ impl Host {
         self.guard = guard;
     }
 
+    /// The root as the gateway knows it (a URI, never the directory it stands for here).
     pub fn root(&self) -> &PathUri {
-        &self.root
+        self.root.uri()
     }
 
-    /// `uri` as a real path inside the root: it must parse as a `file:` URI, lie inside the
-    /// root as written, and still lie inside it once its symlinks are resolved (a link inside
-    /// the root that points out of it is refused). `what` names the field for the reason,
-    /// which carries its [`Refusal`] class.
+    /// `uri` as a real path inside the root (see [`AgentRoot::contained`]): every path the
+    /// agent is asked about goes through here. `what` names the field for the reason.
     pub fn contained(&self, what: &str, uri: &str) -> Result<PathBuf, String> {
-        let path = parse_file_uri(uri).map_err(|e| Refusal::Invalid.tag(&format!("{what} {uri:?}: {e}")))?;
-        let outside =
-            || Refusal::OutsideRoot.tag(&format!("{what} {uri:?} is outside the executor's root {}", self.root));
-        if !self.root.contains(&path) {
-            return Err(outside());
-        }
-        let real =
-            std::fs::canonicalize(path.to_native()).map_err(|e| io_refusal(&e).tag(&format!("{what} {uri:?}: {e}")))?;
-        if !real.starts_with(&self.real_root) {
-            return Err(outside());
-        }
-        Ok(real)
+        self.root.contained(what, uri)
     }
 
     /// Resolves a declaration value's `${NAME}` references on the agent's environment.
@@ -92,15 +72,6 @@ pub(super) fn io_refusal(e: &std::io::Error) -> Refusal {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => Refusal::NotFound,
         _ => Refusal::Unreadable,
     }
-}
-
-/// A `file:` URI in this machine's convention.
-pub fn parse_file_uri(uri: &str) -> Result<PathUri, crate::upstream::PathError> {
-    PathUri::parse(uri, host_style())
-}
-
-fn host_style() -> PathStyle {
-    if cfg!(windows) { PathStyle::Windows } else { PathStyle::Posix }
 }
 
 /// A channel checked and ready to serve: its child launched, its file open, its transport

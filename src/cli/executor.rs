@@ -23,9 +23,15 @@ pub struct ExecutorArgs {
     /// A file holding the executor's secret; read again on every connection attempt.
     #[arg(long, value_name = "FILE", env = "SCOPEGATE_EXECUTOR_SECRET_FILE")]
     pub secret_file: PathBuf,
-    /// The folder everything runs and is read in, as a file: URI of an existing directory.
+    /// The folder everything runs and is read in, as a file: URI: an existing directory of
+    /// this machine, or with --root-dir a URI in either convention (file:///srv/mcp,
+    /// file:///C:/plugins) standing for that directory.
     #[arg(long, value_name = "URI", env = "SCOPEGATE_EXECUTOR_ROOT")]
     pub root: String,
+    /// The existing directory on this machine that --root stands for: a URI below the root is
+    /// served from the same names below DIR. The gateway still sees only --root.
+    #[arg(long, value_name = "DIR", env = "SCOPEGATE_EXECUTOR_ROOT_DIR")]
+    pub root_dir: Option<PathBuf>,
     /// PEM CA certificates trusted besides the platform's (for the gateway and HTTP servers).
     #[arg(long, value_name = "PEM", env = "SCOPEGATE_EXECUTOR_CA_FILE")]
     pub ca_file: Option<PathBuf>,
@@ -51,13 +57,14 @@ pub struct ChildGuardArgs {
 
 impl ExecutorArgs {
     fn config(self) -> Result<AgentConfig, CliError> {
-        let root = agent::serve::parse_file_uri(&self.root)
+        let root = agent::root::parse_root_uri(&self.root)
             .map_err(|e| CliError::Usage(format!("--root {:?}: {e}", self.root)))?;
         Ok(AgentConfig {
             gateways: self.gateways,
             name: self.name,
             secret_file: self.secret_file,
             root,
+            root_dir: self.root_dir,
             ca_file: self.ca_file,
             inherit_env: self.inherit_env,
             backoff_max: Duration::from_secs(self.backoff_max_secs),

@@ -227,6 +227,11 @@ impl PathUri {
             && self.segments.iter().zip(&other.segments).all(|(a, b)| a == b)
     }
 
+    /// The decoded names of `self` below `base`, or `None` when `base` does not contain it.
+    pub fn names_below(&self, base: &PathUri) -> Option<&[String]> {
+        base.contains(self).then(|| &self.segments[base.segments.len()..])
+    }
+
     /// The folder holding this path, or `None` at a root, drive or share.
     pub fn parent(&self) -> Option<Self> {
         let mut segments = self.segments.clone();
@@ -610,6 +615,23 @@ mod tests {
         }
         let windows = uri("file:///C:/p", Windows);
         assert!(matches!(windows.join_ref("D:/x"), Err(E::NotRelative(_))), "drive in a reference");
+    }
+
+    #[test]
+    fn names_below_are_the_decoded_names_under_a_containing_base() {
+        // The names joined with `|`.
+        let rows = [
+            ("itself", "file:///srv/p", "file:///srv/p", Posix, Some("")),
+            ("decoded", "file:///srv/p", "file:///srv/p/a/my%20dir", Posix, Some("a|my dir")),
+            ("drive letter case", "file:///C:/plugins", "file:///c:/plugins/demo", Windows, Some("demo")),
+            ("UNC", "file://server/share", "file://SERVER/share/x", Windows, Some("x")),
+            ("sibling", "file:///srv/p", "file:///srv/px", Posix, None),
+            ("other share", "file://server/share", "file://server/other/x", Windows, None),
+        ];
+        for (why, base, path, style, want) in rows {
+            let (base, path) = (uri(base, style), uri(path, style));
+            assert_eq!(path.names_below(&base).map(|n| n.join("|")).as_deref(), want, "{why}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use scopegate::agent::io::{Sent, memory_channel};
-use scopegate::agent::{AgentEnv, Host, Prepared, http_client, prepare};
+use scopegate::agent::{AgentEnv, AgentRoot, Host, Prepared, http_client, prepare};
 use scopegate::tunnel::{Open, Refusal};
 use scopegate::upstream::{PathStyle, PathUri};
 use serde_json::{Value, json};
@@ -49,16 +49,16 @@ fn path_var() -> String {
 /// children go through the real binary's child guard.
 fn host_with(root: &Path, vars: &[(&str, &str)], inherit: &[&str], max_frame: usize) -> Host {
     let env = AgentEnv::from_vars(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let root = AgentRoot::new(PathUri::parse(&uri(root), PathStyle::Posix).unwrap(), None).unwrap();
     Host::new(
         "build-box",
-        PathUri::parse(&uri(root), PathStyle::Posix).unwrap(),
+        root,
         env,
         inherit.iter().map(|s| (*s).to_owned()).collect(),
         http_client(None).unwrap(),
         max_frame,
         Some(PathBuf::from(SCOPEGATE)),
     )
-    .unwrap()
 }
 
 fn host(root: &Path) -> Host {
@@ -454,6 +454,8 @@ fn bad_executor_arguments_are_refused_clearly() {
     std::fs::write(&secret, "s3cret\n").unwrap();
     let secret = secret.to_str().unwrap();
     let root = uri(&d.root);
+    let (g, dir) = ("http://127.0.0.1:9", d.root.display().to_string());
+    let missing = d.root.join("missing").display().to_string();
     let base = ["--name", "build-box", "--secret-file", secret];
     let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|s| (*s).to_owned()).collect() };
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -473,6 +475,10 @@ fn bad_executor_arguments_are_refused_clearly() {
         ),
         (with(&["--gateway", "http://127.0.0.1:9", "--root", &root, "--ca-file", secret]), "--ca-file"),
         (with(&["--gateway", "http://127.0.0.1:9", "--root", &root, "--backoff-max-secs", "0"]), "backoff-max-secs"),
+        (with(&["--gateway", g, "--root", "file:///C:/plugins", "--root-dir", &missing]), "--root-dir"),
+        (with(&["--gateway", g, "--root", "file:///C:/plugins", "--root-dir", secret]), "not a directory"),
+        (with(&["--gateway", g, "--root", "file:///C:/plugins"]), "--root-dir"),
+        (with(&["--gateway", g, "--root", "file:///C:plugins", "--root-dir", &dir]), "drive-relative"),
     ];
     for (args, expected) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -484,4 +490,6 @@ fn bad_executor_arguments_are_refused_clearly() {
     let help = std::process::Command::new(SCOPEGATE).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("executor") && !help.contains("child-guard"), "{help}");
+    let help = executor(&["--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--root-dir <DIR>"), "the mapping is documented");
 }

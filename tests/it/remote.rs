@@ -178,6 +178,23 @@ impl Site {
 
     /// An agent, inside network namespace `netns` when given.
     pub fn agent_in(&self, netns: Option<&str>, name: &str, secret_file: &Path, gateways: &[String]) -> Agent {
+        self.spawn_agent(netns, name, secret_file, gateways, &["--root".into(), self.root_uri().into()])
+    }
+
+    /// An agent whose root is `root` standing for `dir` on this machine (`--root-dir`).
+    pub fn agent_mapped(&self, name: &str, secret_file: &Path, root: &str, dir: &Path) -> Agent {
+        let root_args = ["--root".into(), root.into(), "--root-dir".into(), dir.into()];
+        self.spawn_agent(None, name, secret_file, &[self.base_url()], &root_args)
+    }
+
+    fn spawn_agent(
+        &self,
+        netns: Option<&str>,
+        name: &str,
+        secret_file: &Path,
+        gateways: &[String],
+        root_args: &[std::ffi::OsString],
+    ) -> Agent {
         let log = self.files.path().join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()));
         let mut command = match netns {
             Some(ns) => {
@@ -194,7 +211,8 @@ impl Site {
         command
             .args(["--name", name, "--secret-file"])
             .arg(secret_file)
-            .args(["--root", &self.root_uri(), "--backoff-max-secs", "1", "--heartbeat-secs", "1"])
+            .args(root_args)
+            .args(["--backoff-max-secs", "1", "--heartbeat-secs", "1"])
             .env(AGENT_ONLY, format!("ran-on-{name}"))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -556,6 +574,53 @@ async fn escaping_root(backend: Backend) {
     assert!(tools.iter().all(|t| !t.name.starts_with("esc__")), "the gateway refused the placement");
 }
 both_dbs!(remote_declaration_escaping_the_root_is_refused, escaping_root);
+
+/// A Windows-convention root handled lexically end to end: the agent (on this Linux host)
+/// serves `file:///C:/plugins` from a test folder (`--root-dir`) and reports only the URI. The
+/// gateway places declarations under that URI in its convention (a relative `cwd` written with
+/// `\`, an absolute `file:///C:/...` one) without ever making a host path of it; the agent maps
+/// what it is sent onto its folder, and still refuses a link inside it that leads out.
+async fn windows_root_mapped(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("win-01", "win-01", "ci", &["acme"]).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().canonicalize().unwrap();
+    let (plugins, outside) = (base.join("plugins"), base.join("outside"));
+    std::fs::create_dir_all(plugins.join("demo").join("work")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, plugins.join("leak")).unwrap();
+    let declare = |server: &str, cwd: &str| {
+        let mut declaration = site.stdio(server, &format!("${{{AGENT_ONLY}}}"));
+        declaration["cwd"] = json!(cwd);
+        declaration
+    };
+    site.serve("acme", "rel", &declare("rel", "demo\\work"), "win-01").await;
+    site.serve("acme", "abs", &declare("abs", "file:///C:/plugins/demo/work"), "win-01").await;
+    // Refused by the gateway (another drive), and by the agent (a link out of its folder).
+    site.serve("acme", "drive", &declare("drive", "file:///D:/plugins"), "win-01").await;
+    site.serve("acme", "leak", &declare("leak", "leak"), "win-01").await;
+    let agent = site.agent_mapped("win-01", &secret, "file:///C:/plugins", &plugins);
+    site.wait_for_tool("olivia@acme.test", "rel__whoami_upstream").await;
+
+    let olivia = site.client("olivia@acme.test").await;
+    for tool in ["rel__whoami_upstream", "abs__whoami_upstream"] {
+        let me = ok(&olivia, tool, json!({})).await;
+        assert_eq!(me["declared_value"], "ran-on-win-01", "{tool}: ran on the agent");
+        let cwd = me["cwd"].as_str().unwrap();
+        assert_eq!(Path::new(cwd), plugins.join("demo").join("work"), "{tool}: file:///C:/plugins/demo/work, mapped");
+    }
+    let tools = olivia.list_all_tools().await.unwrap();
+    for refused in ["drive__", "leak__"] {
+        assert!(tools.iter().all(|t| !t.name.starts_with(refused)), "{refused} was served");
+    }
+    agent.wait_log("outside the executor's root file:///C:/plugins").await;
+    assert!(
+        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'rel__whoami_upstream' AND outcome = 'ok'").await
+            == 1,
+        "audited like any call"
+    );
+}
+both_dbs!(remote_windows_root_mapped_onto_an_agent_folder, windows_root_mapped);
 
 /// A network namespace joined to this host by a veth pair, removed when dropped.
 pub struct Netns {
