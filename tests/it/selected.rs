@@ -364,3 +364,45 @@ async fn http_over_the_executors_network(backend: Backend) {
     assert_eq!(me["assertion_source"], "header", "the agent carried the assertion in the header");
 }
 both_dbs!(selected_plugin_http_server_over_the_executors_network, http_over_the_executors_network);
+
+/// A Windows-convention root, lexically end to end: the agent (on this Linux host) serves
+/// `file:///C:/plugins` from a test folder; the tenant allows `file:///C:/plugins`, the session
+/// selects `file:///C:/plugins/demo`, the gateway reads `file:///C:/plugins/demo/.mcp.json`
+/// through the agent and places the server under the URI without ever making a host path of
+/// it, and the agent maps what it is sent onto its folder.
+async fn windows_root(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("win-01", "win-01", "ci", &["acme"]).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = tmp.path().canonicalize().unwrap().join("plugins");
+    std::fs::create_dir_all(plugins.join("demo").join("bin")).unwrap();
+    let mcp = json!({ "demo": {
+        "command": FIXTURE,
+        "args": ["stdio"],
+        "cwd": "bin",
+        "env": {
+            "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", site.base_url()),
+            "FIXTURE_SERVER_ID": "demo",
+            "FIXTURE_ISSUER": site.config.public_url(),
+            "FIXTURE_DECLARED_VALUE": "${SCOPEGATE_TEST_AGENT_ONLY}",
+        }
+    }});
+    std::fs::write(plugins.join("demo").join(".mcp.json"), mcp.to_string()).unwrap();
+    allow(&site, "acme", "win-01", "file:///C:/plugins", Role::Owner).await;
+    let agent = site.agent_mapped("win-01", &secret, "file:///C:/plugins", &plugins);
+    agent.wait_log("connected to the gateway").await;
+
+    // A lower-case drive is not the canonical form: refused, naming the field.
+    let lower = json!([{ "executor": "win-01", "path": "file:///c:/plugins/demo" }]);
+    let err = connect(&site, "olivia@acme.test", Some(lower)).await.unwrap_err();
+    assert!(err.contains("io.scopegate/selectedRoots[0].path"), "{err}");
+
+    let selection = json!([{ "executor": "win-01", "path": "file:///C:/plugins/demo" }]);
+    let (olivia, _) = connect(&site, "olivia@acme.test", Some(selection)).await.unwrap();
+    wait_listed(&olivia, "r1.demo__whoami_upstream", true).await;
+    let me = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await;
+    assert_eq!(me["declared_value"], "ran-on-win-01");
+    let cwd = me["cwd"].as_str().unwrap();
+    assert_eq!(Path::new(cwd), plugins.join("demo").join("bin"), "file:///C:/plugins/demo/bin, mapped by the agent");
+}
+both_dbs!(selected_windows_root_mapped_onto_an_agent_folder, windows_root);
