@@ -255,8 +255,8 @@ both_dbs!(selected_root_readiness_follows_the_executor, readiness);
 /// that request alone.
 async fn stateless(backend: Backend) {
     let (site, _agent, _secret, root) = with_plugin(backend).await;
-    let token = Signer::hs256(site.config.auth.hs256_secret.expose())
-        .sign(&claims(&site.config, "acme", "olivia@acme.test"));
+    let token =
+        Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", "olivia@acme.test"));
     let post = |body: Value| {
         let request = reqwest::Client::new()
             .post(format!("{}/mcp", site.base_url()))
@@ -406,3 +406,38 @@ async fn windows_root(backend: Backend) {
     assert_eq!(Path::new(cwd), plugins.join("demo").join("bin"), "file:///C:/plugins/demo/bin, mapped by the agent");
 }
 both_dbs!(selected_windows_root_mapped_onto_an_agent_folder, windows_root);
+
+/// The README's worked `initialize` is what the gateway reads: posted as written (its executor
+/// is not one of this tenant's), it is refused naming that entry's executor.
+async fn readme_example(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start =
+        readme.find("```json\n{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"initialize\"").expect("the example");
+    let body = &readme[start + "```json\n".len()..];
+    let example: Value = serde_json::from_str(&body[..body.find("```").unwrap()]).expect("the example is JSON");
+    assert!(example["params"]["_meta"][KEY].is_array());
+    let token =
+        Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", "olivia@acme.test"));
+    let text = reqwest::Client::new()
+        .post(format!("{}/mcp", site.base_url()))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(example.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|d| serde_json::from_str(d.trim()).ok()).unwrap()
+    });
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().starts_with("io.scopegate/selectedRoots[0].executor"),
+        "{answer}"
+    );
+}
+both_dbs!(selected_roots_readme_example_is_what_the_gateway_reads, readme_example);
