@@ -465,18 +465,7 @@ pub async fn bind_server(
     // A remote executor runs code on its owners' machines: only they may bind to it. Anything
     // but `local` needs an owner row (fail closed).
     if kind != "local" {
-        let owned: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM executor_owners WHERE executor_id = $1 AND tenant_id = $2")
-                .bind(&executor_id)
-                .bind(tenant)
-                .fetch_one(&mut *conn)
-                .await?;
-        if owned == 0 {
-            return Err(StoreError::Invalid {
-                field: "executor",
-                message: format!("tenant `{tenant_slug}` does not own remote executor `{executor}`"),
-            });
-        }
+        require_owner(&mut *conn, &executor_id, tenant, tenant_slug, executor).await?;
     }
     sqlx::query(
         "INSERT INTO mcp_server_bindings (tenant_id, server, executor_id, created_at) VALUES ($1, $2, $3, $4) \
@@ -712,6 +701,30 @@ impl Db {
         let rows = sqlx::query(GRANTS).bind(tenant).fetch_all(self.pool()).await?;
         rows.iter().map(grant_from_row).collect()
     }
+}
+
+/// Refuses (naming the field `executor`) unless tenant `tenant` owns executor `executor_id`
+/// (named `name`): what binding a server to it or selecting roots on it requires.
+pub(crate) async fn require_owner(
+    conn: &mut AnyConnection,
+    executor_id: &str,
+    tenant: TenantId,
+    tenant_slug: &str,
+    name: &str,
+) -> Result<(), StoreError> {
+    let owned: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM executor_owners WHERE executor_id = $1 AND tenant_id = $2")
+            .bind(executor_id)
+            .bind(tenant)
+            .fetch_one(&mut *conn)
+            .await?;
+    if owned == 0 {
+        return Err(StoreError::Invalid {
+            field: "executor",
+            message: format!("tenant `{tenant_slug}` does not own remote executor `{name}`"),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -61,18 +61,7 @@ async fn owned_executor_id(
             message: format!("`{name}` is a {kind} executor: roots are selected only on a remote executor"),
         });
     }
-    let owned: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM executor_owners WHERE executor_id = $1 AND tenant_id = $2")
-            .bind(&id)
-            .bind(tenant)
-            .fetch_one(&mut *conn)
-            .await?;
-    if owned == 0 {
-        return Err(StoreError::Invalid {
-            field: "executor",
-            message: format!("tenant `{tenant_slug}` does not own remote executor `{name}`"),
-        });
-    }
+    super::entities::require_owner(&mut *conn, &id, tenant, tenant_slug, name).await?;
     Ok(id)
 }
 

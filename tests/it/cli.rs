@@ -181,24 +181,22 @@ fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
     }
 }
 
+/// Runs `scopegate admin ARGS` against the database at `url`, in `dir`: (success, stdout, stderr).
+pub fn admin(dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = scopegate(dir).env("SCOPEGATE_DATABASE__URL", url).arg("admin").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `scopegate admin` end to end on both databases: every resource created, listed and
 /// deleted; refusals name the field and change nothing.
 async fn admin_commands(backend: Backend) {
     let test_db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let out = scopegate(dir.path())
-            .env("SCOPEGATE_DATABASE__URL", &test_db.url)
-            .arg("admin")
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| admin(dir.path(), &test_db.url, args);
     let ok = |args: &[&str]| {
         let (success, stdout, stderr) = run(args);
         assert!(success, "{args:?}: {stderr}");
