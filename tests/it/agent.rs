@@ -394,8 +394,14 @@ async fn files_are_read_inside_the_root_in_bounded_chunks() {
         ("not a file: URI", "work/.mcp.json".to_owned(), 1 << 20, Refusal::Invalid, "not a file: URI"),
     ];
     for (what, file, max_bytes, class, text) in rows {
-        let opened = tokio::time::timeout(WAIT, prepare(&host, Open::ReadFile { uri: file, max_bytes })).await;
-        let reason = opened.expect(what).err().unwrap_or_else(|| panic!("{what}: opened"));
+        let Ok(opened) = tokio::time::timeout(WAIT, prepare(&host, Open::ReadFile { uri: file, max_bytes })).await
+        else {
+            // Opening the pipe waits for a writer: be one, so the blocked thread ends and the
+            // test fails rather than hangs.
+            let _ = std::fs::OpenOptions::new().write(true).open(d.root.join("work/fifo"));
+            panic!("{what}: no answer within {WAIT:?}");
+        };
+        let reason = opened.err().unwrap_or_else(|| panic!("{what}: opened"));
         assert_eq!(Refusal::split(&reason).0, Some(class), "{what}: {reason}");
         assert!(Refusal::split(&reason).1.contains(text), "{what}: {reason}");
     }

@@ -361,11 +361,14 @@ mod tests {
             tx.close(reason);
             assert_eq!(within("the read", reading).await.unwrap(), Err(expected), "{reason}");
         }
-        // The tunnel ending mid-read.
+        // The tunnel ending mid-read: one frame past the window is sent only once the gateway
+        // has read some, so the read is under way when the tunnel ends.
         let gateway = pair.gateway.clone();
         let reading = tokio::spawn(async move { read(&gateway, &uri("file:///r/p"), 100, WAIT).await });
         let (tx, _rx) = within("the request", pair.incoming.next()).await.unwrap().accept().split();
-        tx.send(Bytes::from_static(b"part")).await.unwrap();
+        for _ in 0..=settings().window {
+            within("credit", tx.send(Bytes::from_static(b"part"))).await.unwrap();
+        }
         pair.agent.close("the agent went away");
         let err = within("the read", reading).await.unwrap().unwrap_err();
         assert!(matches!(&err, ReadFileError::Disconnected(r) if r.contains("the agent went away")), "{err:?}");
