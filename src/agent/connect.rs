@@ -82,13 +82,8 @@ pub fn http_client(ca_file: Option<&Path>) -> Result<reqwest::Client, AgentError
         .tcp_nodelay(true)
         .http1_only();
     if let Some(path) = ca_file {
-        let bad = |message: String| AgentError::CaFile { path: path.to_owned(), message };
-        let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(bad("no PEM certificate in the file".to_owned()));
-        }
-        builder = builder.tls_certs_merge(certs);
+        builder = crate::tls::trust_ca_file(builder, path)
+            .map_err(|message| AgentError::CaFile { path: path.to_owned(), message })?;
     }
     builder.build().map_err(|e| AgentError::Client(e.to_string()))
 }

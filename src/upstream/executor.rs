@@ -82,13 +82,8 @@ impl LocalExecutor {
             .tcp_nodelay(true)
             .pool_max_idle_per_host(64);
         if !ca_file.is_empty() {
-            let bad = |message: String| UpstreamError::Config { key: "upstream.ca_file", message };
-            let pem = std::fs::read(ca_file).map_err(|e| bad(format!("reading {ca_file}: {e}")))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(bad("no PEM certificate in the file".to_owned()));
-            }
-            builder = builder.tls_certs_merge(certs);
+            builder = crate::tls::trust_ca_file(builder, std::path::Path::new(ca_file))
+                .map_err(|message| UpstreamError::Config { key: "upstream.ca_file", message })?;
         }
         let http = builder.build().map_err(|e| UpstreamError::Connect(e.to_string()))?;
         Ok(Self { root, inherit_env, http, assertion_header })
