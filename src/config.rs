@@ -100,6 +100,11 @@ pub struct UpstreamConfig {
     /// A PEM file of CA certificates trusted for HTTPS upstreams besides the platform's own
     /// roots (empty: the platform's roots only), for upstreams behind a private CA.
     pub ca_file: String,
+    /// A file holding the key that seals upstream OAuth credentials at rest: 32 random bytes
+    /// as standard base64 (`scopegate admin oauth keygen`). Empty: none; start-up then refuses
+    /// once any credential is stored.
+    #[serde(default)]
+    pub token_key_file: String,
     /// How often the gateway pings each connected executor agent; an agent silent for three
     /// of these is dropped.
     pub executor_heartbeat_secs: u64,

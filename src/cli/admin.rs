@@ -1,8 +1,8 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
 //! executors (and their owners and secrets), `mcp-server` entities, bindings, grants of
-//! upstream tools and allowances of plugin roots. Each command is one transaction: an error
-//! names the field and leaves nothing half-written. Never prints a secret before its
-//! transaction has committed.
+//! upstream tools and allowances of plugin roots (`admin oauth`, the credential key, is in
+//! `oauth.rs`). Each command is one transaction: an error names the field and leaves nothing
+//! half-written. Never prints a secret before its transaction has committed.
 
 use clap::{Args, Subcommand};
 
@@ -53,6 +53,9 @@ pub enum AdminCommand {
     /// Plugin roots a role may select on a remote executor: no allowance, no root.
     #[command(subcommand)]
     Root(RootCmd),
+    /// The key that seals upstream OAuth credentials: create one, rotate to a new one.
+    #[command(subcommand)]
+    Oauth(super::oauth::OauthCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,6 +370,11 @@ fn rows<T: serde::Serialize>(items: &[T], columns: &[&'static str]) -> Listing {
 }
 
 pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
+    let args = match args {
+        // Its own transaction (rotate-key) or no database at all (keygen).
+        AdminArgs { command: AdminCommand::Oauth(cmd), .. } => return super::oauth::run(config, cmd).await,
+        args => args,
+    };
     let db = Db::connect(&config.database).await?;
     db.migrate().await?;
     let result = execute(&db, args).await;
@@ -542,6 +550,10 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError>
                 .map(|x| Some(rows(&x, &["id", "executor", "base", "role"]))),
             RootCmd::Delete { tenant, id } => roots::delete_root_allowance(c, &tenant, &id).await.map(|_| None),
         },
+        // Dispatched by `run` before any transaction is opened.
+        AdminCommand::Oauth(_) => {
+            Err(StoreError::Invalid { field: "command", message: "`admin oauth` runs outside this transaction".into() })
+        }
     }?;
     tx.commit().await?;
     let output = match (listing, secret, new_id) {

@@ -5,6 +5,7 @@ mod audit;
 mod executor;
 mod guards;
 mod migrate;
+mod oauth;
 mod serve;
 mod token;
 
@@ -35,7 +36,7 @@ pub enum Command {
     /// Audit trail tools.
     Audit(audit::AuditArgs),
     /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings,
-    /// grants, root allowances.
+    /// grants, root allowances, and the key of upstream OAuth credentials.
     Admin(admin::AdminArgs),
     /// The build-time guard: `guards report` prints the report of this build's sources.
     Guards(guards::GuardsArgs),
@@ -59,6 +60,8 @@ pub enum CliError {
     Checkpoint(#[from] crate::audit::checkpoint::CheckpointError),
     #[error(transparent)]
     GuardsReport(#[from] guards::ReportError),
+    #[error(transparent)]
+    Vault(#[from] crate::store::vault::VaultError),
     #[error("{0}")]
     Usage(String),
     #[error(transparent)]

@@ -47,6 +47,8 @@ pub struct AppState {
     pub audit: AuditWriter,
     /// Signs identity assertions for upstream servers.
     pub assertions: Arc<AssertionSigner>,
+    /// Upstream OAuth credentials, sealed at rest; `None` when `upstream.token_key_file` is unset.
+    pub vault: Option<Arc<crate::store::vault::TokenVault>>,
     pub(crate) gate: Arc<Gate>,
     ready: Arc<AtomicBool>,
     /// Cancelled at shutdown: ends MCP sessions and streams so connections can drain.
@@ -65,6 +67,8 @@ pub enum StartError {
     Upstreams(#[from] crate::upstream::executor::UpstreamError),
     #[error("audit checkpoints: {0}")]
     Checkpoints(#[from] crate::audit::checkpoint::CheckpointError),
+    #[error("upstream OAuth credentials: {0}")]
+    Vault(#[from] crate::store::vault::VaultError),
     #[error("binding {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -104,6 +108,10 @@ impl Gateway {
         let mut config = config;
         // Before anything is bound or written: a bad checkpoint key stops start-up here.
         let checkpoints = crate::audit::checkpoint::from_config(&config.audit)?;
+        let token_key = match config.upstream.token_key_file.as_str() {
+            "" => None,
+            path => Some(crate::store::vault::VaultKey::load(std::path::Path::new(path), "upstream.token_key_file")?),
+        };
         let listener = TcpListener::bind(config.server.listen)
             .await
             .map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
@@ -113,6 +121,9 @@ impl Gateway {
         config.server.listen = local_addr;
         let db = Db::connect(&config.database).await?;
         db.migrate().await?;
+        // Stored credentials need the key they were sealed with, or nothing can use them.
+        crate::store::vault::check_at_start(&db, token_key.as_ref()).await?;
+        let vault = token_key.map(|key| Arc::new(crate::store::vault::TokenVault::new(db.clone(), key)));
         let checkpointer = match checkpoints {
             Some((key, sink)) => Some(crate::audit::checkpoint::Checkpointer::new(db.clone(), key, sink)?),
             None => None,
@@ -146,6 +157,7 @@ impl Gateway {
             sessions: Arc::new(SessionRegistry::new()),
             audit,
             assertions,
+            vault,
             gate,
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod principal;
 pub mod roots;
 pub mod scoped;
+pub mod vault;
 
 use std::path::Path;
 use std::str::FromStr;

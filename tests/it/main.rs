@@ -30,3 +30,4 @@ mod store;
 mod tool_results;
 mod type_privacy;
 mod upstream;
+mod vault;

@@ -1,0 +1,533 @@
+//! The token vault: upstream OAuth credentials of a tenant (or of one of its users) per server,
+//! sealed with AES-256-GCM; never logs, prints or returns a credential except to its caller.
+//!
+//! Each row is sealed under a fresh random nonce with associated data naming its owner (tenant,
+//! user or none, server), so a ciphertext copied into another tenant's, user's or server's row
+//! fails to open instead of handing one owner's token to another. A row sealed under another
+//! key, or one that fails authentication, is an error, never garbage. Errors and `Debug` output
+//! name the owner and key ids only: no plaintext, no key bytes.
+//!
+//! The key is 32 random bytes, written in its file as standard base64 (44 characters, as
+//! `scopegate admin oauth keygen` prints it). Its id is the first 8 hex digits of its SHA-256.
+//! The vault lives beside the other SQL in `store`, since it is the only code that reads or
+//! writes `oauth_credentials`.
+
+use std::fmt;
+use std::path::Path;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::Serialize;
+use sqlx::{AnyConnection, Row};
+use uuid::Uuid;
+
+use super::entities::validate_server_id;
+use super::{Db, StoreError, TenantId, UserId, now_millis};
+
+/// Length of a key in bytes.
+pub const KEY_LEN: usize = 32;
+
+/// Associated data starts with this, so a sealed credential is never valid as anything else.
+const AAD_CONTEXT: &str = "scopegate oauth credential v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A key file that can't be read or does not hold a key; `name` is the configuration key or
+    /// flag that named it.
+    #[error("`{name}`: {message}")]
+    Key { name: &'static str, message: String },
+    /// Start-up or an operation found rows the configured key can't open.
+    #[error("{0}")]
+    KeyMismatch(String),
+    /// A row under the right key id that fails authentication (tampered with, or moved from
+    /// another owner's row).
+    #[error("the credential of {owner} does not decrypt (altered, or not sealed for this owner)")]
+    Undecryptable { owner: String },
+    #[error("sealing a credential failed")]
+    Seal,
+}
+
+impl From<sqlx::Error> for VaultError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(StoreError::Sql(e))
+    }
+}
+
+/// An AEAD key with its id. `Debug` shows the id only.
+pub struct VaultKey {
+    key: LessSafeKey,
+    id: String,
+}
+
+impl fmt::Debug for VaultKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VaultKey").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl VaultKey {
+    /// A key from the text of a key file: 32 bytes in standard base64, surrounding whitespace
+    /// ignored. `name` (a configuration key or a flag) is named in the error.
+    pub fn parse(text: &str, name: &'static str) -> Result<Self, VaultError> {
+        let refuse = || VaultError::Key {
+            name,
+            message: format!(
+                "the key file must hold {KEY_LEN} random bytes as standard base64 (44 characters), \
+                 as `scopegate admin oauth keygen` prints them"
+            ),
+        };
+        let text = text.trim();
+        if text.len() != 44 {
+            return Err(refuse());
+        }
+        let bytes = STANDARD.decode(text).map_err(|_| refuse())?;
+        let bytes: [u8; KEY_LEN] = bytes.try_into().map_err(|_| refuse())?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// Reads and parses the key file at `path`; `name` is named in any error.
+    pub fn load(path: &Path, name: &'static str) -> Result<Self, VaultError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| VaultError::Key { name, message: format!("{}: {e}", path.display()) })?;
+        Self::parse(&text, name)
+    }
+
+    fn from_bytes(bytes: &[u8; KEY_LEN]) -> Result<Self, VaultError> {
+        let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| VaultError::Seal)?;
+        let id = crate::audit::digest::sha256_hex(bytes)[..8].to_owned();
+        Ok(Self { key: LessSafeKey::new(key), id })
+    }
+
+    /// A new random key, encoded as a key file holds it.
+    pub fn generate() -> Result<String, VaultError> {
+        let mut bytes = [0u8; KEY_LEN];
+        SystemRandom::new().fill(&mut bytes).map_err(|_| VaultError::Seal)?;
+        Ok(STANDARD.encode(bytes))
+    }
+
+    /// The first 8 hex digits of the key's SHA-256.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn seal(&self, owner: &Owner<'_>, plaintext: &[u8]) -> Result<(String, String), VaultError> {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new().fill(&mut nonce).map_err(|_| VaultError::Seal)?;
+        let mut sealed = plaintext.to_vec();
+        self.key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(owner.aad()), &mut sealed)
+            .map_err(|_| VaultError::Seal)?;
+        Ok((STANDARD.encode(nonce), STANDARD.encode(sealed)))
+    }
+
+    fn open(&self, owner: &Owner<'_>, nonce: &str, sealed: &str) -> Result<Vec<u8>, VaultError> {
+        let fail = || VaultError::Undecryptable { owner: owner.to_string() };
+        let nonce: [u8; NONCE_LEN] = STANDARD.decode(nonce).map_err(|_| fail())?.try_into().map_err(|_| fail())?;
+        let mut sealed = STANDARD.decode(sealed).map_err(|_| fail())?;
+        let plain = self
+            .key
+            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(owner.aad()), &mut sealed)
+            .map_err(|_| fail())?;
+        Ok(plain.to_vec())
+    }
+}
+
+/// Whose credential a row is.
+struct Owner<'a> {
+    tenant: TenantId,
+    server: &'a str,
+    user: Option<UserId>,
+}
+
+impl Owner<'_> {
+    /// Tenant and user are fixed-width UUIDs (or `-`), and the server comes last, so no two
+    /// owners share associated data.
+    fn aad(&self) -> Vec<u8> {
+        let user = self.user.map_or_else(|| "-".to_owned(), |u| u.to_string());
+        format!("{AAD_CONTEXT}\n{}\n{user}\n{}", self.tenant, self.server).into_bytes()
+    }
+}
+
+impl fmt::Display for Owner<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.user {
+            Some(user) => write!(f, "user {user} of tenant {} for server `{}`", self.tenant, self.server),
+            None => write!(f, "tenant {} for server `{}`", self.tenant, self.server),
+        }
+    }
+}
+
+/// Whether a stored credential is usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialStatus {
+    Ok,
+    /// A refresh failed: someone must log in again.
+    LoginNeeded,
+}
+
+impl CredentialStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::LoginNeeded => "login_needed",
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self, VaultError> {
+        match value {
+            "ok" => Ok(Self::Ok),
+            "login_needed" => Ok(Self::LoginNeeded),
+            other => Err(StoreError::Invalid { field: "status", message: format!("`{other}` in the database") }.into()),
+        }
+    }
+}
+
+/// One stored credential, described without its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CredentialInfo {
+    pub server: String,
+    /// `None`: the tenant's credential for the server.
+    pub user: Option<UserId>,
+    pub status: CredentialStatus,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at: i64,
+}
+
+/// Reads and writes credentials under one key. `Debug` shows the key id only.
+#[derive(Debug)]
+pub struct TokenVault {
+    db: Db,
+    key: VaultKey,
+}
+
+/// Matches the owner's row: `$1` tenant, `$2` server, `$3` user id or ''.
+const OWNER: &str = "tenant_id = $1 AND server = $2 AND COALESCE(user_id, '') = $3";
+
+fn user_text(user: Option<UserId>) -> String {
+    user.map(|u| u.to_string()).unwrap_or_default()
+}
+
+fn owner<'a>(tenant: TenantId, server: &'a str, user: Option<UserId>) -> Result<Owner<'a>, VaultError> {
+    validate_server_id(server)?;
+    Ok(Owner { tenant, server, user })
+}
+
+impl TokenVault {
+    pub fn new(db: Db, key: VaultKey) -> Self {
+        Self { db, key }
+    }
+
+    pub fn key_id(&self) -> &str {
+        self.key.id()
+    }
+
+    /// Stores (or replaces) the credential of the owner and marks it usable. The tenant, and
+    /// the user when given, must exist (the user in that tenant).
+    pub async fn put(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+        plaintext: &[u8],
+    ) -> Result<(), VaultError> {
+        let owner = owner(tenant, server, user)?;
+        let (nonce, sealed) = self.key.seal(&owner, plaintext)?;
+        let mut tx = self.db.begin().await?;
+        let now = now_millis();
+        let updated = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE oauth_credentials SET key_id = $4, nonce = $5, ciphertext = $6, status = 'ok', \
+             updated_at = $7 WHERE {OWNER}"
+        )))
+        .bind(tenant)
+        .bind(server)
+        .bind(user_text(user))
+        .bind(self.key.id())
+        .bind(&nonce)
+        .bind(&sealed)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            sqlx::query(
+                "INSERT INTO oauth_credentials \
+                 (id, tenant_id, server, user_id, key_id, nonce, ciphertext, status, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'ok', $8)",
+            )
+            .bind(Uuid::now_v7().to_string())
+            .bind(tenant)
+            .bind(server)
+            .bind(user)
+            .bind(self.key.id())
+            .bind(&nonce)
+            .bind(&sealed)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match &e {
+                sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                    VaultError::Store(StoreError::NotFound(format!("no such owner: {owner}")))
+                }
+                _ => e.into(),
+            })?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The owner's credential, opened; `None` when there is none. It is returned whatever its
+    /// status (see [`TokenVault::status`]). Only the owner's own row is read: a user's
+    /// credential is never returned for the tenant or another user, nor the tenant's for a user.
+    pub async fn get(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+    ) -> Result<Option<Vec<u8>>, VaultError> {
+        let owner = owner(tenant, server, user)?;
+        let mut conn = self.db.pool().acquire().await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT key_id, nonce, ciphertext FROM oauth_credentials WHERE {OWNER}"
+        )))
+        .bind(tenant)
+        .bind(server)
+        .bind(user_text(user))
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let key_id: String = row.try_get("key_id")?;
+        if key_id != self.key.id() {
+            return Err(VaultError::KeyMismatch(format!(
+                "the credential of {owner} is sealed under key {key_id}, not the configured key {} \
+                 (upstream.token_key_file)",
+                self.key.id()
+            )));
+        }
+        let nonce: String = row.try_get("nonce")?;
+        let sealed: String = row.try_get("ciphertext")?;
+        self.key.open(&owner, &nonce, &sealed).map(Some)
+    }
+
+    /// Marks the owner's credential as needing a new login. False when there is none.
+    pub async fn mark_login_needed(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+    ) -> Result<bool, VaultError> {
+        owner(tenant, server, user)?;
+        let mut tx = self.db.begin().await?;
+        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE oauth_credentials SET status = 'login_needed', updated_at = $4 WHERE {OWNER}"
+        )))
+        .bind(tenant)
+        .bind(server)
+        .bind(user_text(user))
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The status of the owner's credential; `None` when there is none.
+    pub async fn status(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+    ) -> Result<Option<CredentialStatus>, VaultError> {
+        owner(tenant, server, user)?;
+        let status: Option<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT status FROM oauth_credentials WHERE {OWNER}")))
+                .bind(tenant)
+                .bind(server)
+                .bind(user_text(user))
+                .fetch_optional(self.db.pool())
+                .await?;
+        status.as_deref().map(CredentialStatus::parse).transpose()
+    }
+
+    /// Deletes the owner's credential (logout). False when there was none.
+    pub async fn delete(&self, tenant: TenantId, server: &str, user: Option<UserId>) -> Result<bool, VaultError> {
+        owner(tenant, server, user)?;
+        let mut tx = self.db.begin().await?;
+        let done = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM oauth_credentials WHERE {OWNER}")))
+            .bind(tenant)
+            .bind(server)
+            .bind(user_text(user))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The tenant's credentials, described (never their content), by server, tenant's first.
+    pub async fn list(&self, tenant: TenantId) -> Result<Vec<CredentialInfo>, VaultError> {
+        let rows = sqlx::query(
+            "SELECT server, user_id, status, updated_at FROM oauth_credentials WHERE tenant_id = $1 \
+             ORDER BY server, COALESCE(user_id, '')",
+        )
+        .bind(tenant)
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                Ok(CredentialInfo {
+                    server: row.try_get("server")?,
+                    user: row.try_get("user_id")?,
+                    status: CredentialStatus::parse(&status)?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The ids of the keys rows are sealed under, sorted.
+async fn key_ids(conn: &mut AnyConnection) -> Result<Vec<String>, VaultError> {
+    Ok(sqlx::query_scalar("SELECT DISTINCT key_id FROM oauth_credentials ORDER BY key_id").fetch_all(conn).await?)
+}
+
+/// The start-up rule: once any credential is stored, the gateway needs the key it is sealed
+/// under. Refuses when rows exist and no key is configured, or when any row is sealed under
+/// another key (a rotation commits all rows at once, so after `rotate-key` every row is under
+/// the new key and the configuration must name it).
+pub async fn check_at_start(db: &Db, key: Option<&VaultKey>) -> Result<(), VaultError> {
+    let mut conn = db.pool().acquire().await?;
+    let ids = key_ids(&mut conn).await?;
+    match key {
+        None if !ids.is_empty() => Err(VaultError::KeyMismatch(format!(
+            "upstream OAuth credentials are stored (sealed under key {}), but upstream.token_key_file \
+             is not set: name the key file they were sealed with",
+            ids.join(", ")
+        ))),
+        Some(key) if ids.iter().any(|id| id != key.id()) => Err(VaultError::KeyMismatch(format!(
+            "upstream OAuth credentials are sealed under key {}, but upstream.token_key_file holds key {}: \
+             name the key they were sealed with (after `admin oauth rotate-key`, the new key)",
+            ids.join(", "),
+            key.id()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Re-seals every credential sealed under `old` with `new`, in one transaction: all or
+/// nothing. Rows already under `new` are left alone; any row under neither key, or one that
+/// `old` can't open, refuses the whole rotation. Returns how many rows were re-sealed.
+pub async fn rotate_key(db: &Db, old: &VaultKey, new: &VaultKey) -> Result<usize, VaultError> {
+    if old.id() == new.id() {
+        return Err(VaultError::Key { name: "--new-key-file", message: "is the same key as --old-key-file".into() });
+    }
+    let mut tx = db.begin().await?;
+    let strays: Vec<String> =
+        key_ids(&mut tx).await?.into_iter().filter(|id| id != old.id() && id != new.id()).collect();
+    if !strays.is_empty() {
+        return Err(VaultError::KeyMismatch(format!(
+            "credentials are sealed under key {}, which is neither --old-key-file (key {}) nor \
+             --new-key-file (key {}): nothing was changed",
+            strays.join(", "),
+            old.id(),
+            new.id()
+        )));
+    }
+    let rows = sqlx::query(
+        "SELECT id, tenant_id, server, user_id, nonce, ciphertext FROM oauth_credentials WHERE key_id = $1",
+    )
+    .bind(old.id())
+    .fetch_all(&mut *tx)
+    .await?;
+    for row in &rows {
+        let id: String = row.try_get("id")?;
+        let server: String = row.try_get("server")?;
+        let owner = Owner { tenant: row.try_get("tenant_id")?, server: &server, user: row.try_get("user_id")? };
+        let nonce: String = row.try_get("nonce")?;
+        let sealed: String = row.try_get("ciphertext")?;
+        let plain = old.open(&owner, &nonce, &sealed)?;
+        let (nonce, sealed) = new.seal(&owner, &plain)?;
+        sqlx::query("UPDATE oauth_credentials SET key_id = $1, nonce = $2, ciphertext = $3 WHERE id = $4")
+            .bind(new.id())
+            .bind(nonce)
+            .bind(sealed)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(rows.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAME: &str = "upstream.token_key_file";
+
+    #[test]
+    fn a_generated_key_parses_and_has_a_stable_id() {
+        let text = VaultKey::generate().unwrap();
+        assert_eq!(text.len(), 44);
+        let a = VaultKey::parse(&text, NAME).unwrap();
+        let b = VaultKey::parse(&format!("  {text}\n"), NAME).unwrap();
+        assert_eq!(a.id(), b.id(), "surrounding whitespace is ignored");
+        assert_eq!(a.id().len(), 8);
+        assert!(a.id().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.id(), VaultKey::parse(&VaultKey::generate().unwrap(), NAME).unwrap().id());
+        let zero = VaultKey::parse(&STANDARD.encode([0u8; KEY_LEN]), NAME).unwrap();
+        assert_eq!(zero.id(), &crate::audit::digest::sha256_hex(&[0u8; KEY_LEN])[..8]);
+    }
+
+    #[test]
+    fn anything_but_32_bytes_of_standard_base64_is_refused() {
+        let hex64 = "00".repeat(KEY_LEN);
+        let url_safe = base64::engine::general_purpose::URL_SAFE.encode([0xfbu8; KEY_LEN]);
+        let cases: &[(&str, &str)] = &[
+            ("", "empty"),
+            (&hex64, "hex"),
+            (&url_safe, "URL-safe base64"),
+            ("AAAA", "too short"),
+            (&STANDARD.encode([1u8; 31]), "31 bytes"),
+            (&STANDARD.encode([1u8; 33]), "33 bytes"),
+            (&STANDARD.encode([1u8; 32]).replace('=', ""), "no padding"),
+            ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!=", "not base64"),
+        ];
+        for (text, why) in cases {
+            let err = VaultKey::parse(text, NAME).expect_err(why).to_string();
+            assert!(err.contains(NAME), "{why}: the error names the key: {err}");
+            assert!(err.contains("base64"), "{why}: the error says the encoding: {err}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_key_bytes() {
+        let text = STANDARD.encode([7u8; KEY_LEN]);
+        let key = VaultKey::parse(&text, NAME).unwrap();
+        let shown = format!("{key:?}");
+        assert!(shown.contains(key.id()));
+        assert!(!shown.contains(&text) && !shown.contains("7, 7"), "{shown}");
+    }
+
+    #[test]
+    fn a_sealed_credential_opens_only_for_its_owner() {
+        let key = VaultKey::parse(&VaultKey::generate().unwrap(), NAME).unwrap();
+        let tenant = TenantId::generate();
+        let user = UserId::generate();
+        let owner = Owner { tenant, server: "github", user: Some(user) };
+        let (nonce, sealed) = key.seal(&owner, b"secret-token").unwrap();
+        assert_eq!(key.open(&owner, &nonce, &sealed).unwrap(), b"secret-token");
+        for other in [
+            Owner { tenant: TenantId::generate(), server: "github", user: Some(user) },
+            Owner { tenant, server: "gitlab", user: Some(user) },
+            Owner { tenant, server: "github", user: None },
+            Owner { tenant, server: "github", user: Some(UserId::generate()) },
+        ] {
+            let err = key.open(&other, &nonce, &sealed).unwrap_err().to_string();
+            assert!(!err.contains("secret-token"), "{err}");
+        }
+    }
+}
