@@ -437,7 +437,7 @@ pub async fn rotate_key(db: &Db, old: &VaultKey, new: &VaultKey) -> Result<usize
         )));
     }
     let rows = sqlx::query(
-        "SELECT id, tenant_id, server, user_id, nonce, ciphertext FROM oauth_credentials WHERE key_id = $1",
+        "SELECT id, tenant_id, server, user_id, nonce, ciphertext FROM oauth_credentials WHERE key_id = $1 ORDER BY id",
     )
     .bind(old.id())
     .fetch_all(&mut *tx)
