@@ -80,11 +80,8 @@ impl VaultKey {
                  as `scopegate admin oauth keygen` prints them"
             ),
         };
-        let text = text.trim();
-        if text.len() != 44 {
-            return Err(refuse());
-        }
-        let bytes = STANDARD.decode(text).map_err(|_| refuse())?;
+        // The standard engine requires the padding, and exactly 32 bytes must come out.
+        let bytes = STANDARD.decode(text.trim()).map_err(|_| refuse())?;
         let bytes: [u8; KEY_LEN] = bytes.try_into().map_err(|_| refuse())?;
         Self::from_bytes(&bytes)
     }
@@ -206,7 +203,11 @@ pub struct TokenVault {
 }
 
 /// Matches the owner's row: `$1` tenant, `$2` server, `$3` user id or ''.
-const OWNER: &str = "tenant_id = $1 AND server = $2 AND COALESCE(user_id, '') = $3";
+macro_rules! owner_row {
+    () => {
+        "tenant_id = $1 AND server = $2 AND COALESCE(user_id, '') = $3"
+    };
+}
 
 fn user_text(user: Option<UserId>) -> String {
     user.map(|u| u.to_string()).unwrap_or_default()
@@ -239,10 +240,11 @@ impl TokenVault {
         let (nonce, sealed) = self.key.seal(&owner, plaintext)?;
         let mut tx = self.db.begin().await?;
         let now = now_millis();
-        let updated = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let updated = sqlx::query(concat!(
             "UPDATE oauth_credentials SET key_id = $4, nonce = $5, ciphertext = $6, status = 'ok', \
-             updated_at = $7 WHERE {OWNER}"
-        )))
+             updated_at = $7 WHERE ",
+            owner_row!()
+        ))
         .bind(tenant)
         .bind(server)
         .bind(user_text(user))
@@ -290,14 +292,12 @@ impl TokenVault {
     ) -> Result<Option<Vec<u8>>, VaultError> {
         let owner = owner(tenant, server, user)?;
         let mut conn = self.db.pool().acquire().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT key_id, nonce, ciphertext FROM oauth_credentials WHERE {OWNER}"
-        )))
-        .bind(tenant)
-        .bind(server)
-        .bind(user_text(user))
-        .fetch_optional(&mut *conn)
-        .await?;
+        let row = sqlx::query(concat!("SELECT key_id, nonce, ciphertext FROM oauth_credentials WHERE ", owner_row!()))
+            .bind(tenant)
+            .bind(server)
+            .bind(user_text(user))
+            .fetch_optional(&mut *conn)
+            .await?;
         let Some(row) = row else { return Ok(None) };
         let key_id: String = row.try_get("key_id")?;
         if key_id != self.key.id() {
@@ -321,9 +321,10 @@ impl TokenVault {
     ) -> Result<bool, VaultError> {
         owner(tenant, server, user)?;
         let mut tx = self.db.begin().await?;
-        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE oauth_credentials SET status = 'login_needed', updated_at = $4 WHERE {OWNER}"
-        )))
+        let done = sqlx::query(concat!(
+            "UPDATE oauth_credentials SET status = 'login_needed', updated_at = $4 WHERE ",
+            owner_row!()
+        ))
         .bind(tenant)
         .bind(server)
         .bind(user_text(user))
@@ -343,7 +344,7 @@ impl TokenVault {
     ) -> Result<Option<CredentialStatus>, VaultError> {
         owner(tenant, server, user)?;
         let status: Option<String> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT status FROM oauth_credentials WHERE {OWNER}")))
+            sqlx::query_scalar(concat!("SELECT status FROM oauth_credentials WHERE ", owner_row!()))
                 .bind(tenant)
                 .bind(server)
                 .bind(user_text(user))
@@ -356,7 +357,7 @@ impl TokenVault {
     pub async fn delete(&self, tenant: TenantId, server: &str, user: Option<UserId>) -> Result<bool, VaultError> {
         owner(tenant, server, user)?;
         let mut tx = self.db.begin().await?;
-        let done = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM oauth_credentials WHERE {OWNER}")))
+        let done = sqlx::query(concat!("DELETE FROM oauth_credentials WHERE ", owner_row!()))
             .bind(tenant)
             .bind(server)
             .bind(user_text(user))
