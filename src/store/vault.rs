@@ -213,7 +213,8 @@ fn user_text(user: Option<UserId>) -> String {
     user.map(|u| u.to_string()).unwrap_or_default()
 }
 
-fn owner<'a>(tenant: TenantId, server: &'a str, user: Option<UserId>) -> Result<Owner<'a>, VaultError> {
+/// The owner of a credential, its server name checked as a binding's is.
+fn checked_owner<'a>(tenant: TenantId, server: &'a str, user: Option<UserId>) -> Result<Owner<'a>, VaultError> {
     validate_server_id(server)?;
     Ok(Owner { tenant, server, user })
 }
@@ -236,7 +237,7 @@ impl TokenVault {
         user: Option<UserId>,
         plaintext: &[u8],
     ) -> Result<(), VaultError> {
-        let owner = owner(tenant, server, user)?;
+        let owner = checked_owner(tenant, server, user)?;
         let (nonce, sealed) = self.key.seal(&owner, plaintext)?;
         let mut tx = self.db.begin().await?;
         let now = now_millis();
@@ -290,7 +291,7 @@ impl TokenVault {
         server: &str,
         user: Option<UserId>,
     ) -> Result<Option<Vec<u8>>, VaultError> {
-        let owner = owner(tenant, server, user)?;
+        let owner = checked_owner(tenant, server, user)?;
         let mut conn = self.db.pool().acquire().await?;
         let row = sqlx::query(concat!("SELECT key_id, nonce, ciphertext FROM oauth_credentials WHERE ", owner_row!()))
             .bind(tenant)
@@ -319,7 +320,7 @@ impl TokenVault {
         server: &str,
         user: Option<UserId>,
     ) -> Result<bool, VaultError> {
-        owner(tenant, server, user)?;
+        checked_owner(tenant, server, user)?;
         let mut tx = self.db.begin().await?;
         let done = sqlx::query(concat!(
             "UPDATE oauth_credentials SET status = 'login_needed', updated_at = $4 WHERE ",
@@ -342,7 +343,7 @@ impl TokenVault {
         server: &str,
         user: Option<UserId>,
     ) -> Result<Option<CredentialStatus>, VaultError> {
-        owner(tenant, server, user)?;
+        checked_owner(tenant, server, user)?;
         let status: Option<String> =
             sqlx::query_scalar(concat!("SELECT status FROM oauth_credentials WHERE ", owner_row!()))
                 .bind(tenant)
@@ -355,7 +356,7 @@ impl TokenVault {
 
     /// Deletes the owner's credential (logout). False when there was none.
     pub async fn delete(&self, tenant: TenantId, server: &str, user: Option<UserId>) -> Result<bool, VaultError> {
-        owner(tenant, server, user)?;
+        checked_owner(tenant, server, user)?;
         let mut tx = self.db.begin().await?;
         let done = sqlx::query(concat!("DELETE FROM oauth_credentials WHERE ", owner_row!()))
             .bind(tenant)

@@ -143,6 +143,8 @@ async fn table_holds_no_plaintext(backend: Backend) {
     let acme = tenant(&db, "acme").await;
     vault.put(acme, "github", None, TOKEN).await.unwrap();
     vault.put(acme, "github", Some(user(&db, "olivia@acme.test").await), TOKEN).await.unwrap();
+    let shown = format!("{vault:?}");
+    assert!(shown.contains(vault.key_id()) && !shown.contains(&key_text), "Debug shows the key id only: {shown}");
     let rows = raw_rows(&db).await;
     assert_eq!(rows.len(), 2);
     assert_ne!(rows[0].4, rows[1].4, "a fresh nonce per seal: the same plaintext seals differently");
