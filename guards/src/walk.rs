@@ -888,12 +888,12 @@ impl<'a> Walk<'a> {
                 };
                 let n = self.node(hop, |w| {
                     let mut ch = w.path_args(tpath, &sc);
-                    ch.extend(w.impl_items(&imp.item, &name, &sc));
+                    ch.extend(w.impl_items(&imp.item, &name, &sc, false));
                     ch
                 });
                 if interesting(&n) { vec![n] } else { Vec::new() }
             }
-            None => self.impl_items(&imp.item, &name, &sc),
+            None => self.impl_items(&imp.item, &name, &sc, false),
         }
     }
 
@@ -916,39 +916,16 @@ impl<'a> Walk<'a> {
             let mut ch = w.walk_type(&imp.item.self_ty, &sc);
             ch.extend(w.generics_nodes(&imp.item.generics, &sc));
             ch.extend(w.path_args(tpath, &sc));
-            for item in &imp.item.items {
-                match item {
-                    syn::ImplItem::Fn(f) => {
-                        let msc = Self::with_generics(&sc, &f.sig.generics);
-                        let hop = Hop {
-                            used_at: None,
-                            kind: HopKind::Method,
-                            label: format!("{name}::{}", f.sig.ident),
-                            file: sc.file.clone(),
-                            line: line_of(&f.sig.ident),
-                        };
-                        ch.push(w.node(hop, |w| w.sig_nodes(&f.sig, &msc, true, true)));
-                    }
-                    syn::ImplItem::Type(t) => {
-                        let hop = Hop {
-                            used_at: None,
-                            kind: HopKind::AssocType,
-                            label: format!("{name}::{}", t.ident),
-                            file: sc.file.clone(),
-                            line: line_of(&t.ident),
-                        };
-                        ch.push(w.node(hop, |w| w.walk_type(&t.ty, &sc)));
-                    }
-                    syn::ImplItem::Const(c) => ch.extend(w.walk_type(&c.ty, &sc)),
-                    _ => {}
-                }
-            }
+            ch.extend(w.impl_items(&imp.item, &name, &sc, true));
             ch
         });
         if interesting(&n) { vec![n] } else { Vec::new() }
     }
 
-    fn impl_items(&mut self, item: &syn::ItemImpl, name: &str, sc: &Scope) -> Vec<TreeNode> {
+    /// The items of an impl of a reached type: associated types, constructors' parameters and
+    /// methods' return types; with `whole`, for an impl reached through its trait, every
+    /// method's parameters and return type and the associated consts too.
+    fn impl_items(&mut self, item: &syn::ItemImpl, name: &str, sc: &Scope, whole: bool) -> Vec<TreeNode> {
         let mut items = Vec::new();
         for item in &item.items {
             match item {
@@ -962,7 +939,7 @@ impl<'a> Walk<'a> {
                         file: sc.file.clone(),
                         line: line_of(&f.sig.ident),
                     };
-                    let n = self.node(hop, |w| w.sig_nodes(&f.sig, &msc, ctor, !ctor));
+                    let n = self.node(hop, |w| w.sig_nodes(&f.sig, &msc, ctor || whole, !ctor || whole));
                     if interesting(&n) {
                         items.push(n);
                     }
@@ -977,6 +954,7 @@ impl<'a> Walk<'a> {
                     };
                     items.push(self.node(hop, |w| w.walk_type(&t.ty, sc)));
                 }
+                syn::ImplItem::Const(c) if whole => items.extend(self.walk_type(&c.ty, sc)),
                 _ => {}
             }
         }
