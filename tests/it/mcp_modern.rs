@@ -93,7 +93,7 @@ async fn post_modern(live: &Live, token: Option<&str>, session: Option<&str>, bo
 }
 
 /// The JSON-RPC message of a response (a JSON body or the SSE `data:` line with an id).
-async fn message(response: reqwest::Response) -> Value {
+pub async fn message(response: reqwest::Response) -> Value {
     let text = response.text().await.unwrap();
     serde_json::from_str(&text).unwrap_or_else(|_| {
         text.lines()

@@ -670,6 +670,26 @@ impl Drop for Netns {
     }
 }
 
+/// The fixture as a Streamable HTTP server `server_id` on the loopback of `netns` (only what
+/// runs in the namespace reaches it): the process (killed when dropped) and its address.
+pub async fn http_fixture_in(netns: &Netns, site: &Site, server_id: &str) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut upstream = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &netns.name, FIXTURE, "http", "127.0.0.1:0"])
+        .env("FIXTURE_ASSERTION_HEADER", &site.config.upstream.assertion_header)
+        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", site.base_url()))
+        .env("FIXTURE_SERVER_ID", server_id)
+        .env("FIXTURE_ISSUER", site.config.public_url())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    (upstream, addr)
+}
+
 /// An HTTP upstream only the executor can reach: it listens on the loopback of a network
 /// namespace, where the agent runs. The gateway host cannot reach it (a server bound to the
 /// local executor with the same URL is not served), yet through the agent it works, and
@@ -688,20 +708,7 @@ async fn http_only_the_executor_reaches(backend: Backend) {
     .await;
     let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
 
-    use tokio::io::AsyncBufReadExt;
-    let mut upstream = tokio::process::Command::new("ip")
-        .args(["netns", "exec", &netns.name, FIXTURE, "http", "127.0.0.1:0"])
-        .env("FIXTURE_ASSERTION_HEADER", &site.config.upstream.assertion_header)
-        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", site.base_url()))
-        .env("FIXTURE_SERVER_ID", "web")
-        .env("FIXTURE_ISSUER", site.config.public_url())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    let (mut upstream, addr) = http_fixture_in(&netns, &site, "web").await;
     let url = format!("http://{addr}/mcp");
     let declaration = json!({"type": "http", "url": url, "headers": {"x-declared": "${SCOPEGATE_TEST_AGENT_ONLY}"}});
     site.serve("acme", "web", &declaration, "build-01").await;

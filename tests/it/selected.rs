@@ -17,7 +17,8 @@ use scopegate::store::roots;
 use serde_json::{Value, json};
 
 use crate::mcp::{call, ok};
-use crate::remote::{Agent, Netns, Site, pid_alive, wait_gone};
+use crate::mcp_modern::message;
+use crate::remote::{Agent, Netns, Site, http_fixture_in, pid_alive, wait_gone};
 use crate::support::*;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -269,16 +270,7 @@ async fn stateless(backend: Backend) {
             Some(name) => request.header("mcp-name", name),
             None => request,
         };
-        async move {
-            let text = request.body(body.to_string()).send().await.unwrap().text().await.unwrap();
-            serde_json::from_str::<Value>(&text).unwrap_or_else(|_| {
-                text.lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-                    .rfind(|v| v.get("id").is_some())
-                    .unwrap_or(Value::Null)
-            })
-        }
+        async move { message(request.body(body.to_string()).send().await.unwrap()).await }
     };
     let meta = |roots: Option<Value>| {
         let mut meta = json!({
@@ -336,20 +328,7 @@ async fn http_over_the_executors_network(backend: Backend) {
     )
     .await;
     let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
-    use tokio::io::AsyncBufReadExt;
-    let mut upstream = tokio::process::Command::new("ip")
-        .args(["netns", "exec", &netns.name, FIXTURE, "http", "127.0.0.1:0"])
-        .env("FIXTURE_ASSERTION_HEADER", &site.config.upstream.assertion_header)
-        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", site.base_url()))
-        .env("FIXTURE_SERVER_ID", "web")
-        .env("FIXTURE_ISSUER", site.config.public_url())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    let (_upstream, addr) = http_fixture_in(&netns, &site, "web").await;
     let dir = site.root.path().join("plugins/web");
     std::fs::create_dir_all(&dir).unwrap();
     let mcp = json!({ "web": { "type": "http", "url": format!("http://{addr}/mcp") } });
@@ -419,7 +398,7 @@ async fn readme_example(backend: Backend) {
     assert!(example["params"]["_meta"][KEY].is_array());
     let token =
         Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", "olivia@acme.test"));
-    let text = reqwest::Client::new()
+    let response = reqwest::Client::new()
         .post(format!("{}/mcp", site.base_url()))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
@@ -427,13 +406,8 @@ async fn readme_example(backend: Backend) {
         .body(example.to_string())
         .send()
         .await
-        .unwrap()
-        .text()
-        .await
         .unwrap();
-    let answer: Value = serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|d| serde_json::from_str(d.trim()).ok()).unwrap()
-    });
+    let answer = message(response).await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert!(
         answer["error"]["message"].as_str().unwrap().starts_with("io.scopegate/selectedRoots[0].executor"),
