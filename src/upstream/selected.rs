@@ -36,9 +36,9 @@ use super::declaration::{Placement, ResolvedServer, parse_declarations};
 use super::executor::Executor;
 use super::remote::file::ReadFileError;
 use super::remote::{RemoteEnv, RemoteHostHandler};
-use super::roots::{AllowedRoot, RootRefusal, check_root_selection};
+use super::roots::{AllowedRoot, check_root_selection};
 use super::runtime::NAME_SEPARATOR;
-use super::{ExecutorId, PathUri};
+use super::ExecutorId;
 use crate::model::Role;
 use crate::store::{Db, StoreError, TenantId};
 
@@ -137,17 +137,13 @@ pub async fn authorize(
                 let field = format!("{SELECTED_ROOTS_KEY}[{i}].{}", refusal.field());
                 return Ok(Err(SelectionError {
                     field,
-                    message: refusal_text(&refusal),
+                    message: refusal.to_string(),
                     refusal: Some(refusal.reason()),
                 }));
             }
         }
     }
     Ok(Ok(out))
-}
-
-fn refusal_text(refusal: &RootRefusal) -> String {
-    refusal.to_string()
 }
 
 /// What one root declares, read once for a session: its servers placed under the root.
@@ -362,11 +358,6 @@ impl Selection {
             }
         }
         out
-    }
-
-    /// The selected root a request named, by index, for the audit.
-    pub fn root(&self, index: usize) -> Option<&PathUri> {
-        self.roots.get(index).map(|r| &r.root)
     }
 }
 
