@@ -31,6 +31,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::ExecutorId;
 use super::connection::Connection;
 use super::declaration::{Placement, ResolvedServer, parse_declarations};
 use super::executor::Executor;
@@ -38,7 +39,6 @@ use super::remote::file::ReadFileError;
 use super::remote::{RemoteEnv, RemoteHostHandler};
 use super::roots::{AllowedRoot, check_root_selection};
 use super::runtime::NAME_SEPARATOR;
-use super::ExecutorId;
 use crate::model::Role;
 use crate::store::{Db, StoreError, TenantId};
 
