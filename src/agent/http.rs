@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ErrorData, RequestId, ServerJsonRpcMessage};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +19,7 @@ use super::Host;
 const HANDSHAKE_SEND: std::time::Duration = std::time::Duration::from_secs(30);
 use super::io::{MessageSink, MessageSource};
 use crate::upstream::client::AssertingClient;
+use crate::upstream::oauth::UNAUTHORIZED_DATA_KEY;
 
 pub struct HttpServer {
     server: String,
@@ -61,7 +62,7 @@ impl HttpServer {
         // waiting. Until the handshake is over, one at a time and in order, as rmcp's own
         // client does: a message enters rmcp's HTTP worker only when its send is first polled,
         // and the worker takes the message after `initialize` to be `initialized`.
-        let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<(RequestId, String)>();
+        let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<(RequestId, String, bool)>();
         let mut sends = tokio::task::JoinSet::new();
         let mut handshaking = true;
         let reason = loop {
@@ -87,7 +88,7 @@ impl HttpServer {
                         if let Err(e) = send.await
                             && let Some(id) = id
                         {
-                            let _ = failed.send((id, e.to_string()));
+                            let _ = failed.send((id, e.to_string(), refused_credential(&e)));
                         }
                     };
                     if handshaking {
@@ -110,11 +111,16 @@ impl HttpServer {
                         Err(None) => break String::new(),
                     }
                 }
-                Some((id, error)) = failed_rx.recv() => {
-                    let answer = ServerJsonRpcMessage::error(
-                        ErrorData::internal_error(format!("the executor could not reach the server: {error}"), None),
-                        Some(id),
-                    );
+                Some((id, error, unauthorized)) = failed_rx.recv() => {
+                    // A 401 is marked so the gateway refreshes the token and sends the request
+                    // again; the message names no token either way.
+                    let answer = if unauthorized {
+                        let data = serde_json::json!({ UNAUTHORIZED_DATA_KEY: true });
+                        ErrorData::internal_error("the server refused the executor's credential (HTTP 401)", Some(data))
+                    } else {
+                        ErrorData::internal_error(format!("the executor could not reach the server: {error}"), None)
+                    };
+                    let answer = ServerJsonRpcMessage::error(answer, Some(id));
                     if let Err(reason) = forward(&sink, &answer, max_frame).await {
                         break reason.unwrap_or_default();
                     }
@@ -127,6 +133,19 @@ impl HttpServer {
         tracing::info!(%server, "HTTP server channel ended: {}", if reason.is_empty() { "closed" } else { &reason });
         sink.close(&reason);
     }
+}
+
+/// Whether a failed send was the server refusing the credential (HTTP 401), anywhere in the
+/// error's chain of causes.
+fn refused_credential(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(StreamableHttpError::AuthRequired(_)) = e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Sends one of the server's messages; `Err(Some(reason))` closes the channel with a reason,

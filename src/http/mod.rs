@@ -4,6 +4,7 @@
 mod executors;
 mod health;
 mod limits;
+mod oauth;
 mod well_known;
 
 use std::convert::Infallible;
@@ -163,13 +164,17 @@ impl Gateway {
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
         let agents = crate::upstream::remote::Agents::new();
+        let oauth =
+            state.vault.as_ref().map(|v| crate::upstream::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
         let upstreams = crate::upstream::runtime::Upstreams::from_config(
             &state.config.upstream,
             state.db.clone(),
             Arc::clone(&state.assertions),
             Arc::clone(&state.sessions),
             Arc::clone(&agents),
+            oauth,
         )?;
+        let login = oauth::LoginRoute { upstreams: Arc::clone(&upstreams) };
         spawn_executor_recheck(
             state.db.clone(),
             Arc::clone(&agents),
@@ -192,7 +197,7 @@ impl Gateway {
                 ..crate::tunnel::Settings::default()
             },
         };
-        let router = router(&state, mcp, protected(&state), executors);
+        let router = router(&state, mcp, protected(&state), executors, login);
         spawn_key_rotation(
             Arc::clone(&state.assertions),
             Duration::from_secs(state.config.upstream.key_rotation_secs),
@@ -337,7 +342,13 @@ pub async fn shutdown_signal() {
 /// Layers are stacked with `ServiceBuilder` around whole services, not with `Router::layer`:
 /// axum clones a route's service for every request, and a route layered level by level is a
 /// chain of boxed services (each cloned, and each cloning its inner service again).
-fn router<M>(state: &AppState, mcp: M, protected: Router, executors: executors::ExecutorRoute) -> Router
+fn router<M>(
+    state: &AppState,
+    mcp: M,
+    protected: Router,
+    executors: executors::ExecutorRoute,
+    login: oauth::LoginRoute,
+) -> Router
 where
     M: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
     M::Future: Send + 'static,
@@ -356,7 +367,13 @@ where
         .route("/.well-known/oauth-protected-resource/mcp", get(well_known::protected_resource))
         .route("/.well-known/jwks.json", get(well_known::jwks))
         .with_state(state.clone())
-        .route(crate::tunnel::CONNECT_PATH, get(executors::connect).with_state(executors));
+        .route(crate::tunnel::CONNECT_PATH, get(executors::connect).with_state(executors))
+        .merge(
+            Router::new()
+                .route(&format!("{}/{{secret}}", crate::upstream::oauth::START_PATH), get(oauth::start))
+                .route(crate::upstream::oauth::CALLBACK_PATH, get(oauth::callback))
+                .with_state(login),
+        );
     if state.config.metrics.enabled {
         let db = state.db.clone();
         public = public.route(

@@ -22,7 +22,7 @@ use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
-use crate::upstream::runtime::{Downstream, ProxyError, UpstreamCall, Upstreams, split_tool_name};
+use crate::upstream::runtime::{Downstream, LOGIN_TOOL, ProxyError, UpstreamCall, Upstreams, split_tool_name};
 use crate::upstream::selected::{self, Selection};
 
 /// What every session's handler shares: no caller in here.
@@ -142,18 +142,23 @@ impl GatewayServer {
             connection = Arc::clone(runtime.connection(server).ok_or(None)?);
             _held = selection;
         } else {
-            let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.session_id()).await.map_err(|e| {
+            let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), ctx.session_id()).await.map_err(|e| {
                 tracing::error!(error = %e, "resolving upstream servers failed");
                 Some(ProxyError::Unavailable("resolution failed".to_owned()))
             })?;
             connection = Arc::clone(snapshot.connection(server).ok_or(None)?);
             if !snapshot.allowed(server, tool, ctx.roles()) {
+                // The tool listed for a server that needs a login (any grant on the server lists
+                // it); it never reaches the upstream.
+                if tool == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
+                    return Err(upstreams.upstream_with(&connection, tool, ctx).await.err());
+                }
                 return Err(None);
             }
             _held = None;
         }
         let connection = &connection;
-        let upstream = upstreams.upstream_with(connection, tool).await.map_err(Some)?.ok_or(None)?;
+        let upstream = upstreams.upstream_with(connection, tool, ctx).await.map_err(Some)?.ok_or(None)?;
         let downstream = Downstream {
             owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
             peer: context.peer.clone(),
@@ -324,7 +329,7 @@ impl ServerHandler for GatewayServer {
             .filter(|t| tool_allowed(&self.shared.tools, &t.name, ctx.roles()))
             .collect();
         let upstreams = &self.shared.upstreams;
-        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.session_id()).await.map_err(|e| {
+        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), ctx.session_id()).await.map_err(|e| {
             tracing::error!(error = %e, "resolving upstream servers failed");
             ErrorData::internal_error("internal error", None)
         })?;

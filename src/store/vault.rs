@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use super::entities::validate_server_id;
 use super::{Db, StoreError, TenantId, UserId, now_millis};
+use crate::audit::digest::sha256_hex;
 
 /// Length of a key in bytes.
 pub const KEY_LEN: usize = 32;
@@ -112,23 +113,28 @@ impl VaultKey {
     }
 
     fn seal(&self, owner: &Owner<'_>, plaintext: &[u8]) -> Result<(String, String), VaultError> {
+        self.seal_with(owner.aad(), plaintext)
+    }
+
+    fn seal_with(&self, aad: Vec<u8>, plaintext: &[u8]) -> Result<(String, String), VaultError> {
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new().fill(&mut nonce).map_err(|_| VaultError::Seal)?;
         let mut sealed = plaintext.to_vec();
         self.key
-            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(owner.aad()), &mut sealed)
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut sealed)
             .map_err(|_| VaultError::Seal)?;
         Ok((STANDARD.encode(nonce), STANDARD.encode(sealed)))
     }
 
     fn open(&self, owner: &Owner<'_>, nonce: &str, sealed: &str) -> Result<Vec<u8>, VaultError> {
-        let fail = || VaultError::Undecryptable { owner: owner.to_string() };
-        let nonce: [u8; NONCE_LEN] = STANDARD.decode(nonce).map_err(|_| fail())?.try_into().map_err(|_| fail())?;
-        let mut sealed = STANDARD.decode(sealed).map_err(|_| fail())?;
-        let plain = self
-            .key
-            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(owner.aad()), &mut sealed)
-            .map_err(|_| fail())?;
+        self.open_with(owner.aad(), nonce, sealed).map_err(|()| VaultError::Undecryptable { owner: owner.to_string() })
+    }
+
+    fn open_with(&self, aad: Vec<u8>, nonce: &str, sealed: &str) -> Result<Vec<u8>, ()> {
+        let nonce: [u8; NONCE_LEN] = STANDARD.decode(nonce).map_err(drop)?.try_into().map_err(drop)?;
+        let mut sealed = STANDARD.decode(sealed).map_err(drop)?;
+        let plain =
+            self.key.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut sealed).map_err(drop)?;
         Ok(plain.to_vec())
     }
 }
@@ -190,6 +196,8 @@ pub struct CredentialInfo {
     pub server: String,
     /// `None`: the tenant's credential for the server.
     pub user: Option<UserId>,
+    /// The user's subject, for a user's own credential.
+    pub subject: Option<String>,
     pub status: CredentialStatus,
     /// Milliseconds since the Unix epoch.
     pub updated_at: i64,
@@ -371,8 +379,9 @@ impl TokenVault {
     /// The tenant's credentials, described (never their content), by server, tenant's first.
     pub async fn list(&self, tenant: TenantId) -> Result<Vec<CredentialInfo>, VaultError> {
         let rows = sqlx::query(
-            "SELECT server, user_id, status, updated_at FROM oauth_credentials WHERE tenant_id = $1 \
-             ORDER BY server, COALESCE(user_id, '')",
+            "SELECT c.server, c.user_id, u.subject, c.status, c.updated_at FROM oauth_credentials c \
+             LEFT JOIN users u ON u.id = c.user_id AND u.tenant_id = c.tenant_id \
+             WHERE c.tenant_id = $1 ORDER BY c.server, COALESCE(u.subject, '')",
         )
         .bind(tenant)
         .fetch_all(self.db.pool())
@@ -383,11 +392,181 @@ impl TokenVault {
                 Ok(CredentialInfo {
                     server: row.try_get("server")?,
                     user: row.try_get("user_id")?,
+                    subject: row.try_get("subject")?,
                     status: CredentialStatus::parse(&status)?,
                     updated_at: row.try_get("updated_at")?,
                 })
             })
             .collect()
+    }
+}
+
+/// A login asked for and not yet started, as its start link finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingLogin {
+    /// The SHA-256 (hex) of the link's secret.
+    pub id: String,
+    pub tenant: TenantId,
+    pub server: String,
+    /// `None`: the login is for the tenant's credential.
+    pub user: Option<UserId>,
+}
+
+/// A started login, taken (deleted) by the callback that presented its `state`.
+pub struct TakenLogin {
+    pub tenant: TenantId,
+    pub server: String,
+    pub user: Option<UserId>,
+    /// The OAuth client the login was started with.
+    pub client_id: String,
+    /// What the start sealed (the PKCE state), opened.
+    pub state: Vec<u8>,
+}
+
+impl fmt::Debug for TakenLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TakenLogin").field("tenant", &self.tenant).field("server", &self.server).finish_non_exhaustive()
+    }
+}
+
+/// Associated data of a login's sealed state: its row and owner, so it opens only there.
+fn login_aad(id: &str, owner: &Owner<'_>) -> Vec<u8> {
+    let mut aad = b"scopegate oauth login v1\n".to_vec();
+    aad.extend_from_slice(id.as_bytes());
+    aad.push(b'\n');
+    aad.extend_from_slice(&owner.aad());
+    aad
+}
+
+impl TokenVault {
+    /// Records a login for the owner and returns the secret of its start link, good once until
+    /// `ttl` has passed. The tenant, and the user when given, must exist.
+    pub async fn create_login(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+        ttl: std::time::Duration,
+    ) -> Result<String, VaultError> {
+        let owner = checked_owner(tenant, server, user)?;
+        let mut secret = [0u8; 32];
+        SystemRandom::new().fill(&mut secret).map_err(|_| VaultError::Seal)?;
+        let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+        let now = now_millis();
+        let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let mut tx = self.db.begin().await?;
+        // Logins nobody finished are forgotten as new ones are made.
+        sqlx::query("DELETE FROM oauth_logins WHERE expires_at < $1").bind(now).execute(&mut *tx).await?;
+        sqlx::query(
+            "INSERT INTO oauth_logins (id, tenant_id, server, user_id, expires_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(sha256_hex(secret.as_bytes()))
+        .bind(tenant)
+        .bind(server)
+        .bind(user)
+        .bind(now.saturating_add(ttl))
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                VaultError::Store(StoreError::NotFound(format!("no such owner: {owner}")))
+            }
+            _ => e.into(),
+        })?;
+        tx.commit().await?;
+        Ok(secret)
+    }
+
+    /// The login whose start link holds `secret`, if it is not expired and not yet started.
+    pub async fn pending_login(&self, secret: &str) -> Result<Option<PendingLogin>, VaultError> {
+        let row = sqlx::query(
+            "SELECT id, tenant_id, server, user_id FROM oauth_logins \
+             WHERE id = $1 AND state_hash IS NULL AND expires_at >= $2",
+        )
+        .bind(sha256_hex(secret.as_bytes()))
+        .bind(now_millis())
+        .fetch_optional(self.db.pool())
+        .await?;
+        row.map(|row| {
+            Ok(PendingLogin {
+                id: row.try_get("id")?,
+                tenant: row.try_get("tenant_id")?,
+                server: row.try_get("server")?,
+                user: row.try_get("user_id")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Starts `login`: records the OAuth `state` sent to the authorization server (hashed), the
+    /// client, and `sealed` (sealed for this login's row and owner). False when the login was
+    /// started already or has expired: a start link is good once.
+    pub async fn start_login(
+        &self,
+        login: &PendingLogin,
+        state: &str,
+        client_id: &str,
+        sealed: &[u8],
+    ) -> Result<bool, VaultError> {
+        let owner = checked_owner(login.tenant, &login.server, login.user)?;
+        let (nonce, ciphertext) = self.key.seal_with(login_aad(&login.id, &owner), sealed)?;
+        let mut tx = self.db.begin().await?;
+        let done = sqlx::query(
+            "UPDATE oauth_logins SET state_hash = $2, client_id = $3, key_id = $4, nonce = $5, ciphertext = $6 \
+             WHERE id = $1 AND state_hash IS NULL AND expires_at >= $7",
+        )
+        .bind(&login.id)
+        .bind(sha256_hex(state.as_bytes()))
+        .bind(client_id)
+        .bind(self.key.id())
+        .bind(nonce)
+        .bind(ciphertext)
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Takes the started login whose OAuth `state` this is: deletes it and returns it when it
+    /// has not expired. `None` for a `state` never issued, already used or expired: a `state`
+    /// completes one login, once.
+    pub async fn take_login(&self, state: &str) -> Result<Option<TakenLogin>, VaultError> {
+        let mut tx = self.db.begin().await?;
+        let row = sqlx::query(
+            "DELETE FROM oauth_logins WHERE state_hash = $1 \
+             RETURNING id, tenant_id, server, user_id, client_id, key_id, nonce, ciphertext, expires_at",
+        )
+        .bind(sha256_hex(state.as_bytes()))
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let Some(row) = row else { return Ok(None) };
+        let expires_at: i64 = row.try_get("expires_at")?;
+        if expires_at < now_millis() {
+            return Ok(None);
+        }
+        let (id, server): (String, String) = (row.try_get("id")?, row.try_get("server")?);
+        let owner = Owner { tenant: row.try_get("tenant_id")?, server: &server, user: row.try_get("user_id")? };
+        let key_id: Option<String> = row.try_get("key_id")?;
+        if key_id.as_deref() != Some(self.key.id()) {
+            return Err(VaultError::KeyMismatch(format!("a login of {owner} was started under another key")));
+        }
+        let nonce: String = row.try_get("nonce")?;
+        let ciphertext: String = row.try_get("ciphertext")?;
+        let state = self
+            .key
+            .open_with(login_aad(&id, &owner), &nonce, &ciphertext)
+            .map_err(|()| VaultError::Undecryptable { owner: owner.to_string() })?;
+        let (tenant, user) = (owner.tenant, owner.user);
+        Ok(Some(TakenLogin { tenant, server: server.clone(), user, client_id: row.try_get("client_id")?, state }))
+    }
+
+    /// Whether the owner's credential can be used now: stored and not waiting for a login.
+    pub async fn usable(&self, tenant: TenantId, server: &str, user: Option<UserId>) -> Result<bool, VaultError> {
+        Ok(self.status(tenant, server, user).await? == Some(CredentialStatus::Ok))
     }
 }
 
@@ -460,6 +639,8 @@ pub async fn rotate_key(db: &Db, old: &VaultKey, new: &VaultKey) -> Result<usize
             .execute(&mut *tx)
             .await?;
     }
+    // Logins under way were started under the old key: they are dropped (ask for a new one).
+    sqlx::query("DELETE FROM oauth_logins").execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(rows.len())
 }

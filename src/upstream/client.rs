@@ -3,16 +3,24 @@
 //! assertion in the request's `_meta` under [`ASSERTION_META_KEY`]; this client moves it into
 //! the configured header (so it never travels in the body of an HTTP call) and sends nothing
 //! else of the caller's. The client's own bearer token never reaches here.
+//!
+//! On an executor, the gateway's messages to an OAuth-protected server carry the server's
+//! access token in `_meta` under [`AUTHORIZATION_META_KEY`]: this client moves it into the
+//! `Authorization` header of that request, and of the requests that carry none (answers to the
+//! server, the event stream, the session's end) it sends the last one it was given.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
+use serde_json::Value;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
+
+pub use super::oauth::AUTHORIZATION_META_KEY;
 
 /// Where a proxied request carries its identity assertion (stdio upstreams read it there).
 pub const ASSERTION_META_KEY: &str = "io.scopegate/identity";
@@ -22,11 +30,32 @@ pub const ASSERTION_META_KEY: &str = "io.scopegate/identity";
 pub struct AssertingClient {
     inner: reqwest::Client,
     header: HeaderName,
+    /// The access token the gateway last sent with a message (executor side only).
+    token: Arc<Mutex<Option<String>>>,
 }
 
 impl AssertingClient {
     pub fn new(inner: reqwest::Client, header: HeaderName) -> Self {
-        Self { inner, header }
+        Self { inner, header, token: Arc::default() }
+    }
+
+    /// The bearer token for a request: the one the gateway put in this message's `_meta`
+    /// (taken out of it), else the last one it sent, else what rmcp passed.
+    fn bearer(&self, message: &mut ClientJsonRpcMessage, passed: Option<String>) -> Option<String> {
+        let meta = match message {
+            ClientJsonRpcMessage::Request(r) => Some(&mut r.request.get_meta_mut().0.0),
+            ClientJsonRpcMessage::Notification(n) => Some(&mut n.notification.get_meta_mut().0.0),
+            _ => None,
+        };
+        let mut last = self.token.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Value::String(token)) = meta.and_then(|m| m.remove(AUTHORIZATION_META_KEY)) {
+            *last = Some(token);
+        }
+        last.clone().or(passed)
+    }
+
+    fn last_bearer(&self, passed: Option<String>) -> Option<String> {
+        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone().or(passed)
     }
 
     /// Takes the assertion out of a call's `_meta` and into `headers`.
@@ -38,7 +67,7 @@ impl AssertingClient {
             return;
         }
         let meta = request.request.get_meta_mut();
-        if let Some(serde_json::Value::String(token)) = meta.0.0.remove(ASSERTION_META_KEY)
+        if let Some(Value::String(token)) = meta.0.0.remove(ASSERTION_META_KEY)
             && let Ok(value) = HeaderValue::from_str(&token)
         {
             headers.insert(self.header.clone(), value);
@@ -58,6 +87,7 @@ impl StreamableHttpClient for AssertingClient {
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
+        let auth_header = self.bearer(&mut message, auth_header);
         self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await
     }
 
@@ -71,6 +101,7 @@ impl StreamableHttpClient for AssertingClient {
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
+        let auth_header = self.bearer(&mut message, auth_header);
         self.inner
             .post_message_with_max_sse_event_size(
                 uri,
@@ -93,6 +124,7 @@ impl StreamableHttpClient for AssertingClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
+        let auth_header = self.bearer(&mut message, auth_header);
         self.inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
             .await
@@ -105,7 +137,7 @@ impl StreamableHttpClient for AssertingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+        self.inner.delete_session(uri, session_id, self.last_bearer(auth_header), custom_headers).await
     }
 
     async fn get_stream(
@@ -116,7 +148,7 @@ impl StreamableHttpClient for AssertingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        self.inner.get_stream(uri, session_id, last_event_id, self.last_bearer(auth_header), custom_headers).await
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -133,7 +165,7 @@ impl StreamableHttpClient for AssertingClient {
                 uri,
                 session_id,
                 last_event_id,
-                auth_header,
+                self.last_bearer(auth_header),
                 custom_headers,
                 max_sse_event_size,
             )

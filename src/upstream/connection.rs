@@ -10,6 +10,7 @@ use rmcp::model::Tool;
 use rmcp::service::{Peer, RoleClient, RunningService};
 
 use super::executor::{Executor, UpstreamError};
+use super::oauth::{TokenOwner, UpstreamOAuth};
 use super::routing::{ProxyClient, Routes};
 use super::runtime::NAME_SEPARATOR;
 use super::{ResolvedServer, ServerName};
@@ -25,10 +26,18 @@ pub(super) struct Live {
     tools: Arc<Vec<Tool>>,
 }
 
-/// One upstream server for one tenant and one resolved declaration.
+/// How an OAuth-protected server's connection is authorized: whose credential it carries.
+pub struct ConnectionAuth {
+    pub oauth: Arc<UpstreamOAuth>,
+    pub owner: TokenOwner,
+}
+
+/// One upstream server for one tenant and one resolved declaration (and, for a server whose
+/// OAuth tokens are per user, one user).
 pub struct Connection {
     server: ResolvedServer,
     executor: Executor,
+    pub(super) auth: Option<ConnectionAuth>,
     pub(super) routes: Arc<Routes>,
     pub(super) live: tokio::sync::Mutex<Option<Live>>,
     pub(super) last_used_ms: AtomicI64,
@@ -36,10 +45,11 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub(super) fn new(server: ResolvedServer, executor: Executor) -> Self {
+    pub(super) fn new(server: ResolvedServer, executor: Executor, auth: Option<ConnectionAuth>) -> Self {
         Self {
             server,
             executor,
+            auth,
             routes: Arc::default(),
             live: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicI64::new(now_millis()),
@@ -65,7 +75,21 @@ impl Connection {
         // Dropping the old service kills its child process.
         *live = None;
         let handler = ProxyClient { routes: Arc::clone(&self.routes), server: self.server.name.to_string() };
-        let service = self.executor.connect(&self.server, handler, timeout).await?;
+        let service = match &self.auth {
+            None => self.executor.connect(&self.server, handler, timeout, None).await?,
+            Some(auth) => {
+                let manager = auth.oauth.manager(&auth.owner, &self.server, &self.executor).await?;
+                match self.executor.connect(&self.server, handler.clone(), timeout, Some(manager)).await {
+                    // Refused during the handshake (a revoked token that has not expired):
+                    // once more with a refreshed one.
+                    Err(UpstreamError::Unauthorized { .. }) => {
+                        let manager = auth.oauth.refreshed(&auth.owner, &self.server, &self.executor).await?;
+                        self.executor.connect(&self.server, handler, timeout, Some(manager)).await?
+                    }
+                    other => other?,
+                }
+            }
+        };
         let listed = tokio::time::timeout(timeout, service.peer().list_all_tools()).await;
         let tools = match listed {
             Ok(Ok(tools)) => usable_tools(self.server.name.as_str(), tools),

@@ -6,7 +6,7 @@
 //!
 //! Accepted shapes: a top-level object of servers, or an object with `"mcpServers"` (its
 //! other keys, such as `"$schema"`, are ignored). A server is stdio (`command`, `args`, `env`,
-//! `cwd`) or Streamable HTTP (`url`, `headers`), with an optional `"type"` (`"stdio"`, `"http"`,
+//! `cwd`) or Streamable HTTP (`url`, `headers`, `oauth`), with an optional `"type"` (`"stdio"`, `"http"`,
 //! `"streamable-http"`) that must agree. Any other key is an error: a misspelt `cwd` or an
 //! ignored `disabled` would otherwise change what runs without a word.
 //!
@@ -16,6 +16,18 @@
 //!   executor: the gateway's secrets must not travel to another machine by a declaration.
 //!   On the local executor the two forms read the same environment.
 //! - `$${` writes a literal `${`.
+//!
+//! `headers` that reference a variable (`${NAME}`, `${env:NAME}`) are refused for a server on a
+//! remote executor: its credentials come from a login through that executor (`oauth`), not
+//! from a value the declaration pulls out of some machine's environment.
+//!
+//! `oauth` (Streamable HTTP only) says the server is protected by OAuth 2.1 (the MCP
+//! authorization spec): `{"tokens": "tenant" | "user", "scopes": [...], "client_id": "..."}`,
+//! every field optional. `tokens` says whose login the calls carry: the tenant's one login for
+//! the server (the default) or each user's own (the upstream then sees the real user).
+//! `scopes` are asked for at login (default: what the server's metadata suggests);
+//! `client_id` names a client registered with the authorization server beforehand (default:
+//! dynamic client registration). A declaration with `oauth` can't also set `Authorization`.
 //!
 //! `command`, `cwd` and `url` take no references, so what runs and where is visible in the file.
 //! The executor always comes from the placement; a declaration can't name one.
@@ -72,7 +84,27 @@ impl fmt::Display for ServerName {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
     Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<String> },
-    Http { url: String, headers: BTreeMap<String, String> },
+    Http { url: String, headers: BTreeMap<String, String>, oauth: Option<OAuthSpec> },
+}
+
+/// Whose login an OAuth-protected server's calls carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenScope {
+    /// One login for the tenant, used for every user's calls.
+    Tenant,
+    /// Each user's own login: a user's token is never used for another user.
+    User,
+}
+
+/// The `oauth` field of a Streamable HTTP declaration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct OAuthSpec {
+    pub tokens: TokenScope,
+    /// Scopes asked for at login; empty: what the server's metadata suggests.
+    pub scopes: Vec<String>,
+    /// A client registered beforehand; `None`: dynamic client registration.
+    pub client_id: Option<String>,
 }
 
 /// One valid server of a declaration file.
@@ -146,7 +178,7 @@ pub struct ResolvedServer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolvedTransport {
     Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: PathUri },
-    Http { url: String, headers: BTreeMap<String, String> },
+    Http { url: String, headers: BTreeMap<String, String>, oauth: Option<OAuthSpec> },
 }
 
 impl ResolvedServer {
@@ -157,7 +189,9 @@ impl ResolvedServer {
             ResolvedTransport::Stdio { command, args, env, cwd } => json!({
                 "type": "stdio", "command": command, "args": args, "env": env, "cwd": cwd.to_string(),
             }),
-            ResolvedTransport::Http { url, headers } => json!({ "type": "http", "url": url, "headers": headers }),
+            ResolvedTransport::Http { url, headers, oauth } => {
+                json!({ "type": "http", "url": url, "headers": headers, "oauth": oauth })
+            }
         };
         let canonical = json!({
             "version": 1, "name": self.name.as_str(), "executor": self.executor.as_str(), "transport": transport,
@@ -205,7 +239,13 @@ impl ServerDeclaration {
                 }
                 v
             }
-            Transport::Http { url, headers } => serde_json::json!({ "type": "http", "url": url, "headers": headers }),
+            Transport::Http { url, headers, oauth } => {
+                let mut out = serde_json::json!({ "type": "http", "url": url, "headers": headers });
+                if let Some(oauth) = oauth {
+                    out["oauth"] = serde_json::json!(oauth);
+                }
+                out
+            }
         }
     }
 
@@ -241,9 +281,17 @@ impl ServerDeclaration {
                     _ => None,
                 }
             }
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, oauth } => {
                 let mut values = BTreeMap::new();
                 for (key, value) in headers {
+                    if !env.is_local() && has_reference(value) {
+                        let problem = format!(
+                            "the value of {key:?} references a variable: refused for a server on a remote \
+                             executor (declare \"oauth\" to log in through the executor instead)"
+                        );
+                        keep::<(), _>(&mut errors, name, "headers", Err(problem));
+                        continue;
+                    }
                     let value = expand(value, env, &executor).and_then(|v| match http::HeaderValue::from_str(&v) {
                         Ok(_) => Ok(v),
                         Err(_) => Err(format!("the value of {key:?} is not a valid header value once resolved")),
@@ -252,7 +300,11 @@ impl ServerDeclaration {
                         values.insert(key.clone(), value);
                     }
                 }
-                errors.is_empty().then(|| ResolvedTransport::Http { url: url.clone(), headers: values })
+                errors.is_empty().then(|| ResolvedTransport::Http {
+                    url: url.clone(),
+                    headers: values,
+                    oauth: oauth.clone(),
+                })
             }
         };
         match transport {
@@ -262,9 +314,9 @@ impl ServerDeclaration {
     }
 }
 
-const FIELDS: [&str; 7] = ["type", "command", "args", "env", "cwd", "url", "headers"];
+const FIELDS: [&str; 8] = ["type", "command", "args", "env", "cwd", "url", "headers", "oauth"];
 const STDIO_ONLY: [&str; 4] = ["command", "args", "env", "cwd"];
-const HTTP_ONLY: [&str; 2] = ["url", "headers"];
+const HTTP_ONLY: [&str; 3] = ["url", "headers", "oauth"];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -339,8 +391,17 @@ fn parse_server(name: &str, value: &Value) -> Result<ServerDeclaration, Vec<Serv
         Kind::Http => {
             let url = keep(&mut errors, name, "url", required_string(fields.get("url")).and_then(http_url));
             let headers = fields.get("headers").map(|v| string_map(v, header_name)).transpose();
-            match (url, keep(&mut errors, name, "headers", headers)) {
-                (Some(url), Some(headers)) => Transport::Http { url, headers: headers.unwrap_or_default() },
+            let oauth = keep(&mut errors, name, "oauth", fields.get("oauth").map(oauth_spec).transpose());
+            match (url, keep(&mut errors, name, "headers", headers), oauth) {
+                (Some(url), Some(headers), Some(oauth)) => {
+                    let headers = headers.unwrap_or_default();
+                    if oauth.is_some() && headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
+                        let problem = "an OAuth-protected server's Authorization comes from its login; remove it";
+                        errors.push(ServerError::new(name, Some("headers"), problem));
+                        return Err(errors);
+                    }
+                    Transport::Http { url, headers, oauth }
+                }
                 _ => return Err(errors),
             }
         }
@@ -400,6 +461,42 @@ fn string_map(value: &Value, check_key: fn(&str) -> Result<(), String>) -> Resul
             Ok((key.clone(), value.to_owned()))
         })
         .collect()
+}
+
+/// The `oauth` field: an object of `tokens`, `scopes` and `client_id`, each optional.
+fn oauth_spec(value: &Value) -> Result<OAuthSpec, String> {
+    let fields = value.as_object().ok_or("expected an object (`{}` for the defaults)")?;
+    if let Some(key) = fields.keys().find(|k| !["tokens", "scopes", "client_id"].contains(&k.as_str())) {
+        return Err(format!("unknown key {key:?} (expected tokens, scopes, client_id)"));
+    }
+    let tokens = match fields.get("tokens") {
+        None => TokenScope::Tenant,
+        Some(Value::String(t)) if t == "tenant" => TokenScope::Tenant,
+        Some(Value::String(t)) if t == "user" => TokenScope::User,
+        Some(_) => return Err("`tokens` is \"tenant\" or \"user\"".to_owned()),
+    };
+    let scopes = match fields.get("scopes") {
+        None => Vec::new(),
+        Some(value) => {
+            let items = value.as_array().ok_or("`scopes` is an array of strings")?;
+            let scopes: Option<Vec<String>> = items
+                .iter()
+                .map(|s| s.as_str().filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')).map(str::to_owned))
+                .collect();
+            scopes.ok_or("`scopes` holds scope tokens (printable ASCII, no spaces or quotes)")?
+        }
+    };
+    let client_id = match fields.get("client_id") {
+        None => None,
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= 256 && !id.contains(['\0', '$']) => Some(id.clone()),
+        Some(_) => return Err("`client_id` is a non-empty string of at most 256 characters, without references".to_owned()),
+    };
+    Ok(OAuthSpec { tokens, scopes, client_id })
+}
+
+/// Whether a `headers` value reads a variable (`${NAME}` or `${env:NAME}`, not `$${`).
+fn has_reference(value: &str) -> bool {
+    template(value).is_ok_and(|parts| parts.iter().any(|p| matches!(p, Part::Executor(_) | Part::Gateway(_))))
 }
 
 fn env_name(key: &str) -> Result<(), String> {
@@ -686,7 +783,7 @@ mod tests {
             let http =
                 one(&format!(r#"{{"api": {{"type": "{t}", "url": "https://h/mcp", "headers": {{"X-K": "v"}}}}}}"#));
             let want =
-                Transport::Http { url: "https://h/mcp".into(), headers: BTreeMap::from([("X-K".into(), "v".into())]) };
+                Transport::Http { url: "https://h/mcp".into(), headers: BTreeMap::from([("X-K".into(), "v".into())]), oauth: None };
             assert_eq!(http.transport, want, "type {t}");
         }
     }
@@ -998,6 +1095,58 @@ mod tests {
         }
         let server = one(r#"{"db": {"command": "x", "args": ["${TOKEN}"]}}"#);
         assert!(server.resolve(&remote, &env(false)).is_ok(), "executor variables are fine on a remote executor");
+    }
+
+    /// A remote executor's server gets no header out of an environment: not the gateway's,
+    /// not the executor's (its login replaces them); literal headers still go.
+    #[test]
+    fn header_references_are_refused_for_a_remote_executor() {
+        let remote = Placement::Environment { executor: ExecutorId::new("build-01"), root: uri("file:///srv/p", Posix) };
+        for value in ["Bearer ${TOKEN}", "${env:TOKEN}"] {
+            let server = one(&format!(r#"{{"api": {{"url": "https://h", "headers": {{"Authorization": "{value}"}}}}}}"#));
+            let errors = server.resolve(&remote, &env(false)).expect_err(value);
+            assert_eq!(errors[0].field.as_deref(), Some("headers"), "{value}");
+            assert!(errors[0].problem.contains("remote executor"), "{}", errors[0]);
+            assert!(server.resolve(&remote, &env(true)).is_ok(), "allowed on the local executor: {value}");
+        }
+        let literal = one(r#"{"api": {"url": "https://h", "headers": {"X-Team": "blue", "X-L": "$${x}"}}}"#);
+        assert!(literal.resolve(&remote, &env(false)).is_ok(), "no reference, nothing refused");
+    }
+
+    #[test]
+    fn oauth_field_is_parsed_and_checked() {
+        let api = one(r#"{"api": {"url": "https://h/mcp", "oauth": {}}}"#);
+        let want = OAuthSpec { tokens: TokenScope::Tenant, scopes: vec![], client_id: None };
+        assert!(matches!(&api.transport, Transport::Http { oauth: Some(o), .. } if *o == want));
+        let api = one(r#"{"api": {"url": "https://h/mcp", "oauth": {"tokens": "user", "scopes": ["mcp", "read:x"], "client_id": "c1"}}}"#);
+        let want = OAuthSpec { tokens: TokenScope::User, scopes: vec!["mcp".into(), "read:x".into()], client_id: Some("c1".into()) };
+        assert!(matches!(&api.transport, Transport::Http { oauth: Some(o), .. } if *o == want));
+        let resolved = api.resolve(&Placement::Environment { executor: ExecutorId::local(), root: uri("file:///srv/p", Posix) }, &env(true)).unwrap();
+        assert!(matches!(resolved.transport, ResolvedTransport::Http { oauth: Some(o), .. } if o == want), "kept once resolved");
+        let bad = [
+            (r#"{"url": "https://h", "oauth": true}"#, "oauth", "expected an object"),
+            (r#"{"url": "https://h", "oauth": {"tokens": "group"}}"#, "oauth", "\"tenant\" or \"user\""),
+            (r#"{"url": "https://h", "oauth": {"scope": []}}"#, "oauth", "unknown key"),
+            (r#"{"url": "https://h", "oauth": {"scopes": ["a b"]}}"#, "oauth", "scope tokens"),
+            (r#"{"url": "https://h", "oauth": {"client_id": "${ID}"}}"#, "oauth", "without references"),
+            (r#"{"command": "x", "oauth": {}}"#, "oauth", "not allowed for a stdio"),
+            (r#"{"url": "https://h", "oauth": {}, "headers": {"authorization": "Bearer x"}}"#, "headers", "comes from its login"),
+        ];
+        for (body, field, problem) in bad {
+            let errors = parse_declarations(&format!(r#"{{"db": {body}}}"#)).unwrap().errors;
+            assert!(
+                errors.iter().any(|e| e.field.as_deref() == Some(field) && e.problem.contains(problem)),
+                "{body}: {errors:?}"
+            );
+        }
+        let plain = one(r#"{"api": {"url": "https://h"}}"#);
+        let with = one(r#"{"api": {"url": "https://h", "oauth": {}}}"#);
+        let at = Placement::Environment { executor: ExecutorId::local(), root: uri("file:///srv/p", Posix) };
+        assert_ne!(
+            plain.resolve(&at, &env(true)).unwrap().fingerprint(),
+            with.resolve(&at, &env(true)).unwrap().fingerprint(),
+            "a protected server never shares a connection with an unprotected one"
+        );
     }
 
     #[test]

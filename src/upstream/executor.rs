@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -41,6 +42,12 @@ pub enum UpstreamError {
     Connect(String),
     #[error("no answer within {0:?}")]
     ConnectTimeout(Duration),
+    /// An OAuth-protected server with no usable credential for the caller's owner.
+    #[error("server `{server}` needs a login")]
+    LoginNeeded { server: String },
+    /// The server refused the credential the executor presented (HTTP 401).
+    #[error("server `{server}` refused its credential")]
+    Unauthorized { server: String },
 }
 
 /// The gateway host's environment, as a declaration on the local executor sees it.
@@ -160,12 +167,14 @@ impl Executor {
     }
 
     /// Launches (stdio) or dials (Streamable HTTP) `server` and completes the MCP handshake
-    /// within `timeout`.
+    /// within `timeout`. An OAuth-protected server's requests carry `auth`'s access token,
+    /// refreshed before it expires and once more on a 401.
     pub async fn connect(
         &self,
         server: &ResolvedServer,
         handler: ProxyClient,
         timeout: Duration,
+        auth: Option<AuthorizationManager>,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
         let (id, host) = match self {
             Self::Local { id, host } => (id, host),
@@ -177,7 +186,7 @@ impl Executor {
                         bound: id.to_string(),
                     });
                 }
-                return host.open(server, handler, timeout).await;
+                return host.open(server, handler, timeout, auth).await;
             }
         };
         if &server.executor != id {
@@ -192,7 +201,7 @@ impl Executor {
                 let transport = handler.counted(host.spawn(server.name.as_str(), command, args, env, cwd)?);
                 tokio::time::timeout(timeout, handler.serve(transport)).await
             }
-            ResolvedTransport::Http { url, headers } => {
+            ResolvedTransport::Http { url, headers, .. } => {
                 let mut custom = HashMap::new();
                 for (name, value) in headers {
                     let name = HeaderName::try_from(name.as_str()).map_err(|_| UpstreamError::Header(name.clone()))?;
@@ -203,8 +212,17 @@ impl Executor {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
                 config.max_concurrent_requests = 256;
                 let client = AssertingClient::new(host.http.clone(), host.assertion_header.clone());
-                let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                tokio::time::timeout(timeout, handler.serve(transport)).await
+                match auth {
+                    Some(manager) => {
+                        let client = AuthClient::new(client, manager);
+                        let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
+                        tokio::time::timeout(timeout, handler.serve(transport)).await
+                    }
+                    None => {
+                        let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
+                        tokio::time::timeout(timeout, handler.serve(transport)).await
+                    }
+                }
             }
         };
         match started {

@@ -12,6 +12,8 @@ pub mod connection;
 pub mod declaration;
 pub mod executor;
 pub mod path_uri;
+pub mod oauth;
+pub mod oauth_http;
 pub mod remote;
 pub mod roots;
 pub mod routing;

@@ -26,14 +26,15 @@ use tokio_util::sync::CancellationToken;
 use super::client::ASSERTION_META_KEY;
 use super::executor::{Executor, LocalExecutor, UpstreamError};
 use super::remote::{Agents, RemoteHostHandler};
-use super::{PathStyle, PathUri};
+use super::oauth::{TokenOwner, UpstreamOAuth};
+use super::{PathStyle, PathUri, ResolvedServer, ResolvedTransport};
 use crate::auth::assertion::{AssertedCaller, AssertionSigner};
 use crate::context::{FlockAccess, McpCallContext};
 use crate::identity::SessionRegistry;
 use crate::model::Role;
-use crate::store::{Db, StoreError, TenantId, now_millis};
+use crate::store::{Db, StoreError, TenantId, UserId, now_millis};
 
-pub use super::connection::{Connection, Upstream};
+pub use super::connection::{Connection, ConnectionAuth, Upstream};
 use super::routing::forward_progress;
 pub use super::routing::{Downstream, ProxyClient};
 pub use super::snapshot::Snapshot;
@@ -54,6 +55,9 @@ pub enum ProxyError {
     Upstream(ErrorData),
     #[error("signing the identity assertion failed")]
     Assertion,
+    /// The server needs an OAuth login; `link` starts one when the caller may log in.
+    #[error("server `{server}` needs a login")]
+    LoginNeeded { server: String, link: Option<String> },
 }
 
 impl ProxyError {
@@ -64,6 +68,7 @@ impl ProxyError {
             Self::Cancelled => "cancelled",
             Self::Upstream(_) => "upstream_error",
             Self::Assertion => "internal",
+            Self::LoginNeeded { .. } => "login_needed",
         }
     }
 
@@ -76,6 +81,17 @@ impl ProxyError {
             Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
             Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
             Self::Assertion => ErrorData::internal_error("internal error", None),
+            Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(
+                format!("server `{server}` needs a login: open {link} in a browser to log in, then call again"),
+                Some(json!({ "loginUrl": link, "server": server })),
+            ),
+            Self::LoginNeeded { server, link: None } => ErrorData::internal_error(
+                format!(
+                    "server `{server}` needs a login: an owner or manager of the tenant can log in \
+                     (or run `scopegate admin oauth login`)"
+                ),
+                Some(json!({ "server": server })),
+            ),
         }
     }
 }
@@ -94,6 +110,7 @@ pub struct UpstreamCall<'a> {
 /// Every upstream connection of the gateway, and the sessions' snapshots.
 pub struct Upstreams {
     db: Db,
+    oauth: Option<Arc<UpstreamOAuth>>,
     local: Arc<LocalExecutor>,
     remote: Arc<RemoteHostHandler>,
     signer: Arc<AssertionSigner>,
@@ -109,6 +126,8 @@ pub struct Upstreams {
 pub struct UpstreamSettings {
     pub connect_timeout: Duration,
     pub idle: Duration,
+    /// OAuth to protected upstream servers; `None` (no token key): such servers are not served.
+    pub oauth: Option<Arc<UpstreamOAuth>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -126,6 +145,7 @@ impl Upstreams {
     ) -> Arc<Self> {
         Arc::new(Self {
             db,
+            oauth: settings.oauth,
             local: Arc::new(local),
             remote,
             signer,
@@ -145,6 +165,7 @@ impl Upstreams {
         signer: Arc<AssertionSigner>,
         sessions: Arc<SessionRegistry>,
         agents: Arc<Agents>,
+        oauth: Option<Arc<UpstreamOAuth>>,
     ) -> Result<Arc<Self>, UpstreamError> {
         let root = if config.local_root.is_empty() {
             LocalExecutor::default_root().ok_or_else(|| UpstreamError::Config {
@@ -161,6 +182,7 @@ impl Upstreams {
         let settings = UpstreamSettings {
             connect_timeout: Duration::from_secs(config.connect_timeout_secs),
             idle: Duration::from_secs(config.idle_secs),
+            oauth,
         };
         let remote = RemoteHostHandler::new(db.clone(), agents, header);
         Ok(Self::new(db, local, remote, signer, sessions, settings))
@@ -185,34 +207,59 @@ impl Upstreams {
         format!("request-{}", self.requests.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// The OAuth side of the runtime, when a token key is configured.
+    pub fn oauth(&self) -> Option<&Arc<UpstreamOAuth>> {
+        self.oauth.as_ref()
+    }
+
     /// The session's snapshot, resolved on first use; a stateless call (no session) resolves
-    /// its own. A snapshot is never handed to another tenant.
-    pub async fn snapshot(&self, tenant: TenantId, session: Option<&str>) -> Result<Arc<Snapshot>, StoreError> {
+    /// its own. A snapshot is never handed to another tenant or user.
+    pub async fn snapshot(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        session: Option<&str>,
+    ) -> Result<Arc<Snapshot>, StoreError> {
+        let mine = |s: &Snapshot| s.tenant == tenant && s.user == user;
         if let Some(session) = session
             && let Some(existing) = lock(&self.snapshots).get(session).cloned()
         {
-            if existing.tenant == tenant {
+            if mine(&existing) {
                 return Ok(existing);
             }
             // Session binding makes this unreachable; if it ever happens, see nothing.
-            tracing::error!("a session's upstream snapshot belongs to another tenant; refusing it");
-            return Ok(Arc::new(Snapshot { tenant, servers: BTreeMap::new(), grants: Vec::new() }));
+            tracing::error!("a session's upstream snapshot belongs to another caller; refusing it");
+            return Ok(Arc::new(Snapshot { tenant, user, servers: BTreeMap::new(), grants: Vec::new() }));
         }
-        let fresh = Arc::new(self.resolve(tenant).await?);
+        let fresh = Arc::new(self.resolve(tenant, user).await?);
         match session {
             Some(session) => {
                 let mut snapshots = lock(&self.snapshots);
                 let kept = snapshots.entry(session.to_owned()).or_insert_with(|| Arc::clone(&fresh));
-                Ok(if kept.tenant == tenant { Arc::clone(kept) } else { fresh })
+                Ok(if mine(kept) { Arc::clone(kept) } else { fresh })
             }
             None => Ok(fresh),
         }
     }
 
+    /// The tenant's server `server` resolved in its bound executor's context, with that
+    /// executor (for an OAuth login).
+    pub async fn resolve_one(&self, tenant: TenantId, server: &str) -> Result<(ResolvedServer, Executor), String> {
+        let entity = self
+            .db
+            .resolve_server(tenant, server)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("server `{server}` is not bound for the tenant"))?;
+        let executor = Executor::for_row(&entity.executor, &self.local, &self.remote).map_err(|e| e.to_string())?;
+        let resolved = executor.resolve(server, &entity.declaration)?;
+        Ok((resolved, executor))
+    }
+
     /// Resolves every server the tenant bound, each in its bound executor's context, and the
     /// tenant's grants. A server that can't be resolved is left out (and logged): it is not
     /// served, rather than served wrongly.
-    async fn resolve(&self, tenant: TenantId) -> Result<Snapshot, StoreError> {
+    async fn resolve(&self, tenant: TenantId, user: UserId) -> Result<Snapshot, StoreError> {
         let (entities, grants) = tokio::try_join!(self.db.resolve_servers(tenant), self.db.upstream_grants(tenant))?;
         let mut servers = BTreeMap::new();
         for (server, entity) in entities {
@@ -230,18 +277,34 @@ impl Upstreams {
                     continue;
                 }
             };
-            let key = (tenant, resolved.fingerprint());
+            let auth = match (&resolved.transport, &self.oauth) {
+                (ResolvedTransport::Http { oauth: Some(spec), .. }, Some(oauth)) => Some(ConnectionAuth {
+                    oauth: Arc::clone(oauth),
+                    owner: TokenOwner::for_call(tenant, &server, user, spec),
+                }),
+                (ResolvedTransport::Http { oauth: Some(_), .. }, None) => {
+                    tracing::warn!(%server, "OAuth-protected upstream not served: no upstream.token_key_file");
+                    continue;
+                }
+                _ => None,
+            };
+            // A per-user login's connection is that user's alone.
+            let key = match auth.as_ref().and_then(|a| a.owner.user) {
+                Some(user) => (tenant, format!("{}/user/{user}", resolved.fingerprint())),
+                None => (tenant, resolved.fingerprint()),
+            };
             let connection = Arc::clone(
-                lock(&self.pool).entry(key).or_insert_with(|| Arc::new(Connection::new(resolved, executor))),
+                lock(&self.pool).entry(key).or_insert_with(|| Arc::new(Connection::new(resolved, executor, auth))),
             );
             servers.insert(server, connection);
         }
-        Ok(Snapshot { tenant, servers, grants })
+        Ok(Snapshot { tenant, user, servers, grants })
     }
 
     /// The upstream tools the caller may use, named `server__tool`. Servers with no grant for
     /// the caller are not even started; one that fails to start is left out of the list.
     pub async fn list(&self, snapshot: &Snapshot, roles: &[Role]) -> Vec<Tool> {
+        let may_log_in = |connection: &Connection| may_log_in(connection, roles);
         let mut tasks = tokio::task::JoinSet::new();
         for (name, connection) in &snapshot.servers {
             if !snapshot.any_grant(name, roles) {
@@ -262,6 +325,7 @@ impl Upstreams {
                 Ok((_, tools)) => out.extend(
                     tools.iter().filter(|t| snapshot.allowed(server, &t.name, roles)).map(|t| prefixed(server, t)),
                 ),
+                Err(UpstreamError::LoginNeeded { .. }) if may_log_in(&connection) => out.push(login_tool(server)),
                 Err(e) => tracing::warn!(%server, error = %e, "upstream server unavailable; its tools are not listed"),
             }
         }
@@ -271,9 +335,51 @@ impl Upstreams {
 
     /// The (started) upstream, if it has `tool` (`None`: it does not). Starting it may fail:
     /// then the call fails as unavailable rather than as unknown.
-    pub async fn upstream_with(&self, connection: &Connection, tool: &str) -> Result<Option<Upstream>, ProxyError> {
-        let (peer, tools) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
-        Ok(tools.iter().any(|t| t.name == tool).then_some(Upstream(peer)))
+    pub async fn upstream_with(
+        &self,
+        connection: &Connection,
+        tool: &str,
+        ctx: &McpCallContext,
+    ) -> Result<Option<Upstream>, ProxyError> {
+        match connection.ready(self.connect_timeout).await {
+            Ok((peer, tools)) => Ok(tools.iter().any(|t| t.name == tool).then_some(Upstream(peer))),
+            Err(UpstreamError::LoginNeeded { .. }) => Err(self.login_needed(connection, ctx).await),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// The error of a call that needs a login: with a start link when the caller may log in
+    /// for the credential the call would carry (their own, or, for an owner or manager, the
+    /// tenant's).
+    async fn login_needed(&self, connection: &Connection, ctx: &McpCallContext) -> ProxyError {
+        let server = connection.server().to_string();
+        let link = match &connection.auth {
+            Some(auth) if may_log_in(connection, ctx.roles()) => match auth.oauth.login_link(&auth.owner).await {
+                Ok(link) => Some(link),
+                Err(e) => {
+                    tracing::error!(%server, error = %e, "making a login link failed");
+                    None
+                }
+            },
+            _ => None,
+        };
+        ProxyError::LoginNeeded { server, link }
+    }
+
+    /// When a call to an OAuth-protected server failed because its credential can no longer
+    /// be used (its refresh was refused), the connection is closed and the call needs a login.
+    async fn recheck_login(&self, connection: &Connection, ctx: &McpCallContext, error: ProxyError) -> ProxyError {
+        let Some(auth) = &connection.auth else { return error };
+        if !matches!(error, ProxyError::Unavailable(_)) {
+            return error;
+        }
+        match auth.oauth.vault().usable(auth.owner.tenant, &auth.owner.server, auth.owner.user).await {
+            Ok(false) => {
+                connection.close().await;
+                self.login_needed(connection, ctx).await
+            }
+            _ => error,
+        }
     }
 
     /// Calls `tool` on the upstream for the caller: the call carries an identity assertion
@@ -287,7 +393,10 @@ impl Upstreams {
         call: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
         connection.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.call_inner(connection, upstream.0, ctx, call).await;
+        let result = match self.call_inner(connection, upstream.0, ctx, call).await {
+            Err(e) => Err(self.recheck_login(connection, ctx, e).await),
+            ok => ok,
+        };
         connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
         connection.in_flight.fetch_sub(1, Ordering::AcqRel);
         result
@@ -391,6 +500,29 @@ impl Upstreams {
         }
         n
     }
+}
+
+/// The name of the tool listed in place of a server's tools while it needs a login.
+pub const LOGIN_TOOL: &str = "login";
+
+/// Whether a caller with `roles` may start a login for `connection`'s credential: a user
+/// their own; the tenant's, an owner or manager.
+fn may_log_in(connection: &Connection, roles: &[Role]) -> bool {
+    match &connection.auth {
+        Some(auth) if auth.owner.user.is_some() => true,
+        Some(_) => roles.iter().any(|r| matches!(r, Role::Owner | Role::Manager)),
+        None => false,
+    }
+}
+
+/// The tool listed for a server that needs a login: calling it answers with the login link.
+fn login_tool(server: &str) -> Tool {
+    let schema: JsonObject = serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap_or_default();
+    Tool::new(
+        format!("{server}{NAME_SEPARATOR}{LOGIN_TOOL}"),
+        format!("Server `{server}` needs an OAuth login before its tools can be used: call this to get the login link."),
+        Arc::new(schema),
+    )
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ProxyError {

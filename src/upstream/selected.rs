@@ -292,7 +292,7 @@ impl Selection {
                             root: link.root.clone(),
                             host: Arc::clone(&self.remote),
                         };
-                        Arc::new(Connection::new(server.clone(), executor))
+                        Arc::new(Connection::new(server.clone(), executor, None))
                     }
                 };
                 servers.insert(name, connection);

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use super::connection::Connection;
 use crate::model::Role;
-use crate::store::TenantId;
+use crate::store::{TenantId, UserId};
 use crate::store::entities::GrantRow;
 
 /// The upstream servers one session sees, frozen when the session first needed them.
 pub struct Snapshot {
     pub(super) tenant: TenantId,
+    /// Whose session it is: a per-user OAuth server's connection carries this user's login.
+    pub(super) user: UserId,
     pub(super) servers: BTreeMap<String, Arc<Connection>>,
     pub(super) grants: Vec<GrantRow>,
 }
@@ -22,7 +24,7 @@ impl Snapshot {
         self.grants.iter().any(|g| g.server == server && roles.contains(&g.role) && (g.tool == "*" || g.tool == tool))
     }
 
-    pub(super) fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
+    pub fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
         self.grants.iter().any(|g| g.server == server && roles.contains(&g.role))
     }
 
@@ -39,6 +41,7 @@ mod tests {
     fn a_grant_names_server_role_and_tool() {
         let snapshot = Snapshot {
             tenant: TenantId::generate(),
+            user: UserId::generate(),
             servers: BTreeMap::new(),
             grants: vec![
                 GrantRow { server: "fx".into(), role: Role::Owner, tool: "*".into() },

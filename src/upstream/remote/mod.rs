@@ -96,11 +96,14 @@ impl RemoteHostHandler {
     /// Opens `server` on its executor's agent and completes the MCP handshake within
     /// `timeout`. The agent must be connected now, and the server's paths must lie inside
     /// the root it reports now (it may have reconnected with another since the placement).
+    /// An OAuth-protected server's messages carry `auth`'s access token (see
+    /// [`ChannelTransport::authorized`]).
     pub async fn open(
         &self,
         server: &ResolvedServer,
         handler: ProxyClient,
         timeout: Duration,
+        auth: Option<rmcp::transport::auth::AuthorizationManager>,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
         let name = server.executor.as_str();
         let link = self.agents.link(name).ok_or_else(|| UpstreamError::Offline(name.to_owned()))?;
@@ -117,7 +120,7 @@ impl RemoteHostHandler {
                     cwd: cwd.to_string(),
                 }
             }
-            ResolvedTransport::Http { url, headers } => Open::Http {
+            ResolvedTransport::Http { url, headers, .. } => Open::Http {
                 server: server.name.to_string(),
                 url: url.clone(),
                 headers: headers.clone(),
@@ -129,10 +132,18 @@ impl RemoteHostHandler {
             TunnelError::Timeout(t) => UpstreamError::ConnectTimeout(t),
             other => UpstreamError::Remote(other.to_string()),
         })?;
-        let transport = handler.counted(ChannelTransport::new(server.name.as_str(), channel));
+        let mut transport = ChannelTransport::new(server.name.as_str(), channel);
+        if let Some(manager) = auth {
+            transport = transport.authorized(manager);
+        }
+        let refused = transport.refused_flag();
+        let transport = handler.counted(transport);
         let left = timeout.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, handler.serve(transport)).await {
             Ok(Ok(service)) => Ok(service),
+            Ok(Err(_)) if refused.is_some_and(|r| r.load(std::sync::atomic::Ordering::Acquire)) => {
+                Err(UpstreamError::Unauthorized { server: server.name.to_string() })
+            }
             Ok(Err(e)) => Err(UpstreamError::Connect(e.to_string())),
             Err(_) => Err(UpstreamError::ConnectTimeout(timeout)),
         }

@@ -1,0 +1,359 @@
+//! OAuth to upstream servers, end to end: the gateway (in this process), the mock authorization
+//! server and the protected MCP fixture (child processes), on SQLite and PostgreSQL. A login is
+//! asked for by the CLI or by a call that needs one, started by its link (discovery from the
+//! server's 401, registration, the authorization URL), completed by the callback (`state`,
+//! `redirect_uri`, the PKCE exchange); calls then carry the token, refreshed on expiry and on a
+//! 401. With a remote executor, every OAuth request goes through the agent.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+
+use crate::mcp::call;
+use crate::remote::{Agent, Netns, Site};
+use crate::support::*;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
+const AS_SECRET: &str = "oauth-fixture-secret-for-the-tests-0123456789";
+
+/// The mock authorization server and the protected MCP server, as child processes (inside a
+/// network namespace when given, on its loopback).
+pub struct OAuthFixtures {
+    pub issuer: String,
+    pub resource_base: String,
+    _children: Vec<tokio::process::Child>,
+}
+
+async fn spawn_fixture(netns: Option<&Netns>, mode: &str, env: &[(&str, String)]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = tokio::process::Command::new("ip");
+            c.args(["netns", "exec", &ns.name, FIXTURE]);
+            c
+        }
+        None => tokio::process::Command::new(FIXTURE),
+    };
+    command.args([mode, "127.0.0.1:0"]).env("FIXTURE_AS_SECRET", AS_SECRET);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.stdout(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    // Keep reading so the fixture never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+impl OAuthFixtures {
+    pub async fn start(netns: Option<&Netns>, ttl_secs: u64) -> Self {
+        let (auth, as_addr) = spawn_fixture(netns, "authserver", &[("FIXTURE_TOKEN_TTL_SECS", ttl_secs.to_string())]).await;
+        let issuer = format!("http://{as_addr}");
+        let (protected, rs_addr) = spawn_fixture(netns, "protected", &[("FIXTURE_AS_ISSUER", issuer.clone())]).await;
+        Self { issuer, resource_base: format!("http://{rs_addr}"), _children: vec![auth, protected] }
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.resource_base)
+    }
+}
+
+/// An HTTP client that never follows redirects (the test plays the browser step by step).
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+/// GETs `url` and returns the redirect's target.
+async fn redirected(url: &str) -> String {
+    let response = browser().get(url).send().await.unwrap();
+    let status = response.status();
+    let location = response.headers().get("location").map(|l| l.to_str().unwrap().to_owned());
+    let body = response.text().await.unwrap_or_default();
+    assert_eq!(status, 302, "{url}: {body}");
+    location.expect("a Location")
+}
+
+fn param(url: &str, name: &str) -> Option<String> {
+    reqwest::Url::parse(url).unwrap().query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
+}
+
+/// A key file for the token vault.
+fn key_file(dir: &Path) -> PathBuf {
+    let path = dir.join("token.key");
+    std::fs::write(&path, scopegate::store::vault::VaultKey::generate().unwrap()).unwrap();
+    path
+}
+
+/// `scopegate admin oauth ARGS` against the site's database, key and public URL.
+fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(SCOPEGATE)
+        .current_dir(dir.path())
+        .env("SCOPEGATE_DATABASE__URL", &site.config.database.url)
+        .env("SCOPEGATE_UPSTREAM__TOKEN_KEY_FILE", key)
+        .env("SCOPEGATE_SERVER__PUBLIC_URL", site.base_url())
+        .args(["admin", "oauth"])
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Plays the browser: opens the start link, lets the authorization server approve `as_user`,
+/// and returns the callback URL it sends the browser to (not yet opened). Checks the
+/// authorization URL on the way.
+async fn authorize(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str) -> String {
+    let auth_url = redirected(link).await;
+    assert!(auth_url.starts_with(&fx.issuer), "{auth_url}");
+    assert_eq!(param(&auth_url, "response_type").as_deref(), Some("code"));
+    assert_eq!(param(&auth_url, "code_challenge_method").as_deref(), Some("S256"));
+    assert_eq!(param(&auth_url, "code_challenge").map(|c| c.len()), Some(43), "a SHA-256 challenge");
+    assert_eq!(param(&auth_url, "redirect_uri"), Some(format!("{}/oauth/callback", site.base_url())));
+    assert_eq!(param(&auth_url, "resource"), Some(fx.mcp_url()), "RFC 8707: the server's resource");
+    assert!(param(&auth_url, "state").is_some_and(|s| s.len() >= 16));
+    assert!(param(&auth_url, "client_id").is_some());
+    // The start link works once.
+    let again = browser().get(link).send().await.unwrap();
+    assert_eq!(again.status(), 404, "a start link is good once");
+    let callback = redirected(&format!("{auth_url}&login_hint={as_user}")).await;
+    assert!(callback.starts_with(&format!("{}/oauth/callback?", site.base_url())), "{callback}");
+    callback
+}
+
+async fn open_callback(callback: &str) -> (u16, String) {
+    let response = browser().get(callback).send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// The value a `whoami_oauth` call returned.
+fn whoami(result: &CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    if let Some(structured) = &result.structured_content {
+        return structured.clone();
+    }
+    let text = result.content.iter().find_map(|c| c.as_text()).expect("text content");
+    serde_json::from_str(&text.text).expect("JSON")
+}
+
+async fn stats(base: &str) -> Value {
+    reqwest::get(format!("{base}/test/stats")).await.unwrap().json().await.unwrap()
+}
+
+/// The login link of a call that needs a login (from the error's data and its message).
+fn login_link(error: &rmcp::ErrorData) -> String {
+    let link = error.data.as_ref().and_then(|d| d["loginUrl"].as_str()).expect("a loginUrl").to_owned();
+    assert!(error.message.contains(&link), "the message carries the link: {}", error.message);
+    link
+}
+
+async fn tool_names(site: &Site, subject: &str) -> Vec<String> {
+    let client = site.client(subject).await;
+    client.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect()
+}
+
+/// The tenant's login, asked for with the CLI: discovery, registration, the authorization URL,
+/// the callback (a foreign `state` and a replay refused), an authorized call, the token sealed,
+/// refresh on a 401, status and logout.
+async fn tenant_login(backend: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path());
+    let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
+    let fx = OAuthFixtures::start(None, 3600).await;
+    site.serve("acme", "api", &json!({"url": fx.mcp_url(), "oauth": {}}), "local").await;
+
+    // Before any login: the owner sees only `api__login`, and a call answers with a link.
+    let names = tool_names(&site, "olivia@acme.test").await;
+    assert!(names.contains(&"api__login".to_owned()), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("api__") && n != "api__login"), "{names:?}");
+    let olivia = site.client("olivia@acme.test").await;
+    let error = call(olivia.peer(), "api__whoami_oauth", json!({})).await.expect_err("login needed");
+    assert!(login_link(&error).starts_with(&format!("{}/oauth/start/", site.base_url())));
+
+    // The CLI refuses what is not a tenant login of a protected server, and asks for one.
+    let (done, _, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api", "--user", "olivia@acme.test"]);
+    assert!(!done && err.contains("leave out --user"), "{err}");
+    let (done, _, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "nope"]);
+    assert!(!done && err.contains("not bound"), "{err}");
+    let (done, link, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api"]);
+    assert!(done, "{err}");
+    let link = link.trim().to_owned();
+    let callback = authorize(&site, &fx, &link, "acme-robot").await;
+    let fx_stats = stats(&fx.issuer).await;
+    assert_eq!(fx_stats["registrations"], 1, "dynamic client registration: {fx_stats}");
+
+    // A state the gateway never issued is refused and completes nothing.
+    let state = param(&callback, "state").unwrap();
+    let forged = callback.replace(&state, "forged-state-0123456789abcdef");
+    assert_eq!(open_callback(&forged).await.0, 404);
+    let (status, page) = open_callback(&callback).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Logged in to `api`"), "{page}");
+    assert_eq!(open_callback(&callback).await.0, 404, "a state completes one login, once");
+    assert_eq!(stats(&fx.issuer).await["token"]["authorization_code"], 1);
+
+    // The credential is sealed: the table holds no token text.
+    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials").await, 1);
+    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_logins WHERE state_hash IS NOT NULL").await, 0);
+    let olivia = site.client("olivia@acme.test").await;
+    let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
+    assert_eq!(me["sub"], "acme-robot", "the call carried the tenant's token: {me}");
+    let jti = me["jti"].as_str().unwrap().to_owned();
+    let mut tx = site.db.begin().await.unwrap();
+    let sealed: Vec<String> =
+        sqlx::query_scalar("SELECT ciphertext FROM oauth_credentials").fetch_all(&mut *tx).await.unwrap();
+    drop(tx);
+    for text in &sealed {
+        assert!(!text.contains("eyJ") && !text.contains(&jti), "no token in clear");
+    }
+
+    // The server refuses the token (revoked): one refresh, and the call goes through.
+    reqwest::Client::new().post(format!("{}/test/revoke", fx.resource_base)).send().await.unwrap();
+    let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
+    assert_eq!(me["sub"], "acme-robot");
+    assert_ne!(me["jti"].as_str(), Some(jti.as_str()), "a new token");
+    assert_eq!(stats(&fx.issuer).await["token"]["refresh_token"], 1);
+
+    // Status names the credential, never its content; logout deletes it.
+    let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
+    assert!(done, "{err}");
+    assert!(out.starts_with("api\ttenant\tok\t"), "{out}");
+    assert!(!out.contains(&jti));
+    let (done, _, err) = oauth_cli(&site, &key, &["logout", "--tenant", "acme", "--server", "api"]);
+    assert!(done, "{err}");
+    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials").await, 0);
+}
+both_dbs!(oauth_tenant_login_through_the_cli, tenant_login);
+
+/// Per-user tokens: each user logs in from their MCP client (the link of a call that needs a
+/// login) and their calls carry their own token, never another user's; an expiring token is
+/// refreshed before it runs out.
+async fn per_user(backend: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path());
+    let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
+    let fx = OAuthFixtures::start(None, 2).await;
+    site.serve("acme", "api", &json!({"url": fx.mcp_url(), "oauth": {"tokens": "user"}}), "local").await;
+    let mut tx = site.db.begin().await.unwrap();
+    scopegate::store::entities::grant_tool(&mut tx, "acme", "api", scopegate::model::Role::Worker, "whoami_oauth")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let olivia = site.client("olivia@acme.test").await;
+    let link = login_link(&call(olivia.peer(), "api__login", json!({})).await.expect_err("login needed"));
+    let callback = authorize(&site, &fx, &link, "olivia-upstream").await;
+    assert_eq!(open_callback(&callback).await.0, 200);
+    let olivia = site.client("olivia@acme.test").await;
+    assert_eq!(whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "olivia-upstream");
+
+    // Walt has no login of his own: he is asked for one, and never gets Olivia's token.
+    let names = tool_names(&site, "walt@acme.test").await;
+    assert_eq!(names.iter().filter(|n| n.starts_with("api__")).collect::<Vec<_>>(), ["api__login"], "{names:?}");
+    let walt = site.client("walt@acme.test").await;
+    let walt_link = login_link(&call(walt.peer(), "api__whoami_oauth", json!({})).await.expect_err("walt's own login"));
+    assert_ne!(walt_link, link);
+    let callback = authorize(&site, &fx, &walt_link, "walt-upstream").await;
+    assert_eq!(open_callback(&callback).await.0, 200);
+    let walt = site.client("walt@acme.test").await;
+    assert_eq!(whoami(&call(walt.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "walt-upstream");
+    assert_eq!(whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "olivia-upstream");
+    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials WHERE user_id IS NOT NULL").await, 2);
+
+    // The tokens live 2 s: past that, the next call refreshes first.
+    let before = stats(&fx.issuer).await["token"]["refresh_token"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    assert_eq!(whoami(&call(walt.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "walt-upstream");
+    let after = stats(&fx.issuer).await["token"]["refresh_token"].as_u64().unwrap();
+    assert!(after > before, "refreshed before expiry: {before} -> {after}");
+    let unauthorized = stats(&fx.resource_base).await["unauthorized"].as_u64().unwrap();
+    assert!(unauthorized <= 3, "the refresh came before the server had to refuse: {unauthorized} 401s");
+}
+both_dbs!(oauth_per_user_tokens_stay_with_their_user, per_user);
+
+/// With a remote executor, the authorization server and the protected server are reachable
+/// only from the executor's network namespace: discovery, registration, the code exchange, the
+/// MCP calls and a refresh on a 401 all go through the agent.
+async fn through_the_executor(backend: Backend) {
+    let netns = Netns::create();
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path());
+    let secret = "executor-netns-test-secret-0123456789abcdef";
+    let site = Site::start(
+        backend,
+        &[
+            ("server.listen", json!(format!("{}:0", netns.host_ip))),
+            ("server.allowed_hosts", json!([netns.host_ip])),
+            ("auth.hs256_secret", json!(secret)),
+            ("upstream.token_key_file", json!(key)),
+        ],
+    )
+    .await;
+    let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    let fx = OAuthFixtures::start(Some(&netns), 3600).await;
+    // The gateway host can't reach the authorization server.
+    let direct = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+        .get(format!("{}/.well-known/oauth-authorization-server", fx.issuer))
+        .send()
+        .await;
+    assert!(direct.is_err() || !direct.unwrap().status().is_success(), "only the executor reaches it");
+    site.serve("acme", "api", &json!({"url": fx.mcp_url(), "oauth": {}}), "build-01").await;
+    let _agent: Agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
+    site.wait_connected("build-01", true).await;
+
+    let (done, link, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api"]);
+    assert!(done, "{err}");
+    // The test is the browser: it reaches the authorization server inside the namespace.
+    let auth_url = redirected(link.trim()).await;
+    let callback = in_netns(&netns, &format!("{auth_url}&login_hint=far-robot")).await;
+    assert_eq!(open_callback(&callback).await.0, 200);
+    let fx_stats = in_netns_json(&netns, &format!("{}/test/stats", fx.issuer)).await;
+    assert_eq!(fx_stats["token"]["authorization_code"], 1, "the exchange reached it through the agent: {fx_stats}");
+
+    site.wait_for_tool("olivia@acme.test", "api__whoami_oauth").await;
+    let olivia = site.client("olivia@acme.test").await;
+    let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
+    assert_eq!(me["sub"], "far-robot");
+    // Revoked at the server: the agent reports the 401, the gateway refreshes through the
+    // agent and sends the call again.
+    in_netns_post(&netns, &format!("{}/test/revoke", fx.resource_base)).await;
+    let again = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
+    assert_eq!(again["sub"], "far-robot");
+    assert_ne!(again["jti"], me["jti"]);
+    assert_eq!(in_netns_json(&netns, &format!("{}/test/stats", fx.issuer)).await["token"]["refresh_token"], 1);
+}
+both_dbs!(oauth_through_the_remote_executor, through_the_executor);
+
+/// `curl` run inside the namespace (the test's browser there): the redirect's target.
+async fn in_netns(netns: &Netns, url: &str) -> String {
+    let out = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &netns.name, "curl", "-s", "-o", "/dev/null", "-w", "%{redirect_url}", url])
+        .output()
+        .await
+        .unwrap();
+    let target = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && !target.is_empty(), "{url}: {}", String::from_utf8_lossy(&out.stderr));
+    target
+}
+
+async fn in_netns_json(netns: &Netns, url: &str) -> Value {
+    let out = tokio::process::Command::new("ip").args(["netns", "exec", &netns.name, "curl", "-s", url]).output().await.unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+async fn in_netns_post(netns: &Netns, url: &str) {
+    let out = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &netns.name, "curl", "-s", "-X", "POST", url])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+}
