@@ -95,7 +95,7 @@ fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(SCOPEGATE)
         .current_dir(dir.path())
-        .env("SCOPEGATE_DATABASE__URL", &site.config.database.url)
+        .env("SCOPEGATE_DATABASE__URL", site.config.database.url.expose())
         .env("SCOPEGATE_UPSTREAM__TOKEN_KEY_FILE", key)
         .env("SCOPEGATE_SERVER__PUBLIC_URL", site.base_url())
         .args(["admin", "oauth"])

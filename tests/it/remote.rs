@@ -242,7 +242,7 @@ impl Site {
     }
 
     pub async fn wait_for_tool_at(&self, base: &str, subject: &str, tool: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(40);
         loop {
             let client = self.client_at(base, subject).await;
             let tools = client.list_all_tools().await.unwrap();
@@ -284,8 +284,10 @@ impl Agent {
     }
 
     /// Waits (bounded) until the agent's log holds `text`.
+    /// Waits for `text` in the agent's log. The bounds of these waits are generous: they are
+    /// what a loaded 2-core CI machine may need, and a passing test never waits them out.
     pub async fn wait_log(&self, text: &str) {
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(40);
         while !self.log().contains(text) {
             assert!(Instant::now() < deadline, "the agent never logged {text:?}; its log:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(50)).await;
