@@ -20,6 +20,7 @@ mod mcp_http;
 mod mcp_modern;
 mod mcp_shutdown;
 mod mcp_timeout;
+mod oauth_fixture;
 mod proxy;
 mod readme;
 mod remote;
