@@ -125,6 +125,7 @@ async fn spawn(netns: Option<&str>, mode: &str, addr: &str, env: &[(&str, &str)]
 
 /// A client that follows no redirects (the Location of `/authorize` is read, not visited).
 fn http() -> reqwest::Client {
+    scopegate::http::install_tls_provider();
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
@@ -417,7 +418,7 @@ async fn oauth_fixture_refuses_bad_requests() {
     assert_refused(refresh(&fx, "never-registered", carols).await, 401, "invalid_client");
 
     let stats = fx.as_stats().await;
-    assert_eq!(stats["refused"], json!({"registration": 6, "authorize": 9, "token": 10}), "{stats}");
+    assert_eq!(stats["refused"], json!({"registration": 6, "authorize": 9, "token": 11}), "{stats}");
     assert_eq!(stats["token"], json!({"authorization_code": 2, "refresh_token": 0}), "{stats}");
     let resources: BTreeSet<&str> = stats["resources"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(resources, BTreeSet::from([elsewhere, fx.resource_url.as_str()]), "{stats}");
