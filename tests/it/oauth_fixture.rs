@@ -494,3 +494,37 @@ async fn oauth_fixtures_in_a_netns_record_the_peer() {
     assert_eq!(whoami(&fx, tokens["access_token"].as_str().unwrap()).await["sub"], "dave");
     assert_eq!(fx.as_stats().await["peers"], json!([netns.host_ip]));
 }
+
+/// rmcp's own OAuth client (the one the gateway uses) gets through the fixtures: discovery from
+/// the resource URL, registration, the authorization URL it builds (PKCE, `resource`, state),
+/// the callback's issuer, the exchange, and a refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_fixture_satisfies_rmcps_oauth_client() {
+    use rmcp::transport::auth::AuthorizationManager;
+    scopegate::http::install_tls_provider();
+    let fx = OAuthFixtures::start(SECRET, 3600).await;
+
+    let mut manager = AuthorizationManager::new(fx.resource_url.as_str()).await.unwrap();
+    let resolution = manager.resolve_metadata().await.unwrap();
+    assert_eq!(resolution.metadata.issuer.as_deref(), Some(fx.as_url.as_str()));
+    manager.set_metadata(resolution.metadata);
+    manager.register_client("scopegate-test", REDIRECT, &["mcp"]).await.unwrap();
+    let url = manager.get_authorization_url(&["mcp"]).await.unwrap();
+    let response = http().get(format!("{url}&login_hint=erin")).send().await.unwrap();
+    assert_eq!(response.status(), 302);
+    let location = reqwest::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
+    let query: std::collections::HashMap<_, _> = location.query_pairs().into_owned().collect();
+    manager.exchange_code_for_token_with_issuer(&query["code"], &query["state"], Some(&query["iss"])).await.unwrap();
+    let access = manager.get_access_token().await.unwrap();
+    assert_eq!(whoami(&fx, &access).await["sub"], "erin");
+
+    manager.refresh_token().await.unwrap();
+    let refreshed = manager.get_access_token().await.unwrap();
+    assert_ne!(claims(&refreshed)["jti"], claims(&access)["jti"]);
+    assert_eq!(whoami(&fx, &refreshed).await["sub"], "erin");
+
+    let stats = fx.as_stats().await;
+    assert_eq!(stats["token"], json!({"authorization_code": 1, "refresh_token": 1}), "{stats}");
+    assert_eq!(stats["refused"], json!({"registration": 0, "authorize": 0, "token": 0}), "{stats}");
+    assert_eq!(stats["resources"], json!([fx.resource_url]), "{stats}");
+}
