@@ -109,13 +109,8 @@ async fn spawn(netns: Option<&str>, mode: &str, addr: &str, env: &[(&str, &str)]
         }
         None => tokio::process::Command::new(FIXTURE),
     };
-    let mut child = command
-        .args([mode, addr])
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child =
+        command.args([mode, addr]).envs(env.iter().copied()).stdout(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let first = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.expect("the fixture starts");
     let first = first.unwrap().unwrap_or_else(|| panic!("{mode} exited before listening"));
@@ -250,10 +245,7 @@ async fn whoami(fx: &OAuthFixtures, access_token: &str) -> Value {
 async fn initialize(fx: &OAuthFixtures, authorization: Option<&str>) -> reqwest::Response {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let mut request = http()
-        .post(&fx.resource_url)
-        .header("accept", "application/json, text/event-stream")
-        .json(&body);
+    let mut request = http().post(&fx.resource_url).header("accept", "application/json, text/event-stream").json(&body);
     if let Some(authorization) = authorization {
         request = request.header("authorization", authorization);
     }
@@ -414,7 +406,11 @@ async fn oauth_fixture_refuses_bad_requests() {
     let tokens = fx.token_for("carol").await;
     let carols = tokens["refresh_token"].as_str().unwrap();
     assert_refused(refresh(&fx, &client, carols).await, 400, "invalid_grant");
-    assert_refused(token(&fx, &[("grant_type", "password"), ("client_id", &client)]).await, 400, "unsupported_grant_type");
+    assert_refused(
+        token(&fx, &[("grant_type", "password"), ("client_id", &client)]).await,
+        400,
+        "unsupported_grant_type",
+    );
     assert_refused(refresh(&fx, "never-registered", carols).await, 401, "invalid_client");
 
     let stats = fx.as_stats().await;
@@ -437,7 +433,8 @@ async fn oauth_fixture_protected_refuses_bad_tokens() {
         "issued_at_us": u64::try_from(now.as_micros()).unwrap(),
     });
     let sign = |claims: &Value, secret: &str| {
-        let token = jsonwebtoken::encode(&Header::default(), claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap());
+        let token =
+            jsonwebtoken::encode(&Header::default(), claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap());
         format!("Bearer {}", token.unwrap())
     };
     let with = |key: &str, value: Value| {
