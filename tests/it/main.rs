@@ -21,6 +21,7 @@ mod mcp_modern;
 mod mcp_shutdown;
 mod mcp_timeout;
 mod oauth;
+mod oauth_fixture;
 mod proxy;
 mod readme;
 mod remote;
