@@ -6,63 +6,18 @@
 //! 401. With a remote executor, every OAuth request goes through the agent.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 use crate::mcp::call;
+use crate::oauth_fixture::OAuthFixtures;
 use crate::remote::{Agent, Netns, Site};
 use crate::support::*;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
 const AS_SECRET: &str = "oauth-fixture-secret-for-the-tests-0123456789";
-
-/// The mock authorization server and the protected MCP server, as child processes (inside a
-/// network namespace when given, on its loopback).
-pub struct OAuthFixtures {
-    pub issuer: String,
-    pub resource_base: String,
-    _children: Vec<tokio::process::Child>,
-}
-
-async fn spawn_fixture(netns: Option<&Netns>, mode: &str, env: &[(&str, String)]) -> (tokio::process::Child, String) {
-    use tokio::io::AsyncBufReadExt;
-    let mut command = match netns {
-        Some(ns) => {
-            let mut c = tokio::process::Command::new("ip");
-            c.args(["netns", "exec", &ns.name, FIXTURE]);
-            c
-        }
-        None => tokio::process::Command::new(FIXTURE),
-    };
-    command.args([mode, "127.0.0.1:0"]).env("FIXTURE_AS_SECRET", AS_SECRET);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.stdout(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
-    // Keep reading so the fixture never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
-}
-
-impl OAuthFixtures {
-    pub async fn start(netns: Option<&Netns>, ttl_secs: u64) -> Self {
-        let (auth, as_addr) = spawn_fixture(netns, "authserver", &[("FIXTURE_TOKEN_TTL_SECS", ttl_secs.to_string())]).await;
-        let issuer = format!("http://{as_addr}");
-        let (protected, rs_addr) = spawn_fixture(netns, "protected", &[("FIXTURE_AS_ISSUER", issuer.clone())]).await;
-        Self { issuer, resource_base: format!("http://{rs_addr}"), _children: vec![auth, protected] }
-    }
-
-    pub fn mcp_url(&self) -> String {
-        format!("{}/mcp", self.resource_base)
-    }
-}
 
 /// An HTTP client that never follows redirects (the test plays the browser step by step).
 fn browser() -> reqwest::Client {
@@ -110,12 +65,12 @@ fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
 /// authorization URL on the way.
 async fn authorize(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str) -> String {
     let auth_url = redirected(link).await;
-    assert!(auth_url.starts_with(&fx.issuer), "{auth_url}");
+    assert!(auth_url.starts_with(&fx.as_url), "{auth_url}");
     assert_eq!(param(&auth_url, "response_type").as_deref(), Some("code"));
     assert_eq!(param(&auth_url, "code_challenge_method").as_deref(), Some("S256"));
     assert_eq!(param(&auth_url, "code_challenge").map(|c| c.len()), Some(43), "a SHA-256 challenge");
     assert_eq!(param(&auth_url, "redirect_uri"), Some(format!("{}/oauth/callback", site.base_url())));
-    assert_eq!(param(&auth_url, "resource"), Some(fx.mcp_url()), "RFC 8707: the server's resource");
+    assert_eq!(param(&auth_url, "resource"), Some(fx.resource_url), "RFC 8707: the server's resource");
     assert!(param(&auth_url, "state").is_some_and(|s| s.len() >= 16));
     assert!(param(&auth_url, "client_id").is_some());
     // The start link works once.
@@ -141,10 +96,6 @@ fn whoami(result: &CallToolResult) -> Value {
     serde_json::from_str(&text.text).expect("JSON")
 }
 
-async fn stats(base: &str) -> Value {
-    reqwest::get(format!("{base}/test/stats")).await.unwrap().json().await.unwrap()
-}
-
 /// The login link of a call that needs a login (from the error's data and its message).
 fn login_link(error: &rmcp::ErrorData) -> String {
     let link = error.data.as_ref().and_then(|d| d["loginUrl"].as_str()).expect("a loginUrl").to_owned();
@@ -164,8 +115,8 @@ async fn tenant_login(backend: Backend) {
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
     let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
-    let fx = OAuthFixtures::start(None, 3600).await;
-    site.serve("acme", "api", &json!({"url": fx.mcp_url(), "oauth": {}}), "local").await;
+    let fx = OAuthFixtures::start(AS_SECRET, 3600).await;
+    site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {}}), "local").await;
 
     // Before any login: the owner sees only `api__login`, and a call answers with a link.
     let names = tool_names(&site, "olivia@acme.test").await;
@@ -184,7 +135,7 @@ async fn tenant_login(backend: Backend) {
     assert!(done, "{err}");
     let link = link.trim().to_owned();
     let callback = authorize(&site, &fx, &link, "acme-robot").await;
-    let fx_stats = stats(&fx.issuer).await;
+    let fx_stats = fx.as_stats().await;
     assert_eq!(fx_stats["registrations"], 1, "dynamic client registration: {fx_stats}");
 
     // A state the gateway never issued is refused and completes nothing.
@@ -195,7 +146,7 @@ async fn tenant_login(backend: Backend) {
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("Logged in to `api`"), "{page}");
     assert_eq!(open_callback(&callback).await.0, 404, "a state completes one login, once");
-    assert_eq!(stats(&fx.issuer).await["token"]["authorization_code"], 1);
+    assert_eq!(fx.as_stats().await["token"]["authorization_code"], 1);
 
     // The credential is sealed: the table holds no token text.
     assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials").await, 1);
@@ -213,11 +164,11 @@ async fn tenant_login(backend: Backend) {
     }
 
     // The server refuses the token (revoked): one refresh, and the call goes through.
-    reqwest::Client::new().post(format!("{}/test/revoke", fx.resource_base)).send().await.unwrap();
+    fx.revoke().await;
     let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
     assert_eq!(me["sub"], "acme-robot");
     assert_ne!(me["jti"].as_str(), Some(jti.as_str()), "a new token");
-    assert_eq!(stats(&fx.issuer).await["token"]["refresh_token"], 1);
+    assert_eq!(fx.as_stats().await["token"]["refresh_token"], 1);
 
     // Status names the credential, never its content; logout deletes it.
     let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
@@ -237,8 +188,8 @@ async fn per_user(backend: Backend) {
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
     let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
-    let fx = OAuthFixtures::start(None, 2).await;
-    site.serve("acme", "api", &json!({"url": fx.mcp_url(), "oauth": {"tokens": "user"}}), "local").await;
+    let fx = OAuthFixtures::start(AS_SECRET, 2).await;
+    site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {"tokens": "user"}}), "local").await;
     let mut tx = site.db.begin().await.unwrap();
     scopegate::store::entities::grant_tool(&mut tx, "acme", "api", scopegate::model::Role::Worker, "whoami_oauth")
         .await
@@ -266,12 +217,12 @@ async fn per_user(backend: Backend) {
     assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials WHERE user_id IS NOT NULL").await, 2);
 
     // The tokens live 2 s: past that, the next call refreshes first.
-    let before = stats(&fx.issuer).await["token"]["refresh_token"].as_u64().unwrap();
+    let before = fx.as_stats().await["token"]["refresh_token"].as_u64().unwrap();
     tokio::time::sleep(Duration::from_millis(2300)).await;
     assert_eq!(whoami(&call(walt.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "walt-upstream");
-    let after = stats(&fx.issuer).await["token"]["refresh_token"].as_u64().unwrap();
+    let after = fx.as_stats().await["token"]["refresh_token"].as_u64().unwrap();
     assert!(after > before, "refreshed before expiry: {before} -> {after}");
-    let unauthorized = stats(&fx.resource_base).await["unauthorized"].as_u64().unwrap();
+    let unauthorized = fx.resource_stats().await["unauthorized"].as_u64().unwrap();
     assert!(unauthorized <= 3, "the refresh came before the server had to refuse: {unauthorized} 401s");
 }
 both_dbs!(oauth_per_user_tokens_stay_with_their_user, per_user);
@@ -295,17 +246,17 @@ async fn through_the_executor(backend: Backend) {
     )
     .await;
     let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
-    let fx = OAuthFixtures::start(Some(&netns), 3600).await;
+    let fx = OAuthFixtures::start_in(&netns, "127.0.0.1", AS_SECRET, 3600).await;
     // The gateway host can't reach the authorization server.
     let direct = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap()
-        .get(format!("{}/.well-known/oauth-authorization-server", fx.issuer))
+        .get(format!("{}/.well-known/oauth-authorization-server", fx.as_url))
         .send()
         .await;
     assert!(direct.is_err() || !direct.unwrap().status().is_success(), "only the executor reaches it");
-    site.serve("acme", "api", &json!({"url": fx.mcp_url(), "oauth": {}}), "build-01").await;
+    site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {}}), "build-01").await;
     let _agent: Agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
     site.wait_connected("build-01", true).await;
 
@@ -315,7 +266,7 @@ async fn through_the_executor(backend: Backend) {
     let auth_url = redirected(link.trim()).await;
     let callback = in_netns(&netns, &format!("{auth_url}&login_hint=far-robot")).await;
     assert_eq!(open_callback(&callback).await.0, 200);
-    let fx_stats = in_netns_json(&netns, &format!("{}/test/stats", fx.issuer)).await;
+    let fx_stats = in_netns_json(&netns, &format!("{}/test/stats", fx.as_url)).await;
     assert_eq!(fx_stats["token"]["authorization_code"], 1, "the exchange reached it through the agent: {fx_stats}");
 
     site.wait_for_tool("olivia@acme.test", "api__whoami_oauth").await;
@@ -328,7 +279,7 @@ async fn through_the_executor(backend: Backend) {
     let again = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
     assert_eq!(again["sub"], "far-robot");
     assert_ne!(again["jti"], me["jti"]);
-    assert_eq!(in_netns_json(&netns, &format!("{}/test/stats", fx.issuer)).await["token"]["refresh_token"], 1);
+    assert_eq!(in_netns_json(&netns, &format!("{}/test/stats", fx.as_url)).await["token"]["refresh_token"], 1);
 }
 both_dbs!(oauth_through_the_remote_executor, through_the_executor);
 
