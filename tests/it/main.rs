@@ -23,6 +23,7 @@ mod mcp_timeout;
 mod proxy;
 mod readme;
 mod remote;
+mod remote_fetch;
 mod replicas;
 mod roots;
 mod selected;
