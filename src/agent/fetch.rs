@@ -129,7 +129,7 @@ mod tests {
     #[tokio::test]
     async fn the_agent_refuses_a_url_that_is_not_http() {
         let clients = ExchangeClients::new(None).unwrap();
-        for url in ["file:///etc/passwd", "ftp://a.example/x", "gopher://a.example/", "/etc/passwd", "not a url"] {
+        for url in ["file:///etc/passwd", "file://localhost/etc/passwd", "ftp://a.example/x", "gopher://a.example/", "/etc/passwd", "not a url"] {
             let Err(reason) = FetchServer::start(&clients, asked(url)).await else { panic!("{url} was fetched") };
             assert_eq!(Refusal::split(&reason).0, Some(Refusal::Invalid), "{url}: {reason}");
             assert!(!reason.contains("SECRET"), "{reason}");

@@ -226,7 +226,7 @@ mod tests {
     fn only_absolute_http_urls_and_bounded_bodies_are_sent() {
         assert!(check(&request("https://a.example/t", FETCH_MAX_BODY)).is_ok());
         assert!(check(&request("http://127.0.0.1:9/t", 0)).is_ok());
-        for url in ["file:///etc/passwd", "ftp://a.example/x", "/relative/path", "unix://sock/x"] {
+        for url in ["file://localhost/etc/passwd", "ftp://a.example/x", "/relative/path", "unix://sock/x"] {
             let err = check(&request(url, 0)).unwrap_err();
             assert!(matches!(err, FetchError::Invalid(_)), "{url}: {err:?}");
         }

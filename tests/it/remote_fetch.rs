@@ -99,8 +99,9 @@ async fn web_in(netns: &Netns) -> (tokio::process::Child, String) {
     let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
     let addr = tokio::time::timeout(WAIT, async {
         while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(addr) = line.strip_prefix("listening on ") {
-                return addr.to_owned();
+            // The test harness may have written `test NAME ... ` on the same line.
+            if let Some((_, addr)) = line.split_once("listening on ") {
+                return addr.trim().to_owned();
             }
         }
         panic!("the namespace's web server ended before listening");
@@ -198,7 +199,7 @@ async fn behaves(http: &ExecutorHttp, addr: &str) {
     assert_eq!(err, FetchError::Timeout { url: format!("{base}/slow"), timeout: short });
 
     // Checked before anything is sent.
-    failed(http.exchange(get("file:///etc/passwd"), true, WAIT).await, "invalid");
+    failed(http.exchange(get("file://localhost/etc/passwd"), true, WAIT).await, "invalid");
 }
 
 /// Through an agent in a network namespace, to a web server only that namespace reaches: the
