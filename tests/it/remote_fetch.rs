@@ -126,7 +126,10 @@ fn get(url: &str) -> http::Request<Vec<u8>> {
 /// An error: of `outcome`, and without the secret the request carried.
 #[track_caller]
 fn failed(result: Result<http::Response<Vec<u8>>, FetchError>, outcome: &str) -> FetchError {
-    let err = result.expect_err(outcome);
+    let err = match result {
+        Ok(response) => panic!("{outcome}: answered {} with {} bytes", response.status(), response.body().len()),
+        Err(err) => err,
+    };
     assert_eq!(err.outcome(), outcome, "{err}");
     assert!(!err.to_string().contains(SECRET), "the error shows the secret: {err}");
     err
