@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{AgentEnv, AgentError, AgentRoot, Backoff, Host};
 use crate::tunnel::{self, DialError, Settings, Side};
 use crate::upstream::PathUri;
+use crate::upstream::exchange::ExchangeClients;
 
 /// Everything the agent runs with (the command line, checked).
 #[derive(Debug, Clone)]
@@ -53,6 +54,7 @@ impl AgentConfig {
         }
         read_secret(&self.secret_file)?;
         let http = http_client(self.ca_file.as_deref())?;
+        let fetch = fetch_clients(self.ca_file.as_deref())?;
         // Children are launched through this binary's guard on Linux, so they die with it.
         let guard = if cfg!(target_os = "linux") {
             Some(std::env::current_exe().map_err(AgentError::CurrentExe)?)
@@ -66,6 +68,7 @@ impl AgentConfig {
             AgentEnv::from_process(),
             self.inherit_env.clone(),
             http,
+            fetch,
             settings.max_frame,
             guard,
         ))
@@ -86,6 +89,14 @@ pub fn http_client(ca_file: Option<&Path>) -> Result<reqwest::Client, AgentError
             .map_err(|message| AgentError::CaFile { path: path.to_owned(), message })?;
     }
     builder.build().map_err(|e| AgentError::Client(e.to_string()))
+}
+
+/// The clients of Fetch channels, trusting `ca_file`'s certificates as [`http_client`] does.
+pub fn fetch_clients(ca_file: Option<&Path>) -> Result<ExchangeClients, AgentError> {
+    ExchangeClients::new(ca_file).map_err(|message| match ca_file {
+        Some(path) => AgentError::CaFile { path: path.to_owned(), message },
+        None => AgentError::Client(message),
+    })
 }
 
 /// The secret, read afresh (a rotated secret is picked up by replacing the file).

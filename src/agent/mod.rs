@@ -3,7 +3,8 @@
 //!
 //! `connect` keeps one tunnel per gateway URL up (backoff in `backoff`); each channel the
 //! gateway opens is checked and prepared by `serve` (containment, `${NAME}` references on the
-//! agent's environment) and then pumped by `stdio`, `http` or `file` over the message I/O of
+//! agent's environment) and then pumped by `stdio`, `http`, `file` or `fetch` (one HTTP
+//! exchange over this machine's network, for the gateway's OAuth) over the message I/O of
 //! `io`, which the tunnel's channel halves implement and tests replace with memory pairs.
 //! `root` is the one place a URI becomes a host path (`--root-dir` maps the root URI onto
 //! another directory). `guard` is the hidden re-exec that ties a child's life to the agent's
@@ -12,6 +13,7 @@
 pub mod backoff;
 pub mod connect;
 pub mod env;
+mod fetch;
 mod file;
 pub mod guard;
 mod http;
@@ -23,7 +25,7 @@ mod stdio;
 use std::path::PathBuf;
 
 pub use backoff::Backoff;
-pub use connect::{AgentConfig, http_client, run};
+pub use connect::{AgentConfig, fetch_clients, http_client, run};
 pub use env::AgentEnv;
 pub use root::AgentRoot;
 pub use serve::{Host, Prepared, prepare, serve_pending};

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::io::{MessageSink, MessageSource};
 use super::{AgentEnv, AgentRoot};
 use crate::tunnel::{Open, PendingOpen, Refusal};
+use crate::upstream::exchange::ExchangeClients;
 use crate::upstream::{ExecutorId, PathUri, declaration};
 
 /// What every channel of the agent needs: who it is, its root, its environment.
@@ -20,6 +21,8 @@ pub struct Host {
     pub(super) env: AgentEnv,
     pub(super) inherit_env: Vec<String>,
     pub(super) http: reqwest::Client,
+    /// The clients of Fetch channels (one following redirects, one not), with the same trust.
+    pub(super) fetch: ExchangeClients,
     /// The tunnel's frame limit: a larger message can't be sent.
     pub(super) max_frame: usize,
     /// The program re-executed as `__child-guard` in front of every stdio child (Linux);
@@ -34,10 +37,11 @@ impl Host {
         env: AgentEnv,
         inherit_env: Vec<String>,
         http: reqwest::Client,
+        fetch: ExchangeClients,
         max_frame: usize,
         guard: Option<PathBuf>,
     ) -> Self {
-        Self { name: ExecutorId::new(name), root, env, inherit_env, http, max_frame, guard }
+        Self { name: ExecutorId::new(name), root, env, inherit_env, http, fetch, max_frame, guard }
     }
 
     /// Replaces the program stdio children are launched through (`None`: launched directly).
@@ -80,6 +84,7 @@ pub enum Prepared {
     Stdio(super::stdio::StdioServer),
     Http(super::http::HttpServer),
     ReadFile(super::file::FileServer),
+    Fetch(super::fetch::FetchServer),
 }
 
 /// Checks `open` on the agent's terms and prepares it; `Err` is the reason to refuse it with.
@@ -103,6 +108,10 @@ pub async fn prepare(host: &Host, open: Open) -> Result<Prepared, String> {
             let path = host.contained("uri", &uri)?;
             super::file::FileServer::open(&path, &uri, max_bytes).await.map(Prepared::ReadFile)
         }
+        Open::Fetch { method, url, headers, body, follow_redirects, timeout_ms, max_bytes } => {
+            let asked = super::fetch::FetchRequest { method, url, headers, body, follow_redirects, timeout_ms, max_bytes };
+            super::fetch::FetchServer::start(&host.fetch, asked).await.map(Prepared::Fetch)
+        }
     }
 }
 
@@ -114,6 +123,7 @@ impl Prepared {
             Self::Stdio(server) => server.run(sink, source, stop).await,
             Self::Http(server) => server.run(sink, source, stop).await,
             Self::ReadFile(server) => server.run(sink, stop).await,
+            Self::Fetch(server) => server.run(sink, stop).await,
         }
     }
 }
@@ -121,7 +131,12 @@ impl Prepared {
 /// Answers one open request from the tunnel: refused with the reason, or accepted and served.
 pub async fn serve_pending(host: Arc<Host>, pending: PendingOpen, stop: CancellationToken) {
     let open = pending.open.clone();
-    match prepare(&host, open).await {
+    // Preparing may wait on the network (a fetch waits for its response head): stopping ends it.
+    let prepared = tokio::select! {
+        prepared = prepare(&host, open) => prepared,
+        () = stop.cancelled() => Err("the executor is stopping".to_owned()),
+    };
+    match prepared {
         Err(reason) => {
             tracing::warn!(executor = %host.name, "refused a channel: {reason}");
             pending.refuse(&reason);

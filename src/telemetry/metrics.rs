@@ -122,6 +122,11 @@ pub fn executor_file_read(outcome: &'static str) {
     metrics::counter!("scopegate_executor_file_reads_total", "outcome" => outcome).increment(1);
 }
 
+/// One HTTP exchange through an executor's agent, by outcome (`ok` or the error's outcome).
+pub fn executor_fetch(outcome: &'static str) {
+    metrics::counter!("scopegate_executor_fetches_total", "outcome" => outcome).increment(1);
+}
+
 /// Where a request's identity rows came from: the identity cache or the database.
 pub fn identity_lookup(cached: bool) {
     let source = if cached { "cache" } else { "database" };

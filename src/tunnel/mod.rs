@@ -14,7 +14,8 @@
 //!                Open      the JSON of an [`Open`]
 //!                Opened    empty
 //!                Refused   UTF-8 reason
-//!                Data      one message of the channel (one JSON-RPC message, or a file chunk)
+//!                Data      one message of the channel (one JSON-RPC message, a file chunk, a
+//!                          fetch's response head or a chunk of its body)
 //!                Credit    u32 big-endian: that many more Data frames may be sent
 //!                Close     UTF-8 reason (empty: a normal end)
 //! ```
@@ -36,7 +37,22 @@
 //! The class is optional and the payload is still one UTF-8 reason: a peer that does not know
 //! a code, or meets a reason without one, treats the whole text as an unclassified reason, so
 //! agents and gateways of either age understand each other.
+//!
+//! # Fetch channels
+//!
+//! An [`Open::Fetch`] is one HTTP exchange the agent performs over its own network (an OAuth
+//! request for a server only the executor reaches). The whole request travels in the Open: its
+//! body base64 in the JSON, at most [`FETCH_MAX_BODY`] bytes, so no Data frame goes to the
+//! agent. The agent sends the request (following at most [`FETCH_MAX_REDIRECTS`] redirects
+//! itself when asked, otherwise returning a redirect as it came), waits for the response head
+//! and only then answers: Refused with a class when it could not (`[invalid]`,
+//! `[unreachable]`, `[timed_out]`, `[too_large]` for a declared length over `max_bytes`), or
+//! Opened. The first Data frame after Opened is the JSON of a [`FetchHead`]; the body follows
+//! in Data frames of at most 64 KiB, never more than `max_bytes` in all, then a Close with an
+//! empty reason. A body that grows past `max_bytes` is cut with `[too_large]`, a body that
+//! breaks off with `[unreachable]`, one that takes past the timeout with `[timed_out]`.
 
+mod fetch;
 mod frame;
 mod mux;
 #[cfg(test)]
@@ -50,6 +66,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub use fetch::{FETCH_MAX_BODY, FETCH_MAX_REDIRECTS, FetchHead, header_from_wire, header_to_wire};
 pub use ws::ws_config;
 
 /// Limits and timing of one tunnel (both sides use the same defaults).
@@ -86,6 +103,21 @@ pub enum Open {
     /// Read one file under the agent's root: Data frames carry its bytes, then the agent
     /// closes the channel (reason empty when the whole file was sent).
     ReadFile { uri: String, max_bytes: u64 },
+    /// Perform one HTTP exchange over the agent's network (see the module docs): `url` an
+    /// absolute `http:` or `https:` URL; `headers` in order, a name repeated as often as sent,
+    /// each value as ISO-8859-1 text ([`header_to_wire`]); `body` base64 (standard, padded),
+    /// at most [`FETCH_MAX_BODY`] bytes once decoded; at most [`FETCH_MAX_REDIRECTS`]
+    /// redirects followed when `follow_redirects`, none otherwise; the whole exchange within
+    /// `timeout_ms`; at most `max_bytes` of response body.
+    Fetch {
+        method: String,
+        url: String,
+        headers: Vec<(String, String)>,
+        body: String,
+        follow_redirects: bool,
+        timeout_ms: u64,
+        max_bytes: u64,
+    },
 }
 
 /// The class of a refusal, written at the start of a Refused or Close reason as `[code] `.
@@ -100,17 +132,30 @@ pub enum Refusal {
     /// `not_a_file`: a folder, a device, a pipe or a socket, not a regular file.
     NotAFile,
     /// `too_large`: the file is larger than the request's `max_bytes` (or grew past it while
-    /// it was being read).
+    /// it was being read); a fetch's response body is (or declares it is).
     TooLarge,
     /// `invalid`: the request is malformed for this agent (a URI it cannot parse).
     Invalid,
     /// `unreadable`: the path is there but could not be read (permissions, an I/O error).
     Unreadable,
+    /// `unreachable`: a fetch could not be completed over the agent's network (no route,
+    /// refused, a TLS failure, the connection broke, too many redirects).
+    Unreachable,
+    /// `timed_out`: a fetch did not complete within its timeout.
+    TimedOut,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 6] =
-        [Self::OutsideRoot, Self::NotFound, Self::NotAFile, Self::TooLarge, Self::Invalid, Self::Unreadable];
+    const ALL: [Refusal; 8] = [
+        Self::OutsideRoot,
+        Self::NotFound,
+        Self::NotAFile,
+        Self::TooLarge,
+        Self::Invalid,
+        Self::Unreadable,
+        Self::Unreachable,
+        Self::TimedOut,
+    ];
 
     pub fn code(self) -> &'static str {
         match self {
@@ -120,6 +165,8 @@ impl Refusal {
             Self::TooLarge => "too_large",
             Self::Invalid => "invalid",
             Self::Unreadable => "unreadable",
+            Self::Unreachable => "unreachable",
+            Self::TimedOut => "timed_out",
         }
     }
 

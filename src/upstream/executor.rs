@@ -16,6 +16,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::client::AssertingClient;
+use super::oauth_http::ExecutorHttp;
 use super::remote::{RemoteEnv, RemoteHostHandler};
 use super::runtime::ProxyClient;
 use super::{ExecutorEnv, ExecutorId, PathUri, Placement, ResolvedServer, ResolvedTransport};
@@ -71,6 +72,8 @@ pub struct LocalExecutor {
     inherit_env: Vec<String>,
     http: reqwest::Client,
     assertion_header: HeaderName,
+    /// OAuth requests for its servers: from this host, with the same CA trust as `http`.
+    oauth_http: Arc<ExecutorHttp>,
 }
 
 impl LocalExecutor {
@@ -93,7 +96,15 @@ impl LocalExecutor {
                 .map_err(|message| UpstreamError::Config { key: "upstream.ca_file", message })?;
         }
         let http = builder.build().map_err(|e| UpstreamError::Connect(e.to_string()))?;
-        Ok(Self { root, inherit_env, http, assertion_header })
+        let ca_file = (!ca_file.is_empty()).then(|| std::path::Path::new(ca_file));
+        let oauth_http = ExecutorHttp::local(ca_file)
+            .map_err(|message| UpstreamError::Config { key: "upstream.ca_file", message })?;
+        Ok(Self { root, inherit_env, http, assertion_header, oauth_http: Arc::new(oauth_http) })
+    }
+
+    /// The OAuth HTTP client of this host's servers: the gateway host's network.
+    pub fn oauth_http(&self) -> Arc<ExecutorHttp> {
+        Arc::clone(&self.oauth_http)
     }
 
     /// The gateway's working directory as the plugin root (when none is configured).
@@ -155,6 +166,17 @@ impl Executor {
         match self {
             Self::Local { id, host } => Placement::Environment { executor: id.clone(), root: host.root.clone() },
             Self::Remote { id, root, .. } => Placement::Environment { executor: id.clone(), root: root.clone() },
+        }
+    }
+
+    /// The OAuth HTTP client of this executor's servers, an `rmcp` `OAuthHttpClient`: the
+    /// gateway host's network for the local executor, the agent's for a remote one.
+    pub fn oauth_http(&self) -> Arc<ExecutorHttp> {
+        match self {
+            Self::Local { host, .. } => host.oauth_http(),
+            Self::Remote { id, host, .. } => {
+                Arc::new(ExecutorHttp::Remote { agents: Arc::clone(host.agents()), executor: id.to_string() })
+            }
         }
     }
 

@@ -5,12 +5,16 @@
 //! resolved server where it is bound; `roots` decides which plugin roots a session may select;
 //! `runtime` shares, restarts and closes the connections, freezes each session's snapshot and
 //! makes proxied calls; `client` carries the per-call identity assertion to Streamable HTTP
-//! upstreams in a header.
+//! upstreams in a header. `exchange` is one bounded HTTP exchange over this host's network,
+//! and `oauth_http` the OAuth HTTP client of an executor: this host's network for the local
+//! one, the agent's (a Fetch channel) for a remote one.
 
 pub mod client;
 pub mod connection;
 pub mod declaration;
+pub mod exchange;
 pub mod executor;
+pub mod oauth_http;
 pub mod path_uri;
 pub mod oauth;
 pub mod oauth_http;

@@ -25,6 +25,7 @@ mod oauth_fixture;
 mod proxy;
 mod readme;
 mod remote;
+mod remote_fetch;
 mod replicas;
 mod roots;
 mod selected;

@@ -185,12 +185,12 @@ fn classified(reason: &str, otherwise: fn(String) -> ReadFileError) -> ReadFileE
         Some(Refusal::NotFound) => ReadFileError::NotFound(text),
         Some(Refusal::NotAFile) => ReadFileError::NotAFile(text),
         Some(Refusal::TooLarge) => ReadFileError::TooLarge(text),
-        Some(Refusal::Invalid | Refusal::Unreadable) | None => otherwise(text),
+        Some(Refusal::Invalid | Refusal::Unreadable | Refusal::Unreachable | Refusal::TimedOut) | None => otherwise(text),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::future::Future;
 
     use bytes::Bytes;
@@ -203,25 +203,25 @@ mod tests {
     use crate::tunnel::{self, Incoming, PendingOpen, Settings, Side};
     use crate::upstream::PathStyle;
 
-    const WAIT: Duration = Duration::from_secs(5);
+    pub(in crate::upstream::remote) const WAIT: Duration = Duration::from_secs(5);
 
-    fn settings() -> Settings {
+    pub(in crate::upstream::remote) fn settings() -> Settings {
         Settings { max_frame: 64 * 1024, window: 4, heartbeat: Duration::from_secs(30) }
     }
 
-    async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    pub(in crate::upstream::remote) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         tokio::time::timeout(WAIT, future).await.unwrap_or_else(|_| panic!("{what}: not within {WAIT:?}"))
     }
 
     /// The gateway's end and a scripted agent's end of one real tunnel, over memory.
-    struct Pair {
-        gateway: TunnelHandle,
+    pub(in crate::upstream::remote) struct Pair {
+        pub gateway: TunnelHandle,
         _gateway_incoming: Incoming,
-        agent: TunnelHandle,
-        incoming: Incoming,
+        pub agent: TunnelHandle,
+        pub incoming: Incoming,
     }
 
-    async fn pair() -> Pair {
+    pub(in crate::upstream::remote) async fn pair() -> Pair {
         let settings = settings();
         let (a, b) = tokio::io::duplex(256 * 1024);
         let config = Some(tunnel::ws_config(&settings));

@@ -4,9 +4,11 @@
 //! agent root, checks the result stays there, sends it over a new tunnel channel and bridges
 //! MCP over that channel. It never launches or dials anything itself: what runs, runs on the
 //! agent's machine, over the agent's network. Files on an executor (a plugin's `.mcp.json`)
-//! are read the same way, through the agent, by [`Agents::read_file`] in `file`.
+//! are read the same way, through the agent, by [`Agents::read_file`] in `file`, and an HTTP
+//! exchange over the executor's network (OAuth) is made by [`Agents::fetch`] in `fetch`.
 
 pub mod agents;
+pub mod fetch;
 pub mod file;
 pub mod transport;
 
@@ -18,6 +20,7 @@ use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 
 pub use agents::{AgentLink, Agents, AlreadyConnected, Reservation};
+pub use fetch::FetchError;
 pub use file::ReadFileError;
 pub use transport::ChannelTransport;
 
