@@ -367,10 +367,11 @@ impl Upstreams {
     }
 
     /// When a call to an OAuth-protected server failed because its credential can no longer
-    /// be used (its refresh was refused), the connection is closed and the call needs a login.
+    /// be used (its refresh was refused: locally the transport fails, through an agent the
+    /// server's 401 comes back), the connection is closed and the call needs a login.
     async fn recheck_login(&self, connection: &Connection, ctx: &McpCallContext, error: ProxyError) -> ProxyError {
         let Some(auth) = &connection.auth else { return error };
-        if !matches!(error, ProxyError::Unavailable(_)) {
+        if matches!(error, ProxyError::Timeout | ProxyError::Cancelled | ProxyError::LoginNeeded { .. }) {
             return error;
         }
         match auth.oauth.vault().usable(auth.owner.tenant, &auth.owner.server, auth.owner.user).await {

@@ -12,7 +12,7 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 use crate::mcp::call;
-use crate::oauth_fixture::OAuthFixtures;
+use crate::oauth_fixture::{OAuthFixtures, form};
 use crate::remote::{Agent, Netns, Site};
 use crate::support::*;
 
@@ -71,6 +71,11 @@ fn local(site: &Site, url: &str) -> String {
 /// and returns the callback URL it sends the browser to (not yet opened). Checks the
 /// authorization URL on the way.
 async fn authorize(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str) -> String {
+    authorize_at(site, fx, link, as_user).await.1
+}
+
+/// [`authorize`], with the authorization URL.
+async fn authorize_at(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str) -> (String, String) {
     let link = local(site, link);
     let auth_url = redirected(&link).await;
     assert!(auth_url.starts_with(&fx.as_url), "{auth_url}");
@@ -86,12 +91,25 @@ async fn authorize(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str) -
     assert_eq!(again.status(), 404, "a start link is good once");
     let callback = redirected(&format!("{auth_url}&login_hint={as_user}")).await;
     assert!(callback.starts_with(&format!("{}/oauth/callback?", site.config.public_url())), "{callback}");
-    local(site, &callback)
+    (auth_url, local(site, &callback))
 }
 
 async fn open_callback(callback: &str) -> (u16, String) {
     let response = browser().get(callback).send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// Waits (bounded) until `check` holds (the audit writer batches its writes).
+async fn wait_until<F, Fut>(check: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "never happened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The value a `whoami_oauth` call returned.
@@ -135,6 +153,17 @@ async fn tenant_login(backend: Backend) {
     let link = login_link(&error);
     assert!(link.starts_with(&format!("{}/oauth/start/", site.config.public_url())), "{link}");
 
+    // A worker may use the server but not log in for the whole tenant: no link for him.
+    let mut tx = site.db.begin().await.unwrap();
+    scopegate::store::entities::grant_tool(&mut tx, "acme", "api", scopegate::model::Role::Worker, "whoami_oauth")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let walt = site.client("walt@acme.test").await;
+    let error = call(walt.peer(), "api__whoami_oauth", json!({})).await.expect_err("login needed");
+    assert!(error.data.as_ref().is_some_and(|d| d.get("loginUrl").is_none()), "{error:?}");
+    assert!(error.message.contains("owner or manager"), "{}", error.message);
+
     // The CLI refuses what is not a tenant login of a protected server, and asks for one.
     let (done, _, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api", "--user", "olivia@acme.test"]);
     assert!(!done && err.contains("leave out --user"), "{err}");
@@ -143,7 +172,7 @@ async fn tenant_login(backend: Backend) {
     let (done, link, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api"]);
     assert!(done, "{err}");
     let link = link.trim().to_owned();
-    let callback = authorize(&site, &fx, &link, "acme-robot").await;
+    let (auth_url, callback) = authorize_at(&site, &fx, &link, "acme-robot").await;
     let fx_stats = fx.as_stats().await;
     assert_eq!(fx_stats["registrations"], 1, "dynamic client registration: {fx_stats}");
 
@@ -179,11 +208,42 @@ async fn tenant_login(backend: Backend) {
     assert_ne!(me["jti"].as_str(), Some(jti.as_str()), "a new token");
     assert_eq!(fx.as_stats().await["token"]["refresh_token"], 1);
 
-    // Status names the credential, never its content; logout deletes it.
+    // Status names the credential, never its content.
     let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
     assert!(done, "{err}");
     assert!(out.starts_with("api\ttenant\tok\t"), "{out}");
     assert!(!out.contains(&jti));
+
+    // The authorization server drops the grant (a replayed code revokes the refresh tokens it
+    // led to) and the server refuses the token: the refresh is refused, the credential needs a
+    // login, the call answers with a link, and the audit log records why the call failed.
+    let replay = [
+        ("grant_type", "authorization_code"),
+        ("code", &param(&callback, "code").unwrap()),
+        ("client_id", &param(&auth_url, "client_id").unwrap()),
+        ("redirect_uri", &param(&auth_url, "redirect_uri").unwrap()),
+        ("code_verifier", "not-the-verifier-0123456789-0123456789-0123456789"),
+    ];
+    let replayed = reqwest::Client::new()
+        .post(format!("{}/token", fx.as_url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&replay))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replayed.status(), 400);
+    fx.revoke().await;
+    let error = call(olivia.peer(), "api__whoami_oauth", json!({})).await.expect_err("the refresh was refused");
+    let relogin = login_link(&error);
+    let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
+    assert!(done && out.starts_with("api\ttenant\tlogin_needed\t"), "{out}{err}");
+    let audited = "SELECT COUNT(*) FROM audit_events WHERE tool = 'api__whoami_oauth' AND error_class = 'login_needed'";
+    wait_until(|| async { site.count(audited).await >= 1 }).await;
+    // Logging in again makes it usable; logout deletes it.
+    let callback = authorize(&site, &fx, &relogin, "acme-robot").await;
+    assert_eq!(open_callback(&callback).await.0, 200);
+    let olivia = site.client("olivia@acme.test").await;
+    assert_eq!(whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "acme-robot");
     let (done, _, err) = oauth_cli(&site, &key, &["logout", "--tenant", "acme", "--server", "api"]);
     assert!(done, "{err}");
     assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials").await, 0);

@@ -131,7 +131,7 @@ async fn get_json(url: &str) -> Value {
 }
 
 /// An `application/x-www-form-urlencoded` body (or query string) of `pairs`.
-fn form(pairs: &[(&str, &str)]) -> String {
+pub fn form(pairs: &[(&str, &str)]) -> String {
     let mut url = reqwest::Url::parse("http://form.invalid/").unwrap();
     url.query_pairs_mut().extend_pairs(pairs);
     url.query().unwrap_or_default().to_owned()
