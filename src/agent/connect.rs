@@ -53,8 +53,7 @@ impl AgentConfig {
             return Err(AgentError::Name { name: self.name.clone(), message });
         }
         read_secret(&self.secret_file)?;
-        let http = http_client(self.ca_file.as_deref())?;
-        let fetch = fetch_clients(self.ca_file.as_deref())?;
+        let clients = AgentClients::new(self.ca_file.as_deref())?;
         // Children are launched through this binary's guard on Linux, so they die with it.
         let guard = if cfg!(target_os = "linux") {
             Some(std::env::current_exe().map_err(AgentError::CurrentExe)?)
@@ -67,8 +66,7 @@ impl AgentConfig {
             root,
             AgentEnv::from_process(),
             self.inherit_env.clone(),
-            http,
-            fetch,
+            clients,
             settings.max_frame,
             guard,
         ))
@@ -91,12 +89,22 @@ pub fn http_client(ca_file: Option<&Path>) -> Result<reqwest::Client, AgentError
     builder.build().map_err(|e| AgentError::Client(e.to_string()))
 }
 
-/// The clients of Fetch channels, trusting `ca_file`'s certificates as [`http_client`] does.
-pub fn fetch_clients(ca_file: Option<&Path>) -> Result<ExchangeClients, AgentError> {
-    ExchangeClients::new(ca_file).map_err(|message| match ca_file {
-        Some(path) => AgentError::CaFile { path: path.to_owned(), message },
-        None => AgentError::Client(message),
-    })
+/// The agent's HTTP clients, all trusting `ca_file`'s certificates besides the platform's
+/// roots: [`http_client`] for the gateway and HTTP servers, and those of Fetch channels.
+pub struct AgentClients {
+    pub http: reqwest::Client,
+    pub fetch: ExchangeClients,
+}
+
+impl AgentClients {
+    pub fn new(ca_file: Option<&Path>) -> Result<Self, AgentError> {
+        let http = http_client(ca_file)?;
+        let fetch = ExchangeClients::new(ca_file).map_err(|message| match ca_file {
+            Some(path) => AgentError::CaFile { path: path.to_owned(), message },
+            None => AgentError::Client(message),
+        })?;
+        Ok(Self { http, fetch })
+    }
 }
 
 /// The secret, read afresh (a rotated secret is picked up by replacing the file).

@@ -39,10 +39,8 @@ impl FetchServer {
     pub(super) async fn start(clients: &ExchangeClients, asked: FetchRequest) -> Result<Self, String> {
         let request = http_request(&asked).map_err(|reason| Refusal::Invalid.tag(&reason))?;
         let timeout = Duration::from_millis(asked.timeout_ms);
-        let exchange = clients
-            .send(request, asked.follow_redirects, timeout, asked.max_bytes)
-            .await
-            .map_err(|e| e.to_reason())?;
+        let exchange =
+            clients.send(request, asked.follow_redirects, timeout, asked.max_bytes).await.map_err(|e| e.to_reason())?;
         Ok(Self { exchange })
     }
 
@@ -129,7 +127,14 @@ mod tests {
     #[tokio::test]
     async fn the_agent_refuses_a_url_that_is_not_http() {
         let clients = ExchangeClients::new(None).unwrap();
-        for url in ["file:///etc/passwd", "file://localhost/etc/passwd", "ftp://a.example/x", "gopher://a.example/", "/etc/passwd", "not a url"] {
+        for url in [
+            "file:///etc/passwd",
+            "file://localhost/etc/passwd",
+            "ftp://a.example/x",
+            "gopher://a.example/",
+            "/etc/passwd",
+            "not a url",
+        ] {
             let Err(reason) = FetchServer::start(&clients, asked(url)).await else { panic!("{url} was fetched") };
             assert_eq!(Refusal::split(&reason).0, Some(Refusal::Invalid), "{url}: {reason}");
             assert!(!reason.contains("SECRET"), "{reason}");

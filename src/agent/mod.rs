@@ -25,7 +25,7 @@ mod stdio;
 use std::path::PathBuf;
 
 pub use backoff::Backoff;
-pub use connect::{AgentConfig, fetch_clients, http_client, run};
+pub use connect::{AgentClients, AgentConfig, http_client, run};
 pub use env::AgentEnv;
 pub use root::AgentRoot;
 pub use serve::{Host, Prepared, prepare, serve_pending};

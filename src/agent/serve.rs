@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::io::{MessageSink, MessageSource};
-use super::{AgentEnv, AgentRoot};
+use super::{AgentClients, AgentEnv, AgentRoot};
 use crate::tunnel::{Open, PendingOpen, Refusal};
 use crate::upstream::exchange::ExchangeClients;
 use crate::upstream::{ExecutorId, PathUri, declaration};
@@ -36,11 +36,11 @@ impl Host {
         root: AgentRoot,
         env: AgentEnv,
         inherit_env: Vec<String>,
-        http: reqwest::Client,
-        fetch: ExchangeClients,
+        clients: AgentClients,
         max_frame: usize,
         guard: Option<PathBuf>,
     ) -> Self {
+        let AgentClients { http, fetch } = clients;
         Self { name: ExecutorId::new(name), root, env, inherit_env, http, fetch, max_frame, guard }
     }
 
@@ -109,7 +109,8 @@ pub async fn prepare(host: &Host, open: Open) -> Result<Prepared, String> {
             super::file::FileServer::open(&path, &uri, max_bytes).await.map(Prepared::ReadFile)
         }
         Open::Fetch { method, url, headers, body, follow_redirects, timeout_ms, max_bytes } => {
-            let asked = super::fetch::FetchRequest { method, url, headers, body, follow_redirects, timeout_ms, max_bytes };
+            let asked =
+                super::fetch::FetchRequest { method, url, headers, body, follow_redirects, timeout_ms, max_bytes };
             super::fetch::FetchServer::start(&host.fetch, asked).await.map(Prepared::Fetch)
         }
     }

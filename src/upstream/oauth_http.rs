@@ -77,3 +77,41 @@ impl OAuthHttpClient for ExecutorHttp {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// rmcp's `Stop` (discovery, token requests) must never be followed; only `Follow` is.
+    #[test]
+    fn only_follow_follows() {
+        assert!(follows(OAuthHttpRedirectPolicy::Follow));
+        assert!(!follows(OAuthHttpRedirectPolicy::Stop));
+        assert!(follows(OAuthHttpRedirectPolicy::default()), "rmcp's default is to follow");
+    }
+
+    /// Both kinds plug into rmcp as its OAuth HTTP client.
+    #[test]
+    fn an_executor_http_is_an_oauth_http_client() {
+        let local: Arc<dyn OAuthHttpClient> = Arc::new(ExecutorHttp::local(None).unwrap());
+        let remote: Arc<dyn OAuthHttpClient> =
+            Arc::new(ExecutorHttp::Remote { agents: Agents::new(), executor: "build-01".into() });
+        drop((local, remote));
+    }
+
+    /// The local executor's client is the gateway host's, and it keeps the upstream CA file:
+    /// a bad one fails the executor as it fails its upstream client.
+    #[test]
+    fn the_local_executor_hands_out_the_hosts_client() {
+        use crate::upstream::executor::{Executor, LocalExecutor, UpstreamError};
+        use crate::upstream::{ExecutorId, PathStyle, PathUri};
+        let root = PathUri::parse("file:///srv/plugins", PathStyle::Posix).unwrap();
+        let header = http::HeaderName::from_static("x-scopegate-identity");
+        let host = Arc::new(LocalExecutor::new(root.clone(), Vec::new(), header.clone(), "").unwrap());
+        let executor = Executor::Local { id: ExecutorId::new("local"), host: Arc::clone(&host) };
+        assert!(matches!(*executor.oauth_http(), ExecutorHttp::Local { .. }));
+        assert!(Arc::ptr_eq(&executor.oauth_http(), &host.oauth_http()), "one client per host");
+        let missing = LocalExecutor::new(root, Vec::new(), header, "/nonexistent/ca.pem");
+        assert!(matches!(missing, Err(UpstreamError::Config { key: "upstream.ca_file", .. })));
+    }
+}

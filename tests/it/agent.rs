@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use scopegate::agent::io::{Sent, memory_channel};
-use scopegate::agent::{AgentEnv, AgentRoot, Host, Prepared, fetch_clients, http_client, prepare};
+use scopegate::agent::{AgentClients, AgentEnv, AgentRoot, Host, Prepared, prepare};
 use scopegate::tunnel::{Open, Refusal};
 use scopegate::upstream::{PathStyle, PathUri};
 use serde_json::{Value, json};
@@ -55,8 +55,7 @@ fn host_with(root: &Path, vars: &[(&str, &str)], inherit: &[&str], max_frame: us
         root,
         env,
         inherit.iter().map(|s| (*s).to_owned()).collect(),
-        http_client(None).unwrap(),
-        fetch_clients(None).unwrap(),
+        AgentClients::new(None).unwrap(),
         max_frame,
         Some(PathBuf::from(SCOPEGATE)),
     )

@@ -192,7 +192,8 @@ async fn behaves(http: &ExecutorHttp, addr: &str) {
 
     // Nothing listening: unreachable, at once. No answer: the timeout, not later.
     let started = Instant::now();
-    let err = failed(http.exchange(get(&format!("http://127.0.0.1:1/token?code={SECRET}")), true, WAIT).await, "unreachable");
+    let err =
+        failed(http.exchange(get(&format!("http://127.0.0.1:1/token?code={SECRET}")), true, WAIT).await, "unreachable");
     assert!(err.to_string().contains("http://127.0.0.1:1/token"), "names the URL: {err}");
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     let short = Duration::from_millis(300);

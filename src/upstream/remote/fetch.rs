@@ -267,10 +267,8 @@ mod tests {
     }
 
     fn head_frame(status: u16, headers: &[(&str, &str)]) -> Bytes {
-        let head = FetchHead {
-            status,
-            headers: headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect(),
-        };
+        let head =
+            FetchHead { status, headers: headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect() };
         Bytes::from(serde_json::to_vec(&head).unwrap())
     }
 
@@ -298,9 +296,12 @@ mod tests {
         assert_eq!(STANDARD.decode(body).unwrap(), b"grant_type=authorization_code&code=c0de");
         assert_eq!((follow_redirects, timeout_ms, max_bytes), (false, WAIT.as_millis() as u64, 100));
         let (tx, _rx) = pending.accept().split();
-        tx.send(head_frame(302, &[("location", "https://x.example/cb?code=1"), ("set-cookie", "a=1"), ("set-cookie", "b=2")]))
-            .await
-            .unwrap();
+        tx.send(head_frame(
+            302,
+            &[("location", "https://x.example/cb?code=1"), ("set-cookie", "a=1"), ("set-cookie", "b=2")],
+        ))
+        .await
+        .unwrap();
         tx.send(Bytes::from_static(b"moved")).await.unwrap();
         tx.close("");
         let response = within("the response", fetching).await.unwrap().unwrap();
@@ -317,7 +318,10 @@ mod tests {
         let timeout = || FetchError::Timeout { url: url.to_owned(), timeout: WAIT };
         let rows: [(&str, FetchError); 6] = [
             ("[invalid] bad header", FetchError::Invalid("bad header".into())),
-            ("[unreachable] http://10.1.2.3/x: could not connect", FetchError::Unreachable("http://10.1.2.3/x: could not connect".into())),
+            (
+                "[unreachable] http://10.1.2.3/x: could not connect",
+                FetchError::Unreachable("http://10.1.2.3/x: could not connect".into()),
+            ),
             ("[too_large] declares 9", FetchError::TooLarge("declares 9".into())),
             ("[timed_out] slow", timeout()),
             ("the open request is not understood", FetchError::Refused("the open request is not understood".into())),
@@ -362,7 +366,10 @@ mod tests {
             }
             sent
         });
-        assert_eq!(within("the exchange", fetching).await.unwrap().unwrap_err(), FetchError::OverLimit { max_bytes: 10 });
+        assert_eq!(
+            within("the exchange", fetching).await.unwrap().unwrap_err(),
+            FetchError::OverLimit { max_bytes: 10 }
+        );
         let sent = within("the agent is stopped", flood).await.unwrap();
         assert!(sent <= 8 * 8, "the agent could send {sent} bytes after the limit");
         assert_eq!(within("the close", rx.recv()).await, None);
@@ -372,9 +379,14 @@ mod tests {
     #[tokio::test]
     async fn a_bad_head_a_silent_agent_and_a_bad_request_fail_typed() {
         let mut pair = pair().await;
-        for head in [&b"not json"[..], br#"{"status": 99, "headers": []}"#, br#"{"status": 200, "headers": [["bad name", "x"]]}"#] {
+        for head in [
+            &b"not json"[..],
+            br#"{"status": 99, "headers": []}"#,
+            br#"{"status": 200, "headers": [["bad name", "x"]]}"#,
+        ] {
             let gateway = pair.gateway.clone();
-            let fetching = tokio::spawn(async move { exchange(&gateway, get("http://a.example/"), true, WAIT, 10).await });
+            let fetching =
+                tokio::spawn(async move { exchange(&gateway, get("http://a.example/"), true, WAIT, 10).await });
             let (tx, _rx) = within("the request", pair.incoming.next()).await.unwrap().accept().split();
             tx.send(Bytes::copy_from_slice(head)).await.unwrap();
             let err = within("the exchange", fetching).await.unwrap().unwrap_err();
@@ -382,7 +394,10 @@ mod tests {
         }
         let short = Duration::from_millis(200);
         let gateway = pair.gateway.clone();
-        let fetching = tokio::spawn(async move { exchange(&gateway, get("http://a.example/p?code=SECRET"), true, short, 10).await });
+        let fetching =
+            tokio::spawn(
+                async move { exchange(&gateway, get("http://a.example/p?code=SECRET"), true, short, 10).await },
+            );
         let (tx, mut rx) = within("the request", pair.incoming.next()).await.unwrap().accept().split();
         tx.send(head_frame(200, &[])).await.unwrap();
         let err = within("the exchange", fetching).await.unwrap().unwrap_err();

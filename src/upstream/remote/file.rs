@@ -185,7 +185,9 @@ fn classified(reason: &str, otherwise: fn(String) -> ReadFileError) -> ReadFileE
         Some(Refusal::NotFound) => ReadFileError::NotFound(text),
         Some(Refusal::NotAFile) => ReadFileError::NotAFile(text),
         Some(Refusal::TooLarge) => ReadFileError::TooLarge(text),
-        Some(Refusal::Invalid | Refusal::Unreadable | Refusal::Unreachable | Refusal::TimedOut) | None => otherwise(text),
+        Some(Refusal::Invalid | Refusal::Unreadable | Refusal::Unreachable | Refusal::TimedOut) | None => {
+            otherwise(text)
+        }
     }
 }
 
