@@ -164,8 +164,10 @@ impl Gateway {
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
         let agents = crate::upstream::remote::Agents::new();
-        let oauth =
-            state.vault.as_ref().map(|v| crate::upstream::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
+        let oauth = state
+            .vault
+            .as_ref()
+            .map(|v| crate::upstream::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
         let upstreams = crate::upstream::runtime::Upstreams::from_config(
             &state.config.upstream,
             state.db.clone(),

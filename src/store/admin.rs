@@ -37,7 +37,11 @@ pub(crate) async fn tenant_id_by_slug(conn: &mut AnyConnection, slug: &str) -> R
         .ok_or_else(|| StoreError::NotFound(format!("tenant `{slug}` does not exist")))
 }
 
-pub(crate) async fn user_id_by_subject(conn: &mut AnyConnection, tenant: TenantId, subject: &str) -> Result<UserId, StoreError> {
+pub(crate) async fn user_id_by_subject(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    subject: &str,
+) -> Result<UserId, StoreError> {
     sqlx::query_scalar::<_, UserId>("SELECT id FROM users WHERE tenant_id = $1 AND subject = $2")
         .bind(tenant)
         .bind(subject)

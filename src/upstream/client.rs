@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
-use serde_json::Value;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
+use serde_json::Value;
 
 pub use super::oauth::AUTHORIZATION_META_KEY;
 

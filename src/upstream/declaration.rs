@@ -481,7 +481,11 @@ fn oauth_spec(value: &Value) -> Result<OAuthSpec, String> {
             let items = value.as_array().ok_or("`scopes` is an array of strings")?;
             let scopes: Option<Vec<String>> = items
                 .iter()
-                .map(|s| s.as_str().filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')).map(str::to_owned))
+                .map(|s| {
+                    s.as_str()
+                        .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\'))
+                        .map(str::to_owned)
+                })
                 .collect();
             scopes.ok_or("`scopes` holds scope tokens (printable ASCII, no spaces or quotes)")?
         }
@@ -489,7 +493,9 @@ fn oauth_spec(value: &Value) -> Result<OAuthSpec, String> {
     let client_id = match fields.get("client_id") {
         None => None,
         Some(Value::String(id)) if !id.is_empty() && id.len() <= 256 && !id.contains(['\0', '$']) => Some(id.clone()),
-        Some(_) => return Err("`client_id` is a non-empty string of at most 256 characters, without references".to_owned()),
+        Some(_) => {
+            return Err("`client_id` is a non-empty string of at most 256 characters, without references".to_owned());
+        }
     };
     Ok(OAuthSpec { tokens, scopes, client_id })
 }
@@ -782,8 +788,11 @@ mod tests {
         for t in ["http", "streamable-http"] {
             let http =
                 one(&format!(r#"{{"api": {{"type": "{t}", "url": "https://h/mcp", "headers": {{"X-K": "v"}}}}}}"#));
-            let want =
-                Transport::Http { url: "https://h/mcp".into(), headers: BTreeMap::from([("X-K".into(), "v".into())]), oauth: None };
+            let want = Transport::Http {
+                url: "https://h/mcp".into(),
+                headers: BTreeMap::from([("X-K".into(), "v".into())]),
+                oauth: None,
+            };
             assert_eq!(http.transport, want, "type {t}");
         }
     }
@@ -1101,9 +1110,11 @@ mod tests {
     /// not the executor's (its login replaces them); literal headers still go.
     #[test]
     fn header_references_are_refused_for_a_remote_executor() {
-        let remote = Placement::Environment { executor: ExecutorId::new("build-01"), root: uri("file:///srv/p", Posix) };
+        let remote =
+            Placement::Environment { executor: ExecutorId::new("build-01"), root: uri("file:///srv/p", Posix) };
         for value in ["Bearer ${TOKEN}", "${env:TOKEN}"] {
-            let server = one(&format!(r#"{{"api": {{"url": "https://h", "headers": {{"Authorization": "{value}"}}}}}}"#));
+            let server =
+                one(&format!(r#"{{"api": {{"url": "https://h", "headers": {{"Authorization": "{value}"}}}}}}"#));
             let errors = server.resolve(&remote, &env(false)).expect_err(value);
             assert_eq!(errors[0].field.as_deref(), Some("headers"), "{value}");
             assert!(errors[0].problem.contains("remote executor"), "{}", errors[0]);
@@ -1118,11 +1129,25 @@ mod tests {
         let api = one(r#"{"api": {"url": "https://h/mcp", "oauth": {}}}"#);
         let want = OAuthSpec { tokens: TokenScope::Tenant, scopes: vec![], client_id: None };
         assert!(matches!(&api.transport, Transport::Http { oauth: Some(o), .. } if *o == want));
-        let api = one(r#"{"api": {"url": "https://h/mcp", "oauth": {"tokens": "user", "scopes": ["mcp", "read:x"], "client_id": "c1"}}}"#);
-        let want = OAuthSpec { tokens: TokenScope::User, scopes: vec!["mcp".into(), "read:x".into()], client_id: Some("c1".into()) };
+        let api = one(
+            r#"{"api": {"url": "https://h/mcp", "oauth": {"tokens": "user", "scopes": ["mcp", "read:x"], "client_id": "c1"}}}"#,
+        );
+        let want = OAuthSpec {
+            tokens: TokenScope::User,
+            scopes: vec!["mcp".into(), "read:x".into()],
+            client_id: Some("c1".into()),
+        };
         assert!(matches!(&api.transport, Transport::Http { oauth: Some(o), .. } if *o == want));
-        let resolved = api.resolve(&Placement::Environment { executor: ExecutorId::local(), root: uri("file:///srv/p", Posix) }, &env(true)).unwrap();
-        assert!(matches!(resolved.transport, ResolvedTransport::Http { oauth: Some(o), .. } if o == want), "kept once resolved");
+        let resolved = api
+            .resolve(
+                &Placement::Environment { executor: ExecutorId::local(), root: uri("file:///srv/p", Posix) },
+                &env(true),
+            )
+            .unwrap();
+        assert!(
+            matches!(resolved.transport, ResolvedTransport::Http { oauth: Some(o), .. } if o == want),
+            "kept once resolved"
+        );
         let bad = [
             (r#"{"url": "https://h", "oauth": true}"#, "oauth", "expected an object"),
             (r#"{"url": "https://h", "oauth": {"tokens": "group"}}"#, "oauth", "\"tenant\" or \"user\""),
@@ -1130,7 +1155,11 @@ mod tests {
             (r#"{"url": "https://h", "oauth": {"scopes": ["a b"]}}"#, "oauth", "scope tokens"),
             (r#"{"url": "https://h", "oauth": {"client_id": "${ID}"}}"#, "oauth", "without references"),
             (r#"{"command": "x", "oauth": {}}"#, "oauth", "not allowed for a stdio"),
-            (r#"{"url": "https://h", "oauth": {}, "headers": {"authorization": "Bearer x"}}"#, "headers", "comes from its login"),
+            (
+                r#"{"url": "https://h", "oauth": {}, "headers": {"authorization": "Bearer x"}}"#,
+                "headers",
+                "comes from its login",
+            ),
         ];
         for (body, field, problem) in bad {
             let errors = parse_declarations(&format!(r#"{{"db": {body}}}"#)).unwrap().errors;

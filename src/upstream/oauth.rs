@@ -186,10 +186,11 @@ impl UpstreamOAuth {
         let owner = TokenOwner { tenant: taken.tenant, server: taken.server.clone(), user: taken.user };
         let (server, executor) = resolve(taken.tenant, taken.server.clone()).await?;
         let (url, spec) = protected(&server)?;
-        let stored: StoredAuthorizationState = serde_json::from_slice(&taken.state).map_err(|e| LoginError::Server {
-            server: server.name.to_string(),
-            message: format!("the stored authorization state: {e}"),
-        })?;
+        let stored: StoredAuthorizationState =
+            serde_json::from_slice(&taken.state).map_err(|e| LoginError::Server {
+                server: server.name.to_string(),
+                message: format!("the stored authorization state: {e}"),
+            })?;
         let mut manager = self.discovered(&server, url, &executor, false).await?;
         let mut config = OAuthClientConfig::new(taken.client_id.clone(), self.callback_url());
         if !spec.scopes.is_empty() {
@@ -261,8 +262,12 @@ impl UpstreamOAuth {
     /// Marks `owner`'s credential as needing a new login (a refresh failed for good).
     pub async fn mark_login_needed(&self, owner: &TokenOwner) {
         match self.vault.mark_login_needed(owner.tenant, &owner.server, owner.user).await {
-            Ok(_) => tracing::warn!(server = %owner.server, tenant = %owner.tenant, per_user = owner.user.is_some(), "upstream credential needs a new login"),
-            Err(e) => tracing::error!(server = %owner.server, error = %e, "marking a credential as needing a login failed"),
+            Ok(_) => {
+                tracing::warn!(server = %owner.server, tenant = %owner.tenant, per_user = owner.user.is_some(), "upstream credential needs a new login")
+            }
+            Err(e) => {
+                tracing::error!(server = %owner.server, error = %e, "marking a credential as needing a login failed")
+            }
         }
     }
 

@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::ASSERTION_META_KEY;
 use super::executor::{Executor, LocalExecutor, UpstreamError};
-use super::remote::{Agents, RemoteHostHandler};
 use super::oauth::{TokenOwner, UpstreamOAuth};
+use super::remote::{Agents, RemoteHostHandler};
 use super::{PathStyle, PathUri, ResolvedServer, ResolvedTransport};
 use crate::auth::assertion::{AssertedCaller, AssertionSigner};
 use crate::context::{FlockAccess, McpCallContext};
@@ -521,7 +521,9 @@ fn login_tool(server: &str) -> Tool {
     let schema: JsonObject = serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap_or_default();
     Tool::new(
         format!("{server}{NAME_SEPARATOR}{LOGIN_TOOL}"),
-        format!("Server `{server}` needs an OAuth login before its tools can be used: call this to get the login link."),
+        format!(
+            "Server `{server}` needs an OAuth login before its tools can be used: call this to get the login link."
+        ),
         Arc::new(schema),
     )
 }

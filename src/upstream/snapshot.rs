@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::connection::Connection;
 use crate::model::Role;
-use crate::store::{TenantId, UserId};
 use crate::store::entities::GrantRow;
+use crate::store::{TenantId, UserId};
 
 /// The upstream servers one session sees, frozen when the session first needed them.
 pub struct Snapshot {

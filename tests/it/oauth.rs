@@ -57,7 +57,11 @@ fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
         .args(args)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A URL under the gateway's public URL (what it hands out), as this test reaches it.
@@ -165,7 +169,8 @@ async fn tenant_login(backend: Backend) {
     assert!(error.message.contains("owner or manager"), "{}", error.message);
 
     // The CLI refuses what is not a tenant login of a protected server, and asks for one.
-    let (done, _, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api", "--user", "olivia@acme.test"]);
+    let (done, _, err) =
+        oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api", "--user", "olivia@acme.test"]);
     assert!(!done && err.contains("leave out --user"), "{err}");
     let (done, _, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "nope"]);
     assert!(!done && err.contains("not bound"), "{err}");
@@ -368,7 +373,11 @@ async fn in_netns(netns: &Netns, url: &str) -> String {
 }
 
 async fn in_netns_json(netns: &Netns, url: &str) -> Value {
-    let out = tokio::process::Command::new("ip").args(["netns", "exec", &netns.name, "curl", "-s", url]).output().await.unwrap();
+    let out = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &netns.name, "curl", "-s", url])
+        .output()
+        .await
+        .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{url}: {e}"))
 }
 

@@ -73,7 +73,8 @@ impl ChannelAuth {
     async fn with_token(&self, mut message: ClientJsonRpcMessage, refresh: bool) -> Result<Vec<u8>, TunnelError> {
         let token = {
             let manager = self.manager.lock().await;
-            let unusable = |_| TunnelError::Closed("the upstream credential can't be used: a login is needed".to_owned());
+            let unusable =
+                |_| TunnelError::Closed("the upstream credential can't be used: a login is needed".to_owned());
             if refresh {
                 manager.refresh_token().await.map_err(unusable)?;
             }
