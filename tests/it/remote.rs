@@ -712,9 +712,13 @@ async fn http_only_the_executor_reaches(backend: Backend) {
 
     let (mut upstream, addr) = http_fixture_in(&netns, &site, "web").await;
     let url = format!("http://{addr}/mcp");
-    let declaration = json!({"type": "http", "url": url, "headers": {"x-declared": "${SCOPEGATE_TEST_AGENT_ONLY}"}});
+    let declaration = json!({"type": "http", "url": url, "headers": {"x-declared": "a literal header"}});
     site.serve("acme", "web", &declaration, "build-01").await;
     site.serve("acme", "direct", &declaration, "local").await;
+    // A header read from an environment is refused for an executor-hosted server (its login
+    // through the executor replaces it): that server is not served.
+    let from_env = json!({"type": "http", "url": url, "headers": {"x-declared": "${SCOPEGATE_TEST_AGENT_ONLY}"}});
+    site.serve("acme", "webenv", &from_env, "build-01").await;
 
     let agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
     site.wait_for_tool("olivia@acme.test", "web__whoami_upstream").await;
@@ -722,10 +726,11 @@ async fn http_only_the_executor_reaches(backend: Backend) {
     let me = ok(&olivia, "web__whoami_upstream", json!({})).await;
     assert_eq!(me["user"], "olivia@acme.test");
     assert_eq!(me["assertion_source"], "header", "the agent moved the assertion into the header");
-    assert_eq!(me["declared_header"], "ran-on-build-01", "headers resolve on the executor");
+    assert_eq!(me["declared_header"], "a literal header", "declared headers travel through the executor");
     assert_eq!(me["authorization"], Value::Null, "the client's token never reaches the executor");
     let tools = olivia.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("direct__")), "the gateway host itself cannot reach the upstream");
+    assert!(tools.iter().all(|t| !t.name.starts_with("webenv__")), "a header from an environment is refused");
     // rmcp's HTTP worker on the agent quits for good when the handshake's messages reach it
     // out of order; it must never have had to.
     assert!(!agent.log().contains("fatal"), "the agent's HTTP client failed:\n{}", agent.log());
