@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 use super::CliError;
 use crate::config::Config;
@@ -34,29 +34,26 @@ pub enum OauthCmd {
     /// Ask for a login to an OAuth-protected server; prints the link to open in a browser
     /// (good once, for 10 minutes). With --user, that user's own login (a server declared with
     /// `"oauth": {"tokens": "user"}`); without, the tenant's.
-    Login {
-        #[arg(long)]
-        tenant: String,
-        #[arg(long)]
-        server: String,
-        /// The subject of the user whose own login this is.
-        #[arg(long, value_name = "SUBJECT")]
-        user: Option<String>,
-    },
+    Login(OwnerArgs),
     /// The tenant's stored credentials: server, whose, status (ok or login_needed), updated.
     Status {
         #[arg(long)]
         tenant: String,
     },
     /// Delete a stored credential (the next call needs a new login).
-    Logout {
-        #[arg(long)]
-        tenant: String,
-        #[arg(long)]
-        server: String,
-        #[arg(long, value_name = "SUBJECT")]
-        user: Option<String>,
-    },
+    Logout(OwnerArgs),
+}
+
+/// Whose credential: the tenant's for a server, or (with --user) one user's own.
+#[derive(Debug, Args)]
+pub struct OwnerArgs {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    server: String,
+    /// The subject of the user whose own credential this is.
+    #[arg(long, value_name = "SUBJECT")]
+    user: Option<String>,
 }
 
 pub async fn run(config: &Config, cmd: OauthCmd) -> Result<(), CliError> {
@@ -84,7 +81,7 @@ pub async fn run(config: &Config, cmd: OauthCmd) -> Result<(), CliError> {
             );
             Ok(())
         }
-        OauthCmd::Login { tenant, server, user } => {
+        OauthCmd::Login(OwnerArgs { tenant, server, user }) => {
             with_vault(config, |vault, db| async move {
                 let (tenant, user) = owner_ids(&db, &tenant, user.as_deref()).await?;
                 check_protected(&db, tenant, &server, user.is_some()).await?;
@@ -108,7 +105,7 @@ pub async fn run(config: &Config, cmd: OauthCmd) -> Result<(), CliError> {
             })
             .await
         }
-        OauthCmd::Logout { tenant, server, user } => {
+        OauthCmd::Logout(OwnerArgs { tenant, server, user }) => {
             with_vault(config, |vault, db| async move {
                 let (tenant, user) = owner_ids(&db, &tenant, user.as_deref()).await?;
                 if !vault.delete(tenant, &server, user).await? {

@@ -139,6 +139,16 @@ impl VaultKey {
     }
 }
 
+/// An insert's error, a missing tenant or user (a foreign key) named as such.
+fn no_owner(e: sqlx::Error, owner: &Owner<'_>) -> VaultError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+            VaultError::Store(StoreError::NotFound(format!("no such owner: {owner}")))
+        }
+        _ => e.into(),
+    }
+}
+
 /// Whose credential a row is.
 struct Owner<'a> {
     tenant: TenantId,
@@ -279,12 +289,7 @@ impl TokenVault {
             .bind(now)
             .execute(&mut *tx)
             .await
-            .map_err(|e| match &e {
-                sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
-                    VaultError::Store(StoreError::NotFound(format!("no such owner: {owner}")))
-                }
-                _ => e.into(),
-            })?;
+            .map_err(|e| no_owner(e, &owner))?;
         }
         tx.commit().await?;
         Ok(())
@@ -469,12 +474,7 @@ impl TokenVault {
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(|e| match &e {
-            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
-                VaultError::Store(StoreError::NotFound(format!("no such owner: {owner}")))
-            }
-            _ => e.into(),
-        })?;
+        .map_err(|e| no_owner(e, &owner))?;
         tx.commit().await?;
         Ok(secret)
     }
