@@ -350,6 +350,7 @@ async fn through_the_executor(backend: Backend) {
     let olivia = site.client("olivia@acme.test").await;
     let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
     assert_eq!(me["sub"], "far-robot");
+    assert_eq!(me["meta_keys"], json!(["progressToken"]), "the token travels in the header only, never in the body");
     // Revoked at the server: the agent reports the 401, the gateway refreshes through the
     // agent and sends the call again.
     in_netns_post(&netns, &format!("{}/test/revoke", fx.resource_base)).await;
