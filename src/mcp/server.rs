@@ -8,7 +8,7 @@ use std::time::Duration;
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ConstString, CustomRequest, CustomResult, ErrorCode, Implementation,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ConstString, ContentBlock, CustomRequest, CustomResult, ErrorCode, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
@@ -158,7 +158,23 @@ impl GatewayServer {
             _held = None;
         }
         let connection = &connection;
-        let upstream = upstreams.upstream_with(connection, tool, ctx).await.map_err(Some)?.ok_or(None)?;
+        let upstream = match upstreams.upstream_with(connection, tool, ctx).await {
+            // A client that takes URL-mode elicitation is asked to log in there and then, and
+            // the call goes on once it says the login is done.
+            Err(ProxyError::LoginNeeded { server, link: Some(link) }) => {
+                if !login_by_elicitation(&context.peer, &server, &link).await {
+                    return Err(Some(ProxyError::LoginNeeded { server, link: Some(link) }));
+                }
+                let upstream = upstreams.upstream_with(connection, tool, ctx).await.map_err(Some)?;
+                if upstream.is_none() && tool == LOGIN_TOOL {
+                    let text = format!("Logged in to `{server}`: its tools are listed from now on.");
+                    return Ok(CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)])));
+                }
+                upstream
+            }
+            other => other.map_err(Some)?,
+        }
+        .ok_or(None)?;
         let downstream = Downstream {
             owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
             peer: context.peer.clone(),
@@ -173,6 +189,30 @@ impl GatewayServer {
         };
         let result = upstreams.call(connection, upstream, ctx, call).await.map_err(Some)?;
         Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// How long a user has to complete a login the gateway asked for by elicitation (a start link
+/// lives this long).
+const LOGIN_ELICITATION_TIMEOUT: std::time::Duration = crate::upstream::oauth::LOGIN_TTL;
+
+/// Asks the client to open `link` (URL-mode elicitation) when it declared that it can; true
+/// when the user says they completed the login. False (and the caller answers with the link in
+/// an error) when the client can't, declines, or the protocol forbids the request.
+async fn login_by_elicitation(peer: &rmcp::Peer<RoleServer>, server: &str, link: &str) -> bool {
+    if !peer.supported_elicitation_modes().contains(&rmcp::service::ElicitationMode::Url) {
+        return false;
+    }
+    let Ok(url) = reqwest::Url::parse(link) else { return false };
+    let message = format!("Server `{server}` needs you to log in. Open the link, log in, then confirm.");
+    let id = uuid::Uuid::new_v4().to_string();
+    match peer.elicit_url_with_timeout(message, url, id, Some(LOGIN_ELICITATION_TIMEOUT)).await {
+        Ok(rmcp::model::ElicitationAction::Accept) => true,
+        Ok(_) => false,
+        Err(e) => {
+            tracing::debug!(%server, error = %e, "login by elicitation not possible");
+            false
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! 401. With a remote executor, every OAuth request goes through the agent.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::CallToolResult;
@@ -390,3 +391,74 @@ async fn in_netns_post(netns: &Netns, url: &str) {
         .unwrap();
     assert!(out.status.success());
 }
+
+/// An MCP client that takes URL-mode elicitation and plays the browser when asked to log in.
+struct Browsing {
+    public: String,
+    base: String,
+    as_user: String,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Browsing {
+    fn get_info(&self) -> rmcp::model::InitializeRequestParams {
+        let mut capabilities = rmcp::model::ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            rmcp::model::ElicitationCapability::new().with_url(rmcp::model::UrlElicitationCapability::new()),
+        );
+        rmcp::model::InitializeRequestParams::new(capabilities, rmcp::model::Implementation::new("it", "1"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let ElicitRequestParams::UrlElicitationParams { url, .. } = request else {
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let local = |u: &str| u.replacen(&self.public, &self.base, 1);
+        let auth_url = redirected(&local(&url)).await;
+        let callback = redirected(&format!("{auth_url}&login_hint={}", self.as_user)).await;
+        let (status, _) = open_callback(&local(&callback)).await;
+        assert_eq!(status, 200);
+        Ok(ElicitResult::new(ElicitationAction::Accept))
+    }
+}
+
+/// A client that takes URL-mode elicitation is asked to log in during the call that needs it,
+/// and the call then goes through with the new token.
+async fn by_elicitation(backend: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path());
+    let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
+    let fx = OAuthFixtures::start(AS_SECRET, 3600).await;
+    site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {"tokens": "user"}}), "local").await;
+    let subject = "olivia@acme.test";
+    let token = Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", subject));
+    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+        reqwest::Client::new(),
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(format!(
+            "{}/mcp",
+            site.base_url()
+        ))
+        .auth_header(token),
+    );
+    let asked = Arc::default();
+    let handler = Browsing {
+        public: site.config.public_url(),
+        base: site.base_url(),
+        as_user: "olivia-upstream".into(),
+        asked: Arc::clone(&asked),
+    };
+    let client = rmcp::ServiceExt::serve(handler, transport).await.unwrap();
+    let me = whoami(&call(client.peer(), "api__whoami_oauth", json!({})).await.unwrap());
+    assert_eq!(me["sub"], "olivia-upstream");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "asked once, then logged in");
+    let me = whoami(&call(client.peer(), "api__whoami_oauth", json!({})).await.unwrap());
+    assert_eq!(me["sub"], "olivia-upstream");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "not asked again");
+}
+both_dbs!(oauth_login_by_url_elicitation, by_elicitation);
