@@ -403,9 +403,8 @@ struct Browsing {
 impl rmcp::ClientHandler for Browsing {
     fn get_info(&self) -> rmcp::model::InitializeRequestParams {
         let mut capabilities = rmcp::model::ClientCapabilities::default();
-        capabilities.elicitation = Some(
-            rmcp::model::ElicitationCapability::new().with_url(rmcp::model::UrlElicitationCapability::new()),
-        );
+        capabilities.elicitation =
+            Some(rmcp::model::ElicitationCapability::new().with_url(rmcp::model::UrlElicitationCapability::new()));
         rmcp::model::InitializeRequestParams::new(capabilities, rmcp::model::Implementation::new("it", "1"))
     }
 
