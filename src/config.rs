@@ -105,6 +105,10 @@ pub struct UpstreamConfig {
     /// once any credential is stored.
     #[serde(default)]
     pub token_key_file: String,
+    /// Or: the name of an environment variable holding that key (for a secret store that
+    /// injects it). At most one of the two may be set.
+    #[serde(default)]
+    pub token_key_env: String,
     /// How often the gateway pings each connected executor agent; an agent silent for three
     /// of these is dropped.
     pub executor_heartbeat_secs: u64,

@@ -125,15 +125,13 @@ where
     F: FnOnce(Arc<TokenVault>, Db) -> Fut,
     Fut: Future<Output = Result<(), CliError>>,
 {
-    let key = match config.upstream.token_key_file.as_str() {
-        "" => {
-            return Err(CliError::Usage(
-                "upstream.token_key_file is not set: upstream OAuth needs a key (`scopegate admin oauth keygen`)"
-                    .to_owned(),
-            ));
-        }
-        path => VaultKey::load(std::path::Path::new(path), "upstream.token_key_file")?,
-    };
+    let key = VaultKey::from_config(&config.upstream)?.ok_or_else(|| {
+        CliError::Usage(
+            "neither upstream.token_key_file nor upstream.token_key_env is set: upstream OAuth needs a key \
+             (`scopegate admin oauth keygen`)"
+                .to_owned(),
+        )
+    })?;
     let db = Db::connect(&config.database).await?;
     db.migrate().await?;
     let result = async {

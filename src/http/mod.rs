@@ -109,10 +109,7 @@ impl Gateway {
         let mut config = config;
         // Before anything is bound or written: a bad checkpoint key stops start-up here.
         let checkpoints = crate::audit::checkpoint::from_config(&config.audit)?;
-        let token_key = match config.upstream.token_key_file.as_str() {
-            "" => None,
-            path => Some(crate::store::vault::VaultKey::load(std::path::Path::new(path), "upstream.token_key_file")?),
-        };
+        let token_key = crate::store::vault::VaultKey::from_config(&config.upstream)?;
         let listener = TcpListener::bind(config.server.listen)
             .await
             .map_err(|source| StartError::Bind { addr: config.server.listen, source })?;

@@ -94,6 +94,26 @@ impl VaultKey {
         Self::parse(&text, name)
     }
 
+    /// The key the configuration names: `upstream.token_key_file`, or the environment variable
+    /// named by `upstream.token_key_env`; `None` when neither is set. Both set, a variable
+    /// that is not set, or a malformed key: refused, naming the setting.
+    pub fn from_config(config: &crate::config::UpstreamConfig) -> Result<Option<Self>, VaultError> {
+        match (config.token_key_file.as_str(), config.token_key_env.as_str()) {
+            ("", "") => Ok(None),
+            (path, "") => Self::load(Path::new(path), "upstream.token_key_file").map(Some),
+            ("", var) => {
+                let name = "upstream.token_key_env";
+                let text = std::env::var(var)
+                    .map_err(|_| VaultError::Key { name, message: format!("the variable {var:?} is not set") })?;
+                Self::parse(&text, name).map(Some)
+            }
+            _ => Err(VaultError::Key {
+                name: "upstream.token_key_env",
+                message: "set upstream.token_key_file or upstream.token_key_env, not both".to_owned(),
+            }),
+        }
+    }
+
     fn from_bytes(bytes: &[u8; KEY_LEN]) -> Result<Self, VaultError> {
         let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| VaultError::Seal)?;
         let id = crate::audit::digest::sha256_hex(bytes)[..8].to_owned();

@@ -269,6 +269,46 @@ async fn start_up_needs_the_sealing_key(backend: Backend) {
 }
 both_dbs!(start_up_needs_the_sealing_key, start_up_needs_the_sealing_key);
 
+/// The key may come from an environment variable the configuration names instead of a file;
+/// a variable that is not set, or both settings at once, are refused by name (here through
+/// `admin oauth status`, which opens the vault like start-up does).
+async fn key_from_the_environment(backend: Backend) {
+    let (test_db, db) = seeded(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (key_text, key) = new_key();
+    let key_file = write_key(dir.path(), "key", &key_text);
+    TokenVault::new(db.clone(), key).put(tenant(&db, "acme").await, "github", None, TOKEN).await.unwrap();
+    let status = |envs: &[(&str, &str)]| {
+        let mut command = crate::cli::scopegate(dir.path());
+        command.env("SCOPEGATE_DATABASE__URL", &test_db.url).args(["admin", "oauth", "status", "--tenant", "acme"]);
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (done, out, err) =
+        status(&[("SCOPEGATE_UPSTREAM__TOKEN_KEY_ENV", "SG_TEST_TOKEN_KEY"), ("SG_TEST_TOKEN_KEY", &key_text)]);
+    assert!(done && out.starts_with("github\ttenant\tok\t"), "{out}{err}");
+    let (done, _, err) = status(&[("SCOPEGATE_UPSTREAM__TOKEN_KEY_ENV", "SG_TEST_TOKEN_KEY")]);
+    assert!(!done && err.contains("upstream.token_key_env") && err.contains("SG_TEST_TOKEN_KEY"), "{err}");
+    let both = [
+        ("SCOPEGATE_UPSTREAM__TOKEN_KEY_ENV", "SG_TEST_TOKEN_KEY"),
+        ("SG_TEST_TOKEN_KEY", key_text.as_str()),
+        ("SCOPEGATE_UPSTREAM__TOKEN_KEY_FILE", key_file.as_str()),
+    ];
+    let (done, _, err) = status(&both);
+    assert!(!done && err.contains("not both"), "{err}");
+    let (done, _, err) = status(&[("SCOPEGATE_UPSTREAM__TOKEN_KEY_FILE", key_file.as_str())]);
+    assert!(done, "{err}");
+    assert!(!err.contains(&key_text), "the key is never printed");
+}
+both_dbs!(key_from_the_environment, key_from_the_environment);
+
 /// Rotation re-seals every row under the new key in one transaction; a wrong old key, a row
 /// under neither key or a row the old key can't open changes nothing.
 async fn rotation_is_all_or_nothing(backend: Backend) {
