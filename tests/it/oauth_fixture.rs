@@ -291,7 +291,11 @@ async fn oauth_fixture_serves_the_whole_flow() {
     assert_eq!(issued["exp"].as_u64().unwrap() - issued["iat"].as_u64().unwrap(), 3600);
 
     let me = whoami(&fx, access).await;
-    assert_eq!(me, json!({"sub": "alice@as.test", "aud": fx.resource_url, "jti": issued["jti"], "iat": issued["iat"]}));
+    let want = json!({
+        "sub": "alice@as.test", "aud": fx.resource_url, "jti": issued["jti"], "iat": issued["iat"],
+        "meta_keys": ["progressToken"],
+    });
+    assert_eq!(me, want);
 
     // Refresh rotates: the new refresh token works once, the old one never again.
     let first_refresh = tokens["refresh_token"].as_str().unwrap();
