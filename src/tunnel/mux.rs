@@ -267,11 +267,13 @@ impl Inner {
             };
             channels.highest = id;
             self.insert(&mut channels, id, Entry { data, shared: Arc::clone(&shared), opening: Some(reply_tx) });
+            // Queued under the lock that chose the id, so Opens leave in the order of their
+            // ids: the agent refuses an id not above one it has seen (and ends the tunnel).
+            self.push_frame(frame::OPEN, id, &payload);
             id
         };
         // From here, dropping `handle` (an error, or this future dropped) closes the channel.
         let handle = ChanHandle { id, inner: Arc::clone(self), shared };
-        self.push_frame(frame::OPEN, id, &payload);
         match tokio::time::timeout(timeout, reply_rx).await {
             Ok(Ok(Ok(()))) => Ok(channel(handle, rx)),
             Ok(Ok(Err(reason))) => Err(TunnelError::Refused(reason)),
