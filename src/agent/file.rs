@@ -48,11 +48,7 @@ impl FileServer {
     }
 
     pub(super) async fn run(self, sink: impl MessageSink, stop: CancellationToken) {
-        let reason = tokio::select! {
-            reason = self.stream(&sink) => reason,
-            () = stop.cancelled() => "the executor is stopping".to_owned(),
-        };
-        sink.close(&reason);
+        super::io::stream_until_stopped(sink, stop, async |sink| self.stream(sink).await).await;
     }
 
     /// Sends the file; the close reason (empty when all of it was sent).

@@ -16,6 +16,20 @@ pub trait MessageSink: Send + Sync + 'static {
     fn close(&self, reason: &str);
 }
 
+/// Runs a one-way channel server (a file read, an HTTP exchange) until it has sent everything
+/// or the executor stops, then ends the channel with the reason (empty: all of it was sent).
+pub(super) async fn stream_until_stopped<S: MessageSink>(
+    sink: S,
+    stop: tokio_util::sync::CancellationToken,
+    stream: impl AsyncFnOnce(&S) -> String,
+) {
+    let reason = tokio::select! {
+        reason = stream(&sink) => reason,
+        () = stop.cancelled() => "the executor is stopping".to_owned(),
+    };
+    sink.close(&reason);
+}
+
 /// Where a channel server's messages come from.
 pub trait MessageSource: Send + 'static {
     /// The next message; `None` once the channel has ended.

@@ -184,6 +184,11 @@ fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
 /// Runs `scopegate admin ARGS` against the database at `url`, in `dir`: (success, stdout, stderr).
 pub fn admin(dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, String, String) {
     let out = scopegate(dir).env("SCOPEGATE_DATABASE__URL", url).arg("admin").args(args).output().unwrap();
+    outcome(&out)
+}
+
+/// Whether a command succeeded, and its stdout and stderr.
+pub fn outcome(out: &std::process::Output) -> (bool, String, String) {
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -17,7 +17,6 @@ use crate::oauth_fixture::{OAuthFixtures, form};
 use crate::remote::{Agent, Netns, Site};
 use crate::support::*;
 
-const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
 const AS_SECRET: &str = "oauth-fixture-secret-for-the-tests-0123456789";
 
 /// An HTTP client that never follows redirects (the test plays the browser step by step).
@@ -49,8 +48,7 @@ fn key_file(dir: &Path) -> PathBuf {
 /// `scopegate admin oauth ARGS` against the site's database, key and public URL.
 fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(SCOPEGATE)
-        .current_dir(dir.path())
+    let out = crate::cli::scopegate(dir.path())
         .env("SCOPEGATE_DATABASE__URL", site.config.database.url.expose())
         .env("SCOPEGATE_UPSTREAM__TOKEN_KEY_FILE", key)
         .env("SCOPEGATE_SERVER__PUBLIC_URL", site.config.public_url())
@@ -58,11 +56,7 @@ fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
         .args(args)
         .output()
         .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::cli::outcome(&out)
 }
 
 /// A URL under the gateway's public URL (what it hands out), as this test reaches it.
@@ -312,17 +306,7 @@ async fn through_the_executor(backend: Backend) {
     let netns = Netns::create();
     let keys = tempfile::tempdir().unwrap();
     let key = key_file(keys.path());
-    let secret = "executor-netns-test-secret-0123456789abcdef";
-    let site = Site::start(
-        backend,
-        &[
-            ("server.listen", json!(format!("{}:0", netns.host_ip))),
-            ("server.allowed_hosts", json!([netns.host_ip])),
-            ("auth.hs256_secret", json!(secret)),
-            ("upstream.token_key_file", json!(key)),
-        ],
-    )
-    .await;
+    let site = Site::start_for(backend, &netns, &[("upstream.token_key_file", json!(key))]).await;
     let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
     let fx = OAuthFixtures::start_in(&netns, "127.0.0.1", AS_SECRET, 3600).await;
     // The gateway host can't reach the authorization server.

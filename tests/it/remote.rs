@@ -75,6 +75,18 @@ impl Site {
         site
     }
 
+    /// A site an agent inside `netns` can reach: the gateway listens on the host's end of its
+    /// veth pair.
+    pub async fn start_for(backend: Backend, netns: &Netns, overrides: &[(&str, Value)]) -> Self {
+        let mut all = vec![
+            ("server.listen", json!(format!("{}:0", netns.host_ip))),
+            ("server.allowed_hosts", json!([netns.host_ip])),
+            ("auth.hs256_secret", json!("executor-netns-test-secret-0123456789abcdef")),
+        ];
+        all.extend(overrides.iter().cloned());
+        Self::start(backend, &all).await
+    }
+
     /// Starts the gateway (again, on the address it had).
     pub async fn start_gateway(&mut self) {
         let mut config = self.config.clone();
@@ -698,16 +710,7 @@ pub async fn http_fixture_in(netns: &Netns, site: &Site, server_id: &str) -> (to
 /// the assertion travels in its header.
 async fn http_only_the_executor_reaches(backend: Backend) {
     let netns = Netns::create();
-    let secret = "executor-netns-test-secret-0123456789abcdef";
-    let site = Site::start(
-        backend,
-        &[
-            ("server.listen", json!(format!("{}:0", netns.host_ip))),
-            ("server.allowed_hosts", json!([netns.host_ip])),
-            ("auth.hs256_secret", json!(secret)),
-        ],
-    )
-    .await;
+    let site = Site::start_for(backend, &netns, &[]).await;
     let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
 
     let (mut upstream, addr) = http_fixture_in(&netns, &site, "web").await;

@@ -284,12 +284,7 @@ async fn key_from_the_environment(backend: Backend) {
         for (k, v) in envs {
             command.env(k, v);
         }
-        let out = command.output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        crate::cli::outcome(&command.output().unwrap())
     };
     let (done, out, err) =
         status(&[("SCOPEGATE_UPSTREAM__TOKEN_KEY_ENV", "SG_TEST_TOKEN_KEY"), ("SG_TEST_TOKEN_KEY", &key_text)]);
