@@ -102,8 +102,10 @@ pub enum TokenScope {
 pub struct OAuthSpec {
     pub tokens: TokenScope,
     /// Scopes asked for at login; empty: what the server's metadata suggests.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
     /// A client registered beforehand; `None`: dynamic client registration.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
 }
 
@@ -1167,6 +1169,15 @@ mod tests {
                 errors.iter().any(|e| e.field.as_deref() == Some(field) && e.problem.contains(problem)),
                 "{body}: {errors:?}"
             );
+        }
+        // What an import stores (`to_json`) parses back to the same declaration.
+        for text in [
+            r#"{"api": {"url": "https://h/mcp", "oauth": {}}}"#,
+            r#"{"api": {"url": "https://h/mcp", "oauth": {"tokens": "user", "client_id": "c1", "scopes": ["mcp"]}}}"#,
+        ] {
+            let declared = one(text);
+            let stored = one(&json!({ "api": declared.to_json() }).to_string());
+            assert_eq!(stored, declared, "{text}");
         }
         let plain = one(r#"{"api": {"url": "https://h"}}"#);
         let with = one(r#"{"api": {"url": "https://h", "oauth": {}}}"#);
