@@ -2,6 +2,7 @@
 //! binding, and the native tool registry. Never learns the caller except through
 //! `McpCallContext`.
 
+mod cursor;
 mod jsonrpc;
 mod registry;
 mod server;
@@ -57,6 +58,7 @@ pub(crate) fn service(
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
+        cursors: cursor::CursorKey::random(),
     });
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(Duration::from_secs(config.mcp.session_idle_secs));

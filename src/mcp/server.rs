@@ -8,11 +8,14 @@ use std::time::Duration;
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ConstString, ContentBlock, CustomRequest, CustomResult,
-    ErrorCode, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ConstString,
+    ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
@@ -23,8 +26,13 @@ use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
-use crate::upstream::runtime::{Downstream, LOGIN_TOOL, ProxyError, UpstreamCall, Upstreams, split_tool_name};
+use super::cursor::{self, CursorKey};
+use crate::upstream::runtime::{
+    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Snapshot, UpstreamCall, Upstreams,
+    Watch, split_tool_name,
+};
 use crate::upstream::selected::{self, Selection};
+use crate::upstream::surface;
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
@@ -36,6 +44,8 @@ pub(crate) struct Shared {
     pub call_timeout: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
+    /// Seals the aggregated lists' pagination cursors.
+    pub cursors: CursorKey,
 }
 
 /// The per-session (or, stateless, per-request) MCP handler. It holds the session's selected
@@ -44,11 +54,69 @@ pub(crate) struct Shared {
 pub struct GatewayServer {
     shared: Arc<Shared>,
     selection: Arc<OnceLock<Arc<Selection>>>,
+    /// The session's `logging/setLevel`: upstream log lines below it are not forwarded.
+    log_level: Arc<LogLevel>,
 }
 
 impl GatewayServer {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Self { shared, selection: Arc::default() }
+        Self { shared, selection: Arc::default(), log_level: Arc::default() }
+    }
+
+    /// The caller's snapshot of the tenant's upstream servers (its session's, frozen), on
+    /// connections that tell upstreams what this client can answer.
+    async fn snapshot(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Snapshot>, ErrorData> {
+        let caps = RelayCaps::of(&context.peer, ctx.session_id().is_some());
+        self.shared.upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), ctx.session_id(), caps).await.map_err(|e| {
+            tracing::error!(error = %e, "resolving upstream servers failed");
+            ErrorData::internal_error("internal error", None)
+        })
+    }
+
+    /// Where what an upstream sends while serving this request goes, and who it is for.
+    fn downstream(&self, ctx: &McpCallContext, context: &RequestContext<RoleServer>) -> Downstream {
+        let upstreams = &self.shared.upstreams;
+        Downstream {
+            owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
+            peer: context.peer.clone(),
+            progress: context.meta.get_progress_token(),
+            log_level: Arc::clone(&self.log_level),
+            origin: Some(Arc::new(CallOrigin {
+                audit: self.shared.audit.clone(),
+                tenant: ctx.tenant_id(),
+                user: ctx.user_id(),
+                session: ctx.session_id().map(str::to_owned),
+                request_id: Some(super::jsonrpc::id_text(ctx.request_id())),
+                client: client_of(context, ctx.session_id()),
+                timeout: self.shared.call_timeout,
+            })),
+        }
+    }
+
+    fn exchange(&self, ctx: &McpCallContext, context: &RequestContext<RoleServer>) -> Exchange {
+        Exchange {
+            downstream: self.downstream(ctx, context),
+            timeout: self.shared.call_timeout,
+            cancelled: context.ct.clone(),
+        }
+    }
+
+    /// Who a list's cursors are for.
+    fn page<T>(
+        &self,
+        ctx: &McpCallContext,
+        list: &'static str,
+        request: Option<&PaginatedRequestParams>,
+        items: Vec<T>,
+    ) -> Result<(Vec<T>, Option<String>), ErrorData> {
+        let (tenant, user) = (ctx.tenant_id().to_string(), ctx.user_id().to_string());
+        let owner = cursor::Owner { list, tenant: &tenant, user: &user, session: ctx.session_id() };
+        let cursor = request.and_then(|r| r.cursor.as_deref());
+        cursor::page(&self.shared.cursors, &owner, cursor, items).inspect_err(|_| metrics::denial("invalid_cursor"))
     }
 
     /// The selected roots that apply to this request: the session's, or, for a request
@@ -134,30 +202,30 @@ impl GatewayServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, Option<ProxyError>> {
         let upstreams = &self.shared.upstreams;
-        let (server, tool) = split_tool_name(&request.name).ok_or(None)?;
-        let (connection, _held);
-        if selected::is_selected_server(server) {
+        let (connection, _held, tool);
+        if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selected::is_selected_server(s)) {
             // A selected root's server: the session's own (the allowance is the grant).
             let selection = self.selection_for(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
             let runtime = selection.as_ref().ok_or(None)?.runtime();
             connection = Arc::clone(runtime.connection(server).ok_or(None)?);
             _held = selection;
+            tool = name.to_owned();
         } else {
-            let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), ctx.session_id()).await.map_err(|e| {
-                tracing::error!(error = %e, "resolving upstream servers failed");
-                Some(ProxyError::Unavailable("resolution failed".to_owned()))
-            })?;
+            let snapshot = self.snapshot(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(None)?;
             connection = Arc::clone(snapshot.connection(server).ok_or(None)?);
-            if !snapshot.allowed(server, tool, ctx.roles()) {
+            if !snapshot.allowed(server, name, ctx.roles()) {
                 // The tool listed for a server that needs a login (any grant on the server lists
                 // it); it never reaches the upstream.
-                if tool == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
-                    return Err(upstreams.upstream_with(&connection, tool, ctx).await.err());
+                if name == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
+                    return Err(upstreams.upstream_with(&connection, name, ctx).await.err());
                 }
                 return Err(None);
             }
             _held = None;
+            tool = name.to_owned();
         }
+        let tool = tool.as_str();
         let connection = &connection;
         let upstream = match upstreams.upstream_with(connection, tool, ctx).await {
             // A client that takes URL-mode elicitation is asked to log in there and then, and
@@ -176,11 +244,7 @@ impl GatewayServer {
             other => other.map_err(Some)?,
         }
         .ok_or(None)?;
-        let downstream = Downstream {
-            owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
-            peer: context.peer.clone(),
-            progress: context.meta.get_progress_token(),
-        };
+        let downstream = self.downstream(ctx, context);
         let call = UpstreamCall {
             tool,
             arguments: request.arguments,
@@ -254,6 +318,27 @@ fn unknown_tool() -> ErrorData {
     ErrorData::invalid_params("tool not found", None)
 }
 
+/// A prompt that does not exist for the caller, granted or not.
+fn not_found_prompt() -> ErrorData {
+    ErrorData::invalid_params("prompt not found", None)
+}
+
+/// A resource template that does not exist for the caller, granted or not.
+fn not_found_template() -> ErrorData {
+    ErrorData::invalid_params("resource template not found", None)
+}
+
+/// A resource that does not exist for the caller, granted or not (MCP's -32002).
+fn not_found_resource(uri: &str) -> ErrorData {
+    ErrorData::resource_not_found("resource not found", Some(serde_json::json!({ "uri": uri })))
+}
+
+/// A session's lists are watched: it is told when an upstream's list changes. A request
+/// outside a session has nobody to tell later.
+fn watch<'a>(ctx: &'a McpCallContext, context: &'a RequestContext<RoleServer>) -> Option<Watch<'a>> {
+    ctx.session_id().map(|session| Watch { session, peer: &context.peer })
+}
+
 fn refused(e: &ContextError) -> ErrorData {
     tracing::warn!(reason = e.reason(), "call refused: no McpCallContext");
     metrics::denial(e.reason());
@@ -319,7 +404,21 @@ fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<St
 
 impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_prompts().build();
+        // What the gateway serves for every tenant: its own tools and the upstreams' tools,
+        // prompts, resources (with subscriptions), completions and log lines, and it tells a
+        // session when one of those lists changes.
+        #[allow(deprecated)]
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
+            .enable_completions()
+            .enable_logging()
+            .build();
         // The extension a client uses to bring its own plugin roots (see `upstream::selected`).
         let mut extension = serde_json::Map::new();
         extension.insert("maxRoots".to_owned(), serde_json::json!(selected::MAX_ROOTS));
@@ -370,41 +469,151 @@ impl ServerHandler for GatewayServer {
             .filter(|t| tool_allowed(&self.shared.tools, &t.name, ctx.roles()))
             .collect();
         let upstreams = &self.shared.upstreams;
-        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), ctx.session_id()).await.map_err(|e| {
-            tracing::error!(error = %e, "resolving upstream servers failed");
-            ErrorData::internal_error("internal error", None)
-        })?;
-        tools.extend(upstreams.list(&snapshot, ctx.roles()).await);
+        let snapshot = self.snapshot(&ctx, &context).await?;
+        let native = |name: &str| self.shared.tools.has(name);
+        tools.extend(upstreams.list(&snapshot, ctx.roles(), native, watch(&ctx, &context)).await);
         if let Some(selection) = self.selection_for(&ctx, &context).await? {
             tools.extend(selection.list(upstreams.connect_timeout()).await);
         }
         Ok(ListToolsResult::with_all_items(tools))
     }
 
-    // The gateway serves tools only; resources and prompts are listed, empty, so clients
-    // that list everything after initialize get an answer rather than an error.
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(ListResourcesResult::with_all_items(Vec::new()))
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let snapshot = self.snapshot(&ctx, &context).await?;
+        let all = self.shared.upstreams.resources(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let (resources, next_cursor) = self.page(&ctx, "resources", request.as_ref(), all)?;
+        Ok(ListResourcesResult { resources, next_cursor, ..Default::default() })
     }
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Ok(ListResourceTemplatesResult::with_all_items(Vec::new()))
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let snapshot = self.snapshot(&ctx, &context).await?;
+        let all = self.shared.upstreams.templates(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let (resource_templates, next_cursor) = self.page(&ctx, "resource_templates", request.as_ref(), all)?;
+        Ok(ListResourceTemplatesResult { resource_templates, next_cursor, ..Default::default() })
     }
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Ok(ListPromptsResult::with_all_items(Vec::new()))
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let snapshot = self.snapshot(&ctx, &context).await?;
+        let all = self.shared.upstreams.prompts(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let (prompts, next_cursor) = self.page(&ctx, "prompts", request.as_ref(), all)?;
+        Ok(ListPromptsResult { prompts, next_cursor, ..Default::default() })
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let item = format!("prompts/get {}", request.name);
+        let arguments = request.arguments.clone();
+        let result = async {
+            let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            self.shared.upstreams.get_prompt(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
+        }
+        .await;
+        let result = self.audited(&ctx, &context, item, arguments.as_ref(), result, not_found_prompt).await?;
+        Ok(GetPromptResponse::Complete(result))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let uri = request.uri.clone();
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("uri".to_owned(), serde_json::Value::String(uri.clone()));
+        let result = async {
+            let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            self.shared.upstreams.read_resource(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
+        }
+        .await;
+        let not_found = || not_found_resource(&uri);
+        let item = "resources/read".to_owned();
+        let result = self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await?;
+        Ok(ReadResourceResponse::Complete(result))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let arguments = match serde_json::to_value(&request) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        let (item, not_found): (String, fn() -> ErrorData) = match &request.r#ref {
+            rmcp::model::Reference::Prompt(p) => (format!("completion/complete {}", p.name), not_found_prompt),
+            _ => ("completion/complete".to_owned(), not_found_template),
+        };
+        let result = async {
+            let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            self.shared.upstreams.complete(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
+        }
+        .await;
+        self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(&self, request: SetLevelRequestParams, _context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let Some(session) = ctx.session_id() else {
+            return Err(ErrorData::invalid_request("resources/subscribe needs a session", None));
+        };
+        let snapshot = self.snapshot(&ctx, &context).await?;
+        let watch = Watch { session, peer: &context.peer };
+        match self.shared.upstreams.subscribe(&snapshot, &request.uri, &ctx, watch).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ErrorData::invalid_params("this resource does not support subscriptions", None)),
+            Err(None) => {
+                metrics::denial("unknown_resource");
+                Err(not_found_resource(&request.uri))
+            }
+            Err(Some(e)) => Err(e.into_error_data()),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let Some(session) = ctx.session_id() else {
+            return Err(ErrorData::invalid_request("resources/unsubscribe needs a session", None));
+        };
+        let snapshot = self.snapshot(&ctx, &context).await?;
+        match self.shared.upstreams.unsubscribe(&snapshot, &request.uri, session).await {
+            Ok(()) => Ok(()),
+            Err(None) => Err(not_found_resource(&request.uri)),
+            Err(Some(e)) => Err(e.into_error_data()),
+        }
     }
 
     /// A request the transport could not type. A known method here had `params` that do not
@@ -473,7 +682,7 @@ impl ServerHandler for GatewayServer {
         let mut known = shared.tools.has(&tool);
         // The audit class of a proxied call that failed on the way (None: classify the result).
         let mut proxy_class: Option<&'static str> = None;
-        let result = if !known && split_tool_name(&tool).is_some() {
+        let result = if !known {
             match self.call_upstream(&ctx, request, &context).await {
                 Ok(result) => {
                     known = true;
@@ -543,6 +752,45 @@ impl ServerHandler for GatewayServer {
 }
 
 impl GatewayServer {
+    /// Audits a proxied request that is not a tool call (`prompts/get`, `resources/read`,
+    /// `completion/complete`) like one: the caller, `item`, the digest of its arguments and its
+    /// outcome. `Err(None)` (nothing of that name for this caller) is answered by `not_found`,
+    /// the same whether it does not exist or is not granted. Fails closed.
+    async fn audited<T>(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+        item: String,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+        result: Result<T, Option<ProxyError>>,
+        not_found: impl FnOnce() -> ErrorData,
+    ) -> Result<T, ErrorData> {
+        let call = CallAudit::new(
+            ctx.tenant_id(),
+            ctx.user_id(),
+            ctx.session_id().map(str::to_owned),
+            Some(super::jsonrpc::id_text(ctx.request_id())),
+            client_of(context, ctx.session_id()),
+            crate::audit::refusal::safe_text(&item),
+            digest::arguments_digest(arguments),
+            None,
+        );
+        let (event, answer) = match result {
+            Ok(value) => (call.event(Outcome::Ok, None), Ok(value)),
+            Err(None) => {
+                metrics::denial("unknown_item");
+                (call.event(Outcome::Denied, Some("not_found")), Err(not_found()))
+            }
+            Err(Some(e)) => (call.event(Outcome::Failed, Some(e.class())), Err(e.into_error_data())),
+        };
+        if let Err(e) = self.shared.audit.record(event).await {
+            tracing::error!(error = %e, "audit failed; the request fails");
+            metrics::denial("audit_unavailable");
+            return Err(ErrorData::internal_error("internal error", None));
+        }
+        answer
+    }
+
     /// Audits a `tools/call` whose params were malformed (it never reached `call_tool`), as a
     /// failed call of `tool`. Fails closed like every audited call.
     async fn audit_malformed_call(&self, context: &RequestContext<RoleServer>, tool: &str) -> Result<(), ErrorData> {

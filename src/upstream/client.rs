@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta};
+use rmcp::model::{ClientJsonRpcMessage, GetMeta};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
@@ -58,14 +58,12 @@ impl AssertingClient {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone().or(passed)
     }
 
-    /// Takes the assertion out of a call's `_meta` and into `headers`.
+    /// Takes the assertion out of a request's `_meta` (calls, prompts, resources, completions)
+    /// and into `headers`.
     fn lift(&self, message: &mut ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
         let ClientJsonRpcMessage::Request(request) = message else {
             return;
         };
-        if !matches!(request.request, ClientRequest::CallToolRequest(_)) {
-            return;
-        }
         let meta = request.request.get_meta_mut();
         if let Some(Value::String(token)) = meta.0.0.remove(ASSERTION_META_KEY)
             && let Ok(value) = HeaderValue::from_str(&token)

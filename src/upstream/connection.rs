@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rmcp::model::Tool;
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::model::{Prompt, Resource, ResourceTemplate, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
+use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 
+use super::catalog::{Catalog, UpstreamSubscription};
 use super::executor::{Executor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
-use super::routing::{ProxyClient, Routes};
+use super::routing::{ProxyClient, RelayCaps, Routes};
 use super::runtime::NAME_SEPARATOR;
 use super::{ResolvedServer, ServerName};
 use crate::store::now_millis;
@@ -22,8 +23,6 @@ pub struct Upstream(pub(super) Peer<RoleClient>);
 
 pub(super) struct Live {
     service: RunningService<RoleClient, ProxyClient>,
-    /// The upstream's tools, as it named them (valid, unique names only).
-    tools: Arc<Vec<Tool>>,
 }
 
 /// How an OAuth-protected server's connection is authorized: whose credential it carries.
@@ -38,19 +37,31 @@ pub struct Connection {
     server: ResolvedServer,
     executor: Executor,
     pub(super) auth: Option<ConnectionAuth>,
+    /// What the connection tells the upstream its clients can answer (sampling, elicitation,
+    /// roots): those of the sessions that share it, which all declared the same.
+    pub(super) caps: RelayCaps,
     pub(super) routes: Arc<Routes>,
+    /// The upstream's lists, the sessions to tell when one changes, and subscriptions.
+    pub(super) catalog: Arc<Catalog>,
     pub(super) live: tokio::sync::Mutex<Option<Live>>,
     pub(super) last_used_ms: AtomicI64,
     pub(super) in_flight: AtomicUsize,
 }
 
 impl Connection {
-    pub(super) fn new(server: ResolvedServer, executor: Executor, auth: Option<ConnectionAuth>) -> Self {
+    pub(super) fn new(
+        server: ResolvedServer,
+        executor: Executor,
+        auth: Option<ConnectionAuth>,
+        caps: RelayCaps,
+    ) -> Self {
         Self {
             server,
             executor,
             auth,
+            caps,
             routes: Arc::default(),
+            catalog: Arc::default(),
             live: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicI64::new(now_millis()),
             in_flight: AtomicUsize::new(0),
@@ -61,20 +72,32 @@ impl Connection {
         &self.server.name
     }
 
-    /// The running connection, started (or restarted after a crash) if need be.
+    /// The running connection, started (or restarted after a crash) if need be, and its tools
+    /// (listed again after the upstream said they changed).
     pub(super) async fn ready(&self, timeout: Duration) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
         self.last_used_ms.store(now_millis(), Ordering::Relaxed);
         let mut live = self.live.lock().await;
         if let Some(current) = live.as_ref() {
-            if !current.service.peer().is_transport_closed() {
-                return Ok((current.service.peer().clone(), Arc::clone(&current.tools)));
+            let peer = current.service.peer().clone();
+            if !peer.is_transport_closed() {
+                if let Some(tools) = self.catalog.tools() {
+                    return Ok((peer, tools));
+                }
+                let tools = self.list_tools(&peer, timeout).await?;
+                return Ok((peer, tools));
             }
             tracing::warn!(server = %self.server.name, "upstream connection closed; restarting it");
             metrics::upstream_restart(self.server.name.as_str());
         }
         // Dropping the old service kills its child process.
         *live = None;
-        let handler = ProxyClient { routes: Arc::clone(&self.routes), server: self.server.name.to_string() };
+        self.catalog.invalidate_all();
+        let handler = ProxyClient {
+            routes: Arc::clone(&self.routes),
+            catalog: Arc::clone(&self.catalog),
+            server: self.server.name.to_string(),
+            caps: self.caps,
+        };
         let service = match &self.auth {
             None => self.executor.connect(&self.server, handler, timeout, None).await?,
             Some(auth) => {
@@ -90,16 +113,150 @@ impl Connection {
                 }
             }
         };
-        let listed = tokio::time::timeout(timeout, service.peer().list_all_tools()).await;
+        let peer = service.peer().clone();
+        let tools = self.list_tools(&peer, timeout).await?;
+        self.after_start(&peer).await;
+        *live = Some(Live { service });
+        Ok((peer, tools))
+    }
+
+    async fn list_tools(&self, peer: &Peer<RoleClient>, timeout: Duration) -> Result<Arc<Vec<Tool>>, UpstreamError> {
+        let generation = self.catalog.tools_generation();
+        let listed = tokio::time::timeout(timeout, peer.list_all_tools()).await;
         let tools = match listed {
-            Ok(Ok(tools)) => usable_tools(self.server.name.as_str(), tools),
+            Ok(Ok(tools)) => Arc::new(usable_tools(self.server.name.as_str(), tools)),
             Ok(Err(e)) => return Err(UpstreamError::Connect(format!("listing tools: {e}"))),
             Err(_) => return Err(UpstreamError::ConnectTimeout(timeout)),
         };
-        let tools = Arc::new(tools);
-        let peer = service.peer().clone();
-        *live = Some(Live { service, tools: Arc::clone(&tools) });
-        Ok((peer, tools))
+        self.catalog.store_tools(generation, Arc::clone(&tools));
+        Ok(tools)
+    }
+
+    /// A new upstream process: it logs everything to the gateway (each session gets what its
+    /// own `logging/setLevel` asks for), and it is told again of the resources sessions are
+    /// subscribed to.
+    #[allow(deprecated)]
+    async fn after_start(&self, peer: &Peer<RoleClient>) {
+        let Some(info) = peer.peer_info() else { return };
+        if info.capabilities.logging.is_some() {
+            let params = rmcp::model::SetLevelRequestParams::new(rmcp::model::LoggingLevel::Debug);
+            if let Err(e) = peer.set_level(params).await {
+                tracing::debug!(server = %self.server.name, error = %e, "upstream refused logging/setLevel");
+            }
+        }
+        for uri in self.catalog.subscribed() {
+            if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri)).await {
+                tracing::warn!(server = %self.server.name, error = %e, "subscribing again after a restart failed");
+            }
+        }
+    }
+
+    /// The upstream's prompts (none when it offers none).
+    pub(super) async fn prompts(&self, timeout: Duration) -> Result<Arc<Vec<Prompt>>, UpstreamError> {
+        let (peer, _) = self.ready(timeout).await?;
+        if let Some(list) = self.catalog.prompts() {
+            return Ok(list);
+        }
+        let generation = self.catalog.prompts_generation();
+        let offered = peer.peer_info().is_some_and(|i| i.capabilities.prompts.is_some());
+        let list = if offered { fetch(timeout, "prompts", peer.list_all_prompts()).await? } else { Vec::new() };
+        let list = Arc::new(usable_prompts(self.server.name.as_str(), list));
+        self.catalog.store_prompts(generation, Arc::clone(&list));
+        Ok(list)
+    }
+
+    /// The upstream's resources (none when it offers none).
+    pub(super) async fn resources(&self, timeout: Duration) -> Result<Arc<Vec<Resource>>, UpstreamError> {
+        let (peer, _) = self.ready(timeout).await?;
+        if let Some(list) = self.catalog.resources() {
+            return Ok(list);
+        }
+        let generation = self.catalog.resources_generation();
+        let list = if offers_resources(&peer) {
+            fetch(timeout, "resources", peer.list_all_resources()).await?
+        } else {
+            Vec::new()
+        };
+        let list = Arc::new(list);
+        self.catalog.store_resources(generation, Arc::clone(&list));
+        Ok(list)
+    }
+
+    /// The upstream's resource templates (none when it offers none).
+    pub(super) async fn templates(&self, timeout: Duration) -> Result<Arc<Vec<ResourceTemplate>>, UpstreamError> {
+        let (peer, _) = self.ready(timeout).await?;
+        if let Some(list) = self.catalog.templates() {
+            return Ok(list);
+        }
+        let generation = self.catalog.templates_generation();
+        let list = if offers_resources(&peer) {
+            fetch(timeout, "resource templates", peer.list_all_resource_templates()).await?
+        } else {
+            Vec::new()
+        };
+        let list = Arc::new(list);
+        self.catalog.store_templates(generation, Arc::clone(&list));
+        Ok(list)
+    }
+
+    /// Whether the upstream lets clients subscribe to its resources.
+    pub(super) fn offers_subscriptions(peer: &Peer<RoleClient>) -> bool {
+        peer.peer_info()
+            .and_then(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe))
+            .unwrap_or(false)
+    }
+
+    /// Subscribes `session` to upstream `uri` (the upstream is asked once, for the first).
+    #[allow(deprecated)]
+    pub(super) async fn subscribe(
+        &self,
+        peer: &Peer<RoleClient>,
+        uri: &str,
+        session: &str,
+        downstream: &Peer<rmcp::RoleServer>,
+        exposed: &str,
+    ) -> Result<(), ServiceError> {
+        if self.catalog.subscribe(uri, session, downstream, exposed) == UpstreamSubscription::Subscribe {
+            if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await {
+                self.catalog.unsubscribe(uri, session);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends `session`'s subscription to upstream `uri`; false: it had none.
+    #[allow(deprecated)]
+    pub(super) async fn unsubscribe(&self, peer: &Peer<RoleClient>, uri: &str, session: &str) -> bool {
+        match self.catalog.unsubscribe(uri, session) {
+            None => false,
+            Some(UpstreamSubscription::Unsubscribe) => {
+                    if let Err(e) = peer.unsubscribe(UnsubscribeRequestParams::new(uri.to_owned())).await {
+                    tracing::debug!(server = %self.server.name, error = %e, "upstream unsubscribe failed");
+                }
+                true
+            }
+            Some(_) => true,
+        }
+    }
+
+    /// Forgets the watchers and subscriptions of ended sessions, unsubscribing upstream from
+    /// what no session follows any more.
+    #[allow(deprecated)]
+    pub(super) async fn retain_sessions(&self, live: impl Fn(&str) -> bool) {
+        let dropped = self.catalog.retain_sessions(live);
+        if dropped.is_empty() {
+            return;
+        }
+        let peer = match self.live.try_lock() {
+            Ok(live) => live.as_ref().map(|l| l.service.peer().clone()),
+            Err(_) => None,
+        };
+        if let Some(peer) = peer {
+            for uri in dropped {
+                    let _ = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;
+            }
+        }
     }
 
     /// Closes the connection if it has been idle for `idle`; the next use starts it again.
@@ -125,6 +282,44 @@ impl Connection {
     }
 }
 
+fn offers_resources(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info().is_some_and(|i| i.capabilities.resources.is_some())
+}
+
+/// A list request to the upstream, bounded by `timeout`.
+async fn fetch<T>(
+    timeout: Duration,
+    what: &str,
+    listing: impl Future<Output = Result<Vec<T>, ServiceError>>,
+) -> Result<Vec<T>, UpstreamError> {
+    match tokio::time::timeout(timeout, listing).await {
+        Ok(Ok(list)) => Ok(list),
+        Ok(Err(e)) => Err(UpstreamError::Connect(format!("listing {what}: {e}"))),
+        Err(_) => Err(UpstreamError::ConnectTimeout(timeout)),
+    }
+}
+
+/// Prompt names the gateway can serve: the same rule as tools.
+fn usable_prompts(server: &str, prompts: Vec<Prompt>) -> Vec<Prompt> {
+    let mut seen = std::collections::HashSet::new();
+    prompts
+        .into_iter()
+        .filter(|p| {
+            let ok = usable_name(server, &p.name) && seen.insert(p.name.clone());
+            if !ok {
+                tracing::warn!(%server, prompt = %p.name, "upstream prompt name unusable or repeated; not served");
+            }
+            ok
+        })
+        .collect()
+}
+
+fn usable_name(server: &str, name: &str) -> bool {
+    !name.is_empty()
+        && server.len() + NAME_SEPARATOR.len() + name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 /// Tool names the gateway can serve as `server__tool`: MCP's tool-name characters, within
 /// 128 characters once prefixed, each name once (the first wins).
 fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
@@ -133,10 +328,7 @@ fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
         .into_iter()
         .filter(|tool| {
             let name = tool.name.as_ref();
-            let valid = !name.is_empty()
-                && server.len() + NAME_SEPARATOR.len() + name.len() <= 128
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-            if !valid {
+            if !usable_name(server, name) {
                 tracing::warn!(%server, tool = %name, "upstream tool name unusable; not served");
                 return false;
             }

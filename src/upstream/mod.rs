@@ -9,6 +9,7 @@
 //! and `oauth_http` the OAuth HTTP client of an executor: this host's network for the local
 //! one, the agent's (a Fetch channel) for a remote one.
 
+pub mod catalog;
 pub mod client;
 pub mod connection;
 pub mod declaration;
@@ -21,6 +22,7 @@ pub mod remote;
 pub mod roots;
 pub mod routing;
 pub mod runtime;
+pub mod surface;
 pub mod selected;
 pub mod snapshot;
 

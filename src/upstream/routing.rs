@@ -1,21 +1,37 @@
 //! Routing what an upstream sends besides answers: progress to the call it belongs to, log
 //! messages to the one session certain to have caused them, never to a guess; and ordering,
-//! so a call's answer never overtakes the notifications sent before it.
+//! so a call's answer never overtakes the notifications sent before it. Requests the upstream
+//! makes of its client (sampling, elicitation, roots) go to the one session whose call it is
+//! serving, and list changes and resource updates to the sessions that follow them.
+//!
+//! Sampling, roots and logging are deprecated in MCP (SEP-2577) but still part of the protocol
+//! versions the gateway serves, and upstreams still use them: they are relayed.
+#![allow(deprecated)]
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[allow(deprecated)]
-use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, GetExtensions, Implementation, JsonRpcMessage, JsonRpcNotification,
-    ProgressNotificationParam, ProgressToken, ServerNotification,
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode,
+    FormElicitationCapability, GetExtensions, Implementation, JsonRpcMessage, JsonRpcNotification, ListRootsRequest,
+    ListRootsResult, ProgressNotificationParam, ProgressToken, ResourceUpdatedNotificationParam, RootsCapabilities,
+    SamplingCapability, ServerNotification, ServerRequest, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RxJsonRpcMessage, ServiceError,
+    TxJsonRpcMessage,
+};
 use rmcp::transport::Transport;
-use rmcp::{ClientHandler, RoleServer};
+use rmcp::{ClientHandler, ErrorData, RoleServer};
+use serde_json::Value;
 
+use super::catalog::{Catalog, ListKind};
+use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
+use crate::store::{TenantId, UserId};
 use crate::telemetry::metrics;
 
 #[derive(Clone)]
@@ -25,6 +41,118 @@ pub struct Downstream {
     pub peer: Peer<RoleServer>,
     /// The downstream request's progress token, when its client asked for progress.
     pub progress: Option<ProgressToken>,
+    /// The least severe log level the session wants (its `logging/setLevel`).
+    pub log_level: Arc<LogLevel>,
+    /// Who made the call, for the audit of the requests the upstream makes of its client
+    /// while serving it, and how long those may take.
+    pub origin: Option<Arc<CallOrigin>>,
+}
+
+/// Who made a proxied call: what the audit of a relayed sampling, elicitation or roots
+/// request records.
+pub struct CallOrigin {
+    pub audit: AuditWriter,
+    pub tenant: TenantId,
+    pub user: UserId,
+    pub session: Option<String>,
+    pub request_id: Option<String>,
+    pub client: Option<(String, String)>,
+    /// How long a relayed request may take (the call's own timeout).
+    pub timeout: Duration,
+}
+
+/// A session's logging level (`logging/setLevel`); until it sets one, `info` and above.
+pub struct LogLevel(AtomicU8);
+
+impl Default for LogLevel {
+    fn default() -> Self {
+        #[allow(deprecated)]
+        Self(AtomicU8::new(severity(LoggingLevel::Info)))
+    }
+}
+
+impl LogLevel {
+    #[allow(deprecated)]
+    pub fn set(&self, level: LoggingLevel) {
+        self.0.store(severity(level), Ordering::Relaxed);
+    }
+
+    #[allow(deprecated)]
+    pub fn allows(&self, level: LoggingLevel) -> bool {
+        severity(level) >= self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[allow(deprecated)]
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// What a connection tells its upstream the client can answer. A connection is shared only by
+/// sessions whose clients declared the same (it is part of the pool's key), so an upstream is
+/// never told of a capability its caller lacks, nor denied one its caller has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RelayCaps {
+    pub sampling: bool,
+    pub elicitation_form: bool,
+    pub elicitation_url: bool,
+    pub roots: bool,
+}
+
+impl RelayCaps {
+    /// What `peer`'s client declared at `initialize` (nothing outside a session: a request
+    /// without one has no channel for requests back to its client).
+    pub fn of(peer: &Peer<RoleServer>, in_session: bool) -> Self {
+        let Some(info) = peer.peer_info().filter(|_| in_session) else { return Self::default() };
+        let modes = peer.supported_elicitation_modes();
+        Self {
+            sampling: info.capabilities.sampling.is_some(),
+            elicitation_form: modes.contains(&rmcp::service::ElicitationMode::Form),
+            elicitation_url: modes.contains(&rmcp::service::ElicitationMode::Url),
+            roots: info.capabilities.roots.is_some(),
+        }
+    }
+
+    /// The pool key's part for these capabilities.
+    pub fn key(self) -> String {
+        format!(
+            "caps:{}{}{}{}",
+            u8::from(self.sampling),
+            u8::from(self.elicitation_form),
+            u8::from(self.elicitation_url),
+            u8::from(self.roots)
+        )
+    }
+
+    fn declared(self) -> ClientCapabilities {
+        let mut caps = ClientCapabilities::default();
+        if self.sampling {
+            caps.sampling = Some(SamplingCapability::default());
+        }
+        if self.elicitation_form || self.elicitation_url {
+            let mut elicitation = ElicitationCapability::default();
+            if self.elicitation_form {
+                elicitation.form = Some(FormElicitationCapability::default());
+            }
+            if self.elicitation_url {
+                elicitation.url = Some(UrlElicitationCapability::default());
+            }
+            caps.elicitation = Some(elicitation);
+        }
+        if self.roots {
+            caps.roots = Some(RootsCapabilities::default());
+        }
+        caps
+    }
 }
 
 /// How long a finished call still counts as a log message's possible source: an upstream
@@ -234,8 +362,17 @@ impl Routes {
         RouteGuard { routes: self, slot: Slot::Announced(id) }
     }
 
+    /// The one session every in-flight call belongs to, if there is one: where a request the
+    /// upstream makes of its client goes (a finished call asks nothing).
+    fn single_caller(&self) -> Option<Downstream> {
+        let table = self.lock();
+        let mut callers = table.calls.values().chain(table.announced.iter().map(|(_, d)| d));
+        let first = callers.next()?;
+        callers.all(|d| d.owner == first.owner).then(|| first.clone())
+    }
+
     /// The one session every in-flight (or just finished) call belongs to, if there is one.
-    fn single_owner(&self) -> Option<Peer<RoleServer>> {
+    fn single_owner(&self) -> Option<Downstream> {
         let mut table = self.lock();
         let now = Instant::now();
         while table.finished.front().is_some_and(|(at, _)| now.duration_since(*at) > LOG_LINGER) {
@@ -247,7 +384,7 @@ impl Routes {
             .chain(table.announced.iter().map(|(_, d)| d))
             .chain(table.finished.iter().map(|(_, d)| d));
         let first = owners.next()?;
-        owners.all(|d| d.owner == first.owner).then(|| first.peer.clone())
+        owners.all(|d| d.owner == first.owner).then(|| first.clone())
     }
 }
 
@@ -311,7 +448,9 @@ pub(super) async fn forward_progress(server: &str, target: Downstream, mut param
 #[derive(Clone)]
 pub struct ProxyClient {
     pub(super) routes: Arc<Routes>,
+    pub(super) catalog: Arc<Catalog>,
     pub(super) server: String,
+    pub(super) caps: RelayCaps,
 }
 
 impl ProxyClient {
@@ -327,7 +466,80 @@ impl ProxyClient {
 
 impl ClientHandler for ProxyClient {
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
+        ClientConfig::new(self.caps.declared(), Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let arguments = serde_json::to_value(&params).unwrap_or(Value::Null);
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.relay("sampling/createMessage", self.caps.sampling, request, arguments, &context).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(ErrorData::internal_error("the client answered with something else", None)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let declared = match &params {
+            ElicitRequestParams::UrlElicitationParams { .. } => self.caps.elicitation_url,
+            _ => self.caps.elicitation_form,
+        };
+        let arguments = serde_json::to_value(&params).unwrap_or(Value::Null);
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self.relay("elicitation/create", declared, request, arguments, &context).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(ErrorData::internal_error("the client answered with something else", None)),
+        }
+    }
+
+    async fn list_roots(&self, context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self.relay("roots/list", self.caps.roots, request, Value::Null, &context).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(ErrorData::internal_error("the client answered with something else", None)),
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.catalog.invalidate(ListKind::Tools);
+        for peer in self.catalog.watchers() {
+            let _ = peer.notify_tool_list_changed().await;
+        }
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.catalog.invalidate(ListKind::Prompts);
+        for peer in self.catalog.watchers() {
+            let _ = peer.notify_prompt_list_changed().await;
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.catalog.invalidate(ListKind::Resources);
+        self.catalog.invalidate(ListKind::Templates);
+        for peer in self.catalog.watchers() {
+            let _ = peer.notify_resource_list_changed().await;
+        }
+    }
+
+    /// An update goes to the sessions subscribed to that resource, and to no other.
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        for (peer, update) in self.catalog.updated(&params.uri) {
+            if let Err(e) = peer.notify_resource_updated(update).await {
+                tracing::debug!(server = %self.server, error = %e, "resource update not delivered");
+            }
+        }
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, context: NotificationContext<RoleClient>) {
@@ -351,7 +563,8 @@ impl ClientHandler for ProxyClient {
     ) {
         let _handled = self.handled(&context);
         match self.routes.single_owner() {
-            Some(peer) => {
+            Some(target) if !target.log_level.allows(params.level) => {}
+            Some(Downstream { peer, .. }) => {
                 if let Err(e) = peer.notify_logging_message(params).await {
                     tracing::debug!(server = %self.server, error = %e, "log message not delivered");
                 }
@@ -361,6 +574,89 @@ impl ClientHandler for ProxyClient {
                 tracing::debug!(server = %self.server, "upstream log message with no single calling session; dropped");
             }
         }
+    }
+}
+
+impl ProxyClient {
+    /// Relays a request the upstream makes of its client (sampling, elicitation, roots) to the
+    /// session whose call it is serving: only while calls of exactly one session are in
+    /// flight on this connection (never a guess), only when that client declared the
+    /// capability, within the call's timeout, and cancelled when the upstream cancels it.
+    /// Every relayed request is audited with the caller, the digest of its params and its outcome.
+    async fn relay(
+        &self,
+        method: &str,
+        declared: bool,
+        request: ServerRequest,
+        arguments: Value,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        let refuse = |why: &'static str| {
+            metrics::denial(why);
+            tracing::debug!(server = %self.server, %method, why, "request to the client refused");
+        };
+        let Some(target) = self.routes.single_caller() else {
+            refuse("upstream_request_unroutable");
+            return Err(ErrorData::invalid_request(
+                format!("{method} refused: no single call of one client is in flight to ask"),
+                None,
+            ));
+        };
+        let Some(origin) = target.origin.clone() else {
+            refuse("upstream_request_unroutable");
+            return Err(ErrorData::invalid_request(format!("{method} refused: the call has no client to ask"), None));
+        };
+        let audit = CallAudit::new(
+            origin.tenant,
+            origin.user,
+            origin.session.clone(),
+            origin.request_id.clone(),
+            origin.client.clone(),
+            format!("{}:{method}", self.server),
+            match &arguments {
+                Value::Object(map) => digest::arguments_digest(Some(map)),
+                _ => digest::arguments_digest(None),
+            },
+            None,
+        );
+        let outcome = if !declared {
+            refuse("upstream_request_not_declared");
+            Err((
+                ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None),
+                "not_declared",
+            ))
+        } else {
+            let options = PeerRequestOptions::with_timeout(origin.timeout);
+            let sent = async {
+                let handle = target.peer.send_request_with_option(request, options).await?;
+                handle.await_response().await
+            };
+            tokio::select! {
+                answer = sent => match answer {
+                    Ok(result) => Ok(result),
+                    Err(ServiceError::McpError(e)) => Err((e, "client_error")),
+                    Err(ServiceError::Timeout { .. }) => {
+                        Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout"))
+                    }
+                    Err(e) => {
+                        tracing::debug!(server = %self.server, %method, error = %e, "relayed request failed");
+                        Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
+                    }
+                },
+                () = context.ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
+            }
+        };
+        let event = match &outcome {
+            Ok(_) => audit.event(Outcome::Ok, None),
+            Err((_, class)) => audit.event(Outcome::Failed, Some(class)),
+        };
+        // Fail closed: without its audit event the client's answer is not handed over.
+        if let Err(e) = origin.audit.record(event).await {
+            tracing::error!(error = %e, %method, "audit failed; the relayed request fails");
+            metrics::denial("audit_unavailable");
+            return Err(ErrorData::internal_error("internal error", None));
+        }
+        outcome.map_err(|(e, _)| e)
     }
 }
 

@@ -9,6 +9,7 @@
 //! keyed by tenant, so sessions of different tenants never share one.
 
 use std::collections::{BTreeMap, HashMap};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,9 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
     ClientRequest, JsonObject, RequestMetaObject, ServerResult, Tool,
 };
+
+mod features;
+pub use features::Watch;
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -27,7 +31,7 @@ use super::client::ASSERTION_META_KEY;
 use super::executor::{Executor, LocalExecutor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
 use super::remote::{Agents, RemoteHostHandler};
-use super::{PathStyle, PathUri, ResolvedServer, ResolvedTransport};
+use super::{PathStyle, PathUri, ResolvedServer, ResolvedTransport, surface};
 use crate::auth::assertion::{AssertedCaller, AssertionSigner};
 use crate::context::{FlockAccess, McpCallContext};
 use crate::identity::SessionRegistry;
@@ -36,7 +40,7 @@ use crate::store::{Db, StoreError, TenantId, UserId, now_millis};
 
 pub use super::connection::{Connection, ConnectionAuth, Upstream};
 use super::routing::forward_progress;
-pub use super::routing::{Downstream, ProxyClient};
+pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps};
 pub use super::snapshot::Snapshot;
 
 /// Separates the server from the tool in an upstream tool's name: `server__tool`.
@@ -104,6 +108,14 @@ pub struct UpstreamCall<'a> {
     pub downstream: Downstream,
     pub timeout: Duration,
     /// Cancelled when the client cancels the call.
+    pub cancelled: CancellationToken,
+}
+
+/// Where an exchange's side traffic goes and when it ends.
+pub struct Exchange {
+    pub downstream: Downstream,
+    pub timeout: Duration,
+    /// Cancelled when the client cancels the request.
     pub cancelled: CancellationToken,
 }
 
@@ -219,6 +231,7 @@ impl Upstreams {
         tenant: TenantId,
         user: UserId,
         session: Option<&str>,
+        caps: RelayCaps,
     ) -> Result<Arc<Snapshot>, StoreError> {
         let mine = |s: &Snapshot| s.tenant == tenant && s.user == user;
         if let Some(session) = session
@@ -229,9 +242,9 @@ impl Upstreams {
             }
             // Session binding makes this unreachable; if it ever happens, see nothing.
             tracing::error!("a session's upstream snapshot belongs to another caller; refusing it");
-            return Ok(Arc::new(Snapshot { tenant, user, servers: BTreeMap::new(), grants: Vec::new() }));
+            return Ok(Arc::new(Snapshot::empty(tenant, user)));
         }
-        let fresh = Arc::new(self.resolve(tenant, user).await?);
+        let fresh = Arc::new(self.resolve(tenant, user, caps).await?);
         match session {
             Some(session) => {
                 let mut snapshots = lock(&self.snapshots);
@@ -259,9 +272,10 @@ impl Upstreams {
     /// Resolves every server the tenant bound, each in its bound executor's context, and the
     /// tenant's grants. A server that can't be resolved is left out (and logged): it is not
     /// served, rather than served wrongly.
-    async fn resolve(&self, tenant: TenantId, user: UserId) -> Result<Snapshot, StoreError> {
+    async fn resolve(&self, tenant: TenantId, user: UserId, caps: RelayCaps) -> Result<Snapshot, StoreError> {
         let (entities, grants) = tokio::try_join!(self.db.resolve_servers(tenant), self.db.upstream_grants(tenant))?;
         let mut servers = BTreeMap::new();
+        let mut unprefixed = Vec::new();
         for (server, entity) in entities {
             let executor = match Executor::for_row(&entity.executor, &self.local, &self.remote) {
                 Ok(executor) => executor,
@@ -288,27 +302,53 @@ impl Upstreams {
                 }
                 _ => None,
             };
-            // A per-user login's connection is that user's alone.
+            // A per-user login's connection is that user's alone; a connection is shared only
+            // by sessions whose clients can answer the same requests.
             let key = match auth.as_ref().and_then(|a| a.owner.user) {
-                Some(user) => (tenant, format!("{}/user/{user}", resolved.fingerprint())),
-                None => (tenant, resolved.fingerprint()),
+                Some(user) => (tenant, format!("{}/user/{user}/{}", resolved.fingerprint(), caps.key())),
+                None => (tenant, format!("{}/{}", resolved.fingerprint(), caps.key())),
             };
             let connection = Arc::clone(
-                lock(&self.pool).entry(key).or_insert_with(|| Arc::new(Connection::new(resolved, executor, auth))),
+                lock(&self.pool)
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(Connection::new(resolved, executor, auth, caps))),
             );
+            if !entity.prefixed {
+                unprefixed.push(server.clone());
+            }
             servers.insert(server, connection);
         }
-        Ok(Snapshot { tenant, user, servers, grants })
+        // One unprefixed server per tenant (refused at binding time); should two ever be
+        // found, neither is served unprefixed rather than one guessed.
+        let bare = match unprefixed.as_slice() {
+            [one] => Some(one.clone()),
+            [] => None,
+            more => {
+                tracing::error!(servers = ?more, "more than one server bound without a prefix; all keep their prefix");
+                None
+            }
+        };
+        Ok(Snapshot { tenant, user, servers, grants, bare })
     }
 
-    /// The upstream tools the caller may use, named `server__tool`. Servers with no grant for
-    /// the caller are not even started; one that fails to start is left out of the list.
-    pub async fn list(&self, snapshot: &Snapshot, roles: &[Role]) -> Vec<Tool> {
+    /// The upstream tools the caller may use, named `server__tool` (or `tool` for the
+    /// tenant's unprefixed server, never shadowing a native tool: `native`). Servers with no
+    /// grant for the caller are not even started; one that fails to start is left out.
+    pub async fn list(
+        &self,
+        snapshot: &Snapshot,
+        roles: &[Role],
+        native: impl Fn(&str) -> bool,
+        watch: Option<Watch<'_>>,
+    ) -> Vec<Tool> {
         let may_log_in = |connection: &Connection| may_log_in(connection, roles);
         let mut tasks = tokio::task::JoinSet::new();
         for (name, connection) in &snapshot.servers {
             if !snapshot.any_grant(name, roles) {
                 continue;
+            }
+            if let Some(watch) = &watch {
+                connection.catalog.watch(watch.session, watch.peer);
             }
             let connection = Arc::clone(connection);
             let timeout = self.connect_timeout;
@@ -321,11 +361,18 @@ impl Upstreams {
         while let Some(joined) = tasks.join_next().await {
             let Ok((connection, tools)) = joined else { continue };
             let server = connection.server().as_str();
+            let prefixed = snapshot.prefixed(server) != Some(false);
             match tools {
                 Ok((_, tools)) => out.extend(
-                    tools.iter().filter(|t| snapshot.allowed(server, &t.name, roles)).map(|t| prefixed(server, t)),
+                    tools
+                        .iter()
+                        .filter(|t| snapshot.allowed(server, &t.name, roles))
+                        .filter(|t| prefixed || surface::unprefixed_name_free(snapshot, &t.name, &native))
+                        .map(|t| named(server, prefixed, t)),
                 ),
-                Err(UpstreamError::LoginNeeded { .. }) if may_log_in(&connection) => out.push(login_tool(server)),
+                Err(UpstreamError::LoginNeeded { .. }) if may_log_in(&connection) => {
+                    out.push(login_tool(server, prefixed));
+                }
                 Err(e) => tracing::warn!(%server, error = %e, "upstream server unavailable; its tools are not listed"),
             }
         }
@@ -410,15 +457,35 @@ impl Upstreams {
         ctx: &McpCallContext,
         UpstreamCall { tool, arguments, downstream, timeout, cancelled }: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let exchange = Exchange { downstream, timeout, cancelled };
+        match self.exchange(connection, peer, ctx, request, exchange).await? {
+            ServerResult::CallToolResult(result) => Ok(result),
+            _ => Err(ProxyError::Unavailable("the upstream answered a call with something else".to_owned())),
+        }
+    }
+
+    /// Sends one request to the upstream for the caller: it carries an identity assertion
+    /// (audience: the server id) and nothing of the client's own credentials; what the
+    /// upstream sends while serving it (progress, log lines, requests of the client) goes to
+    /// the caller. It ends at the timeout or when the client cancels; either way the upstream
+    /// is told to cancel.
+    pub(crate) async fn exchange(
+        &self,
+        connection: &Connection,
+        peer: Peer<RoleClient>,
+        ctx: &McpCallContext,
+        request: ClientRequest,
+        Exchange { downstream, timeout, cancelled }: Exchange,
+    ) -> Result<ServerResult, ProxyError> {
         let assertion = self
             .signer
             .assertion(&asserted_caller(ctx), connection.server().as_str())
             .map_err(|_| ProxyError::Assertion)?;
         let mut meta = RequestMetaObject::new();
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), Value::String(assertion));
-        let mut params = CallToolRequestParams::new(tool.to_owned());
-        params.arguments = arguments;
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
         // Announced before it is sent: whatever the upstream sends back at once finds its caller.
         let mut route = connection.routes.announce(downstream);
@@ -445,8 +512,7 @@ impl Upstreams {
             }
         };
         match answer {
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
-            Ok(_) => Err(ProxyError::Unavailable("the upstream answered a call with something else".to_owned())),
+            Ok(result) => Ok(result),
             Err(ServiceError::Timeout { .. }) => Err(ProxyError::Timeout),
             Err(ServiceError::McpError(e)) => Err(ProxyError::Upstream(e)),
             Err(e) => Err(unavailable(e)),
@@ -479,6 +545,7 @@ impl Upstreams {
         lock(&self.snapshots).retain(|session, _| self.sessions.principal(session).is_some());
         let connections: Vec<_> = lock(&self.pool).values().cloned().collect();
         for connection in &connections {
+            connection.retain_sessions(|session| self.sessions.principal(session).is_some()).await;
             connection.close_if_idle(self.idle).await;
         }
         drop(connections);
@@ -517,10 +584,10 @@ fn may_log_in(connection: &Connection, roles: &[Role]) -> bool {
 }
 
 /// The tool listed for a server that needs a login: calling it answers with the login link.
-fn login_tool(server: &str) -> Tool {
+fn login_tool(server: &str, prefixed: bool) -> Tool {
     let schema: JsonObject = serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap_or_default();
     Tool::new(
-        format!("{server}{NAME_SEPARATOR}{LOGIN_TOOL}"),
+        surface::exposed_name(server, prefixed, LOGIN_TOOL),
         format!(
             "Server `{server}` needs an OAuth login before its tools can be used: call this to get the login link."
         ),
@@ -532,9 +599,9 @@ fn unavailable(e: impl std::fmt::Display) -> ProxyError {
     ProxyError::Unavailable(e.to_string())
 }
 
-fn prefixed(server: &str, tool: &Tool) -> Tool {
+fn named(server: &str, prefixed: bool, tool: &Tool) -> Tool {
     let mut tool = tool.clone();
-    tool.name = format!("{server}{NAME_SEPARATOR}{}", tool.name).into();
+    tool.name = surface::exposed_name(server, prefixed, &tool.name).into();
     tool
 }
 

@@ -38,7 +38,7 @@ use super::executor::Executor;
 use super::remote::file::ReadFileError;
 use super::remote::{RemoteEnv, RemoteHostHandler};
 use super::roots::{AllowedRoot, check_root_selection};
-use super::runtime::NAME_SEPARATOR;
+use super::runtime::{NAME_SEPARATOR, RelayCaps};
 use crate::model::Role;
 use crate::store::{Db, StoreError, TenantId};
 
@@ -292,7 +292,7 @@ impl Selection {
                             root: link.root.clone(),
                             host: Arc::clone(&self.remote),
                         };
-                        Arc::new(Connection::new(server.clone(), executor, None))
+                        Arc::new(Connection::new(server.clone(), executor, None, RelayCaps::default()))
                     }
                 };
                 servers.insert(name, connection);

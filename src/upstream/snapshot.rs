@@ -16,9 +16,31 @@ pub struct Snapshot {
     pub(super) user: UserId,
     pub(super) servers: BTreeMap<String, Arc<Connection>>,
     pub(super) grants: Vec<GrantRow>,
+    /// The one server bound without the `server__` prefix, if any (see `surface`).
+    pub(super) bare: Option<String>,
+}
+
+impl super::surface::NameSpace for Snapshot {
+    fn prefixed(&self, server: &str) -> Option<bool> {
+        self.servers.contains_key(server).then(|| self.bare.as_deref() != Some(server))
+    }
+
+    fn unprefixed(&self) -> Option<&str> {
+        self.bare.as_deref()
+    }
 }
 
 impl Snapshot {
+    /// A snapshot with no server: what a caller sees when its own can't be used.
+    pub(super) fn empty(tenant: TenantId, user: UserId) -> Self {
+        Self { tenant, user, servers: BTreeMap::new(), grants: Vec::new(), bare: None }
+    }
+
+    /// Whether `server` is in the snapshot, and bound with a prefix.
+    pub fn prefixed(&self, server: &str) -> Option<bool> {
+        super::surface::NameSpace::prefixed(self, server)
+    }
+
     /// The allow list: a grant names the server, one of the caller's roles, and the tool or `*`.
     pub fn allowed(&self, server: &str, tool: &str, roles: &[Role]) -> bool {
         self.grants.iter().any(|g| g.server == server && roles.contains(&g.role) && (g.tool == "*" || g.tool == tool))
@@ -47,6 +69,7 @@ mod tests {
                 GrantRow { server: "fx".into(), role: Role::Owner, tool: "*".into() },
                 GrantRow { server: "fx".into(), role: Role::Worker, tool: "whoami".into() },
             ],
+            bare: None,
         };
         assert!(snapshot.allowed("fx", "anything", &[Role::Owner]));
         assert!(snapshot.allowed("fx", "whoami", &[Role::Worker]));

@@ -1,0 +1,325 @@
+//! The MCP surface beyond tools: the upstreams' prompts, resources and resource templates,
+//! aggregated for a session and filtered by its grants (kind `prompt` and `resource`), and the
+//! requests that go to one of them (`prompts/get`, `resources/read`, `completion/complete`,
+//! `resources/subscribe`). A name or URI that is not granted is answered exactly like one
+//! that does not exist (`Err(None)`).
+
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::model::{
+    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
+    GetPromptResult, Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Reference, Resource,
+    ResourceContents, ResourceTemplate, ServerResult,
+};
+use rmcp::service::Peer;
+
+use super::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams, unavailable};
+use crate::context::McpCallContext;
+use crate::model::Role;
+use crate::store::entities::GrantKind;
+use crate::upstream::surface;
+
+/// A session to tell when a list it was given changes.
+pub struct Watch<'a> {
+    pub session: &'a str,
+    pub peer: &'a Peer<RoleServer>,
+}
+
+/// One of the lists a session can ask for.
+#[derive(Clone, Copy)]
+enum Listed {
+    Prompts,
+    Resources,
+    Templates,
+}
+
+/// What one server contributed to a list.
+enum Items {
+    Prompts(Arc<Vec<Prompt>>),
+    Resources(Arc<Vec<Resource>>),
+    Templates(Arc<Vec<ResourceTemplate>>),
+}
+
+impl Upstreams {
+    /// The prompts the caller may use, named like tools.
+    pub async fn prompts(&self, snapshot: &Snapshot, roles: &[Role], watch: Option<Watch<'_>>) -> Vec<Prompt> {
+        let mut out = Vec::new();
+        for (server, items) in self.gather(snapshot, roles, Listed::Prompts, watch).await {
+            let Items::Prompts(prompts) = items else { continue };
+            let prefixed = snapshot.prefixed(&server) != Some(false);
+            for prompt in prompts.iter() {
+                if !snapshot.allowed_kind(&server, GrantKind::Prompt, &prompt.name, roles)
+                    || (!prefixed && !surface::unprefixed_name_free(snapshot, &prompt.name, |_| false))
+                {
+                    continue;
+                }
+                let mut prompt = prompt.clone();
+                prompt.name = surface::exposed_name(&server, prefixed, &prompt.name);
+                out.push(prompt);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The resources the caller may read, under the URIs the gateway exposes.
+    pub async fn resources(&self, snapshot: &Snapshot, roles: &[Role], watch: Option<Watch<'_>>) -> Vec<Resource> {
+        let mut out = Vec::new();
+        for (server, items) in self.gather(snapshot, roles, Listed::Resources, watch).await {
+            let Items::Resources(resources) = items else { continue };
+            let prefixed = snapshot.prefixed(&server) != Some(false);
+            for resource in resources.iter() {
+                if !snapshot.allowed_kind(&server, GrantKind::Resource, &resource.uri, roles) {
+                    continue;
+                }
+                let Some(uri) = surface::exposed_uri(&server, prefixed, &resource.uri) else { continue };
+                let mut resource = resource.clone();
+                resource.uri = uri;
+                out.push(resource);
+            }
+        }
+        out.sort_by(|a, b| a.uri.cmp(&b.uri));
+        out
+    }
+
+    /// The resource templates the caller may use, under the URIs the gateway exposes.
+    pub async fn templates(
+        &self,
+        snapshot: &Snapshot,
+        roles: &[Role],
+        watch: Option<Watch<'_>>,
+    ) -> Vec<ResourceTemplate> {
+        let mut out = Vec::new();
+        for (server, items) in self.gather(snapshot, roles, Listed::Templates, watch).await {
+            let Items::Templates(templates) = items else { continue };
+            let prefixed = snapshot.prefixed(&server) != Some(false);
+            for template in templates.iter() {
+                if !snapshot.allowed_kind(&server, GrantKind::Resource, &template.uri_template, roles) {
+                    continue;
+                }
+                let Some(uri) = surface::exposed_uri(&server, prefixed, &template.uri_template) else { continue };
+                let mut template = template.clone();
+                template.uri_template = uri;
+                out.push(template);
+            }
+        }
+        out.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
+        out
+    }
+
+    /// Each granted server's list of `what`, fetched concurrently; a server that fails is
+    /// left out (and logged), like a server whose tools can't be listed.
+    async fn gather(
+        &self,
+        snapshot: &Snapshot,
+        roles: &[Role],
+        what: Listed,
+        watch: Option<Watch<'_>>,
+    ) -> Vec<(String, Items)> {
+        let kind = match what {
+            Listed::Prompts => GrantKind::Prompt,
+            Listed::Resources | Listed::Templates => GrantKind::Resource,
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        for (server, connection) in &snapshot.servers {
+            if !snapshot.any_grant_kind(server, kind, roles) {
+                continue;
+            }
+            if let Some(watch) = &watch {
+                connection.catalog.watch(watch.session, watch.peer);
+            }
+            let (server, connection, timeout) = (server.clone(), Arc::clone(connection), self.connect_timeout);
+            tasks.spawn(async move {
+                let items = match what {
+                    Listed::Prompts => connection.prompts(timeout).await.map(Items::Prompts),
+                    Listed::Resources => connection.resources(timeout).await.map(Items::Resources),
+                    Listed::Templates => connection.templates(timeout).await.map(Items::Templates),
+                };
+                (server, items)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((server, items)) = joined else { continue };
+            match items {
+                Ok(items) => out.push((server, items)),
+                Err(UpstreamError::LoginNeeded { .. }) => {}
+                Err(e) => tracing::warn!(%server, error = %e, "upstream server unavailable; its list is left out"),
+            }
+        }
+        out
+    }
+
+    /// The connection `server` of the snapshot, started, when the caller holds a grant of
+    /// `kind` that covers `name` on it.
+    async fn granted(
+        &self,
+        snapshot: &Snapshot,
+        server: &str,
+        kind: GrantKind,
+        name: &str,
+        ctx: &McpCallContext,
+    ) -> Result<(Arc<Connection>, Peer<rmcp::RoleClient>), Option<ProxyError>> {
+        let connection = snapshot.connection(server).ok_or(None)?;
+        if !snapshot.allowed_kind(server, kind, name, ctx.roles()) {
+            return Err(None);
+        }
+        match connection.ready(self.connect_timeout).await {
+            Ok((peer, _)) => Ok((Arc::clone(connection), peer)),
+            Err(UpstreamError::LoginNeeded { .. }) => Err(Some(self.login_needed(connection, ctx).await)),
+            Err(e) => Err(Some(unavailable(e))),
+        }
+    }
+
+    /// `prompts/get` of an exposed prompt name. `Err(None)`: no such prompt for this caller.
+    pub async fn get_prompt(
+        &self,
+        snapshot: &Snapshot,
+        mut params: GetPromptRequestParams,
+        ctx: &McpCallContext,
+        exchange: Exchange,
+    ) -> Result<GetPromptResult, Option<ProxyError>> {
+        let (server, name) = surface::route_name(snapshot, &params.name).ok_or(None)?;
+        let name = name.to_owned();
+        let (connection, peer) = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
+        let listed = connection.prompts(self.connect_timeout).await.map_err(|e| Some(unavailable(e)))?;
+        if !listed.iter().any(|p| p.name == name) {
+            return Err(None);
+        }
+        params.name = name;
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        match self.proxied(&connection, peer, ctx, request, exchange).await? {
+            ServerResult::GetPromptResult(result) => Ok(result),
+            _ => Err(Some(ProxyError::Unavailable("the upstream answered prompts/get with something else".into()))),
+        }
+    }
+
+    /// `resources/read` of an exposed URI: the contents come back under exposed URIs too.
+    /// `Err(None)`: no such resource for this caller; the upstream's own "not found"
+    /// (-32002) is answered the same way, so the two can't be told apart.
+    pub async fn read_resource(
+        &self,
+        snapshot: &Snapshot,
+        mut params: ReadResourceRequestParams,
+        ctx: &McpCallContext,
+        exchange: Exchange,
+    ) -> Result<ReadResourceResult, Option<ProxyError>> {
+        let exposed = params.uri.clone();
+        let (server, uri) = surface::route_uri(snapshot, &exposed).ok_or(None)?;
+        let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
+        let prefixed = snapshot.prefixed(server) != Some(false);
+        params.uri = uri.to_owned();
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        let answer = match self.proxied(&connection, peer, ctx, request, exchange).await {
+            Err(Some(ProxyError::Upstream(e))) if e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND => {
+                return Err(None);
+            }
+            other => other?,
+        };
+        let ServerResult::ReadResourceResult(mut result) = answer else {
+            return Err(Some(ProxyError::Unavailable("the upstream answered resources/read with something else".into())));
+        };
+        for contents in &mut result.contents {
+            let (ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. }) =
+                contents;
+            *uri = surface::exposed_uri(server, prefixed, uri).unwrap_or_else(|| exposed.clone());
+        }
+        Ok(result)
+    }
+
+    /// `completion/complete` for a prompt's argument or a resource template's variable,
+    /// asked of the server that owns it. An upstream that offers no completion completes
+    /// nothing.
+    pub async fn complete(
+        &self,
+        snapshot: &Snapshot,
+        mut params: CompleteRequestParams,
+        ctx: &McpCallContext,
+        exchange: Exchange,
+    ) -> Result<CompleteResult, Option<ProxyError>> {
+        let (connection, peer) = match &mut params.r#ref {
+            Reference::Prompt(prompt) => {
+                let (server, name) = surface::route_name(snapshot, &prompt.name).ok_or(None)?;
+                let name = name.to_owned();
+                let granted = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
+                prompt.name = name;
+                granted
+            }
+            Reference::Resource(resource) => {
+                let (server, uri) = surface::route_uri(snapshot, &resource.uri).ok_or(None)?;
+                let uri = uri.to_owned();
+                let granted = self.granted(snapshot, server, GrantKind::Resource, &uri, ctx).await?;
+                resource.uri = uri;
+                granted
+            }
+            _ => return Err(None),
+        };
+        if !peer.peer_info().is_some_and(|i| i.capabilities.completions.is_some()) {
+            return Ok(CompleteResult::default());
+        }
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+        match self.proxied(&connection, peer, ctx, request, exchange).await? {
+            ServerResult::CompleteResult(result) => Ok(result),
+            _ => Err(Some(ProxyError::Unavailable("the upstream answered completion/complete with something else".into()))),
+        }
+    }
+
+    /// `resources/subscribe`: the session hears of updates of that resource, and only it.
+    /// `Ok(false)`: the server takes no subscriptions.
+    pub async fn subscribe(
+        &self,
+        snapshot: &Snapshot,
+        exposed: &str,
+        ctx: &McpCallContext,
+        watch: Watch<'_>,
+    ) -> Result<bool, Option<ProxyError>> {
+        let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(None)?;
+        let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
+        if !Connection::offers_subscriptions(&peer) {
+            return Ok(false);
+        }
+        connection
+            .subscribe(&peer, uri, watch.session, watch.peer, exposed)
+            .await
+            .map_err(|e| Some(unavailable(e)))?;
+        Ok(true)
+    }
+
+    /// `resources/unsubscribe`; `Err(None)`: the session was not subscribed to it.
+    pub async fn unsubscribe(
+        &self,
+        snapshot: &Snapshot,
+        exposed: &str,
+        session: &str,
+    ) -> Result<(), Option<ProxyError>> {
+        let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(None)?;
+        let connection = snapshot.connection(server).ok_or(None)?;
+        let peer = match connection.ready(self.connect_timeout).await {
+            Ok((peer, _)) => peer,
+            Err(e) => return Err(Some(unavailable(e))),
+        };
+        if connection.unsubscribe(&peer, uri, session).await { Ok(()) } else { Err(None) }
+    }
+
+    /// An exchange counted like a call (in flight, last used), and checked for a credential
+    /// that can no longer be used.
+    async fn proxied(
+        &self,
+        connection: &Connection,
+        peer: Peer<rmcp::RoleClient>,
+        ctx: &McpCallContext,
+        request: ClientRequest,
+        exchange: Exchange,
+    ) -> Result<ServerResult, Option<ProxyError>> {
+        use std::sync::atomic::Ordering;
+        connection.in_flight.fetch_add(1, Ordering::AcqRel);
+        let result = match self.exchange(connection, peer, ctx, request, exchange).await {
+            Err(e) => Err(self.recheck_login(connection, ctx, e).await),
+            ok => ok,
+        };
+        connection.last_used_ms.store(crate::store::now_millis(), Ordering::Relaxed);
+        connection.in_flight.fetch_sub(1, Ordering::AcqRel);
+        result.map_err(Some)
+    }
+}

@@ -1,0 +1,409 @@
+//! The MCP surface beyond tools, through the gateway: the upstreams' prompts, resources,
+//! resource templates and completions (aggregated, renamed, granted by kind, audited), the
+//! requests an upstream makes of its caller (sampling, elicitation, roots) relayed to the one
+//! session whose call it serves, per-session log levels, list changes and resource
+//! subscriptions. The upstream is the fixture's `everything` mode (the conformance suite's
+//! reference behaviour), a real child process over stdio; rmcp's client over real HTTP; on
+//! SQLite and PostgreSQL.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[allow(deprecated)]
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CompleteRequestParams, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, GetPromptRequestParams, ListRootsResult,
+    LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams, ReadResourceRequestParams, Reference,
+    ResourceUpdatedNotificationParam, Root, SamplingMessage, SetLevelRequestParams, SubscribeRequestParams,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ErrorData, ServiceExt};
+use scopegate::model::Role;
+use scopegate::store::entities::{self, GrantKind};
+use serde_json::{Value, json};
+
+use crate::mcp::{Live, Mode, call};
+use crate::support::*;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+
+/// A gateway with the demo data and the local executor.
+struct Surface {
+    live: Live,
+    _root: tempfile::TempDir,
+}
+
+impl Surface {
+    async fn start(backend: Backend, mode: Mode) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
+        let overrides =
+            [("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(10))];
+        let live = Live::start(backend, mode, &overrides).await;
+        let mut tx = live.db.begin().await.unwrap();
+        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+        tx.commit().await.unwrap();
+        Self { live, _root: root }
+    }
+
+    /// Declares the reference upstream as `server` of `tenant` and binds it (with or without
+    /// the `server__` prefix).
+    async fn declare(&self, tenant: &str, server: &str, prefixed: bool, env: Value) {
+        let declaration = json!({"command": FIXTURE, "args": ["everything", "stdio"], "env": env});
+        let mut tx = self.live.db.begin().await.unwrap();
+        entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), &declaration).await.unwrap();
+        entities::bind_server_with_prefix(&mut tx, tenant, server, "local", prefixed).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    async fn grant(&self, tenant: &str, server: &str, role: Role, kind: GrantKind, name: &str) {
+        let mut tx = self.live.db.begin().await.unwrap();
+        entities::grant(&mut tx, tenant, server, role, kind, name).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    /// `ref` (prefixed): the owner may use everything; the worker one prompt and one resource.
+    async fn with_ref(backend: Backend, mode: Mode) -> Self {
+        let surface = Self::start(backend, mode).await;
+        surface.declare("acme", "ref", true, json!({})).await;
+        for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
+            surface.grant("acme", "ref", Role::Owner, kind, "*").await;
+        }
+        surface.grant("acme", "ref", Role::Worker, GrantKind::Prompt, "test_simple_prompt").await;
+        surface.grant("acme", "ref", Role::Worker, GrantKind::Resource, "test://static-text").await;
+        surface.grant("acme", "ref", Role::Worker, GrantKind::Tool, "test_sampling").await;
+        surface
+    }
+
+    /// rmcp's client with `handler` (its capabilities and its answers) for `subject`.
+    async fn client<H: ClientHandler>(&self, subject: &str, handler: H) -> RunningService<RoleClient, H> {
+        let transport = StreamableHttpClientTransport::with_client(
+            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+            StreamableHttpClientTransportConfig::with_uri(self.live.url()).auth_header(self.live.token_for(subject)),
+        );
+        handler.serve(transport).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
+    }
+
+    /// Audit rows of `tenant` whose tool starts with `prefix`: (tool, outcome, error class).
+    async fn audited(&self, prefix: &str) -> Vec<(String, String, Option<String>)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut tx = self.live.db.begin().await.unwrap();
+            let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+                "SELECT tool, outcome, error_class FROM audit_events WHERE tool LIKE $1 ORDER BY seq",
+            )
+            .bind(format!("{prefix}%"))
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+            if !rows.is_empty() || Instant::now() > deadline {
+                return rows;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn error_of<T: std::fmt::Debug>(result: Result<T, ServiceError>) -> ErrorData {
+    match result {
+        Err(ServiceError::McpError(e)) => e,
+        other => panic!("expected an MCP error, got {other:?}"),
+    }
+}
+
+fn text_of(result: &rmcp::model::CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect()
+}
+
+async fn prompt_names(client: &rmcp::Peer<RoleClient>) -> Vec<String> {
+    client.list_all_prompts().await.unwrap().into_iter().map(|p| p.name).collect()
+}
+
+async fn resource_uris(client: &rmcp::Peer<RoleClient>) -> Vec<String> {
+    client.list_all_resources().await.unwrap().into_iter().map(|r| r.uri).collect()
+}
+
+/// Prompts, resources, templates and completions of a prefixed server, for a caller with
+/// every grant and for one with two narrow grants: what is not granted is not listed and
+/// answers exactly like what does not exist. Every request is audited.
+async fn prompts_and_resources(backend: Backend, mode: Mode) {
+    let surface = Surface::with_ref(backend, mode).await;
+    let olivia = surface.client("olivia@acme.test", ()).await;
+
+    let prompts = prompt_names(&olivia).await;
+    for expected in ["ref__test_simple_prompt", "ref__test_prompt_with_arguments"] {
+        assert!(prompts.iter().any(|p| p == expected), "{expected} in {prompts:?}");
+    }
+    let mut params = GetPromptRequestParams::new("ref__test_prompt_with_arguments");
+    params.arguments = json!({"arg1": "first-value", "arg2": "second-value"}).as_object().cloned();
+    let rendered = serde_json::to_string(&olivia.get_prompt(params).await.unwrap()).unwrap();
+    assert!(rendered.contains("first-value") && rendered.contains("second-value"), "{rendered}");
+
+    let uris = resource_uris(&olivia).await;
+    assert!(uris.iter().any(|u| u == "scopegate://ref/test://static-text"), "{uris:?}");
+    assert!(uris.iter().all(|u| u.starts_with("scopegate://ref/")), "every URI is minted: {uris:?}");
+    let read = olivia.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-text")).await.unwrap();
+    let read = serde_json::to_value(&read).unwrap();
+    assert_eq!(read["contents"][0]["uri"], "scopegate://ref/test://static-text", "contents come back under the exposed URI");
+    assert!(read["contents"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{read}");
+
+    let templates = olivia.list_all_resource_templates().await.unwrap();
+    let template = templates.iter().map(|t| t.uri_template.as_str()).find(|t| t.contains("template/{id}"));
+    assert_eq!(template, Some("scopegate://ref/test://template/{id}/data"), "{templates:?}");
+    let read = olivia.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://template/123/data")).await;
+    let read = serde_json::to_value(read.unwrap()).unwrap();
+    assert!(read["contents"][0]["text"].as_str().is_some_and(|t| t.contains("123")), "{read}");
+
+    let completion = olivia
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("ref__test_prompt_with_arguments"),
+            rmcp::model::ArgumentInfo { name: "arg1".into(), value: "".into() },
+        ))
+        .await
+        .unwrap();
+    let _ = completion; // the reference server may complete nothing; the request reached it (audited below)
+
+    // Not granted and not existing answer alike.
+    let wanda = surface.client("wanda@acme.test", ()).await;
+    assert_eq!(prompt_names(&wanda).await, ["ref__test_simple_prompt"]);
+    assert_eq!(resource_uris(&wanda).await, ["scopegate://ref/test://static-text"]);
+    let ungranted = error_of(wanda.get_prompt(GetPromptRequestParams::new("ref__test_prompt_with_arguments")).await);
+    let missing = error_of(wanda.get_prompt(GetPromptRequestParams::new("ref__no_such_prompt")).await);
+    assert_eq!((ungranted.code, &ungranted.message), (missing.code, &missing.message));
+    let ungranted = error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-binary")).await);
+    let missing = error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://nothing-here")).await);
+    let foreign = error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://globex-srv/test://static-text")).await);
+    assert_eq!(ungranted.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+    for other in [&missing, &foreign] {
+        assert_eq!((other.code, &other.message), (ungranted.code, &ungranted.message));
+    }
+    // Walt (a worker of acme with no narrower grant... the same role) and an auditor with none.
+    let audrey = surface.client("audrey@acme.test", ()).await;
+    assert!(prompt_names(&audrey).await.is_empty());
+    assert!(resource_uris(&audrey).await.is_empty());
+
+    let rows = surface.audited("prompts/get").await;
+    assert!(rows.iter().any(|(t, o, _)| t == "prompts/get ref__test_prompt_with_arguments" && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(_, o, c)| o == "denied" && c.as_deref() == Some("not_found")), "{rows:?}");
+    let rows = surface.audited("resources/read").await;
+    assert!(rows.iter().filter(|(_, o, _)| o == "ok").count() >= 2, "{rows:?}");
+    assert!(rows.iter().any(|(_, o, _)| o == "denied"), "{rows:?}");
+    assert!(!surface.audited("completion/complete").await.is_empty());
+    for client in [olivia.cancel().await, wanda.cancel().await, audrey.cancel().await] {
+        client.unwrap();
+    }
+}
+
+all_modes!(surface_prompts_resources_templates_and_completion, prompts_and_resources);
+
+/// Two prefixed servers with the same URIs never collide; the tenant's unprefixed server
+/// exposes its names and URIs as they are, and never shadows a native tool.
+async fn collisions_and_no_prefix(backend: Backend, mode: Mode) {
+    let surface = Surface::start(backend, mode).await;
+    for (server, prefixed) in [("one", true), ("two", true), ("bare", false)] {
+        surface.declare("acme", server, prefixed, json!({})).await;
+        for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
+            surface.grant("acme", server, Role::Owner, kind, "*").await;
+        }
+    }
+    let olivia = surface.client("olivia@acme.test", ()).await;
+    let uris = resource_uris(&olivia).await;
+    for expected in ["scopegate://one/test://static-text", "scopegate://two/test://static-text", "test://static-text"] {
+        assert_eq!(uris.iter().filter(|u| *u == expected).count(), 1, "{expected} once in {uris:?}");
+    }
+    let tools: Vec<String> = olivia.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect();
+    for expected in ["one__test_simple_text", "two__test_simple_text", "test_simple_text", "whoami"] {
+        assert_eq!(tools.iter().filter(|t| *t == expected).count(), 1, "{expected} once in {tools:?}");
+    }
+    let result = call(&olivia, "test_simple_text", json!({})).await.unwrap();
+    assert!(!text_of(&result).is_empty());
+    let prompts = prompt_names(&olivia).await;
+    assert!(prompts.iter().any(|p| p == "test_simple_prompt") && prompts.iter().any(|p| p == "one__test_simple_prompt"));
+    let read = olivia.read_resource(ReadResourceRequestParams::new("test://static-text")).await.unwrap();
+    assert_eq!(serde_json::to_value(&read).unwrap()["contents"][0]["uri"], "test://static-text");
+    // The native tool is still the gateway's own.
+    let whoami = call(&olivia, "whoami", json!({})).await.unwrap();
+    assert_eq!(whoami.structured_content.unwrap()["tenant"], "acme");
+    olivia.cancel().await.unwrap();
+}
+
+all_modes!(surface_names_and_uris_never_collide, collisions_and_no_prefix);
+
+/// A client that can answer sampling, elicitation and roots, and records what it was asked.
+#[derive(Clone, Default)]
+struct Answering {
+    asked: Arc<Mutex<Vec<String>>>,
+    logs: Arc<Mutex<Vec<String>>>,
+    updates: Arc<Mutex<Vec<String>>>,
+    list_changes: Arc<Mutex<usize>>,
+}
+
+#[allow(deprecated)]
+impl ClientHandler for Answering {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.sampling = Some(Default::default());
+        caps.elicitation = Some(Default::default());
+        caps.roots = Some(Default::default());
+        ClientConfig::new(caps, rmcp::model::Implementation::new("answering", "1"))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.asked.lock().unwrap().push(format!("sampling {}", serde_json::to_string(&params.messages).unwrap()));
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text("a sampled answer"),
+            "test-model".to_owned(),
+        ))
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.asked.lock().unwrap().push(format!("elicitation {}", serde_json::to_string(&params).unwrap()));
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"username": "olivia", "email": "olivia@acme.test"}).as_object().cloned().unwrap()))
+    }
+
+    async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
+        self.asked.lock().unwrap().push("roots".to_owned());
+        Ok(ListRootsResult::new(vec![Root::new("file:///work/project")]))
+    }
+
+    async fn on_logging_message(&self, params: LoggingMessageNotificationParam, _: NotificationContext<RoleClient>) {
+        self.logs.lock().unwrap().push(format!("{:?}", params.level));
+    }
+
+    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _: NotificationContext<RoleClient>) {
+        self.updates.lock().unwrap().push(params.uri);
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        *self.list_changes.lock().unwrap() += 1;
+    }
+}
+
+/// Sampling and elicitation an upstream asks for while serving a call reach the session that
+/// made it (a client that declared them) and the answers go back; a client that did not
+/// declare them is never asked. Each relayed request is audited.
+async fn requests_of_the_client(backend: Backend) {
+    let surface = Surface::with_ref(backend, Mode::Session).await;
+    let answering = Answering::default();
+    let olivia = surface.client("olivia@acme.test", answering.clone()).await;
+    let plain = surface.client("olivia@acme.test", ()).await;
+
+    let result = call(&olivia, "ref__test_sampling", json!({"prompt": "hello from the test"})).await.unwrap();
+    assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
+    let result = call(&olivia, "ref__test_elicitation", json!({"message": "who are you?"})).await.unwrap();
+    assert!(text_of(&result).contains("olivia"), "{result:?}");
+    let asked = answering.asked.lock().unwrap().clone();
+    assert!(asked.iter().any(|a| a.starts_with("sampling") && a.contains("hello from the test")), "{asked:?}");
+    assert!(asked.iter().any(|a| a.starts_with("elicitation") && a.contains("who are you?")), "{asked:?}");
+
+    // The client without the capabilities: the upstream is not told it has them, and the
+    // answering client (another session) is never asked on its behalf.
+    let before = answering.asked.lock().unwrap().len();
+    let result = call(&plain, "ref__test_sampling", json!({"prompt": "not you"})).await.unwrap();
+    assert!(!text_of(&result).contains("a sampled answer"), "{result:?}");
+    assert_eq!(answering.asked.lock().unwrap().len(), before, "nobody else was asked");
+
+    let rows = surface.audited("ref:").await;
+    assert!(rows.iter().any(|(t, o, _)| t == "ref:sampling/createMessage" && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(t, o, _)| t == "ref:elicitation/create" && o == "ok"), "{rows:?}");
+    olivia.cancel().await.unwrap();
+    plain.cancel().await.unwrap();
+}
+
+both_dbs!(surface_relays_requests_of_the_client_to_the_calling_session, requests_of_the_client);
+
+/// Each session gets upstream log lines at or above its own `logging/setLevel`.
+#[allow(deprecated)]
+async fn log_levels(backend: Backend) {
+    let surface = Surface::with_ref(backend, Mode::Session).await;
+    let quiet = Answering::default();
+    let chatty = Answering::default();
+    let quiet_client = surface.client("olivia@acme.test", quiet.clone()).await;
+    let chatty_client = surface.client("olivia@acme.test", chatty.clone()).await;
+    quiet_client.set_level(SetLevelRequestParams::new(LoggingLevel::Error)).await.unwrap();
+    chatty_client.set_level(SetLevelRequestParams::new(LoggingLevel::Debug)).await.unwrap();
+    call(&quiet_client, "ref__test_tool_with_logging", json!({})).await.unwrap();
+    call(&chatty_client, "ref__test_tool_with_logging", json!({})).await.unwrap();
+    assert!(!chatty.logs.lock().unwrap().is_empty(), "the chatty session hears the upstream's log lines");
+    assert!(quiet.logs.lock().unwrap().is_empty(), "below the quiet session's level: {:?}", quiet.logs.lock().unwrap());
+    quiet_client.cancel().await.unwrap();
+    chatty_client.cancel().await.unwrap();
+}
+
+both_dbs!(surface_log_levels_are_per_session, log_levels);
+
+/// An update of a resource reaches the sessions subscribed to it and no other; an upstream's
+/// list change reaches the sessions that listed through it.
+#[allow(deprecated)]
+async fn subscriptions_and_list_changes(backend: Backend) {
+    let surface = Surface::with_ref(backend, Mode::Session).await;
+    let subscribed = Answering::default();
+    let other = Answering::default();
+    let a = surface.client("olivia@acme.test", subscribed.clone()).await;
+    let b = surface.client("olivia@acme.test", other.clone()).await;
+    let watched = "scopegate://ref/test://watched-resource";
+    a.subscribe(SubscribeRequestParams::new(watched)).await.unwrap();
+    let _ = b.list_all_tools().await.unwrap();
+    let _ = a.list_all_tools().await.unwrap();
+    // The fixture sends an update of the watched resource and a tool list change on request.
+    call(&a, "ref__fixture_notify", json!({"uri": "test://watched-resource", "tools_changed": true})).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (subscribed.updates.lock().unwrap().is_empty() || *other.list_changes.lock().unwrap() == 0)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(subscribed.updates.lock().unwrap().clone(), [watched], "under the URI the session knows");
+    assert!(*other.list_changes.lock().unwrap() >= 1, "a session that listed hears of the change");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(other.updates.lock().unwrap().is_empty(), "not subscribed: no update");
+
+    a.unsubscribe(UnsubscribeRequestParams::new(watched)).await.unwrap();
+    let not_subscribed = error_of(a.unsubscribe(UnsubscribeRequestParams::new(watched)).await);
+    assert_eq!(not_subscribed.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+    call(&a, "ref__fixture_notify", json!({"uri": "test://watched-resource"})).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(subscribed.updates.lock().unwrap().len(), 1, "unsubscribed: no more updates");
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+both_dbs!(surface_subscriptions_and_list_changes_reach_only_their_sessions, subscriptions_and_list_changes);
+
+/// Long lists come in pages whose cursors work for their own session only.
+async fn pagination(backend: Backend) {
+    let surface = Surface::start(backend, Mode::Session).await;
+    surface.declare("acme", "many", true, json!({"FIXTURE_EXTRA_RESOURCES": "230"})).await;
+    surface.grant("acme", "many", Role::Owner, GrantKind::Resource, "*").await;
+    let a = surface.client("olivia@acme.test", ()).await;
+    let b = surface.client("olivia@acme.test", ()).await;
+    let first = a.list_resources(None).await.unwrap();
+    assert_eq!(first.resources.len(), 100);
+    let cursor = first.next_cursor.clone().expect("a second page");
+    let all = a.list_all_resources().await.unwrap();
+    assert!(all.len() >= 230, "{}", all.len());
+    let mut uris: Vec<_> = all.iter().map(|r| r.uri.clone()).collect();
+    uris.dedup();
+    assert_eq!(uris.len(), all.len(), "no item twice across pages");
+    let foreign = error_of(b.list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(cursor.clone())))).await);
+    assert_eq!(foreign.code, rmcp::model::ErrorCode::INVALID_PARAMS, "another session's cursor");
+    let forged = format!("{}x", cursor);
+    let forged = error_of(a.list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(forged)))).await);
+    assert_eq!(forged.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+both_dbs!(surface_pages_are_sealed_to_their_session, pagination);
