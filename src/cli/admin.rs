@@ -1,6 +1,6 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
 //! executors (and their owners and secrets), `mcp-server` entities, bindings, grants of
-//! upstream tools and allowances of plugin roots (`admin oauth`, the credential key, is in
+//! upstream tools, prompts and resources and allowances of plugin roots (`admin oauth`, the credential key, is in
 //! `oauth.rs`). Each command is one transaction: an error names the field and leaves nothing
 //! half-written. Never prints a secret before its transaction has committed.
 
@@ -10,6 +10,7 @@ use super::CliError;
 use crate::config::Config;
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::admin::{self, Listing};
+use crate::store::entities::GrantKind;
 use crate::store::{Db, StoreError, entities, roots};
 
 #[derive(Debug, Args)]
@@ -47,7 +48,7 @@ pub enum AdminCommand {
     /// Bindings of a tenant's server ids to executors.
     #[command(subcommand)]
     Binding(BindingCmd),
-    /// Grants of upstream tools to roles: no grant, no tool.
+    /// Grants of upstream tools, prompts and resources to roles: no grant, no access.
     #[command(subcommand)]
     Grant(GrantCmd),
     /// Plugin roots a role may select on a remote executor: no allowance, no root.
@@ -253,11 +254,17 @@ pub enum EntityCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum BindingCmd {
+    /// Bind (or rebind) a server id to an executor. Its tools and prompts are exposed as
+    /// `SERVER__name` unless `--no-prefix` is given; rebinding without it restores the prefix.
     Set {
         #[arg(long)]
         tenant: String,
         server: String,
         executor: String,
+        /// Expose the server's tools and prompts under their own names. Refused when another
+        /// server of the tenant is already bound without a prefix.
+        #[arg(long)]
+        no_prefix: bool,
     },
     List {
         #[arg(long)]
@@ -272,7 +279,7 @@ pub enum BindingCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum GrantCmd {
-    /// Let a role list and call a tool of a bound server.
+    /// Let a role use a tool, prompt or resource of a bound server.
     Add(GrantSpec),
     List {
         #[arg(long)]
@@ -291,9 +298,13 @@ pub struct GrantSpec {
     /// owner, manager, worker or auditor.
     #[arg(long)]
     role: Role,
-    /// The upstream tool's own name (without the `server__` prefix), or `*` for every tool.
-    #[arg(long)]
-    tool: String,
+    /// What the grant covers.
+    #[arg(long, value_enum, default_value_t = GrantKind::Tool)]
+    kind: GrantKind,
+    /// The tool's or prompt's own name (without the `server__` prefix), a resource URI or URI
+    /// prefix ending in `*`, or `*` for everything of the kind. `--tool` is accepted too.
+    #[arg(long, visible_alias = "tool")]
+    name: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -523,20 +534,29 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError>
             EntityCmd::Delete { tenant, name } => entities::delete_entity(c, &tenant, &name).await.map(|_| None),
         },
         AdminCommand::Binding(cmd) => match cmd {
-            BindingCmd::Set { tenant, server, executor } => {
-                entities::bind_server(c, &tenant, &server, &executor).await.map(|_| None)
+            BindingCmd::Set { tenant, server, executor, no_prefix } => {
+                entities::bind_server_with_prefix(c, &tenant, &server, &executor, !no_prefix).await.map(|_| None)
             }
-            BindingCmd::List { tenant } => {
-                entities::list_bindings(c, &tenant).await.map(|x| Some(rows(&x, &["server", "executor"])))
-            }
+            BindingCmd::List { tenant } => entities::list_bindings(c, &tenant).await.map(|x| {
+                Some(
+                    x.into_iter()
+                        .map(|b| {
+                            let prefix = if b.prefixed { "yes" } else { "no" };
+                            vec![("server", b.server), ("executor", b.executor), ("prefix", prefix.to_owned())]
+                        })
+                        .collect(),
+                )
+            }),
             BindingCmd::Delete { tenant, server } => entities::unbind_server(c, &tenant, &server).await.map(|_| None),
         },
         AdminCommand::Grant(cmd) => match cmd {
-            GrantCmd::Add(g) => entities::grant_tool(c, &g.tenant, &g.server, g.role, &g.tool).await.map(|_| None),
+            GrantCmd::Add(g) => entities::grant(c, &g.tenant, &g.server, g.role, g.kind, &g.name).await.map(|_| None),
             GrantCmd::List { tenant } => {
-                entities::list_grants(c, &tenant).await.map(|x| Some(rows(&x, &["server", "role", "tool"])))
+                entities::list_grants(c, &tenant).await.map(|x| Some(rows(&x, &["server", "role", "kind", "name"])))
             }
-            GrantCmd::Delete(g) => entities::revoke_tool(c, &g.tenant, &g.server, g.role, &g.tool).await.map(|_| None),
+            GrantCmd::Delete(g) => {
+                entities::revoke(c, &g.tenant, &g.server, g.role, g.kind, &g.name).await.map(|_| None)
+            }
         },
         AdminCommand::Root(cmd) => match cmd {
             RootCmd::Allow { tenant, executor, under, role } => {

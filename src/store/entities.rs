@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::rand::{SecureRandom as _, SystemRandom};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::{AnyConnection, Row};
 
@@ -35,6 +35,9 @@ pub struct ResolvedEntity {
     pub declaration: String,
     /// The executor the tenant bound the server to: its context chose the entity.
     pub executor: Executor,
+    /// Whether the server's tools and prompts are exposed as `server__name` (the default) or
+    /// under their own names (`binding set --no-prefix`).
+    pub prefixed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -48,6 +51,8 @@ pub struct EntityRow {
 pub struct BindingRow {
     pub server: String,
     pub executor: String,
+    /// False for a binding made with `--no-prefix`.
+    pub prefixed: bool,
 }
 
 /// A path segment of an entity name, a machine name or a user name: it must not be able to
@@ -448,15 +453,69 @@ pub async fn delete_entity(conn: &mut AnyConnection, tenant_slug: &str, name: &s
 }
 
 /// Binds (or rebinds) a tenant's server id to an executor: `local`, or a remote executor the
-/// tenant owns.
+/// tenant owns. The server's tools and prompts are exposed with the `server__` prefix; a
+/// rebinding restores the prefix (see [`bind_server_with_prefix`]).
 pub async fn bind_server(
     conn: &mut AnyConnection,
     tenant_slug: &str,
     server: &str,
     executor: &str,
 ) -> Result<(), StoreError> {
+    bind_server_with_prefix(conn, tenant_slug, server, executor, true).await
+}
+
+/// The native tool whose name starts with `server__`, if any: it would read as a tool of that
+/// server. (The registry refuses `__` in every tool it serves, so today there is none; kept so
+/// that an unprefixed binding stays safe should that ever change.)
+fn native_tool_under<'a>(server: &str, native: &[&'a str]) -> Option<&'a str> {
+    let prefix = format!("{server}__");
+    native.iter().copied().find(|name| name.starts_with(&prefix))
+}
+
+/// [`bind_server`], choosing whether the server's tools and prompts keep the `server__` prefix
+/// (`prefixed`: true) or are exposed under their own names (false, `binding set --no-prefix`).
+///
+/// An unprefixed binding is refused, naming the field `prefix`, when another server of the
+/// tenant is already bound unprefixed (one per tenant, so two servers' names never meet; a
+/// unique index enforces it too) or when a native tool's name starts with `SERVER__`. Whether
+/// an upstream's own names collide with native ones is only known once it runs: the runtime
+/// checks that when it lists them.
+pub async fn bind_server_with_prefix(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    executor: &str,
+    prefixed: bool,
+) -> Result<(), StoreError> {
     validate_server_id(server)?;
+    if !prefixed {
+        let native: Vec<&str> = crate::tools::TOOLS.iter().map(|t| t.name).collect();
+        if let Some(tool) = native_tool_under(server, &native) {
+            return Err(StoreError::Invalid {
+                field: "prefix",
+                message: format!("native tool `{tool}` starts with `{server}__`: `{server}` must keep its prefix"),
+            });
+        }
+    }
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    if !prefixed {
+        let other: Option<String> = sqlx::query_scalar(
+            "SELECT server FROM mcp_server_bindings WHERE tenant_id = $1 AND prefixed = 0 AND server <> $2",
+        )
+        .bind(tenant)
+        .bind(server)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(other) = other {
+            return Err(StoreError::Invalid {
+                field: "prefix",
+                message: format!(
+                    "`{other}` is already bound without a prefix in `{tenant_slug}`: one server per tenant \
+                     may drop it (rebind `{other}` without --no-prefix first)"
+                ),
+            });
+        }
+    }
     let (executor_id, kind): (String, String) = sqlx::query_as("SELECT id, kind FROM executors WHERE name = $1")
         .bind(executor)
         .fetch_optional(&mut *conn)
@@ -468,15 +527,20 @@ pub async fn bind_server(
         require_owner(&mut *conn, &executor_id, tenant, tenant_slug, executor).await?;
     }
     sqlx::query(
-        "INSERT INTO mcp_server_bindings (tenant_id, server, executor_id, created_at) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (tenant_id, server) DO UPDATE SET executor_id = excluded.executor_id",
+        "INSERT INTO mcp_server_bindings (tenant_id, server, executor_id, created_at, prefixed) \
+         VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (tenant_id, server) DO UPDATE SET executor_id = excluded.executor_id, prefixed = excluded.prefixed",
     )
     .bind(tenant)
     .bind(server)
     .bind(executor_id)
     .bind(now_millis())
+    .bind(i64::from(prefixed))
     .execute(conn)
-    .await?;
+    .await
+    // The index that keeps one unprefixed server per tenant, should another binding have
+    // committed since the check above.
+    .map_err(|e| unique_conflict(e, || format!("another server is already bound without a prefix in `{tenant_slug}`")))?;
     Ok(())
 }
 
@@ -496,13 +560,18 @@ pub async fn unbind_server(conn: &mut AnyConnection, tenant_slug: &str, server: 
 pub async fn list_bindings(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Vec<BindingRow>, StoreError> {
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     let rows = sqlx::query(
-        "SELECT b.server, x.name FROM mcp_server_bindings b JOIN executors x ON x.id = b.executor_id \
+        "SELECT b.server, x.name, b.prefixed FROM mcp_server_bindings b JOIN executors x ON x.id = b.executor_id \
          WHERE b.tenant_id = $1 ORDER BY b.server",
     )
     .bind(tenant)
     .fetch_all(conn)
     .await?;
-    rows.iter().map(|r| Ok(BindingRow { server: r.try_get(0)?, executor: r.try_get(1)? })).collect()
+    rows.iter()
+        .map(|r| {
+            let prefixed: i64 = r.try_get(2)?;
+            Ok(BindingRow { server: r.try_get(0)?, executor: r.try_get(1)?, prefixed: prefixed != 0 })
+        })
+        .collect()
 }
 
 /// One statement: the tenant's binding of `server`, its executor, and the first of the
@@ -512,7 +581,7 @@ pub async fn list_bindings(conn: &mut AnyConnection, tenant_slug: &str) -> Resul
 /// (tenant_id, name) index. A binding to a remote executor the tenant does not own (any more)
 /// is ignored. `None`: the server is not bound, or no entity matches.
 const RESOLVE: &str = "\
-SELECT e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kind, \
+SELECT e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kind, b.prefixed, \
        CASE WHEN e.name = 'machines/' || x.machine || '/profile/mcp-servers/' || b.server THEN 1 \
             WHEN e.name = 'users/' || x.run_as || '/mcp-servers/' || b.server THEN 2 \
             ELSE 3 END AS rank \
@@ -529,7 +598,7 @@ SELECT e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kin
 
 /// [`RESOLVE`] for every server the tenant bound: best rank first within each server.
 const RESOLVE_ALL: &str = "\
-SELECT b.server, e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kind, \
+SELECT b.server, e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run_as, x.kind, b.prefixed, \
        CASE WHEN e.name = 'machines/' || x.machine || '/profile/mcp-servers/' || b.server THEN 1 \
             WHEN e.name = 'users/' || x.run_as || '/mcp-servers/' || b.server THEN 2 \
             ELSE 3 END AS rank \
@@ -545,7 +614,10 @@ SELECT b.server, e.name AS entity, e.declaration, x.id, x.name, x.machine, x.run
  ORDER BY b.server, rank";
 
 fn entity_from_row(r: &sqlx::any::AnyRow) -> Result<ResolvedEntity, StoreError> {
+    // 0 or 1 (the table's CHECK): a BIGINT, which both databases read alike through `Any`.
+    let prefixed: i64 = r.try_get("prefixed")?;
     Ok(ResolvedEntity {
+        prefixed: prefixed != 0,
         entity: r.try_get("entity")?,
         declaration: r.try_get("declaration")?,
         executor: Executor {
@@ -591,36 +663,136 @@ impl Db {
     }
 }
 
-/// One entry of a tenant's allow list of upstream tools: `role` may list and call `tool` of
-/// `server` (`*`: every tool of that server).
+/// What a grant covers on its server: upstream tools (the default, and what every grant made
+/// before kinds existed is), prompts, or resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GrantKind {
+    Tool,
+    Prompt,
+    Resource,
+}
+
+impl GrantKind {
+    pub const ALL: [GrantKind; 3] = [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantKind::Tool => "tool",
+            GrantKind::Prompt => "prompt",
+            GrantKind::Resource => "resource",
+        }
+    }
+}
+
+impl std::fmt::Display for GrantKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown grant kind `{0}` (expected tool, prompt or resource)")]
+pub struct UnknownGrantKind(pub String);
+
+impl std::str::FromStr for GrantKind {
+    type Err = UnknownGrantKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        GrantKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| UnknownGrantKind(s.to_owned()))
+    }
+}
+
+/// One entry of a tenant's allow list of upstream tools, prompts and resources: `role` may use
+/// the `kind` thing called `name` on `server` (`*`: every one of that kind; for a resource, a
+/// final `*` also covers every URI that begins with what precedes it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GrantRow {
     pub server: String,
     pub role: Role,
-    pub tool: String,
+    pub kind: GrantKind,
+    pub name: String,
 }
 
-/// The tool of a grant: `*`, or one upstream tool name as the upstream spells it (before the
-/// gateway's `server__` prefix).
-pub fn validate_grant_tool(value: &str) -> Result<(), StoreError> {
-    let ok = value == GRANT_ALL_TOOLS
-        || (!value.is_empty()
-            && value.len() <= 128
-            && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')));
-    if ok {
-        Ok(())
-    } else {
-        Err(StoreError::Invalid {
-            field: "tool",
-            message: format!("`{value}` must be `*` or 1-128 letters, digits, `_`, `-` or `.`"),
-        })
+/// The `name` of a grant that covers everything of its kind on its server.
+pub const GRANT_ALL: &str = "*";
+
+/// The longest resource URI (or URI prefix) a grant may name, in bytes.
+pub const GRANT_URI_MAX: usize = 2048;
+
+/// The name of a grant of `kind`, refused naming the field `name`:
+/// - tool and prompt: `*`, or one name as the upstream spells it (before the gateway's
+///   `server__` prefix): 1-128 letters, digits, `_`, `-` or `.`;
+/// - resource: `*`, an exact URI, or a URI prefix ending in `*`. A URI starts with a scheme
+///   (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`) and `:`, is at most 2048
+///   bytes, and holds no whitespace, no control character and no `*` but one final one.
+pub fn validate_grant_name(kind: GrantKind, value: &str) -> Result<(), StoreError> {
+    if value == GRANT_ALL {
+        return Ok(());
+    }
+    let problem = match kind {
+        GrantKind::Tool | GrantKind::Prompt => {
+            let ok = !value.is_empty()
+                && value.len() <= 128
+                && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            (!ok).then(|| {
+                format!(
+                    "`{}` must be `*` or 1-128 letters, digits, `_`, `-` or `.` (a {kind} name)",
+                    value.escape_debug()
+                )
+            })
+        }
+        GrantKind::Resource => resource_pattern_problem(value),
+    };
+    match problem {
+        None => Ok(()),
+        Some(message) => Err(StoreError::Invalid { field: "name", message }),
     }
 }
 
-/// The `tool` of a grant that covers every tool of its server.
-pub const GRANT_ALL_TOOLS: &str = "*";
+/// Why `value` is not a resource URI or URI prefix, if it is not.
+fn resource_pattern_problem(value: &str) -> Option<String> {
+    if value.len() > GRANT_URI_MAX {
+        return Some(format!("a resource URI must be at most {GRANT_URI_MAX} bytes (this one is {})", value.len()));
+    }
+    // Shown escaped: the value may hold the very characters that are refused.
+    let shown = value.escape_debug();
+    if let Some(c) = value.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Some(format!("`{shown}` holds {:?}: a resource URI has no whitespace or control characters", c));
+    }
+    let uri = value.strip_suffix('*').unwrap_or(value);
+    if uri.contains('*') {
+        return Some(format!("`{shown}` may hold `*` only as its last character (a URI prefix)"));
+    }
+    let scheme = uri.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
+    let mut chars = scheme.chars();
+    let scheme_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !scheme_ok {
+        return Some(format!(
+            "`{shown}` must be `*`, a URI (`scheme:...`, the scheme a letter then letters, digits, `+`, `-` or `.`) \
+             or a URI prefix ending in `*`"
+        ));
+    }
+    None
+}
 
-/// Grants `role` the use of `tool` (or `*`) of a server the tenant has bound.
+/// Whether a grant of `kind` named `grant_name` covers the thing called `name`: `*` covers
+/// everything of its kind, any other name itself; for resources, a name ending in `*` also
+/// covers every URI that begins with what precedes the `*` (compared as text, byte for byte:
+/// the gateway does not normalise URIs, so `test://docs/*` covers `test://docs/../x` too if the
+/// upstream lists such a URI).
+pub fn grant_matches(kind: GrantKind, grant_name: &str, name: &str) -> bool {
+    if grant_name == GRANT_ALL || grant_name == name {
+        return true;
+    }
+    match (kind, grant_name.strip_suffix('*')) {
+        (GrantKind::Resource, Some(prefix)) => name.starts_with(prefix),
+        _ => false,
+    }
+}
+
+/// Grants `role` the use of tool `tool` (or `*`) of a server the tenant has bound: [`grant`]
+/// of kind tool.
 pub async fn grant_tool(
     conn: &mut AnyConnection,
     tenant_slug: &str,
@@ -628,29 +800,46 @@ pub async fn grant_tool(
     role: Role,
     tool: &str,
 ) -> Result<(), StoreError> {
+    grant(conn, tenant_slug, server, role, GrantKind::Tool, tool).await
+}
+
+/// Grants `role` the use of the `kind` thing `name` (see [`validate_grant_name`]) of a server
+/// the tenant has bound. The same name may be granted once per kind.
+pub async fn grant(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    role: Role,
+    kind: GrantKind,
+    name: &str,
+) -> Result<(), StoreError> {
     validate_server_id(server)?;
-    validate_grant_tool(tool)?;
+    validate_grant_name(kind, name)?;
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     // Inserted from the binding row itself: an unbound server inserts nothing, whether or not
     // the connection enforces foreign keys.
     let done = sqlx::query(
-        "INSERT INTO mcp_server_grants (tenant_id, server, role, tool, created_at) \
-         SELECT tenant_id, server, $3, $4, $5 FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2",
+        "INSERT INTO mcp_server_grants (tenant_id, server, role, kind, name, created_at) \
+         SELECT tenant_id, server, $3, $4, $5, $6 FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2",
     )
     .bind(tenant)
     .bind(server)
     .bind(role.as_str())
-    .bind(tool)
+    .bind(kind.as_str())
+    .bind(name)
     .bind(now_millis())
     .execute(conn)
     .await
-    .map_err(|e| unique_conflict(e, || format!("`{role}` already has `{tool}` of `{server}` in `{tenant_slug}`")))?;
+    .map_err(|e| {
+        unique_conflict(e, || format!("`{role}` already has {kind} `{name}` of `{server}` in `{tenant_slug}`"))
+    })?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound(format!("server `{server}` is not bound in `{tenant_slug}`")));
     }
     Ok(())
 }
 
+/// Revokes a grant of kind tool: [`revoke`].
 pub async fn revoke_tool(
     conn: &mut AnyConnection,
     tenant_slug: &str,
@@ -658,33 +847,52 @@ pub async fn revoke_tool(
     role: Role,
     tool: &str,
 ) -> Result<(), StoreError> {
+    revoke(conn, tenant_slug, server, role, GrantKind::Tool, tool).await
+}
+
+/// Revokes exactly one grant (`*` and a prefix are grants of their own here, not patterns).
+pub async fn revoke(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    role: Role,
+    kind: GrantKind,
+    name: &str,
+) -> Result<(), StoreError> {
+    validate_grant_name(kind, name)?;
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
-    let done =
-        sqlx::query("DELETE FROM mcp_server_grants WHERE tenant_id = $1 AND server = $2 AND role = $3 AND tool = $4")
-            .bind(tenant)
-            .bind(server)
-            .bind(role.as_str())
-            .bind(tool)
-            .execute(conn)
-            .await?;
+    let done = sqlx::query(
+        "DELETE FROM mcp_server_grants \
+         WHERE tenant_id = $1 AND server = $2 AND role = $3 AND kind = $4 AND name = $5",
+    )
+    .bind(tenant)
+    .bind(server)
+    .bind(role.as_str())
+    .bind(kind.as_str())
+    .bind(name)
+    .execute(conn)
+    .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound(format!(
-            "`{role}` has no grant of `{tool}` of `{server}` in `{tenant_slug}`"
+            "`{role}` has no grant of {kind} `{name}` of `{server}` in `{tenant_slug}`"
         )));
     }
     Ok(())
 }
 
-const GRANTS: &str =
-    "SELECT server, role, tool FROM mcp_server_grants WHERE tenant_id = $1 ORDER BY server, role, tool";
+const GRANTS: &str = "SELECT server, role, kind, name FROM mcp_server_grants WHERE tenant_id = $1 \
+                      ORDER BY server, role, kind, name";
 
 fn grant_from_row(row: &sqlx::any::AnyRow) -> Result<GrantRow, StoreError> {
     let role: String = row.try_get("role")?;
+    let kind: String = row.try_get("kind")?;
     Ok(GrantRow {
         server: row.try_get("server")?,
-        // The table's CHECK admits only the four roles; anything else is a broken database.
+        // The table's CHECKs admit only the four roles and the three kinds; anything else is a
+        // broken database.
         role: role.parse().map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        tool: row.try_get("tool")?,
+        kind: kind.parse().map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        name: row.try_get("name")?,
     })
 }
 
@@ -695,8 +903,9 @@ pub async fn list_grants(conn: &mut AnyConnection, tenant_slug: &str) -> Result<
 }
 
 impl Db {
-    /// Every grant of the tenant, in one query, ordered by server, role and tool: the allow
-    /// list the proxy applies to upstream tools (no grant, no tool).
+    /// Every grant of the tenant, in one query, ordered by server, role, kind and name: the
+    /// allow list the proxy applies to upstream tools, prompts and resources (no grant, no
+    /// access).
     pub async fn upstream_grants(&self, tenant: TenantId) -> Result<Vec<GrantRow>, StoreError> {
         let rows = sqlx::query(GRANTS).bind(tenant).fetch_all(self.pool()).await?;
         rows.iter().map(grant_from_row).collect()
@@ -750,16 +959,130 @@ mod tests {
     }
 
     #[test]
-    fn grant_tools_are_a_star_or_one_tool_name() {
+    fn tool_and_prompt_grants_are_a_star_or_one_name() {
         let (longest, too_long) = ("x".repeat(128), "x".repeat(129));
-        for good in ["*", "read_file", "db.query", "get-rows", "a__b", longest.as_str()] {
-            assert!(validate_grant_tool(good).is_ok(), "{good} should be accepted");
+        for kind in [GrantKind::Tool, GrantKind::Prompt] {
+            for good in ["*", "read_file", "db.query", "get-rows", "a__b", longest.as_str()] {
+                assert!(validate_grant_name(kind, good).is_ok(), "{kind} {good} should be accepted");
+            }
+            for bad in
+                ["", "**", "a*", "read file", "a/b", "tool\n", "\u{e9}t\u{e9}", "test://docs/*", too_long.as_str()]
+            {
+                assert!(
+                    matches!(validate_grant_name(kind, bad), Err(StoreError::Invalid { field: "name", .. })),
+                    "{kind} {bad:?} should be refused naming `name`"
+                );
+            }
         }
-        for bad in ["", "**", "a*", "read file", "a/b", "tool\n", "\u{e9}t\u{e9}", too_long.as_str()] {
+    }
+
+    #[test]
+    fn resource_grants_are_a_star_a_uri_or_a_uri_prefix() {
+        let longest = format!("test://{}", "d".repeat(GRANT_URI_MAX - 7));
+        let too_long = format!("{longest}x");
+        let longest_prefix = format!("test://{}*", "d".repeat(GRANT_URI_MAX - 8));
+        for good in [
+            "*",
+            "test://docs/a.md",
+            "test://docs/*",
+            "file:///srv/notes/today.txt",
+            "urn:isbn:0451450523",
+            "x:",
+            "x:*",
+            "git+ssh://host/repo",
+            "A1.b-c+d:thing",
+            "test://caf\u{e9}/men\u{fc}",
+            "test://q?a=1&b=%20#frag",
+            longest.as_str(),
+            longest_prefix.as_str(),
+        ] {
+            assert!(validate_grant_name(GrantKind::Resource, good).is_ok(), "{good} should be accepted");
+        }
+        for bad in [
+            "",
+            "**",
+            "docs/a.md",
+            "://docs",
+            ":x",
+            "1test://docs",
+            "te_st://docs",
+            "te st://docs",
+            "test ://docs",
+            "test://docs/ a",
+            "test://docs/\ta",
+            "test://docs/\n",
+            "test://docs/\u{7}",
+            "test://docs/\u{85}",
+            "test://docs/\u{a0}",
+            "test://docs/\u{2028}",
+            "test://*/docs",
+            "test://docs/**",
+            "*test://docs",
+            "test*",
+            "*:x",
+            too_long.as_str(),
+        ] {
             assert!(
-                matches!(validate_grant_tool(bad), Err(StoreError::Invalid { field: "tool", .. })),
-                "{bad:?} should be refused naming `tool`"
+                matches!(validate_grant_name(GrantKind::Resource, bad), Err(StoreError::Invalid { field: "name", .. })),
+                "{bad:?} should be refused naming `name`"
             );
+        }
+    }
+
+    #[test]
+    fn grants_match_a_star_the_name_or_for_resources_a_prefix() {
+        for kind in GrantKind::ALL {
+            assert!(grant_matches(kind, "*", "anything"), "{kind}");
+            assert!(grant_matches(kind, "*", ""), "{kind}");
+            assert!(grant_matches(kind, "read_file", "read_file"), "{kind}");
+            assert!(!grant_matches(kind, "read_file", "read_files"), "{kind}");
+            assert!(!grant_matches(kind, "read_file", "read"), "{kind}");
+            assert!(!grant_matches(kind, "read_file", "READ_FILE"), "{kind}: names are case-sensitive");
+        }
+        // A final `*` is a prefix for resources only: tool and prompt names never hold one.
+        for kind in [GrantKind::Tool, GrantKind::Prompt] {
+            assert!(!grant_matches(kind, "read*", "read_file"), "{kind}");
+        }
+        let r = GrantKind::Resource;
+        assert!(grant_matches(r, "test://docs/*", "test://docs/a.md"));
+        assert!(grant_matches(r, "test://docs/*", "test://docs/"));
+        assert!(grant_matches(r, "test://docs/*", "test://docs/sub/b.md"));
+        assert!(!grant_matches(r, "test://docs/*", "test://docs"), "the prefix includes the `/`");
+        assert!(!grant_matches(r, "test://docs/*", "test://other/a.md"));
+        assert!(!grant_matches(r, "test://docs/*", "TEST://docs/a.md"), "compared as text");
+        assert!(!grant_matches(r, "test://docs/*", "x-test://docs/a.md"), "a prefix anchors at the start");
+        assert!(grant_matches(r, "test://docs/a.md", "test://docs/a.md"));
+        assert!(!grant_matches(r, "test://docs/a.md", "test://docs/a.md.bak"), "an exact URI is no prefix");
+    }
+
+    #[test]
+    fn grant_kinds_read_and_print_lowercase() {
+        for kind in GrantKind::ALL {
+            assert_eq!(kind.as_str().parse::<GrantKind>().unwrap(), kind);
+            assert_eq!(kind.to_string(), kind.as_str());
+            assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(kind.as_str()));
+            let parsed: GrantKind = serde_json::from_value(serde_json::json!(kind.as_str())).unwrap();
+            assert_eq!(parsed, kind);
+            assert_eq!(
+                <GrantKind as clap::ValueEnum>::from_str(kind.as_str(), false).unwrap(),
+                kind,
+                "clap reads the same words"
+            );
+        }
+        for bad in ["Tool", "tools", "", "all"] {
+            assert!(bad.parse::<GrantKind>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_native_tool_under_the_server_id_is_found() {
+        let native = ["whoami", "files__read", "list_flocks"];
+        assert_eq!(native_tool_under("files", &native), Some("files__read"));
+        assert_eq!(native_tool_under("file", &native), None, "`file__` is not a prefix of `files__read`");
+        assert_eq!(native_tool_under("whoami", &native), None, "the bare name is the runtime's check");
+        let real: Vec<&str> = crate::tools::TOOLS.iter().map(|t| t.name).collect();
+        for tool in &real {
+            assert!(!tool.contains("__"), "native tools never hold `__`: {tool}");
         }
     }
 }

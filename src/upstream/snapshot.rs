@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::connection::Connection;
 use crate::model::Role;
-use crate::store::entities::GrantRow;
+use crate::store::entities::{GrantKind, GrantRow, grant_matches};
 use crate::store::{TenantId, UserId};
 
 /// The upstream servers one session sees, frozen when the session first needed them.
@@ -41,13 +41,28 @@ impl Snapshot {
         super::surface::NameSpace::prefixed(self, server)
     }
 
-    /// The allow list: a grant names the server, one of the caller's roles, and the tool or `*`.
+    /// The allow list of tools: a tool grant names the server, one of the caller's roles, and
+    /// the tool or `*`.
     pub fn allowed(&self, server: &str, tool: &str, roles: &[Role]) -> bool {
-        self.grants.iter().any(|g| g.server == server && roles.contains(&g.role) && (g.tool == "*" || g.tool == tool))
+        self.allowed_kind(server, GrantKind::Tool, tool, roles)
     }
 
+    /// The allow list of `kind`: a grant of that kind names the server, one of the caller's
+    /// roles, and `name`, `*` or (resources) a prefix of `name` ending in `*`.
+    pub fn allowed_kind(&self, server: &str, kind: GrantKind, name: &str, roles: &[Role]) -> bool {
+        self.grants.iter().any(|g| {
+            g.server == server && g.kind == kind && roles.contains(&g.role) && grant_matches(kind, &g.name, name)
+        })
+    }
+
+    /// Whether any grant of any kind on `server` names one of the caller's roles.
     pub fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
         self.grants.iter().any(|g| g.server == server && roles.contains(&g.role))
+    }
+
+    /// Whether any grant of `kind` on `server` names one of the caller's roles.
+    pub fn any_grant_kind(&self, server: &str, kind: GrantKind, roles: &[Role]) -> bool {
+        self.grants.iter().any(|g| g.server == server && g.kind == kind && roles.contains(&g.role))
     }
 
     pub fn connection(&self, server: &str) -> Option<&Arc<Connection>> {
@@ -59,23 +74,68 @@ impl Snapshot {
 mod tests {
     use super::*;
 
+    fn grant(server: &str, role: Role, kind: GrantKind, name: &str) -> GrantRow {
+        GrantRow { server: server.into(), role, kind, name: name.into() }
+    }
+
+    fn snapshot(grants: Vec<GrantRow>) -> Snapshot {
+        Snapshot { tenant: TenantId::generate(), user: UserId::generate(), servers: BTreeMap::new(), grants, bare: None }
+    }
+
     #[test]
     fn a_grant_names_server_role_and_tool() {
-        let snapshot = Snapshot {
-            tenant: TenantId::generate(),
-            user: UserId::generate(),
-            servers: BTreeMap::new(),
-            grants: vec![
-                GrantRow { server: "fx".into(), role: Role::Owner, tool: "*".into() },
-                GrantRow { server: "fx".into(), role: Role::Worker, tool: "whoami".into() },
-            ],
-            bare: None,
-        };
+        let snapshot = snapshot(vec![
+            grant("fx", Role::Owner, GrantKind::Tool, "*"),
+            grant("fx", Role::Worker, GrantKind::Tool, "whoami"),
+        ]);
         assert!(snapshot.allowed("fx", "anything", &[Role::Owner]));
         assert!(snapshot.allowed("fx", "whoami", &[Role::Worker]));
         assert!(!snapshot.allowed("fx", "echo", &[Role::Worker]));
         assert!(!snapshot.allowed("fx", "whoami", &[Role::Auditor]));
         assert!(!snapshot.allowed("other", "whoami", &[Role::Owner]), "a grant names its server");
         assert!(!snapshot.allowed("fx", "whoami", &[]));
+    }
+
+    #[test]
+    fn a_grant_covers_only_its_own_kind() {
+        use GrantKind::{Prompt, Resource, Tool};
+        let snapshot = snapshot(vec![
+            grant("fx", Role::Worker, Prompt, "whoami"),
+            grant("fx", Role::Worker, Resource, "test://docs/*"),
+            grant("fx", Role::Worker, Resource, "test://one.txt"),
+            grant("fx", Role::Owner, Prompt, "*"),
+            grant("fy", Role::Auditor, Tool, "echo"),
+        ]);
+        // `allowed` is about tools only: a prompt or resource grant never opens a tool.
+        assert!(!snapshot.allowed("fx", "whoami", &[Role::Worker]), "a prompt grant is no tool grant");
+        assert!(!snapshot.allowed("fx", "anything", &[Role::Owner]), "a prompt `*` is no tool `*`");
+        assert!(snapshot.allowed("fy", "echo", &[Role::Auditor]));
+
+        assert!(snapshot.allowed_kind("fx", Prompt, "whoami", &[Role::Worker]));
+        assert!(!snapshot.allowed_kind("fx", Tool, "whoami", &[Role::Worker]));
+        assert!(!snapshot.allowed_kind("fx", Resource, "whoami", &[Role::Worker]));
+        assert!(!snapshot.allowed_kind("fx", Prompt, "other", &[Role::Worker]));
+        assert!(snapshot.allowed_kind("fx", Prompt, "other", &[Role::Owner]), "a prompt `*`");
+        assert!(!snapshot.allowed_kind("fx", Resource, "test://docs/a.md", &[Role::Owner]), "a prompt `*` only");
+
+        assert!(snapshot.allowed_kind("fx", Resource, "test://docs/a.md", &[Role::Worker]), "under the prefix");
+        assert!(snapshot.allowed_kind("fx", Resource, "test://docs/sub/b.md", &[Role::Worker]));
+        assert!(!snapshot.allowed_kind("fx", Resource, "test://other/a.md", &[Role::Worker]));
+        assert!(snapshot.allowed_kind("fx", Resource, "test://one.txt", &[Role::Worker]), "an exact URI");
+        assert!(!snapshot.allowed_kind("fx", Resource, "test://one.txt.bak", &[Role::Worker]));
+        assert!(!snapshot.allowed_kind("fx", Resource, "test://docs/a.md", &[Role::Auditor]), "another role");
+        assert!(!snapshot.allowed_kind("fy", Resource, "test://docs/a.md", &[Role::Worker]), "another server");
+        assert!(!snapshot.allowed_kind("fx", Resource, "test://docs/a.md", &[]));
+
+        // any_grant: any kind; any_grant_kind: that kind only.
+        assert!(snapshot.any_grant("fx", &[Role::Worker]));
+        assert!(!snapshot.any_grant("fx", &[Role::Auditor]));
+        assert!(snapshot.any_grant_kind("fx", Prompt, &[Role::Worker]));
+        assert!(snapshot.any_grant_kind("fx", Resource, &[Role::Worker]));
+        assert!(!snapshot.any_grant_kind("fx", Tool, &[Role::Worker, Role::Owner]), "no tool grant on fx");
+        assert!(!snapshot.any_grant_kind("fx", Resource, &[Role::Owner]), "the owner holds prompts only");
+        assert!(snapshot.any_grant_kind("fy", Tool, &[Role::Auditor]));
+        assert!(!snapshot.any_grant_kind("fy", Prompt, &[Role::Auditor]));
+        assert!(!snapshot.any_grant_kind("fz", Tool, &[Role::Auditor]), "an unknown server");
     }
 }

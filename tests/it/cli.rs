@@ -301,3 +301,51 @@ async fn admin_commands(backend: Backend) {
     assert_eq!(ok(&["tenant", "list"]).trim(), "(none)");
 }
 both_dbs!(cli_admin_commands, admin_commands);
+
+/// `admin binding set --no-prefix` through the binary, on both databases: recorded and listed
+/// (`prefix` yes/no), a second unprefixed server of the tenant refused naming the field with
+/// nothing written, and a rebinding without the flag restoring the prefix.
+async fn unprefixed_bindings(backend: Backend) {
+    let test_db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| admin(dir.path(), &test_db.url, args);
+    let ok = |args: &[&str]| {
+        let (success, stdout, stderr) = run(args);
+        assert!(success, "{args:?}: {stderr}");
+        stdout
+    };
+    ok(&["tenant", "create", "initech", "--name", "Initech"]);
+    ok(&["executor", "create", "local", "--machine", "gw-host", "--user", "gateway"]);
+    ok(&["binding", "set", "--tenant", "initech", "notes", "local"]);
+    ok(&["binding", "set", "--tenant", "initech", "wiki", "local", "--no-prefix"]);
+    let list = ["--json", "binding", "list", "--tenant", "initech"];
+    let listed: serde_json::Value = serde_json::from_str(&ok(&list)).unwrap();
+    assert_eq!(
+        listed,
+        serde_json::json!([
+            {"server": "notes", "executor": "local", "prefix": "yes"},
+            {"server": "wiki", "executor": "local", "prefix": "no"},
+        ])
+    );
+    let table = ok(&["binding", "list", "--tenant", "initech"]);
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["server", "executor", "prefix"], "{table}");
+    assert!(table.lines().any(|l| l.split_whitespace().eq(["wiki", "local", "no"])), "{table}");
+
+    let before = ok(&list);
+    for server in ["notes", "cache"] {
+        let (success, stdout, stderr) = run(&["binding", "set", "--tenant", "initech", server, "local", "--no-prefix"]);
+        assert!(!success, "{server}: a second unprefixed server must be refused");
+        assert!(stderr.contains("prefix") && stderr.contains("wiki"), "{server}: {stderr}");
+        assert!(stdout.is_empty());
+    }
+    assert_eq!(ok(&list), before, "the refusals wrote nothing");
+
+    ok(&["binding", "set", "--tenant", "initech", "wiki", "local"]);
+    let listed: serde_json::Value = serde_json::from_str(&ok(&list)).unwrap();
+    assert_eq!(listed[1]["prefix"], "yes", "rebinding without --no-prefix restores the prefix: {listed}");
+    ok(&["binding", "set", "--tenant", "initech", "notes", "local", "--no-prefix"]);
+    let listed: serde_json::Value = serde_json::from_str(&ok(&list)).unwrap();
+    assert_eq!(listed[0]["prefix"], "no", "{listed}");
+}
+both_dbs!(cli_unprefixed_bindings, unprefixed_bindings);
