@@ -30,6 +30,7 @@ mod replicas;
 mod roots;
 mod selected;
 mod store;
+mod surface;
 mod tool_results;
 mod type_privacy;
 mod upstream;

@@ -160,7 +160,7 @@ async fn prompts_and_resources(backend: Backend, mode: Mode) {
     let completion = olivia
         .complete(CompleteRequestParams::new(
             Reference::for_prompt("ref__test_prompt_with_arguments"),
-            rmcp::model::ArgumentInfo { name: "arg1".into(), value: "".into() },
+            rmcp::model::ArgumentInfo::new("arg1", ""),
         ))
         .await
         .unwrap();
@@ -270,7 +270,7 @@ impl ClientHandler for Answering {
     ) -> Result<ElicitResult, ErrorData> {
         self.asked.lock().unwrap().push(format!("elicitation {}", serde_json::to_string(&params).unwrap()));
         Ok(ElicitResult::new(ElicitationAction::Accept)
-            .with_content(json!({"username": "olivia", "email": "olivia@acme.test"}).as_object().cloned().unwrap()))
+            .with_content(json!({"username": "olivia", "email": "olivia@acme.test"})))
     }
 
     async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {

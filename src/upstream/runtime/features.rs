@@ -221,9 +221,11 @@ impl Upstreams {
             return Err(Some(ProxyError::Unavailable("the upstream answered resources/read with something else".into())));
         };
         for contents in &mut result.contents {
-            let (ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. }) =
-                contents;
-            *uri = surface::exposed_uri(server, prefixed, uri).unwrap_or_else(|| exposed.clone());
+            if let ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } =
+                contents
+            {
+                *uri = surface::exposed_uri(server, prefixed, uri).unwrap_or_else(|| exposed.clone());
+            }
         }
         Ok(result)
     }
