@@ -11,6 +11,7 @@ mod compose;
 mod config;
 mod executors;
 mod fixture;
+mod fixture_everything;
 mod grants;
 mod guards;
 mod hardening;
