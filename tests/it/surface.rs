@@ -357,8 +357,9 @@ async fn subscriptions_and_list_changes(backend: Backend) {
     a.subscribe(SubscribeRequestParams::new(watched)).await.unwrap();
     let _ = b.list_all_tools().await.unwrap();
     let _ = a.list_all_tools().await.unwrap();
-    // The fixture sends an update of the watched resource and a tool list change on request.
-    call(&a, "ref__fixture_notify", json!({"uri": "test://watched-resource", "tools_changed": true})).await.unwrap();
+    // The fixture sends an update of the watched resource, and list changes, on request.
+    call(&a, "ref__update_watched_resource", json!({})).await.unwrap();
+    call(&a, "ref__change_lists", json!({})).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while (subscribed.updates.lock().unwrap().is_empty() || *other.list_changes.lock().unwrap() == 0)
         && Instant::now() < deadline
@@ -373,7 +374,7 @@ async fn subscriptions_and_list_changes(backend: Backend) {
     a.unsubscribe(UnsubscribeRequestParams::new(watched)).await.unwrap();
     let not_subscribed = error_of(a.unsubscribe(UnsubscribeRequestParams::new(watched)).await);
     assert_eq!(not_subscribed.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
-    call(&a, "ref__fixture_notify", json!({"uri": "test://watched-resource"})).await.unwrap();
+    call(&a, "ref__update_watched_resource", json!({})).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(subscribed.updates.lock().unwrap().len(), 1, "unsubscribed: no more updates");
     a.cancel().await.unwrap();
