@@ -171,19 +171,6 @@ done
 [ "$ready" -eq 1 ] || { cat "$work/gateway.stderr" >&2; die "$base/readyz did not answer 200 within 30 s"; }
 say "gateway ready"
 
-# The reference upstream, bound for acme without a prefix (so the suite's tool, prompt and
-# resource names are the gateway's), everything granted to acme's owners (the token's user).
-admin() { (cd "$work" && env "${gateway_env[@]}" "$bin" admin "$@") >>"$work/admin.log" 2>&1 \
-  || { cat "$work/admin.log" >&2; die "scopegate admin $* failed"; }; }
-printf '{"mcpServers": {"ref": {"command": "%s", "args": ["everything", "stdio"]}}}\n' "$fixture" >"$work/ref.mcp.json"
-admin executor create local --machine conformance-host --user gateway --kind local
-admin entity import --tenant acme --under defaults --file "$work/ref.mcp.json"
-admin binding set --tenant acme ref local --no-prefix
-for kind in tool prompt resource; do
-  admin grant add --tenant acme --server ref --role owner --kind "$kind" --name '*'
-done
-say "reference upstream bound for acme (no prefix)"
-
 # --- 3. The scenarios ------------------------------------------------------------------------
 export SCOPEGATE_CONFORMANCE_TOKEN="$token"
 export SCOPEGATE_CONFORMANCE_ORIGIN="$base"
@@ -209,20 +196,33 @@ report_checks() {
     }' "$file"
 }
 
+# The reference upstream, bound for acme without a prefix (so the suite's tool, prompt and
+# resource names are the gateway's), everything granted to acme's owners (the token's user).
+admin() {
+  local unset=()
+  for var in $(compgen -e | grep '^SCOPEGATE_CONFORMANCE_' || true); do unset+=(-u "$var"); done
+  (cd "$work" && env "${unset[@]}" "$bin" admin "$@") >>"$work/admin.log" 2>&1 \
+    || { cat "$work/admin.log" >&2; die "scopegate admin $* failed"; }
+}
+# An rmcp server sends its log lines on its session's own stream, naming no call, and the
+# gateway forwards such a line only when one session is certainly its source: no other
+# session's call on that connection in flight or ended within the last 500 ms. The suite runs
+# its scenarios back to back, each a new session, so the reference tool waits 600 ms before
+# logging (FIXTURE_LOG_DELAY_MS) and the previous scenario's call is no possible source.
+printf '{"mcpServers": {"ref": {"command": "%s", "args": ["everything", "stdio"], "env": {"FIXTURE_LOG_DELAY_MS": "600"}}}}\n' \
+  "$fixture" >"$work/ref.mcp.json"
+bind_reference() {
+  admin executor create local --machine conformance-host --user gateway --kind local
+  admin entity import --tenant acme --under defaults --file "$work/ref.mcp.json"
+  admin binding set --tenant acme ref local --no-prefix
+  for kind in tool prompt resource; do
+    admin grant add --tenant acme --server ref --role owner --kind "$kind" --name '*'
+  done
+  say "reference upstream bound for acme (no prefix)"
+}
+
 passed=()
 failed=()
-if [ "$whole_suite" -eq 1 ]; then
-  t0=$(date +%s)
-  log="$results/server-suite.log"
-  if run_suite 1200 --expected-failures "$expected_failures" -o "$results/suite" >"$log" 2>&1; then
-    passed+=(server-suite)
-    say "PASS the active server suite, against $(basename "$expected_failures") ($(( $(date +%s) - t0 )) s)"
-  else
-    failed+=(server-suite)
-    say "FAIL the active server suite ($(( $(date +%s) - t0 )) s):"
-  fi
-  sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n '/=== SUMMARY ===/,$p' | sed 's/^/    /' >&2
-fi
 
 # Every demo user's token, as JSON {subject: token}, for the SDK check.
 demo_tokens() {
@@ -236,8 +236,8 @@ demo_tokens() {
     process.stdout.write(JSON.stringify(tokens));' "$work/gateway.stdout"
 }
 
-for scenario in "${scenarios[@]}"; do
-  log="$results/$scenario.log"
+run_one() { # scenario
+  local scenario="$1" log="$results/$1.log" t0 rc
   t0=$(date +%s)
   if [ "$scenario" = sdk-tool-results ]; then
     if NODE_PATH="$cache/node_modules" SCOPEGATE_SDK_URL="$url" SCOPEGATE_SDK_TOKENS="$(demo_tokens)" \
@@ -249,7 +249,7 @@ for scenario in "${scenarios[@]}"; do
       say "FAIL $scenario ($(( $(date +%s) - t0 )) s):"
       grep -v '^  ok ' "$log" | tail -n 30 | sed 's/^/    /' >&2
     fi
-    continue
+    return
   fi
   if run_suite "$scenario_timeout" --scenario "$scenario" -o "$results" >"$log" 2>&1; then
     passed+=("$scenario")
@@ -266,11 +266,33 @@ for scenario in "${scenarios[@]}"; do
     # The suite's own account: each check that did not succeed, with its error.
     report_checks "$scenario" || tail -n 20 "$log" | sed 's/^/    /' >&2
   fi
+}
+
+# sdk-tool-results checks the gateway's own tools, so it runs before the reference
+# upstream's tools join them; everything else runs through the reference upstream.
+for scenario in "${scenarios[@]}"; do
+  if [ "$scenario" = sdk-tool-results ]; then run_one "$scenario"; fi
+done
+bind_reference
+if [ "$whole_suite" -eq 1 ]; then
+  t0=$(date +%s)
+  log="$results/server-suite.log"
+  if run_suite 1200 --expected-failures "$expected_failures" -o "$results/suite" >"$log" 2>&1; then
+    passed+=(server-suite)
+    say "PASS the active server suite, against $(basename "$expected_failures") ($(( $(date +%s) - t0 )) s)"
+  else
+    failed+=(server-suite)
+    say "FAIL the active server suite ($(( $(date +%s) - t0 )) s):"
+  fi
+  sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n '/=== SUMMARY ===/,$p' | sed 's/^/    /' >&2
+fi
+for scenario in "${scenarios[@]}"; do
+  if [ "$scenario" != sdk-tool-results ]; then run_one "$scenario"; fi
 done
 
 elapsed=$(( $(date +%s) - started ))
 echo "conformance: ${#passed[@]} passed, ${#failed[@]} failed"
-say "scenarios run: ${scenarios[*]}"
+say "scenarios run: ${scenarios[*]}$([ "$whole_suite" -eq 1 ] && echo ' and the active server suite')"
 [ "${#failed[@]}" -eq 0 ] || say "failed: ${failed[*]}"
 say "took ${elapsed} s"
 [ "${#failed[@]}" -eq 0 ]

@@ -97,6 +97,7 @@ impl Connection {
             catalog: Arc::clone(&self.catalog),
             server: self.server.name.to_string(),
             caps: self.caps,
+            trust_related: matches!(self.server.transport, super::ResolvedTransport::Http { .. }),
         };
         let service = match &self.auth {
             None => self.executor.connect(&self.server, handler, timeout, None).await?,

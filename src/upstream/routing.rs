@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams, GetMeta,
     CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode,
     FormElicitationCapability, GetExtensions, Implementation, JsonRpcMessage, JsonRpcNotification, ListRootsRequest,
-    ListRootsResult, ProgressNotificationParam, ProgressToken, ResourceUpdatedNotificationParam, RootsCapabilities,
+    ListRootsResult, ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
+    RootsCapabilities,
     SamplingCapability, ServerNotification, ServerRequest, UrlElicitationCapability,
 };
 use rmcp::service::{
@@ -30,6 +31,7 @@ use rmcp::{ClientHandler, ErrorData, RoleServer};
 use serde_json::Value;
 
 use super::catalog::{Catalog, ListKind};
+use super::client::RELATED_META_KEY;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::store::{TenantId, UserId};
 use crate::telemetry::metrics;
@@ -267,6 +269,9 @@ impl Drop for Handled<'_> {
 pub struct Counted<T> {
     inner: T,
     routes: Arc<Routes>,
+    /// Whether a related-request mark on a received message was set by the gateway's own HTTP
+    /// client (true for Streamable HTTP); otherwise any mark is the upstream's and removed.
+    trust_related: bool,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
@@ -281,6 +286,17 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         let mut message = self.inner.receive().await?;
+        if !self.trust_related {
+            match &mut message {
+                JsonRpcMessage::Notification(n) => {
+                    n.notification.get_meta_mut().0.0.remove(RELATED_META_KEY);
+                }
+                JsonRpcMessage::Request(r) => {
+                    r.request.get_meta_mut().0.0.remove(RELATED_META_KEY);
+                }
+                _ => {}
+            }
+        }
         if let JsonRpcMessage::Notification(JsonRpcNotification { notification, .. }) = &mut message
             && matches!(
                 notification,
@@ -301,6 +317,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
 #[derive(Default)]
 struct RouteTable {
     calls: HashMap<ProgressToken, Downstream>,
+    /// The same calls by the id of the gateway's request to the upstream.
+    ids: HashMap<RequestId, Downstream>,
     /// Calls being sent: their progress token is not known yet.
     announced: Vec<(u64, Downstream)>,
     next_announcement: u64,
@@ -362,6 +380,16 @@ impl Routes {
         RouteGuard { routes: self, slot: Slot::Announced(id) }
     }
 
+    /// The call a message marked with `meta`'s related request belongs to.
+    fn marked(&self, meta: &serde_json::Map<String, Value>) -> Marked {
+        let Some(mark) = meta.get(RELATED_META_KEY) else { return Marked::No };
+        let Ok(id) = serde_json::from_value::<RequestId>(mark.clone()) else { return Marked::Unknown };
+        match self.lock().ids.get(&id) {
+            Some(downstream) => Marked::Call(downstream.clone()),
+            None => Marked::Unknown,
+        }
+    }
+
     /// The one session every in-flight call belongs to, if there is one: where a request the
     /// upstream makes of its client goes (a finished call asks nothing).
     fn single_caller(&self) -> Option<Downstream> {
@@ -390,7 +418,17 @@ impl Routes {
 
 enum Slot {
     Announced(u64),
-    Routed(ProgressToken),
+    Routed(ProgressToken, RequestId),
+}
+
+/// What a message's related-request mark says.
+enum Marked {
+    /// It names an in-flight call: exactly where it goes.
+    Call(Downstream),
+    /// It names no call in flight (one that ended, or none): it goes nowhere.
+    Unknown,
+    /// It has none (stdio, or the session's own event stream): only the conservative rule.
+    No,
 }
 
 /// A call's place in the route table: announced, then routed; retired when the call ends,
@@ -403,7 +441,11 @@ pub(super) struct RouteGuard<'a> {
 impl RouteGuard<'_> {
     /// Routes the announced call by its progress token; returns its caller and the progress
     /// that came for it before.
-    pub(super) fn route(&mut self, token: &ProgressToken) -> Option<(Downstream, Vec<ProgressNotificationParam>)> {
+    pub(super) fn route(
+        &mut self,
+        token: &ProgressToken,
+        request: &RequestId,
+    ) -> Option<(Downstream, Vec<ProgressNotificationParam>)> {
         let Slot::Announced(id) = self.slot else {
             return None;
         };
@@ -411,7 +453,8 @@ impl RouteGuard<'_> {
         let at = table.announced.iter().position(|(i, _)| *i == id)?;
         let (_, downstream) = table.announced.swap_remove(at);
         table.calls.insert(token.clone(), downstream.clone());
-        self.slot = Slot::Routed(token.clone());
+        table.ids.insert(request.clone(), downstream.clone());
+        self.slot = Slot::Routed(token.clone(), request.clone());
         let early = table.early.take(Instant::now(), token);
         Some((downstream, early))
     }
@@ -424,7 +467,10 @@ impl Drop for RouteGuard<'_> {
             Slot::Announced(id) => {
                 table.announced.iter().position(|(i, _)| i == id).map(|at| table.announced.swap_remove(at).1)
             }
-            Slot::Routed(token) => table.calls.remove(token),
+            Slot::Routed(token, request) => {
+                table.ids.remove(request);
+                table.calls.remove(token)
+            }
         };
         if let Some(done) = done {
             table.finished.push_back((Instant::now(), done));
@@ -451,12 +497,15 @@ pub struct ProxyClient {
     pub(super) catalog: Arc<Catalog>,
     pub(super) server: String,
     pub(super) caps: RelayCaps,
+    /// The upstream speaks Streamable HTTP: what it sends on a request's event stream is
+    /// marked with that request (see `client::RELATED_META_KEY`).
+    pub(super) trust_related: bool,
 }
 
 impl ProxyClient {
     /// `transport`, with this connection's progress and log notifications counted.
     pub fn counted<T: Transport<RoleClient>>(&self, transport: T) -> Counted<T> {
-        Counted { inner: transport, routes: Arc::clone(&self.routes) }
+        Counted { inner: transport, routes: Arc::clone(&self.routes), trust_related: self.trust_related }
     }
 
     fn handled(&self, context: &NotificationContext<RoleClient>) -> Handled<'_> {
@@ -552,9 +601,12 @@ impl ClientHandler for ProxyClient {
     /// Logging is deprecated in MCP (SEP-2577) but still sent by upstreams and still in the
     /// protocol versions the gateway serves, so it is forwarded.
     ///
-    /// A log message names no call. It goes to the calling session only when every call in
-    /// flight on this connection belongs to that one session; otherwise it is dropped, never
-    /// guessed (the connection is shared by the tenant's sessions).
+    /// A log line a Streamable HTTP upstream sends on a call's event stream is marked with that
+    /// call (by the gateway's client, never by the upstream) and goes to its caller. Any other
+    /// names no call: it goes to the calling session only when every call in flight on this
+    /// connection belongs to that one session; otherwise it is dropped, never guessed (the
+    /// connection is shared by the tenant's sessions). Either way, only at or above the
+    /// session's level.
     #[allow(deprecated)]
     async fn on_logging_message(
         &self,
@@ -562,7 +614,12 @@ impl ClientHandler for ProxyClient {
         context: NotificationContext<RoleClient>,
     ) {
         let _handled = self.handled(&context);
-        match self.routes.single_owner() {
+        let target = match self.routes.marked(&context.meta.0.0) {
+            Marked::Call(call) => Some(call),
+            Marked::Unknown => None,
+            Marked::No => self.routes.single_owner(),
+        };
+        match target {
             Some(target) if !target.log_level.allows(params.level) => {}
             Some(Downstream { peer, .. }) => {
                 if let Err(e) = peer.notify_logging_message(params).await {
@@ -595,7 +652,12 @@ impl ProxyClient {
             metrics::denial(why);
             tracing::debug!(server = %self.server, %method, why, "request to the client refused");
         };
-        let Some(target) = self.routes.single_caller() else {
+        let target = match self.routes.marked(&context.meta.0.0) {
+            Marked::Call(call) => Some(call),
+            Marked::Unknown => None,
+            Marked::No => self.routes.single_caller(),
+        };
+        let Some(target) = target else {
             refuse("upstream_request_unroutable");
             return Err(ErrorData::invalid_request(
                 format!("{method} refused: no single call of one client is in flight to ask"),

@@ -490,7 +490,7 @@ impl Upstreams {
         // Announced before it is sent: whatever the upstream sends back at once finds its caller.
         let mut route = connection.routes.announce(downstream);
         let handle = peer.send_request_with_option(request, options).await.map_err(unavailable)?;
-        if let Some((target, early)) = route.route(&handle.progress_token) {
+        if let Some((target, early)) = route.route(&handle.progress_token, &handle.id) {
             for params in early {
                 forward_progress(connection.server().as_str(), target.clone(), params).await;
             }

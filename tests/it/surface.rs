@@ -410,3 +410,46 @@ async fn pagination(backend: Backend) {
 }
 
 both_dbs!(surface_pages_are_sealed_to_their_session, pagination);
+
+/// A Streamable HTTP upstream sends its requests of the client (and, depending on its SDK, its
+/// log lines) on the event stream of the call that caused them: the gateway marks them with
+/// that call and routes them exactly, even while two sessions' calls share the connection
+/// (over stdio the same would be refused, never guessed). The reference upstream is built on
+/// rmcp, which sends log lines on its session's own stream: those keep the conservative rule.
+async fn exact_routing_over_http(backend: Backend) {
+    use tokio::io::AsyncBufReadExt;
+    let surface = Surface::start(backend, Mode::Session).await;
+    let mut child = tokio::process::Command::new(FIXTURE)
+        .args(["everything", "http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).await.unwrap();
+    let addr = first.trim().strip_prefix("listening on ").unwrap().to_owned();
+    let declaration = json!({"url": format!("http://{addr}/mcp")});
+    let mut tx = surface.live.db.begin().await.unwrap();
+    entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/web", &declaration).await.unwrap();
+    entities::bind_server(&mut tx, "acme", "web", "local").await.unwrap();
+    tx.commit().await.unwrap();
+    surface.grant("acme", "web", Role::Owner, GrantKind::Tool, "*").await;
+
+    let (first, second) = (Answering::default(), Answering::default());
+    let a = surface.client("olivia@acme.test", first.clone()).await;
+    let b = surface.client("olivia@acme.test", second.clone()).await;
+    let (ra, rb) = tokio::join!(
+        call(&a, "web__test_sampling", json!({"prompt": "asked by the first"})),
+        call(&b, "web__test_sampling", json!({"prompt": "asked by the second"})),
+    );
+    assert!(text_of(&ra.unwrap()).contains("a sampled answer"));
+    assert!(text_of(&rb.unwrap()).contains("a sampled answer"));
+    let (asked_a, asked_b) = (first.asked.lock().unwrap().clone(), second.asked.lock().unwrap().clone());
+    assert!(asked_a.len() == 1 && asked_a[0].contains("asked by the first"), "{asked_a:?}");
+    assert!(asked_b.len() == 1 && asked_b[0].contains("asked by the second"), "{asked_b:?}");
+
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+both_dbs!(surface_routes_an_http_upstreams_traffic_to_its_call, exact_routing_over_http);
