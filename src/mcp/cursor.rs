@@ -90,9 +90,9 @@ pub fn page<T>(
 ) -> Result<(Vec<T>, Option<String>), rmcp::ErrorData> {
     let start = match cursor {
         None => 0,
-        Some(cursor) => key
-            .open(owner, cursor)
-            .ok_or_else(|| rmcp::ErrorData::invalid_params("invalid cursor", None))?,
+        Some(cursor) => {
+            key.open(owner, cursor).ok_or_else(|| rmcp::ErrorData::invalid_params("invalid cursor", None))?
+        }
     };
     let start = start.min(items.len());
     let end = start.saturating_add(PAGE).min(items.len());
@@ -137,7 +137,8 @@ mod tests {
         assert_eq!(CursorKey::random().open(&me, &cursor), None, "another process's key");
         // A forged body (offset 0 for another tenant) with the old tag.
         let (_, tag) = cursor.split_once('.').unwrap();
-        let forged = Sealed { l: "resources".into(), t: "t2".into(), u: "u1".into(), s: Some("s1".into()), o: 0, x: i64::MAX };
+        let forged =
+            Sealed { l: "resources".into(), t: "t2".into(), u: "u1".into(), s: Some("s1".into()), o: 0, x: i64::MAX };
         let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
         assert_eq!(key.open(&owner("t2", Some("s1")), &format!("{body}.{tag}")), None);
         assert!(page(&key, &me, Some("garbage"), vec![1]).is_err());

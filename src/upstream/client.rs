@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures_util::StreamExt;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, GetMeta};
-use futures_util::StreamExt;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
@@ -224,8 +224,10 @@ impl StreamableHttpClient for AssertingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        let stream =
-            self.inner.get_stream(uri, session_id, last_event_id, self.last_bearer(auth_header), custom_headers).await?;
+        let stream = self
+            .inner
+            .get_stream(uri, session_id, last_event_id, self.last_bearer(auth_header), custom_headers)
+            .await?;
         Ok(unrelated(stream))
     }
 
@@ -260,20 +262,24 @@ mod tests {
     #[test]
     fn messages_on_a_request_stream_are_marked_and_claims_elsewhere_removed() {
         let id = serde_json::json!(7);
-        let mut log = Some(r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#.to_owned());
+        let mut log = Some(
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#.to_owned(),
+        );
         mark_related(&mut log, Some(&id));
         let marked: Value = serde_json::from_str(log.as_deref().unwrap()).unwrap();
         assert_eq!(marked["params"]["_meta"][RELATED_META_KEY], 7);
 
         // An upstream's own claim is overwritten on a request's stream...
-        let mut forged =
-            Some(format!(r#"{{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{{"_meta":{{"{RELATED_META_KEY}":99}}}}}}"#));
+        let mut forged = Some(format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{{"_meta":{{"{RELATED_META_KEY}":99}}}}}}"#
+        ));
         mark_related(&mut forged, Some(&id));
         let marked: Value = serde_json::from_str(forged.as_deref().unwrap()).unwrap();
         assert_eq!(marked["params"]["_meta"][RELATED_META_KEY], 7);
         // ...and removed on the session's own stream.
-        let mut forged =
-            Some(format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"_meta":{{"{RELATED_META_KEY}":99}}}}}}"#));
+        let mut forged = Some(format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"_meta":{{"{RELATED_META_KEY}":99}}}}}}"#
+        ));
         mark_related(&mut forged, None);
         let cleaned: Value = serde_json::from_str(forged.as_deref().unwrap()).unwrap();
         assert!(cleaned["params"]["_meta"].get(RELATED_META_KEY).is_none());

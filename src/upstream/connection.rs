@@ -202,9 +202,7 @@ impl Connection {
 
     /// Whether the upstream lets clients subscribe to its resources.
     pub(super) fn offers_subscriptions(peer: &Peer<RoleClient>) -> bool {
-        peer.peer_info()
-            .and_then(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe))
-            .unwrap_or(false)
+        peer.peer_info().and_then(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe)).unwrap_or(false)
     }
 
     /// Subscribes `session` to upstream `uri` (the upstream is asked once, for the first).
@@ -217,11 +215,11 @@ impl Connection {
         downstream: &Peer<rmcp::RoleServer>,
         exposed: &str,
     ) -> Result<(), ServiceError> {
-        if self.catalog.subscribe(uri, session, downstream, exposed) == UpstreamSubscription::Subscribe {
-            if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await {
-                self.catalog.unsubscribe(uri, session);
-                return Err(e);
-            }
+        if self.catalog.subscribe(uri, session, downstream, exposed) == UpstreamSubscription::Subscribe
+            && let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await
+        {
+            self.catalog.unsubscribe(uri, session);
+            return Err(e);
         }
         Ok(())
     }
@@ -232,7 +230,7 @@ impl Connection {
         match self.catalog.unsubscribe(uri, session) {
             None => false,
             Some(UpstreamSubscription::Unsubscribe) => {
-                    if let Err(e) = peer.unsubscribe(UnsubscribeRequestParams::new(uri.to_owned())).await {
+                if let Err(e) = peer.unsubscribe(UnsubscribeRequestParams::new(uri.to_owned())).await {
                     tracing::debug!(server = %self.server.name, error = %e, "upstream unsubscribe failed");
                 }
                 true
@@ -255,7 +253,7 @@ impl Connection {
         };
         if let Some(peer) = peer {
             for uri in dropped {
-                    let _ = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;
+                let _ = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;
             }
         }
     }

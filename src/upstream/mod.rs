@@ -22,9 +22,9 @@ pub mod remote;
 pub mod roots;
 pub mod routing;
 pub mod runtime;
-pub mod surface;
 pub mod selected;
 pub mod snapshot;
+pub mod surface;
 
 use std::fmt;
 

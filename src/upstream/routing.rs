@@ -13,15 +13,15 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams, GetMeta,
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode,
-    FormElicitationCapability, GetExtensions, Implementation, JsonRpcMessage, JsonRpcNotification, ListRootsRequest,
-    ListRootsResult, ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
-    RootsCapabilities,
-    SamplingCapability, ServerNotification, ServerRequest, UrlElicitationCapability,
+    FormElicitationCapability, GetExtensions, GetMeta, Implementation, JsonRpcMessage, JsonRpcNotification,
+    ListRootsRequest, ListRootsResult, ProgressNotificationParam, ProgressToken, RequestId,
+    ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerNotification, ServerRequest,
+    UrlElicitationCapability,
 };
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RxJsonRpcMessage, ServiceError,
     TxJsonRpcMessage,

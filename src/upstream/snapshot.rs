@@ -79,7 +79,13 @@ mod tests {
     }
 
     fn snapshot(grants: Vec<GrantRow>) -> Snapshot {
-        Snapshot { tenant: TenantId::generate(), user: UserId::generate(), servers: BTreeMap::new(), grants, bare: None }
+        Snapshot {
+            tenant: TenantId::generate(),
+            user: UserId::generate(),
+            servers: BTreeMap::new(),
+            grants,
+            bare: None,
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 #[allow(deprecated)]
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CompleteRequestParams, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, ElicitationAction, GetPromptRequestParams, ListRootsResult,
-    LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams, ReadResourceRequestParams, Reference,
+    ElicitRequestParams, ElicitResult, ElicitationAction, GetPromptRequestParams, ListRootsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ReadResourceRequestParams, Reference,
     ResourceUpdatedNotificationParam, Root, SamplingMessage, SetLevelRequestParams, SubscribeRequestParams,
     UnsubscribeRequestParams,
 };
@@ -40,8 +40,7 @@ impl Surface {
     async fn start(backend: Backend, mode: Mode) -> Self {
         let root = tempfile::tempdir().unwrap();
         let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
-        let overrides =
-            [("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(10))];
+        let overrides = [("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(10))];
         let live = Live::start(backend, mode, &overrides).await;
         let mut tx = live.db.begin().await.unwrap();
         entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
@@ -54,7 +53,9 @@ impl Surface {
     async fn declare(&self, tenant: &str, server: &str, prefixed: bool, env: Value) {
         let declaration = json!({"command": FIXTURE, "args": ["everything", "stdio"], "env": env});
         let mut tx = self.live.db.begin().await.unwrap();
-        entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), &declaration).await.unwrap();
+        entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), &declaration)
+            .await
+            .unwrap();
         entities::bind_server_with_prefix(&mut tx, tenant, server, "local", prefixed).await.unwrap();
         tx.commit().await.unwrap();
     }
@@ -92,13 +93,12 @@ impl Surface {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let mut tx = self.live.db.begin().await.unwrap();
-            let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
-                "SELECT tool, outcome, error_class FROM audit_events WHERE tool LIKE $1 ORDER BY seq",
-            )
-            .bind(format!("{prefix}%"))
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap();
+            let rows: Vec<(String, String, Option<String>)> =
+                sqlx::query_as("SELECT tool, outcome, error_class FROM audit_events WHERE tool LIKE $1 ORDER BY seq")
+                    .bind(format!("{prefix}%"))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .unwrap();
             if !rows.is_empty() || Instant::now() > deadline {
                 return rows;
             }
@@ -145,9 +145,13 @@ async fn prompts_and_resources(backend: Backend, mode: Mode) {
     let uris = resource_uris(&olivia).await;
     assert!(uris.iter().any(|u| u == "scopegate://ref/test://static-text"), "{uris:?}");
     assert!(uris.iter().all(|u| u.starts_with("scopegate://ref/")), "every URI is minted: {uris:?}");
-    let read = olivia.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-text")).await.unwrap();
+    let read =
+        olivia.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-text")).await.unwrap();
     let read = serde_json::to_value(&read).unwrap();
-    assert_eq!(read["contents"][0]["uri"], "scopegate://ref/test://static-text", "contents come back under the exposed URI");
+    assert_eq!(
+        read["contents"][0]["uri"], "scopegate://ref/test://static-text",
+        "contents come back under the exposed URI"
+    );
     assert!(read["contents"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{read}");
 
     let templates = olivia.list_all_resource_templates().await.unwrap();
@@ -173,9 +177,13 @@ async fn prompts_and_resources(backend: Backend, mode: Mode) {
     let ungranted = error_of(wanda.get_prompt(GetPromptRequestParams::new("ref__test_prompt_with_arguments")).await);
     let missing = error_of(wanda.get_prompt(GetPromptRequestParams::new("ref__no_such_prompt")).await);
     assert_eq!((ungranted.code, &ungranted.message), (missing.code, &missing.message));
-    let ungranted = error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-binary")).await);
-    let missing = error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://nothing-here")).await);
-    let foreign = error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://globex-srv/test://static-text")).await);
+    let ungranted =
+        error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-binary")).await);
+    let missing =
+        error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://nothing-here")).await);
+    let foreign = error_of(
+        wanda.read_resource(ReadResourceRequestParams::new("scopegate://globex-srv/test://static-text")).await,
+    );
     assert_eq!(ungranted.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
     for other in [&missing, &foreign] {
         assert_eq!((other.code, &other.message), (ungranted.code, &ungranted.message));
@@ -221,7 +229,9 @@ async fn collisions_and_no_prefix(backend: Backend, mode: Mode) {
     let result = call(&olivia, "test_simple_text", json!({})).await.unwrap();
     assert!(!text_of(&result).is_empty());
     let prompts = prompt_names(&olivia).await;
-    assert!(prompts.iter().any(|p| p == "test_simple_prompt") && prompts.iter().any(|p| p == "one__test_simple_prompt"));
+    assert!(
+        prompts.iter().any(|p| p == "test_simple_prompt") && prompts.iter().any(|p| p == "one__test_simple_prompt")
+    );
     let read = olivia.read_resource(ReadResourceRequestParams::new("test://static-text")).await.unwrap();
     assert_eq!(serde_json::to_value(&read).unwrap()["contents"][0]["uri"], "test://static-text");
     // The native tool is still the gateway's own.
@@ -235,6 +245,8 @@ all_modes!(surface_names_and_uris_never_collide, collisions_and_no_prefix);
 /// A client that can answer sampling, elicitation and roots, and records what it was asked.
 #[derive(Clone, Default)]
 struct Answering {
+    /// Declares no capability (and still records what it is asked).
+    silent: bool,
     asked: Arc<Mutex<Vec<String>>>,
     logs: Arc<Mutex<Vec<String>>>,
     updates: Arc<Mutex<Vec<String>>>,
@@ -245,9 +257,11 @@ struct Answering {
 impl ClientHandler for Answering {
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::default();
-        caps.sampling = Some(Default::default());
-        caps.elicitation = Some(Default::default());
-        caps.roots = Some(Default::default());
+        if !self.silent {
+            caps.sampling = Some(Default::default());
+            caps.elicitation = Some(Default::default());
+            caps.roots = Some(Default::default());
+        }
         ClientConfig::new(caps, rmcp::model::Implementation::new("answering", "1"))
     }
 
@@ -257,10 +271,7 @@ impl ClientHandler for Answering {
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         self.asked.lock().unwrap().push(format!("sampling {}", serde_json::to_string(&params.messages).unwrap()));
-        Ok(CreateMessageResult::new(
-            SamplingMessage::assistant_text("a sampled answer"),
-            "test-model".to_owned(),
-        ))
+        Ok(CreateMessageResult::new(SamplingMessage::assistant_text("a sampled answer"), "test-model".to_owned()))
     }
 
     async fn create_elicitation(
@@ -298,7 +309,8 @@ async fn requests_of_the_client(backend: Backend) {
     let surface = Surface::with_ref(backend, Mode::Session).await;
     let answering = Answering::default();
     let olivia = surface.client("olivia@acme.test", answering.clone()).await;
-    let plain = surface.client("olivia@acme.test", ()).await;
+    let silent = Answering { silent: true, ..Answering::default() };
+    let plain = surface.client("olivia@acme.test", silent.clone()).await;
 
     let result = call(&olivia, "ref__test_sampling", json!({"prompt": "hello from the test"})).await.unwrap();
     assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
@@ -314,6 +326,7 @@ async fn requests_of_the_client(backend: Backend) {
     let result = call(&plain, "ref__test_sampling", json!({"prompt": "not you"})).await.unwrap();
     assert!(!text_of(&result).contains("a sampled answer"), "{result:?}");
     assert_eq!(answering.asked.lock().unwrap().len(), before, "nobody else was asked");
+    assert!(silent.asked.lock().unwrap().is_empty(), "a client that declared nothing is asked nothing");
 
     let rows = surface.audited("ref:").await;
     assert!(rows.iter().any(|(t, o, _)| t == "ref:sampling/createMessage" && o == "ok"), "{rows:?}");
@@ -400,7 +413,8 @@ async fn pagination(backend: Backend) {
     let mut uris: Vec<_> = all.iter().map(|r| r.uri.clone()).collect();
     uris.dedup();
     assert_eq!(uris.len(), all.len(), "no item twice across pages");
-    let foreign = error_of(b.list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(cursor.clone())))).await);
+    let foreign =
+        error_of(b.list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(cursor.clone())))).await);
     assert_eq!(foreign.code, rmcp::model::ErrorCode::INVALID_PARAMS, "another session's cursor");
     let forged = format!("{}x", cursor);
     let forged = error_of(a.list_resources(Some(PaginatedRequestParams::default().with_cursor(Some(forged)))).await);

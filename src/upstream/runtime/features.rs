@@ -218,11 +218,13 @@ impl Upstreams {
             other => other?,
         };
         let ServerResult::ReadResourceResult(mut result) = answer else {
-            return Err(Some(ProxyError::Unavailable("the upstream answered resources/read with something else".into())));
+            return Err(Some(ProxyError::Unavailable(
+                "the upstream answered resources/read with something else".into(),
+            )));
         };
         for contents in &mut result.contents {
-            if let ResourceContents::TextResourceContents { uri, .. } | ResourceContents::BlobResourceContents { uri, .. } =
-                contents
+            if let ResourceContents::TextResourceContents { uri, .. }
+            | ResourceContents::BlobResourceContents { uri, .. } = contents
             {
                 *uri = surface::exposed_uri(server, prefixed, uri).unwrap_or_else(|| exposed.clone());
             }
@@ -257,13 +259,15 @@ impl Upstreams {
             }
             _ => return Err(None),
         };
-        if !peer.peer_info().is_some_and(|i| i.capabilities.completions.is_some()) {
+        if peer.peer_info().is_none_or(|i| i.capabilities.completions.is_none()) {
             return Ok(CompleteResult::default());
         }
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
         match self.proxied(&connection, peer, ctx, request, exchange).await? {
             ServerResult::CompleteResult(result) => Ok(result),
-            _ => Err(Some(ProxyError::Unavailable("the upstream answered completion/complete with something else".into()))),
+            _ => Err(Some(ProxyError::Unavailable(
+                "the upstream answered completion/complete with something else".into(),
+            ))),
         }
     }
 
@@ -281,10 +285,7 @@ impl Upstreams {
         if !Connection::offers_subscriptions(&peer) {
             return Ok(false);
         }
-        connection
-            .subscribe(&peer, uri, watch.session, watch.peer, exposed)
-            .await
-            .map_err(|e| Some(unavailable(e)))?;
+        connection.subscribe(&peer, uri, watch.session, watch.peer, exposed).await.map_err(|e| Some(unavailable(e)))?;
         Ok(true)
     }
 
