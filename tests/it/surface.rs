@@ -179,8 +179,9 @@ async fn prompts_and_resources(backend: Backend, mode: Mode) {
     assert_eq!((ungranted.code, &ungranted.message), (missing.code, &missing.message));
     let ungranted =
         error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://static-binary")).await);
+    // Missing at the upstream (asked by the owner, whose grant covers it) answers the same.
     let missing =
-        error_of(wanda.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://nothing-here")).await);
+        error_of(olivia.read_resource(ReadResourceRequestParams::new("scopegate://ref/test://nothing-here")).await);
     let foreign = error_of(
         wanda.read_resource(ReadResourceRequestParams::new("scopegate://globex-srv/test://static-text")).await,
     );
@@ -271,6 +272,8 @@ impl ClientHandler for Answering {
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         self.asked.lock().unwrap().push(format!("sampling {}", serde_json::to_string(&params.messages).unwrap()));
+        // A person takes a moment: concurrent calls overlap while they wait.
+        tokio::time::sleep(Duration::from_millis(200)).await;
         Ok(CreateMessageResult::new(SamplingMessage::assistant_text("a sampled answer"), "test-model".to_owned()))
     }
 
