@@ -50,6 +50,21 @@ impl CursorKey {
         Self(hmac::Key::new(hmac::HMAC_SHA256, &bytes))
     }
 
+    /// `value`, sealed: readable by anyone, alterable by nobody without the key.
+    pub fn seal(&self, value: &impl Serialize) -> String {
+        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap_or_default());
+        let tag = URL_SAFE_NO_PAD.encode(hmac::sign(&self.0, body.as_bytes()).as_ref());
+        format!("{body}.{tag}")
+    }
+
+    /// What [`CursorKey::seal`] sealed, if `token` is intact.
+    pub fn unseal<T: serde::de::DeserializeOwned>(&self, token: &str) -> Option<T> {
+        let (body, tag) = token.split_once('.')?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        hmac::verify(&self.0, body.as_bytes(), &tag).ok()?;
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()
+    }
+
     /// The cursor of the page that starts at `offset`.
     pub fn mint(&self, owner: &Owner<'_>, offset: usize) -> String {
         let sealed = Sealed {
@@ -60,17 +75,12 @@ impl CursorKey {
             o: offset,
             x: now_millis() + LIFETIME_MS,
         };
-        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&sealed).unwrap_or_default());
-        let tag = URL_SAFE_NO_PAD.encode(hmac::sign(&self.0, body.as_bytes()).as_ref());
-        format!("{body}.{tag}")
+        self.seal(&sealed)
     }
 
     /// The offset `cursor` stands for, if it is intact, unexpired and `owner`'s.
     pub fn open(&self, owner: &Owner<'_>, cursor: &str) -> Option<usize> {
-        let (body, tag) = cursor.split_once('.')?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        hmac::verify(&self.0, body.as_bytes(), &tag).ok()?;
-        let sealed: Sealed = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
+        let sealed: Sealed = self.unseal(cursor)?;
         let mine = sealed.l == owner.list
             && sealed.t == owner.tenant
             && sealed.u == owner.user

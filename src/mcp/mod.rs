@@ -5,6 +5,7 @@
 mod cursor;
 mod jsonrpc;
 mod registry;
+mod rounds;
 mod server;
 mod session;
 
@@ -59,6 +60,7 @@ pub(crate) fn service(
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::random(),
+        rounds: rounds::Exchanges::default(),
     });
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(Duration::from_secs(config.mcp.session_idle_secs));

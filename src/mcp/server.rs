@@ -20,6 +20,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::cursor::{self, CursorKey};
+use super::rounds;
 use super::registry::ToolSet;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::context::{CallSite, ContextError, McpCallContext};
@@ -28,7 +29,8 @@ use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
 use crate::upstream::runtime::{
-    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Snapshot, UpstreamCall, Upstreams,
+    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Snapshot, UpstreamCall,
+    Upstreams,
     Watch, split_tool_name,
 };
 use crate::upstream::selected::{self, Selection};
@@ -44,8 +46,10 @@ pub(crate) struct Shared {
     pub call_timeout: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
-    /// Seals the aggregated lists' pagination cursors.
+    /// Seals the aggregated lists' pagination cursors and the multi round-trip's states.
     pub cursors: CursorKey,
+    /// Calls of 2026-07-28 callers waiting for an answer (multi round-trip).
+    pub rounds: rounds::Exchanges,
 }
 
 /// The per-session (or, stateless, per-request) MCP handler. It holds the session's selected
@@ -70,7 +74,7 @@ impl GatewayServer {
         ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
     ) -> Result<Arc<Snapshot>, ErrorData> {
-        let caps = RelayCaps::of(&context.peer, ctx.session_id().is_some());
+        let caps = RelayCaps::of(context, ctx.session_id().is_some());
         self.shared.upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), ctx.session_id(), caps).await.map_err(|e| {
             tracing::error!(error = %e, "resolving upstream servers failed");
             ErrorData::internal_error("internal error", None)
@@ -85,6 +89,7 @@ impl GatewayServer {
             peer: context.peer.clone(),
             progress: context.meta.get_progress_token(),
             log_level: Arc::clone(&self.log_level),
+            rounds: None,
             origin: Some(Arc::new(CallOrigin {
                 audit: self.shared.audit.clone(),
                 tenant: ctx.tenant_id(),
@@ -244,6 +249,24 @@ impl GatewayServer {
             other => other.map_err(Some)?,
         }
         .ok_or(None)?;
+        if crate::upstream::routing::by_rounds(context) {
+            // A 2026-07-28 caller: what the upstream asks of it goes by multi round-trip.
+            let binding = rounds::Binding {
+                tenant: ctx.tenant_id().to_string(),
+                user: ctx.user_id().to_string(),
+                tool: request.name.to_string(),
+                arguments: digest::arguments_digest(request.arguments.as_ref()),
+            };
+            let running = match &request.request_state {
+                Some(state) => {
+                    let responses = request.input_responses.as_ref();
+                    self.shared.rounds.resume(&self.shared.cursors, &binding, state, responses).map_err(Some)?
+                }
+                None => self.start_by_rounds(Arc::clone(connection), upstream, ctx, tool, request, context),
+            };
+            let key = &self.shared.cursors;
+            return self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await.map_err(Some);
+        }
         let downstream = self.downstream(ctx, context);
         let call = UpstreamCall {
             tool,
@@ -254,6 +277,30 @@ impl GatewayServer {
         };
         let result = upstreams.call(connection, upstream, ctx, call).await.map_err(Some)?;
         Ok(CallToolResponse::Complete(result))
+    }
+
+    /// Starts a call for a 2026-07-28 caller in a task of its own (it outlives this request
+    /// when the upstream asks the caller something), ended when its exchange is dropped.
+    fn start_by_rounds(
+        &self,
+        connection: Arc<crate::upstream::runtime::Connection>,
+        upstream: crate::upstream::runtime::Upstream,
+        ctx: &McpCallContext,
+        tool: &str,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> rounds::Running {
+        let (sender, receiver) = tokio::sync::mpsc::channel(2);
+        let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (upstreams, ctx, tool) = (Arc::clone(&self.shared.upstreams), ctx.clone(), tool.to_owned());
+        let (arguments, timeout, cancelled) = (request.arguments, self.shared.call_timeout, cancel.clone());
+        tokio::spawn(async move {
+            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled };
+            let result = upstreams.call(&connection, upstream, &ctx, call).await;
+            let _ = sender.send(Round::Done(result)).await;
+        });
+        rounds::Running { rounds: receiver, call: cancel.drop_guard() }
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode,
-    FormElicitationCapability, GetExtensions, GetMeta, Implementation, JsonRpcMessage, JsonRpcNotification,
+    FormElicitationCapability, GetExtensions, GetMeta, Implementation, InputRequest, JsonRpcMessage, JsonRpcNotification,
     ListRootsRequest, ListRootsResult, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerNotification, ServerRequest,
     UrlElicitationCapability,
@@ -48,6 +48,22 @@ pub struct Downstream {
     /// Who made the call, for the audit of the requests the upstream makes of its client
     /// while serving it, and how long those may take.
     pub origin: Option<Arc<CallOrigin>>,
+    /// A caller on protocol 2026-07-28 takes no requests: what the upstream asks of it goes
+    /// here, to be answered by the multi round-trip (`input_required`, SEP-2322).
+    pub rounds: Option<tokio::sync::mpsc::Sender<Round>>,
+}
+
+/// Whether the request is on protocol 2026-07-28, whose client takes no requests from the
+/// server (what the upstream asks of it goes by multi round-trip).
+pub fn by_rounds(context: &rmcp::service::RequestContext<RoleServer>) -> bool {
+    context.protocol_version().is_some_and(|v| v == rmcp::model::ProtocolVersion::V_2026_07_28)
+}
+
+/// What happens next in a call made for a 2026-07-28 caller: the upstream asks its client
+/// something (answered through `answer`), or the call is over.
+pub enum Round {
+    Ask { request: InputRequest, answer: tokio::sync::oneshot::Sender<Value> },
+    Done(Result<rmcp::model::CallToolResult, super::runtime::ProxyError>),
 }
 
 /// Who made a proxied call: what the audit of a relayed sampling, elicitation or roots
@@ -111,16 +127,29 @@ pub struct RelayCaps {
 }
 
 impl RelayCaps {
-    /// What `peer`'s client declared at `initialize` (nothing outside a session: a request
-    /// without one has no channel for requests back to its client).
-    pub fn of(peer: &Peer<RoleServer>, in_session: bool) -> Self {
-        let Some(info) = peer.peer_info().filter(|_| in_session) else { return Self::default() };
-        let modes = peer.supported_elicitation_modes();
+    /// What a client declared: at `initialize` in a session, in the request's own `_meta` on
+    /// protocol 2026-07-28 (answered by the multi round-trip). A request of the older versions
+    /// outside a session declares nothing: it has no channel for requests back to its client.
+    pub fn of(context: &rmcp::service::RequestContext<RoleServer>, in_session: bool) -> Self {
+        let declared = if by_rounds(context) {
+            context.client_capabilities()
+        } else if in_session {
+            context.peer.peer_info().map(|info| info.capabilities.clone())
+        } else {
+            None
+        };
+        let Some(caps) = declared else { return Self::default() };
+        // An elicitation capability that names no mode means form (the older versions' shape).
+        let (form, url) = match &caps.elicitation {
+            Some(e) if e.form.is_none() && e.url.is_none() => (true, false),
+            Some(e) => (e.form.is_some(), e.url.is_some()),
+            None => (false, false),
+        };
         Self {
-            sampling: info.capabilities.sampling.is_some(),
-            elicitation_form: modes.contains(&rmcp::service::ElicitationMode::Form),
-            elicitation_url: modes.contains(&rmcp::service::ElicitationMode::Url),
-            roots: info.capabilities.roots.is_some(),
+            sampling: caps.sampling.is_some(),
+            elicitation_form: form,
+            elicitation_url: url,
+            roots: caps.roots.is_some(),
         }
     }
 
@@ -525,7 +554,8 @@ impl ClientHandler for ProxyClient {
     ) -> Result<CreateMessageResult, ErrorData> {
         let arguments = serde_json::to_value(&params).unwrap_or(Value::Null);
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-        match self.relay("sampling/createMessage", self.caps.sampling, request, arguments, &context).await? {
+        let parse = |v| serde_json::from_value(v).map(|r| ClientResult::CreateMessageResult(Box::new(r)));
+        match self.relay("sampling/createMessage", self.caps.sampling, request, arguments, parse, &context).await? {
             ClientResult::CreateMessageResult(result) => Ok(*result),
             _ => Err(ErrorData::internal_error("the client answered with something else", None)),
         }
@@ -542,7 +572,8 @@ impl ClientHandler for ProxyClient {
         };
         let arguments = serde_json::to_value(&params).unwrap_or(Value::Null);
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-        match self.relay("elicitation/create", declared, request, arguments, &context).await? {
+        let parse = |v| serde_json::from_value(v).map(ClientResult::ElicitResult);
+        match self.relay("elicitation/create", declared, request, arguments, parse, &context).await? {
             ClientResult::ElicitResult(result) => Ok(result),
             _ => Err(ErrorData::internal_error("the client answered with something else", None)),
         }
@@ -550,7 +581,8 @@ impl ClientHandler for ProxyClient {
 
     async fn list_roots(&self, context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
         let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
-        match self.relay("roots/list", self.caps.roots, request, Value::Null, &context).await? {
+        let parse = |v| serde_json::from_value(v).map(ClientResult::ListRootsResult);
+        match self.relay("roots/list", self.caps.roots, request, Value::Null, parse, &context).await? {
             ClientResult::ListRootsResult(result) => Ok(result),
             _ => Err(ErrorData::internal_error("the client answered with something else", None)),
         }
@@ -646,6 +678,7 @@ impl ProxyClient {
         declared: bool,
         request: ServerRequest,
         arguments: Value,
+        parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
         context: &RequestContext<RoleClient>,
     ) -> Result<ClientResult, ErrorData> {
         let refuse = |why: &'static str| {
@@ -687,6 +720,8 @@ impl ProxyClient {
                 ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None),
                 "not_declared",
             ))
+        } else if let Some(rounds) = &target.rounds {
+            ask_by_round(method, rounds, request, parse, origin.timeout, context).await
         } else {
             let options = PeerRequestOptions::with_timeout(origin.timeout);
             let sent = async {
@@ -719,6 +754,37 @@ impl ProxyClient {
             return Err(ErrorData::internal_error("internal error", None));
         }
         outcome.map_err(|(e, _)| e)
+    }
+}
+
+/// Asks a 2026-07-28 caller through the multi round-trip: the request goes out in the call's
+/// `input_required` answer and the client's answer comes back with its retry.
+async fn ask_by_round(
+    method: &str,
+    rounds: &tokio::sync::mpsc::Sender<Round>,
+    request: ServerRequest,
+    parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
+    timeout: Duration,
+    context: &RequestContext<RoleClient>,
+) -> Result<ClientResult, (ErrorData, &'static str)> {
+    let request = match request {
+        ServerRequest::CreateMessageRequest(r) => InputRequest::CreateMessage(r),
+        ServerRequest::ElicitRequest(r) => InputRequest::Elicitation(r),
+        ServerRequest::ListRootsRequest(r) => InputRequest::ListRoots(r),
+        _ => return Err((ErrorData::invalid_request(format!("{method} can't be asked"), None), "invalid")),
+    };
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let gone = || (ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable");
+    rounds.send(Round::Ask { request, answer }).await.map_err(|_| gone())?;
+    tokio::select! {
+        answer = tokio::time::timeout(timeout, answered) => match answer {
+            Ok(Ok(value)) => parse(value).map_err(|e| {
+                (ErrorData::invalid_params(format!("{method}: the client's answer does not fit: {e}"), None), "client_error")
+            }),
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout")),
+        },
+        () = context.ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
     }
 }
 

@@ -40,7 +40,7 @@ use crate::store::{Db, StoreError, TenantId, UserId, now_millis};
 
 pub use super::connection::{Connection, ConnectionAuth, Upstream};
 use super::routing::forward_progress;
-pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps};
+pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round};
 pub use super::snapshot::Snapshot;
 
 /// Separates the server from the tool in an upstream tool's name: `server__tool`.

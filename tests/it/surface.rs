@@ -470,3 +470,80 @@ async fn exact_routing_over_http(backend: Backend) {
 }
 
 both_dbs!(surface_routes_an_http_upstreams_traffic_to_its_call, exact_routing_over_http);
+
+/// rmcp's client on protocol 2026-07-28 with `handler`.
+async fn modern<H: ClientHandler>(surface: &Surface, subject: &str, handler: H) -> RunningService<RoleClient, H> {
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let transport = StreamableHttpClientTransport::with_client(
+        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+        StreamableHttpClientTransportConfig::with_uri(surface.live.url()).auth_header(surface.live.token_for(subject)),
+    );
+    let lifecycle =
+        ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
+    handler.serve_with_lifecycle(transport, lifecycle).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
+}
+
+fn params(tool: &str, args: Value) -> rmcp::model::CallToolRequestParams {
+    rmcp::model::CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().cloned().unwrap())
+}
+
+/// A 2026-07-28 caller takes no requests: an upstream's sampling or elicitation in the middle
+/// of a call reaches it as an `input_required` answer, and its retry (answers and the echoed
+/// `requestState`) goes on with the call. A forged, foreign, mismatched or replayed
+/// `requestState` is refused and changes nothing.
+async fn multi_round_trip(backend: Backend) {
+    use rmcp::model::CallToolResponse;
+    let surface = Surface::with_ref(backend, Mode::Session).await;
+    let answering = Answering::default();
+    let olivia = modern(&surface, "olivia@acme.test", answering.clone()).await;
+
+    // rmcp's client drives the rounds itself through its handler.
+    // (`RunningService::call_tool` drives them; the `Peer`'s does not.)
+    let result = olivia.call_tool(params("ref__test_sampling", json!({"prompt": "asked by rounds"}))).await.unwrap();
+    assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
+    let result =
+        olivia.call_tool(params("ref__test_elicitation", json!({"message": "rounds, who are you?"}))).await.unwrap();
+    assert!(text_of(&result).contains("olivia"), "{result:?}");
+    let asked = answering.asked.lock().unwrap().clone();
+    assert!(asked.iter().any(|a| a.contains("asked by rounds")), "{asked:?}");
+
+    // One round by hand.
+    let args = json!({"prompt": "by hand"});
+    let first = olivia.call_tool_once(params("ref__test_sampling", args.clone())).await.unwrap();
+    let CallToolResponse::InputRequired(first) = first else { panic!("input_required expected: {first:?}") };
+    let state = first.request_state.clone().expect("a requestState");
+    let requests = serde_json::to_value(first.input_requests.as_ref().unwrap()).unwrap();
+    assert_eq!(requests["input"]["method"], "sampling/createMessage", "{requests}");
+    assert!(requests.to_string().contains("by hand"));
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "answered by hand"}, "model": "m"});
+    let retry = |state: &str, args: Value| {
+        let mut p = params("ref__test_sampling", args);
+        p.request_state = Some(state.to_owned());
+        p.input_responses = Some([("input".to_owned(), answer.clone())].into_iter().collect());
+        p
+    };
+    let refused = |result: Result<CallToolResponse, ServiceError>| {
+        let e = error_of(result);
+        assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{e:?}");
+        assert!(e.message.contains("requestState"), "{e:?}");
+    };
+    // Forged (altered), for other arguments, by another user: refused, and the exchange waits on.
+    let mut forged = state.clone();
+    forged.insert(3, if forged.as_bytes()[3] == b'A' { 'B' } else { 'A' });
+    refused(olivia.call_tool_once(retry(&forged, args.clone())).await);
+    refused(olivia.call_tool_once(retry(&state, json!({"prompt": "something else"}))).await);
+    let wanda = modern(&surface, "wanda@acme.test", Answering::default()).await;
+    refused(wanda.call_tool_once(retry(&state, args.clone())).await);
+    // The caller's own retry goes on with the call; a replay of the same state is refused.
+    let done = olivia.call_tool_once(retry(&state, args.clone())).await.unwrap();
+    let CallToolResponse::Complete(done) = done else { panic!("the call's result expected: {done:?}") };
+    assert!(text_of(&done).contains("answered by hand"), "{done:?}");
+    refused(olivia.call_tool_once(retry(&state, args)).await);
+
+    let rows = surface.audited("ref:sampling").await;
+    assert!(rows.iter().filter(|(_, o, _)| o == "ok").count() >= 2, "{rows:?}");
+    olivia.cancel().await.unwrap();
+    wanda.cancel().await.unwrap();
+}
+
+both_dbs!(surface_multi_round_trip_for_2026_callers, multi_round_trip);

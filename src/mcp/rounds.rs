@@ -1,0 +1,150 @@
+//! Multi round-trip requests (SEP-2322) for callers on protocol 2026-07-28, who take no
+//! requests from the server. The gateway's upstream connections speak the older versions, so
+//! an upstream asks its client (sampling, elicitation, roots) with an ordinary request in the
+//! middle of a call. The rule that translates between the two:
+//!
+//! - The call runs in a task of its own. When the upstream asks, the caller's `tools/call` is
+//!   answered `input_required` with that one request (key `input`) and a `requestState`; the
+//!   upstream's request stays open, waiting.
+//! - The caller retries the same `tools/call` (same name, same arguments) with its answer under
+//!   `inputResponses.input` and the `requestState` echoed. The answer goes to the upstream as
+//!   the answer of its request, and the retry gets what happens next: the call's result, or
+//!   the next question (with a new `requestState`).
+//!
+//! The `requestState` is sealed (HMAC-SHA256, a key of this process) and names the waiting
+//! exchange, the tenant, the user, the tool, the digest of the arguments and an expiry. A
+//! forged, altered or expired one, one presented by another caller or for another tool or
+//! arguments, or one already used, is refused (-32602) and changes nothing; a waiting exchange
+//! nobody resumes ends at its expiry (the upstream's request fails, and so its call). An
+//! exchange lives in the replica that started it: a retry that reaches another is refused.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResponse, InputRequiredResult, InputResponses};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::DropGuard;
+
+use super::cursor::CursorKey;
+use crate::store::now_millis;
+use crate::upstream::runtime::{ProxyError, Round};
+
+/// The key of the one request an `input_required` answer carries.
+const INPUT_KEY: &str = "input";
+
+/// Who and what a `requestState` was issued for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub tenant: String,
+    pub user: String,
+    pub tool: String,
+    pub arguments: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct State {
+    id: String,
+    #[serde(flatten)]
+    binding: Binding,
+    exp: i64,
+}
+
+/// A call waiting for its caller's answer.
+struct Waiting {
+    binding: Binding,
+    expires_ms: i64,
+    rounds: mpsc::Receiver<Round>,
+    answer: oneshot::Sender<Value>,
+    /// Cancels the call when the exchange is dropped unanswered.
+    _call: DropGuard,
+}
+
+/// The exchanges waiting for an answer, in this process.
+#[derive(Default)]
+pub struct Exchanges {
+    waiting: Mutex<HashMap<String, Waiting>>,
+}
+
+/// A running call's side of the exchange: its rounds and what cancels it.
+pub struct Running {
+    pub rounds: mpsc::Receiver<Round>,
+    pub call: DropGuard,
+}
+
+fn refused(why: &str) -> ProxyError {
+    ProxyError::Upstream(ErrorData::invalid_params(format!("invalid requestState: {why}"), None))
+}
+
+impl Exchanges {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the call does next, as the answer to this round: its result, or its next question
+    /// (the exchange then waits for the retry, at most `timeout`).
+    pub async fn next(
+        &self,
+        key: &CursorKey,
+        binding: Binding,
+        mut running: Running,
+        timeout: Duration,
+    ) -> Result<CallToolResponse, ProxyError> {
+        let round = match tokio::time::timeout(timeout, running.rounds.recv()).await {
+            Ok(Some(round)) => round,
+            Ok(None) => return Err(ProxyError::Unavailable("the call ended without an answer".to_owned())),
+            Err(_) => return Err(ProxyError::Timeout),
+        };
+        match round {
+            Round::Done(result) => result.map(CallToolResponse::Complete),
+            Round::Ask { request, answer } => {
+                let id = uuid::Uuid::new_v4().to_string();
+                let expires_ms = now_millis() + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
+                let state = key.seal(&State { id: id.clone(), binding: binding.clone(), exp: expires_ms });
+                let waiting =
+                    Waiting { binding, expires_ms, rounds: running.rounds, answer, _call: running.call };
+                let mut all = self.lock();
+                let now = now_millis();
+                all.retain(|_, w| w.expires_ms > now);
+                all.insert(id, waiting);
+                let requests = [(INPUT_KEY.to_owned(), request)].into_iter().collect();
+                Ok(CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(state))))
+            }
+        }
+    }
+
+    /// A retry: the exchange its `requestState` names, if the state is intact, unexpired,
+    /// unused and the caller's own for this tool and these arguments; the answer goes to the
+    /// upstream and the call goes on.
+    pub fn resume(
+        &self,
+        key: &CursorKey,
+        binding: &Binding,
+        state: &str,
+        responses: Option<&InputResponses>,
+    ) -> Result<Running, ProxyError> {
+        let state: State = key.unseal(state).ok_or_else(|| refused("not one the gateway issued"))?;
+        if state.exp <= now_millis() {
+            self.lock().remove(&state.id);
+            return Err(refused("expired"));
+        }
+        if &state.binding != binding {
+            return Err(refused("issued for another caller, tool or arguments"));
+        }
+        let answer = responses
+            .and_then(|r| r.get(INPUT_KEY))
+            .cloned()
+            .ok_or_else(|| ProxyError::Upstream(ErrorData::invalid_params("inputResponses.input is missing", None)))?;
+        let waiting = self.lock().remove(&state.id).ok_or_else(|| refused("already used, or unknown here"))?;
+        if waiting.binding != *binding {
+            return Err(refused("issued for another caller, tool or arguments"));
+        }
+        if waiting.answer.send(answer).is_err() {
+            return Err(ProxyError::Unavailable("the call ended".to_owned()));
+        }
+        Ok(Running { rounds: waiting.rounds, call: waiting._call })
+    }
+}
