@@ -55,7 +55,6 @@ struct State {
 
 /// A call waiting for its caller's answer.
 struct Waiting {
-    binding: Binding,
     expires_ms: i64,
     rounds: mpsc::Receiver<Round>,
     answer: oneshot::Sender<Value>,
@@ -104,8 +103,7 @@ impl Exchanges {
                 let id = uuid::Uuid::new_v4().to_string();
                 let expires_ms = now_millis() + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
                 let state = key.seal(&State { id: id.clone(), binding: binding.clone(), exp: expires_ms });
-                let waiting =
-                    Waiting { binding, expires_ms, rounds: running.rounds, answer, _call: running.call };
+                let waiting = Waiting { expires_ms, rounds: running.rounds, answer, _call: running.call };
                 let mut all = self.lock();
                 let now = now_millis();
                 all.retain(|_, w| w.expires_ms > now);
@@ -139,9 +137,6 @@ impl Exchanges {
             .cloned()
             .ok_or_else(|| ProxyError::Upstream(ErrorData::invalid_params("inputResponses.input is missing", None)))?;
         let waiting = self.lock().remove(&state.id).ok_or_else(|| refused("already used, or unknown here"))?;
-        if waiting.binding != *binding {
-            return Err(refused("issued for another caller, tool or arguments"));
-        }
         if waiting.answer.send(answer).is_err() {
             return Err(ProxyError::Unavailable("the call ended".to_owned()));
         }

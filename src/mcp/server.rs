@@ -20,8 +20,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::cursor::{self, CursorKey};
-use super::rounds;
 use super::registry::ToolSet;
+use super::rounds;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::context::{CallSite, ContextError, McpCallContext};
 use crate::identity::{SESSION_HEADER, SessionRegistry};
@@ -30,8 +30,7 @@ use crate::store::Db;
 use crate::telemetry::metrics;
 use crate::upstream::runtime::{
     CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Snapshot, UpstreamCall,
-    Upstreams,
-    Watch, split_tool_name,
+    Upstreams, Watch, split_tool_name,
 };
 use crate::upstream::selected::{self, Selection};
 use crate::upstream::surface;

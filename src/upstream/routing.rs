@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode,
-    FormElicitationCapability, GetExtensions, GetMeta, Implementation, InputRequest, JsonRpcMessage, JsonRpcNotification,
-    ListRootsRequest, ListRootsResult, ProgressNotificationParam, ProgressToken, RequestId,
+    FormElicitationCapability, GetExtensions, GetMeta, Implementation, InputRequest, JsonRpcMessage,
+    JsonRpcNotification, ListRootsRequest, ListRootsResult, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerNotification, ServerRequest,
     UrlElicitationCapability,
 };
