@@ -193,25 +193,14 @@ async fn jwks_server(signer: Arc<AssertionSigner>) -> (String, Arc<AtomicUsize>)
 async fn fixture_http_reports_headers_and_caches_the_jwks() {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use tokio::io::AsyncBufReadExt;
 
     scopegate::http::install_tls_provider();
     let issuer = "http://gateway.test";
     let signer = Arc::new(AssertionSigner::new(issuer, Duration::from_secs(60)).unwrap());
     let (jwks_url, hits) = jwks_server(Arc::clone(&signer)).await;
 
-    let mut child = tokio::process::Command::new(FIXTURE)
-        .args(["http", "127.0.0.1:0"])
-        .env("FIXTURE_JWKS_URL", &jwks_url)
-        .env("FIXTURE_SERVER_ID", "notes")
-        .env("FIXTURE_ISSUER", issuer)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).await.unwrap();
-    let addr = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {first:?}")).to_owned();
+    let env = [("FIXTURE_JWKS_URL", jwks_url.as_str()), ("FIXTURE_SERVER_ID", "notes"), ("FIXTURE_ISSUER", issuer)];
+    let (mut child, addr) = crate::support::fixture_http(&["http", "127.0.0.1:0"], &env).await;
 
     let caller = AssertedCaller {
         tenant: "acme".into(),

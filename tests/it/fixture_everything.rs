@@ -130,18 +130,8 @@ async fn everything_notifies_a_subscriber_of_the_watched_resource() {
 async fn everything_http_answers_test_reconnection_on_the_resumed_stream() {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use tokio::io::AsyncBufReadExt;
-
     scopegate::http::install_tls_provider();
-    let mut child = tokio::process::Command::new(FIXTURE)
-        .args(["everything", "http", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).await.unwrap();
-    let addr = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {first:?}")).to_owned();
+    let (_child, addr) = crate::support::fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
 
     let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"));
     let client = ().serve(StreamableHttpClientTransport::with_client(reqwest::Client::new(), config)).await.unwrap();

@@ -332,3 +332,20 @@ impl Probe {
 
 /// Convenience: the admin module's functions, for tests that set up data.
 pub use scopegate::store::admin as admin_fns;
+
+/// Starts the fixture upstream with `args` (an HTTP mode listening on `127.0.0.1:0`) and
+/// `env`; returns the child (killed when dropped) and the address it printed.
+pub async fn fixture_http(args: &[&str], env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_scopegate-fixture-upstream"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).await.unwrap();
+    let addr = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {first:?}")).to_owned();
+    (child, addr)
+}

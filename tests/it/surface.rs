@@ -319,6 +319,8 @@ async fn requests_of_the_client(backend: Backend) {
     assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
     let result = call(&olivia, "ref__test_elicitation", json!({"message": "who are you?"})).await.unwrap();
     assert!(text_of(&result).contains("olivia"), "{result:?}");
+    let result = call(&olivia, "ref__list_client_roots", json!({})).await.unwrap();
+    assert_eq!(text_of(&result), "roots: file:///work/project", "{result:?}");
     let asked = answering.asked.lock().unwrap().clone();
     assert!(asked.iter().any(|a| a.starts_with("sampling") && a.contains("hello from the test")), "{asked:?}");
     assert!(asked.iter().any(|a| a.starts_with("elicitation") && a.contains("who are you?")), "{asked:?}");
@@ -334,6 +336,7 @@ async fn requests_of_the_client(backend: Backend) {
     let rows = surface.audited("ref:").await;
     assert!(rows.iter().any(|(t, o, _)| t == "ref:sampling/createMessage" && o == "ok"), "{rows:?}");
     assert!(rows.iter().any(|(t, o, _)| t == "ref:elicitation/create" && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(t, o, _)| t == "ref:roots/list" && o == "ok"), "{rows:?}");
     olivia.cancel().await.unwrap();
     plain.cancel().await.unwrap();
 }
@@ -434,17 +437,8 @@ both_dbs!(surface_pages_are_sealed_to_their_session, pagination);
 /// (over stdio the same would be refused, never guessed). The reference upstream is built on
 /// rmcp, which sends log lines on its session's own stream: those keep the conservative rule.
 async fn exact_routing_over_http(backend: Backend) {
-    use tokio::io::AsyncBufReadExt;
     let surface = Surface::start(backend, Mode::Session).await;
-    let mut child = tokio::process::Command::new(FIXTURE)
-        .args(["everything", "http", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).await.unwrap();
-    let addr = first.trim().strip_prefix("listening on ").unwrap().to_owned();
+    let (_child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
     let declaration = json!({"url": format!("http://{addr}/mcp")});
     let mut tx = surface.live.db.begin().await.unwrap();
     entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/web", &declaration).await.unwrap();
