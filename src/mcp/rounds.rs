@@ -3,11 +3,11 @@
 //! an upstream asks its client (sampling, elicitation, roots) with an ordinary request in the
 //! middle of a call. The rule that translates between the two:
 //!
-//! - The call runs in a task of its own. When the upstream asks, the caller's `tools/call` is
-//!   answered `input_required` with that one request (key `input`) and a `requestState`; the
-//!   upstream's request stays open, waiting.
-//! - The caller retries the same `tools/call` (same name, same arguments) with its answer under
-//!   `inputResponses.input` and the `requestState` echoed. The answer goes to the upstream as
+//! - The request (`tools/call`, `prompts/get`, `resources/read`) runs in a task of its own.
+//!   When the upstream asks, the caller's request is answered `input_required` with that one
+//!   request (key `input`) and a `requestState`; the upstream's request stays open, waiting.
+//! - The caller retries the same request (same name or URI, same arguments) with its answer
+//!   under `inputResponses.input` and the `requestState` echoed. The answer goes to the upstream as
 //!   the answer of its request, and the retry gets what happens next: the call's result, or
 //!   the next question (with a new `requestState`).
 //!
@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResponse, InputRequiredResult, InputResponses};
+use rmcp::model::{InputRequiredResult, InputResponses, ServerResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -68,6 +68,12 @@ pub struct Exchanges {
     waiting: Mutex<HashMap<String, Waiting>>,
 }
 
+/// The answer to one round: the request's result, or a question for the caller.
+pub enum Next {
+    Done(ServerResult),
+    Input(InputRequiredResult),
+}
+
 /// A running call's side of the exchange: its rounds and what cancels it.
 pub struct Running {
     pub rounds: mpsc::Receiver<Round>,
@@ -83,22 +89,22 @@ impl Exchanges {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// What the call does next, as the answer to this round: its result, or its next question
-    /// (the exchange then waits for the retry, at most `timeout`).
+    /// What the request does next, as the answer to this round: its result, or its next
+    /// question (the exchange then waits for the retry, at most `timeout`).
     pub async fn next(
         &self,
         key: &CursorKey,
         binding: Binding,
         mut running: Running,
         timeout: Duration,
-    ) -> Result<CallToolResponse, ProxyError> {
+    ) -> Result<Next, ProxyError> {
         let round = match tokio::time::timeout(timeout, running.rounds.recv()).await {
             Ok(Some(round)) => round,
             Ok(None) => return Err(ProxyError::Unavailable("the call ended without an answer".to_owned())),
             Err(_) => return Err(ProxyError::Timeout),
         };
         match round {
-            Round::Done(result) => result.map(CallToolResponse::Complete),
+            Round::Done(result) => result.map(Next::Done),
             Round::Ask { request, answer } => {
                 let id = uuid::Uuid::new_v4().to_string();
                 let expires_ms = now_millis() + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
@@ -109,7 +115,7 @@ impl Exchanges {
                 all.retain(|_, w| w.expires_ms > now);
                 all.insert(id, waiting);
                 let requests = [(INPUT_KEY.to_owned(), request)].into_iter().collect();
-                Ok(CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(state))))
+                Ok(Next::Input(InputRequiredResult::new(Some(requests), Some(state))))
             }
         }
     }

@@ -14,7 +14,7 @@ use rmcp::model::{
     ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
+    ServerConfig, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -250,21 +250,21 @@ impl GatewayServer {
         .ok_or(None)?;
         if crate::upstream::routing::by_rounds(context) {
             // A 2026-07-28 caller: what the upstream asks of it goes by multi round-trip.
-            let binding = rounds::Binding {
-                tenant: ctx.tenant_id().to_string(),
-                user: ctx.user_id().to_string(),
-                tool: request.name.to_string(),
-                arguments: digest::arguments_digest(request.arguments.as_ref()),
+            let binding = self.binding(ctx, request.name.to_string(), request.arguments.as_ref());
+            let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
+            let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
+            let (tool, arguments) = (tool.to_owned(), request.arguments);
+            let start = move |exchange: Exchange| async move {
+                let Exchange { downstream, timeout, cancelled } = exchange;
+                let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled };
+                let result = upstreams.call(&connection, upstream, &call_ctx, call).await;
+                result.map(ServerResult::CallToolResult).map_err(Some)
             };
-            let running = match &request.request_state {
-                Some(state) => {
-                    let responses = request.input_responses.as_ref();
-                    self.shared.rounds.resume(&self.shared.cursors, &binding, state, responses).map_err(Some)?
-                }
-                None => self.start_by_rounds(Arc::clone(connection), upstream, ctx, tool, request, context),
+            return match self.by_rounds(ctx, context, binding, state.as_deref(), responses.as_ref(), start).await? {
+                rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
+                rounds::Next::Done(ServerResult::CallToolResult(result)) => Ok(CallToolResponse::Complete(result)),
+                rounds::Next::Done(_) => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
             };
-            let key = &self.shared.cursors;
-            return self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await.map_err(Some);
         }
         let downstream = self.downstream(ctx, context);
         let call = UpstreamCall {
@@ -278,28 +278,59 @@ impl GatewayServer {
         Ok(CallToolResponse::Complete(result))
     }
 
-    /// Starts a call for a 2026-07-28 caller in a task of its own (it outlives this request
-    /// when the upstream asks the caller something), ended when its exchange is dropped.
-    fn start_by_rounds(
+    /// What binds a multi round-trip's `requestState`: the caller, the request's item and
+    /// the digest of its arguments.
+    fn binding(
         &self,
-        connection: Arc<crate::upstream::runtime::Connection>,
-        upstream: crate::upstream::runtime::Upstream,
         ctx: &McpCallContext,
-        tool: &str,
-        request: CallToolRequestParams,
+        item: String,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> rounds::Binding {
+        rounds::Binding {
+            tenant: ctx.tenant_id().to_string(),
+            user: ctx.user_id().to_string(),
+            tool: item,
+            arguments: digest::arguments_digest(arguments),
+        }
+    }
+
+    /// A request of a 2026-07-28 caller: starts `start` in a task of its own (it outlives this
+    /// request when the upstream asks the caller something; it ends when its exchange is
+    /// dropped), or, with a `requestState`, resumes the exchange it names; returns what
+    /// happens next. `Err(None)`: nothing of that name for this caller.
+    async fn by_rounds<F>(
+        &self,
+        ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
-    ) -> rounds::Running {
-        let (sender, receiver) = tokio::sync::mpsc::channel(2);
-        let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let (upstreams, ctx, tool) = (Arc::clone(&self.shared.upstreams), ctx.clone(), tool.to_owned());
-        let (arguments, timeout, cancelled) = (request.arguments, self.shared.call_timeout, cancel.clone());
-        tokio::spawn(async move {
-            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled };
-            let result = upstreams.call(&connection, upstream, &ctx, call).await;
-            let _ = sender.send(Round::Done(result)).await;
-        });
-        rounds::Running { rounds: receiver, call: cancel.drop_guard() }
+        binding: rounds::Binding,
+        state: Option<&str>,
+        responses: Option<&rmcp::model::InputResponses>,
+        start: impl FnOnce(Exchange) -> F,
+    ) -> Result<rounds::Next, Option<ProxyError>>
+    where
+        F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
+    {
+        let key = &self.shared.cursors;
+        let running = match state {
+            Some(state) => self.shared.rounds.resume(key, &binding, state, responses).map_err(Some)?,
+            None => {
+                let (sender, receiver) = tokio::sync::mpsc::channel(2);
+                let cancel = tokio_util::sync::CancellationToken::new();
+                let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
+                let exchange = Exchange { downstream, timeout: self.shared.call_timeout, cancelled: cancel.clone() };
+                let work = start(exchange);
+                tokio::spawn(async move {
+                    let result = work.await.map_err(|e| e.unwrap_or(ProxyError::NotFound));
+                    let _ = sender.send(Round::Done(result)).await;
+                });
+                rounds::Running { rounds: receiver, call: cancel.drop_guard() }
+            }
+        };
+        match self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await {
+            Ok(next) => Ok(next),
+            Err(ProxyError::NotFound) => Err(None),
+            Err(e) => Err(Some(e)),
+        }
     }
 }
 
@@ -570,11 +601,26 @@ impl ServerHandler for GatewayServer {
         let arguments = request.arguments.clone();
         let result = async {
             let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            self.shared.upstreams.get_prompt(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
+            if !crate::upstream::routing::by_rounds(&context) {
+                let exchange = self.exchange(&ctx, &context);
+                let result = self.shared.upstreams.get_prompt(&snapshot, request, &ctx, exchange).await;
+                return result.map(GetPromptResponse::Complete);
+            }
+            let binding = self.binding(&ctx, item.clone(), arguments.as_ref());
+            let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
+            let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
+            let start = move |exchange| async move {
+                let result = upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await;
+                result.map(ServerResult::GetPromptResult)
+            };
+            match self.by_rounds(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
+                rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
+                rounds::Next::Done(ServerResult::GetPromptResult(r)) => Ok(GetPromptResponse::Complete(r)),
+                rounds::Next::Done(_) => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+            }
         }
         .await;
-        let result = self.audited(&ctx, &context, item, arguments.as_ref(), result, not_found_prompt).await?;
-        Ok(GetPromptResponse::Complete(result))
+        self.audited(&ctx, &context, item, arguments.as_ref(), result, not_found_prompt).await
     }
 
     async fn read_resource(
@@ -588,13 +634,28 @@ impl ServerHandler for GatewayServer {
         arguments.insert("uri".to_owned(), serde_json::Value::String(uri.clone()));
         let result = async {
             let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            self.shared.upstreams.read_resource(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
+            if !crate::upstream::routing::by_rounds(&context) {
+                let exchange = self.exchange(&ctx, &context);
+                let result = self.shared.upstreams.read_resource(&snapshot, request, &ctx, exchange).await;
+                return result.map(ReadResourceResponse::Complete);
+            }
+            let binding = self.binding(&ctx, format!("resources/read {uri}"), None);
+            let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
+            let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
+            let start = move |exchange| async move {
+                let result = upstreams.read_resource(&snapshot, request, &call_ctx, exchange).await;
+                result.map(ServerResult::ReadResourceResult)
+            };
+            match self.by_rounds(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
+                rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
+                rounds::Next::Done(ServerResult::ReadResourceResult(r)) => Ok(ReadResourceResponse::Complete(r)),
+                rounds::Next::Done(_) => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+            }
         }
         .await;
         let not_found = || not_found_resource(&uri);
         let item = "resources/read".to_owned();
-        let result = self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await?;
-        Ok(ReadResourceResponse::Complete(result))
+        self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await
     }
 
     async fn complete(

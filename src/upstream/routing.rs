@@ -63,7 +63,7 @@ pub fn by_rounds(context: &rmcp::service::RequestContext<RoleServer>) -> bool {
 /// something (answered through `answer`), or the call is over.
 pub enum Round {
     Ask { request: InputRequest, answer: tokio::sync::oneshot::Sender<Value> },
-    Done(Result<rmcp::model::CallToolResult, super::runtime::ProxyError>),
+    Done(Result<rmcp::model::ServerResult, super::runtime::ProxyError>),
 }
 
 /// Who made a proxied call: what the audit of a relayed sampling, elicitation or roots

@@ -62,6 +62,10 @@ pub enum ProxyError {
     /// The server needs an OAuth login; `link` starts one when the caller may log in.
     #[error("server `{server}` needs a login")]
     LoginNeeded { server: String, link: Option<String> },
+    /// Nothing of that name for this caller (carried across a multi round-trip's task; the
+    /// caller is answered exactly as for a name that does not exist).
+    #[error("not found")]
+    NotFound,
 }
 
 impl ProxyError {
@@ -73,6 +77,7 @@ impl ProxyError {
             Self::Upstream(_) => "upstream_error",
             Self::Assertion => "internal",
             Self::LoginNeeded { .. } => "login_needed",
+            Self::NotFound => "not_found",
         }
     }
 
@@ -84,7 +89,7 @@ impl ProxyError {
             Self::Timeout => ErrorData::internal_error("tool call timed out", None),
             Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
             Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
-            Self::Assertion => ErrorData::internal_error("internal error", None),
+            Self::Assertion | Self::NotFound => ErrorData::internal_error("internal error", None),
             Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(
                 format!("server `{server}` needs a login: open {link} in a browser to log in, then call again"),
                 Some(json!({ "loginUrl": link, "server": server })),

@@ -534,8 +534,15 @@ async fn multi_round_trip(backend: Backend) {
     assert!(text_of(&done).contains("answered by hand"), "{done:?}");
     refused(olivia.call_tool_once(retry(&state, args)).await);
 
+    // prompts/get takes the multi round-trip too (rmcp's client drives it).
+    let mut prompt = GetPromptRequestParams::new("ref__sampled_prompt");
+    prompt.arguments = json!({"topic": "prompt by rounds"}).as_object().cloned();
+    let rendered = serde_json::to_string(&olivia.get_prompt(prompt).await.unwrap()).unwrap();
+    assert!(rendered.contains("a sampled answer"), "{rendered}");
+    assert!(answering.asked.lock().unwrap().iter().any(|a| a.contains("prompt by rounds")));
+
     let rows = surface.audited("ref:sampling").await;
-    assert!(rows.iter().filter(|(_, o, _)| o == "ok").count() >= 2, "{rows:?}");
+    assert!(rows.iter().filter(|(_, o, _)| o == "ok").count() >= 3, "{rows:?}");
     olivia.cancel().await.unwrap();
     wanda.cancel().await.unwrap();
 }

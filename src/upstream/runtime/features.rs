@@ -188,6 +188,8 @@ impl Upstreams {
             return Err(None);
         }
         params.name = name;
+        // The caller's multi round-trip state is the gateway's, never the upstream's.
+        (params.request_state, params.input_responses) = (None, None);
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         match self.proxied(&connection, peer, ctx, request, exchange).await? {
             ServerResult::GetPromptResult(result) => Ok(result),
@@ -210,6 +212,7 @@ impl Upstreams {
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
         let prefixed = snapshot.prefixed(server) != Some(false);
         params.uri = uri.to_owned();
+        (params.request_state, params.input_responses) = (None, None);
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
         let answer = match self.proxied(&connection, peer, ctx, request, exchange).await {
             Err(Some(ProxyError::Upstream(e))) if e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND => {
