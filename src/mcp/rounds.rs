@@ -70,7 +70,7 @@ pub struct Exchanges {
 
 /// The answer to one round: the request's result, or a question for the caller.
 pub enum Next {
-    Done(ServerResult),
+    Done(Box<ServerResult>),
     Input(InputRequiredResult),
 }
 
@@ -104,7 +104,7 @@ impl Exchanges {
             Err(_) => return Err(ProxyError::Timeout),
         };
         match round {
-            Round::Done(result) => result.map(Next::Done),
+            Round::Done(result) => result.map(|r| Next::Done(Box::new(r))),
             Round::Ask { request, answer } => {
                 let id = uuid::Uuid::new_v4().to_string();
                 let expires_ms = now_millis() + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);

@@ -262,8 +262,10 @@ impl GatewayServer {
             };
             return match self.by_rounds(ctx, context, binding, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
-                rounds::Next::Done(ServerResult::CallToolResult(result)) => Ok(CallToolResponse::Complete(result)),
-                rounds::Next::Done(_) => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                rounds::Next::Done(done) => match *done {
+                    ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                    _ => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                },
             };
         }
         let downstream = self.downstream(ctx, context);
@@ -615,8 +617,10 @@ impl ServerHandler for GatewayServer {
             };
             match self.by_rounds(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
-                rounds::Next::Done(ServerResult::GetPromptResult(r)) => Ok(GetPromptResponse::Complete(r)),
-                rounds::Next::Done(_) => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                rounds::Next::Done(done) => match *done {
+                    ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
+                    _ => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                },
             }
         }
         .await;
@@ -648,8 +652,10 @@ impl ServerHandler for GatewayServer {
             };
             match self.by_rounds(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
-                rounds::Next::Done(ServerResult::ReadResourceResult(r)) => Ok(ReadResourceResponse::Complete(r)),
-                rounds::Next::Done(_) => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                rounds::Next::Done(done) => match *done {
+                    ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+                    _ => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                },
             }
         }
         .await;
