@@ -264,7 +264,7 @@ impl GatewayServer {
                 rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
-                    _ => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                    _ => Err(Some(other_kind())),
                 },
             };
         }
@@ -395,6 +395,11 @@ pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool 
 /// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
 fn unknown_tool() -> ErrorData {
     ErrorData::invalid_params("tool not found", None)
+}
+
+/// An upstream that answered a request with the result of another.
+fn other_kind() -> ProxyError {
+    ProxyError::Unavailable("the upstream answered with a result of another kind".to_owned())
 }
 
 /// A prompt that does not exist for the caller, granted or not.
@@ -619,7 +624,7 @@ impl ServerHandler for GatewayServer {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
-                    _ => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                    _ => Err(Some(other_kind())),
                 },
             }
         }
@@ -654,7 +659,7 @@ impl ServerHandler for GatewayServer {
                 rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
-                    _ => Err(Some(ProxyError::Unavailable("an answer of another kind".to_owned()))),
+                    _ => Err(Some(other_kind())),
                 },
             }
         }
