@@ -7,7 +7,9 @@
 //! makes proxied calls; `client` carries the per-call identity assertion to Streamable HTTP
 //! upstreams in a header. `exchange` is one bounded HTTP exchange over this host's network,
 //! and `oauth_http` the OAuth HTTP client of an executor: this host's network for the local
-//! one, the agent's (a Fetch channel) for a remote one.
+//! one, the agent's (a Fetch channel) for a remote one. `surface` names upstream tools, prompts
+//! and resources for clients and routes them back; `catalog` keeps a connection's lists, the
+//! sessions that follow them and resource subscriptions.
 
 pub mod catalog;
 pub mod client;

@@ -9,7 +9,6 @@
 //! keyed by tenant, so sessions of different tenants never share one.
 
 use std::collections::{BTreeMap, HashMap};
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,9 +19,6 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
     ClientRequest, JsonObject, RequestMetaObject, ServerResult, Tool,
 };
-
-mod features;
-pub use features::Watch;
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +38,9 @@ pub use super::connection::{Connection, ConnectionAuth, Upstream};
 use super::routing::forward_progress;
 pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round};
 pub use super::snapshot::Snapshot;
+
+mod features;
+pub use features::Watch;
 
 /// Separates the server from the tool in an upstream tool's name: `server__tool`.
 pub const NAME_SEPARATOR: &str = "__";
