@@ -114,6 +114,9 @@ pub struct OAuthSpec {
 pub struct ServerDeclaration {
     pub name: ServerName,
     pub transport: Transport,
+    /// `"protocolVersion": "2026-07-28"`: the server speaks that version (`server/discover`,
+    /// self-contained requests, multi round-trip) rather than the `initialize` handshake.
+    pub modern: bool,
 }
 
 /// What a declaration file holds: its valid servers in file order, and one error per problem
@@ -175,6 +178,8 @@ pub struct ResolvedServer {
     pub name: ServerName,
     pub executor: ExecutorId,
     pub transport: ResolvedTransport,
+    /// Connected on protocol 2026-07-28 (see [`ServerDeclaration::modern`]).
+    pub modern: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,9 +200,12 @@ impl ResolvedServer {
                 json!({ "type": "http", "url": url, "headers": headers, "oauth": oauth })
             }
         };
-        let canonical = json!({
+        let mut canonical = json!({
             "version": 1, "name": self.name.as_str(), "executor": self.executor.as_str(), "transport": transport,
         });
+        if self.modern {
+            canonical["protocolVersion"] = json!(MODERN_PROTOCOL);
+        }
         // serde_json writes BTreeMap and `json!` keys in a fixed order, so the text is canonical.
         let digest = Sha256::digest(canonical.to_string().as_bytes());
         digest.iter().map(|b| format!("{b:02x}")).collect()
@@ -233,6 +241,14 @@ impl ServerDeclaration {
     /// The declaration as `.mcp.json` writes it (without the name), for storing as an
     /// `mcp-server` entity. `parse_declarations` reads it back unchanged.
     pub fn to_json(&self) -> Value {
+        let mut out = self.transport_json();
+        if self.modern {
+            out["protocolVersion"] = Value::String(MODERN_PROTOCOL.to_owned());
+        }
+        out
+    }
+
+    fn transport_json(&self) -> Value {
         match &self.transport {
             Transport::Stdio { command, args, env, cwd } => {
                 let mut v = serde_json::json!({ "command": command, "args": args, "env": env });
@@ -310,13 +326,16 @@ impl ServerDeclaration {
             }
         };
         match transport {
-            Some(transport) => Ok(ResolvedServer { name: self.name.clone(), executor, transport }),
+            Some(transport) => Ok(ResolvedServer { name: self.name.clone(), executor, transport, modern: self.modern }),
             None => Err(errors),
         }
     }
 }
 
-const FIELDS: [&str; 8] = ["type", "command", "args", "env", "cwd", "url", "headers", "oauth"];
+const FIELDS: [&str; 9] = ["type", "command", "args", "env", "cwd", "url", "headers", "oauth", "protocolVersion"];
+
+/// The one value `protocolVersion` takes: the version spoken without an `initialize`.
+pub const MODERN_PROTOCOL: &str = "2026-07-28";
 const STDIO_ONLY: [&str; 4] = ["command", "args", "env", "cwd"];
 const HTTP_ONLY: [&str; 3] = ["url", "headers", "oauth"];
 
@@ -408,7 +427,20 @@ fn parse_server(name: &str, value: &Value) -> Result<ServerDeclaration, Vec<Serv
             }
         }
     };
-    if errors.is_empty() { Ok(ServerDeclaration { name: server_name, transport }) } else { Err(errors) }
+    let modern = match fields.get("protocolVersion") {
+        None => Some(false),
+        Some(Value::String(v)) if v == MODERN_PROTOCOL => Some(true),
+        Some(_) => keep(
+            &mut errors,
+            name,
+            "protocolVersion",
+            Err(format!("only \"{MODERN_PROTOCOL}\" (absent: the initialize handshake)")),
+        ),
+    };
+    match modern {
+        Some(modern) if errors.is_empty() => Ok(ServerDeclaration { name: server_name, transport, modern }),
+        _ => Err(errors),
+    }
 }
 
 /// The value, or `None` after recording the problem against `server`'s `field`.
@@ -1124,6 +1156,19 @@ mod tests {
         }
         let literal = one(r#"{"api": {"url": "https://h", "headers": {"X-Team": "blue", "X-L": "$${x}"}}}"#);
         assert!(literal.resolve(&remote, &env(false)).is_ok(), "no reference, nothing refused");
+    }
+
+    #[test]
+    fn protocol_version_is_2026_or_absent_and_round_trips() {
+        let modern = one(r#"{"m": {"command": "x", "protocolVersion": "2026-07-28"}}"#);
+        assert!(modern.modern);
+        assert_eq!(modern.to_json()["protocolVersion"], "2026-07-28");
+        assert!(!one(r#"{"m": {"command": "x"}}"#).modern);
+        let stored = serde_json::json!({ "m": modern.to_json() });
+        assert!(parse_declarations(&stored.to_string()).unwrap().servers[0].modern, "parses back");
+        let bad = parse_declarations(r#"{"m": {"command": "x", "protocolVersion": "2025-06-18"}}"#).unwrap();
+        assert!(bad.servers.is_empty());
+        assert_eq!(bad.errors[0].field.as_deref(), Some("protocolVersion"), "{:?}", bad.errors);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use rmcp::ServiceExt;
+
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -221,7 +221,7 @@ impl Executor {
         let started = match &server.transport {
             ResolvedTransport::Stdio { command, args, env, cwd } => {
                 let transport = handler.counted(host.spawn(server.name.as_str(), command, args, env, cwd)?);
-                tokio::time::timeout(timeout, handler.serve(transport)).await
+                tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
             }
             ResolvedTransport::Http { url, headers, .. } => {
                 let mut custom = HashMap::new();
@@ -238,11 +238,11 @@ impl Executor {
                     Some(manager) => {
                         let client = AuthClient::new(client, manager);
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                        tokio::time::timeout(timeout, handler.serve(transport)).await
+                        tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
                     }
                     None => {
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                        tokio::time::timeout(timeout, handler.serve(transport)).await
+                        tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
                     }
                 }
             }

@@ -532,6 +532,26 @@ pub struct ProxyClient {
 }
 
 impl ProxyClient {
+    /// Starts the MCP lifecycle on `transport`: the `initialize` handshake, or, for a server
+    /// declared on protocol 2026-07-28 (`modern`), `server/discover`.
+    pub async fn start<T, E, A>(
+        self,
+        modern: bool,
+        transport: T,
+    ) -> Result<rmcp::service::RunningService<RoleClient, Self>, rmcp::service::ClientInitializeError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+        if modern {
+            let preferred_versions = vec![rmcp::model::ProtocolVersion::V_2026_07_28];
+            self.serve_with_lifecycle(transport, ClientLifecycleMode::Discover { preferred_versions }).await
+        } else {
+            self.serve(transport).await
+        }
+    }
+
     /// `transport`, with this connection's progress and log notifications counted.
     pub fn counted<T: Transport<RoleClient>>(&self, transport: T) -> Counted<T> {
         Counted { inner: transport, routes: Arc::clone(&self.routes), trust_related: self.trust_related }
@@ -697,64 +717,85 @@ impl ProxyClient {
                 None,
             ));
         };
-        let Some(origin) = target.origin.clone() else {
-            refuse("upstream_request_unroutable");
-            return Err(ErrorData::invalid_request(format!("{method} refused: the call has no client to ask"), None));
-        };
-        let audit = CallAudit::new(
-            origin.tenant,
-            origin.user,
-            origin.session.clone(),
-            origin.request_id.clone(),
-            origin.client.clone(),
-            format!("{}:{method}", self.server),
-            match &arguments {
-                Value::Object(map) => digest::arguments_digest(Some(map)),
-                _ => digest::arguments_digest(None),
-            },
-            None,
-        );
-        let outcome = if !declared {
-            refuse("upstream_request_not_declared");
-            Err((
-                ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None),
-                "not_declared",
-            ))
-        } else if let Some(rounds) = &target.rounds {
-            ask_by_round(method, rounds, request, parse, origin.timeout, context).await
-        } else {
-            let options = PeerRequestOptions::with_timeout(origin.timeout);
-            let sent = async {
-                let handle = target.peer.send_request_with_option(request, options).await?;
-                handle.await_response().await
-            };
-            tokio::select! {
-                answer = sent => match answer {
-                    Ok(result) => Ok(result),
-                    Err(ServiceError::McpError(e)) => Err((e, "client_error")),
-                    Err(ServiceError::Timeout { .. }) => {
-                        Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout"))
-                    }
-                    Err(e) => {
-                        tracing::debug!(server = %self.server, %method, error = %e, "relayed request failed");
-                        Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
-                    }
-                },
-                () = context.ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
-            }
-        };
-        let event = match &outcome {
-            Ok(_) => audit.event(Outcome::Ok, None),
-            Err((_, class)) => audit.event(Outcome::Failed, Some(class)),
-        };
-        // Fail closed: without its audit event the client's answer is not handed over.
-        if let Err(e) = origin.audit.record(event).await {
-            tracing::error!(error = %e, %method, "audit failed; the relayed request fails");
-            metrics::denial("audit_unavailable");
-            return Err(ErrorData::internal_error("internal error", None));
-        }
-        outcome.map_err(|(e, _)| e)
+        relay_to(&self.server, &target, method, declared, request, arguments, parse, &context.ct).await
     }
+}
+
+/// Asks `target`'s client `request` on behalf of `server`'s upstream (see `ProxyClient::relay`):
+/// only when that client declared the capability (`declared`), by multi round-trip for a
+/// 2026-07-28 caller, within the call's timeout, ended by `ct`; audited.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn relay_to(
+    server: &str,
+    target: &Downstream,
+    method: &str,
+    declared: bool,
+    request: ServerRequest,
+    arguments: Value,
+    parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
+    ct: &tokio_util::sync::CancellationToken,
+) -> Result<ClientResult, ErrorData> {
+    let refuse = |why: &'static str| {
+        metrics::denial(why);
+        tracing::debug!(%server, %method, why, "request to the client refused");
+    };
+    let Some(origin) = target.origin.clone() else {
+        refuse("upstream_request_unroutable");
+        return Err(ErrorData::invalid_request(format!("{method} refused: the call has no client to ask"), None));
+    };
+    let audit = CallAudit::new(
+        origin.tenant,
+        origin.user,
+        origin.session.clone(),
+        origin.request_id.clone(),
+        origin.client.clone(),
+        format!("{server}:{method}"),
+        match &arguments {
+            Value::Object(map) => digest::arguments_digest(Some(map)),
+            _ => digest::arguments_digest(None),
+        },
+        None,
+    );
+    let outcome = if !declared {
+        refuse("upstream_request_not_declared");
+        Err((
+            ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None),
+            "not_declared",
+        ))
+    } else if let Some(rounds) = &target.rounds {
+        ask_by_round(method, rounds, request, parse, origin.timeout, ct).await
+    } else {
+        let options = PeerRequestOptions::with_timeout(origin.timeout);
+        let sent = async {
+            let handle = target.peer.send_request_with_option(request, options).await?;
+            handle.await_response().await
+        };
+        tokio::select! {
+            answer = sent => match answer {
+                Ok(result) => Ok(result),
+                Err(ServiceError::McpError(e)) => Err((e, "client_error")),
+                Err(ServiceError::Timeout { .. }) => {
+                    Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout"))
+                }
+                Err(e) => {
+                    tracing::debug!(%server, %method, error = %e, "relayed request failed");
+                    Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
+                }
+            },
+            () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
+        }
+    };
+    let event = match &outcome {
+        Ok(_) => audit.event(Outcome::Ok, None),
+        Err((_, class)) => audit.event(Outcome::Failed, Some(class)),
+    };
+    // Fail closed: without its audit event the client's answer is not handed over.
+    if let Err(e) = origin.audit.record(event).await {
+        tracing::error!(error = %e, %method, "audit failed; the relayed request fails");
+        metrics::denial("audit_unavailable");
+        return Err(ErrorData::internal_error("internal error", None));
+    }
+    outcome.map_err(|(e, _)| e)
 }
 
 /// Asks a 2026-07-28 caller through the multi round-trip: the request goes out in the call's
@@ -765,7 +806,7 @@ async fn ask_by_round(
     request: ServerRequest,
     parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
     timeout: Duration,
-    context: &RequestContext<RoleClient>,
+    ct: &tokio_util::sync::CancellationToken,
 ) -> Result<ClientResult, (ErrorData, &'static str)> {
     let request = match request {
         ServerRequest::CreateMessageRequest(r) => InputRequest::CreateMessage(r),
@@ -784,7 +825,7 @@ async fn ask_by_round(
             Ok(Err(_)) => Err(gone()),
             Err(_) => Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout")),
         },
-        () = context.ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
+        () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
     }
 }
 

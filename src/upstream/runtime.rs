@@ -481,8 +481,38 @@ impl Upstreams {
         connection: &Connection,
         peer: Peer<RoleClient>,
         ctx: &McpCallContext,
-        request: ClientRequest,
+        mut request: ClientRequest,
         Exchange { downstream, timeout, cancelled }: Exchange,
+    ) -> Result<ServerResult, ProxyError> {
+        // An upstream on protocol 2026-07-28 asks its client by answering `input_required`:
+        // the gateway asks the caller (the way the caller takes it) and sends the request again
+        // with the answers and the upstream's `requestState`, a bounded number of times.
+        for _round in 0..=MAX_UPSTREAM_ROUNDS {
+            let answer =
+                self.send_once(connection, &peer, ctx, request.clone(), &downstream, timeout, &cancelled).await?;
+            let ServerResult::InputRequiredResult(input) = answer else { return Ok(answer) };
+            let mut responses = rmcp::model::InputResponses::new();
+            for (key, asked) in input.input_requests.unwrap_or_default() {
+                let answer = ask_for_upstream(connection, &downstream, asked, &cancelled).await;
+                responses.insert(key, answer.map_err(ProxyError::Upstream)?);
+            }
+            request = with_responses(request, responses, input.request_state)
+                .ok_or_else(|| unavailable("the upstream answered input_required to a request that can't take it"))?;
+        }
+        Err(ProxyError::Unavailable(format!("the upstream asked more than {MAX_UPSTREAM_ROUNDS} rounds of input")))
+    }
+
+    /// One request to the upstream and its answer (see [`Upstreams::exchange`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn send_once(
+        &self,
+        connection: &Connection,
+        peer: &Peer<RoleClient>,
+        ctx: &McpCallContext,
+        request: ClientRequest,
+        downstream: &Downstream,
+        timeout: Duration,
+        cancelled: &CancellationToken,
     ) -> Result<ServerResult, ProxyError> {
         let assertion = self
             .signer
@@ -492,7 +522,7 @@ impl Upstreams {
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), Value::String(assertion));
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
         // Announced before it is sent: whatever the upstream sends back at once finds its caller.
-        let mut route = connection.routes.announce(downstream);
+        let mut route = connection.routes.announce(downstream.clone());
         let handle = peer.send_request_with_option(request, options).await.map_err(unavailable)?;
         if let Some((target, early)) = route.route(&handle.progress_token, &handle.id) {
             for params in early {
@@ -572,6 +602,73 @@ impl Upstreams {
         }
         n
     }
+}
+
+/// The most rounds of input one request to a 2026-07-28 upstream may ask for.
+const MAX_UPSTREAM_ROUNDS: usize = 10;
+
+/// Asks the caller of `downstream` what a 2026-07-28 upstream's `input_required` asked, and
+/// returns the answer as the upstream expects it in `inputResponses`.
+async fn ask_for_upstream(
+    connection: &Connection,
+    downstream: &Downstream,
+    asked: rmcp::model::InputRequest,
+    cancelled: &CancellationToken,
+) -> Result<Value, ErrorData> {
+    use rmcp::model::{ClientResult, InputRequest, ServerRequest};
+    let caps = connection.caps;
+    type Parse = fn(Value) -> Result<ClientResult, serde_json::Error>;
+    let (method, declared, request, parse): (&str, bool, ServerRequest, Parse) = match asked {
+        InputRequest::CreateMessage(r) => {
+            ("sampling/createMessage", caps.sampling, ServerRequest::CreateMessageRequest(r), |v| {
+                serde_json::from_value(v).map(|r| ClientResult::CreateMessageResult(Box::new(r)))
+            })
+        }
+        InputRequest::Elicitation(r) => {
+            let url = matches!(r.params, rmcp::model::ElicitRequestParams::UrlElicitationParams { .. });
+            let declared = if url { caps.elicitation_url } else { caps.elicitation_form };
+            ("elicitation/create", declared, ServerRequest::ElicitRequest(r), |v| {
+                serde_json::from_value(v).map(ClientResult::ElicitResult)
+            })
+        }
+        InputRequest::ListRoots(r) => ("roots/list", caps.roots, ServerRequest::ListRootsRequest(r), |v| {
+            serde_json::from_value(v).map(ClientResult::ListRootsResult)
+        }),
+        _ => return Err(ErrorData::invalid_request("an input request of an unknown kind", None)),
+    };
+    let arguments = match &request {
+        ServerRequest::CreateMessageRequest(r) => serde_json::to_value(&r.params).unwrap_or(Value::Null),
+        ServerRequest::ElicitRequest(r) => serde_json::to_value(&r.params).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    let server = connection.server().as_str();
+    let answer =
+        super::routing::relay_to(server, downstream, method, declared, request, arguments, parse, cancelled).await?;
+    serde_json::to_value(&answer).map_err(|e| ErrorData::internal_error(format!("{method}: {e}"), None))
+}
+
+/// `request` again, carrying the caller's answers and the upstream's `requestState`; `None`
+/// for a request that takes no multi round-trip.
+fn with_responses(
+    request: ClientRequest,
+    responses: rmcp::model::InputResponses,
+    state: Option<String>,
+) -> Option<ClientRequest> {
+    Some(match request {
+        ClientRequest::CallToolRequest(mut r) => {
+            (r.params.input_responses, r.params.request_state) = (Some(responses), state);
+            ClientRequest::CallToolRequest(r)
+        }
+        ClientRequest::GetPromptRequest(mut r) => {
+            (r.params.input_responses, r.params.request_state) = (Some(responses), state);
+            ClientRequest::GetPromptRequest(r)
+        }
+        ClientRequest::ReadResourceRequest(mut r) => {
+            (r.params.input_responses, r.params.request_state) = (Some(responses), state);
+            ClientRequest::ReadResourceRequest(r)
+        }
+        _ => return None,
+    })
 }
 
 /// The name of the tool listed in place of a server's tools while it needs a login.

@@ -548,3 +548,46 @@ async fn multi_round_trip(backend: Backend) {
 }
 
 both_dbs!(surface_multi_round_trip_for_2026_callers, multi_round_trip);
+
+/// An upstream declared on protocol 2026-07-28 asks by answering `input_required`: the gateway
+/// asks the caller (a request to a session's client, or a multi round-trip of its own for a
+/// 2026-07-28 caller) and sends the call again with the answer and the upstream's state.
+async fn upstream_on_2026(backend: Backend) {
+    let surface = Surface::start(backend, Mode::Session).await;
+    let declaration = json!({"command": FIXTURE, "args": ["everything", "stdio"], "protocolVersion": "2026-07-28"});
+    let mut tx = surface.live.db.begin().await.unwrap();
+    entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/new", &declaration).await.unwrap();
+    entities::bind_server(&mut tx, "acme", "new", "local").await.unwrap();
+    tx.commit().await.unwrap();
+    surface.grant("acme", "new", Role::Owner, GrantKind::Tool, "*").await;
+
+    // A session's client is asked with an ordinary request.
+    let answering = Answering::default();
+    let session = surface.client("olivia@acme.test", answering.clone()).await;
+    let result = call(&session, "new__test_sampling", json!({"prompt": "asked of a session"})).await.unwrap();
+    assert_eq!(text_of(&result), "LLM response: a sampled answer (by rounds)", "{result:?}");
+    assert!(answering.asked.lock().unwrap().iter().any(|a| a.contains("asked of a session")));
+
+    // A 2026-07-28 caller gets the question by multi round-trip (rmcp's client drives it).
+    let modern_answering = Answering::default();
+    let caller = modern(&surface, "olivia@acme.test", modern_answering.clone()).await;
+    let result = caller.call_tool(params("new__test_sampling", json!({"prompt": "asked by rounds"}))).await.unwrap();
+    assert_eq!(text_of(&result), "LLM response: a sampled answer (by rounds)", "{result:?}");
+    assert!(modern_answering.asked.lock().unwrap().iter().any(|a| a.contains("asked by rounds")));
+
+    // A client that declared nothing is asked nothing: the upstream's question is refused.
+    let silent = Answering { silent: true, ..Answering::default() };
+    let quiet = surface.client("olivia@acme.test", silent.clone()).await;
+    let refused = call(&quiet, "new__test_sampling", json!({"prompt": "nobody"})).await.expect_err("refused");
+    assert!(refused.message.contains("does not support"), "{refused:?}");
+    assert!(silent.asked.lock().unwrap().is_empty());
+
+    let rows = surface.audited("new:sampling").await;
+    assert!(rows.iter().filter(|(_, o, _)| o == "ok").count() >= 2, "{rows:?}");
+    for client in [session.cancel().await, quiet.cancel().await] {
+        client.unwrap();
+    }
+    caller.cancel().await.unwrap();
+}
+
+both_dbs!(surface_upstream_on_2026_asks_by_rounds, upstream_on_2026);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
-use rmcp::ServiceExt;
+
 use rmcp::service::{RoleClient, RunningService};
 
 pub use agents::{AgentLink, Agents, AlreadyConnected, Reservation};
@@ -142,7 +142,7 @@ impl RemoteHostHandler {
         let refused = transport.refused_flag();
         let transport = handler.counted(transport);
         let left = timeout.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, handler.serve(transport)).await {
+        match tokio::time::timeout(left, handler.start(server.modern, transport)).await {
             Ok(Ok(service)) => Ok(service),
             Ok(Err(_)) if refused.is_some_and(|r| r.load(std::sync::atomic::Ordering::Acquire)) => {
                 Err(UpstreamError::Unauthorized { server: server.name.to_string() })
