@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
-
 use rmcp::service::{RoleClient, RunningService};
 
 pub use agents::{AgentLink, Agents, AlreadyConnected, Reservation};
