@@ -80,6 +80,33 @@ impl GatewayServer {
         })
     }
 
+    /// The snapshot a prompt name or resource URI belongs to: the session's selected roots'
+    /// servers (`rN.NAME`) when `selected`, else the tenant's.
+    async fn snapshot_of(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+        selected: bool,
+    ) -> Result<Arc<Snapshot>, ErrorData> {
+        if !selected {
+            return self.snapshot(ctx, context).await;
+        }
+        Ok(Arc::new(match self.selection_for(ctx, context).await? {
+            Some(selection) => selection.runtime().snapshot(ctx.tenant_id(), ctx.user_id(), ctx.roles()),
+            None => Snapshot::empty(ctx.tenant_id(), ctx.user_id()),
+        }))
+    }
+
+    /// The session's selected roots' servers as a snapshot, when it has any.
+    async fn selected_snapshot(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<Snapshot>, ErrorData> {
+        let selection = self.selection_for(ctx, context).await?;
+        Ok(selection.map(|s| s.runtime().snapshot(ctx.tenant_id(), ctx.user_id(), ctx.roles())))
+    }
+
     /// Where what an upstream sends while serving this request goes, and who it is for.
     fn downstream(&self, ctx: &McpCallContext, context: &RequestContext<RoleServer>) -> Downstream {
         let upstreams = &self.shared.upstreams;
@@ -417,6 +444,18 @@ fn not_found_resource(uri: &str) -> ErrorData {
     ErrorData::resource_not_found("resource not found", Some(serde_json::json!({ "uri": uri })))
 }
 
+/// Whether a prompt name belongs to a selected root's server (`rN.NAME__prompt`).
+fn selected_name(name: &str) -> bool {
+    split_tool_name(name).is_some_and(|(server, _)| selected::is_selected_server(server))
+}
+
+/// Whether a URI belongs to a selected root's server (`scopegate://rN.NAME/...`).
+fn selected_uri(uri: &str) -> bool {
+    uri.strip_prefix(surface::URI_SCHEME)
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(server, _)| selected::is_selected_server(server))
+}
+
 /// A session's lists are watched: it is told when an upstream's list changes. A request
 /// outside a session has nobody to tell later.
 fn watch<'a>(ctx: &'a McpCallContext, context: &'a RequestContext<RoleServer>) -> Option<Watch<'a>> {
@@ -569,7 +608,10 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let snapshot = self.snapshot(&ctx, &context).await?;
-        let all = self.shared.upstreams.resources(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let mut all = self.shared.upstreams.resources(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        if let Some(selected) = self.selected_snapshot(&ctx, &context).await? {
+            all.extend(self.shared.upstreams.resources(&selected, ctx.roles(), None).await);
+        }
         let (resources, next_cursor) = self.page(&ctx, "resources", request.as_ref(), all)?;
         Ok(ListResourcesResult { resources, next_cursor, ..Default::default() })
     }
@@ -581,7 +623,10 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let snapshot = self.snapshot(&ctx, &context).await?;
-        let all = self.shared.upstreams.templates(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let mut all = self.shared.upstreams.templates(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        if let Some(selected) = self.selected_snapshot(&ctx, &context).await? {
+            all.extend(self.shared.upstreams.templates(&selected, ctx.roles(), None).await);
+        }
         let (resource_templates, next_cursor) = self.page(&ctx, "resource_templates", request.as_ref(), all)?;
         Ok(ListResourceTemplatesResult { resource_templates, next_cursor, ..Default::default() })
     }
@@ -593,7 +638,10 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListPromptsResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let snapshot = self.snapshot(&ctx, &context).await?;
-        let all = self.shared.upstreams.prompts(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let mut all = self.shared.upstreams.prompts(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        if let Some(selected) = self.selected_snapshot(&ctx, &context).await? {
+            all.extend(self.shared.upstreams.prompts(&selected, ctx.roles(), None).await);
+        }
         let (prompts, next_cursor) = self.page(&ctx, "prompts", request.as_ref(), all)?;
         Ok(ListPromptsResult { prompts, next_cursor, ..Default::default() })
     }
@@ -607,7 +655,9 @@ impl ServerHandler for GatewayServer {
         let item = format!("prompts/get {}", request.name);
         let arguments = request.arguments.clone();
         let result = async {
-            let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let selected = selected_name(&request.name);
+            let snapshot =
+                self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
             if !crate::upstream::routing::by_rounds(&context) {
                 let exchange = self.exchange(&ctx, &context);
                 let result = self.shared.upstreams.get_prompt(&snapshot, request, &ctx, exchange).await;
@@ -642,7 +692,9 @@ impl ServerHandler for GatewayServer {
         let mut arguments = serde_json::Map::new();
         arguments.insert("uri".to_owned(), serde_json::Value::String(uri.clone()));
         let result = async {
-            let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let selected = selected_uri(&uri);
+            let snapshot =
+                self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
             if !crate::upstream::routing::by_rounds(&context) {
                 let exchange = self.exchange(&ctx, &context);
                 let result = self.shared.upstreams.read_resource(&snapshot, request, &ctx, exchange).await;
@@ -684,7 +736,13 @@ impl ServerHandler for GatewayServer {
             _ => ("completion/complete".to_owned(), not_found_template),
         };
         let result = async {
-            let snapshot = self.snapshot(&ctx, &context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let selected = match &request.r#ref {
+                rmcp::model::Reference::Prompt(p) => selected_name(&p.name),
+                rmcp::model::Reference::Resource(r) => selected_uri(&r.uri),
+                _ => false,
+            };
+            let snapshot =
+                self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
             self.shared.upstreams.complete(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
         }
         .await;
@@ -711,7 +769,7 @@ impl ServerHandler for GatewayServer {
         let Some(session) = ctx.session_id() else {
             return Err(ErrorData::invalid_request("resources/subscribe needs a session", None));
         };
-        let snapshot = self.snapshot(&ctx, &context).await?;
+        let snapshot = self.snapshot_of(&ctx, &context, selected_uri(&request.uri)).await?;
         let watch = Watch { session, peer: &context.peer };
         match self.shared.upstreams.subscribe(&snapshot, &request.uri, &ctx, watch).await {
             Ok(true) => Ok(()),
@@ -734,7 +792,7 @@ impl ServerHandler for GatewayServer {
         let Some(session) = ctx.session_id() else {
             return Err(ErrorData::invalid_request("resources/unsubscribe needs a session", None));
         };
-        let snapshot = self.snapshot(&ctx, &context).await?;
+        let snapshot = self.snapshot_of(&ctx, &context, selected_uri(&request.uri)).await?;
         match self.shared.upstreams.unsubscribe(&snapshot, &request.uri, session).await {
             Ok(()) => Ok(()),
             Err(None) => Err(not_found_resource(&request.uri)),

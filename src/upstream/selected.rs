@@ -39,8 +39,10 @@ use super::remote::file::ReadFileError;
 use super::remote::{RemoteEnv, RemoteHostHandler};
 use super::roots::{AllowedRoot, check_root_selection};
 use super::runtime::{NAME_SEPARATOR, RelayCaps};
+use super::snapshot::Snapshot;
 use crate::model::Role;
-use crate::store::{Db, StoreError, TenantId};
+use crate::store::entities::{GRANT_ALL, GrantKind, GrantRow};
+use crate::store::{Db, StoreError, TenantId, UserId};
 
 /// The `_meta` key (of `initialize`, or of a stateless request) naming the selected roots.
 pub const SELECTED_ROOTS_KEY: &str = "io.scopegate/selectedRoots";
@@ -171,6 +173,21 @@ impl SelectedRuntime {
     /// Every server, by its session name (`rN.NAME`).
     pub fn servers(&self) -> impl Iterator<Item = (&String, &Arc<Connection>)> {
         self.servers.iter()
+    }
+
+    /// The ready roots' servers as a snapshot for the session's caller, for prompts and
+    /// resources: everything a selected server offers is the session's (selecting the root,
+    /// allowed per tenant, executor, folder and role, was the grant).
+    pub fn snapshot(&self, tenant: TenantId, user: UserId, roles: &[Role]) -> Snapshot {
+        let mut grants = Vec::new();
+        for server in self.servers.keys() {
+            for role in roles {
+                for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
+                    grants.push(GrantRow { server: server.clone(), role: *role, kind, name: GRANT_ALL.to_owned() });
+                }
+            }
+        }
+        Snapshot::with(tenant, user, self.servers.clone(), grants)
     }
 }
 

@@ -32,8 +32,18 @@ impl super::surface::NameSpace for Snapshot {
 
 impl Snapshot {
     /// A snapshot with no server: what a caller sees when its own can't be used.
-    pub(super) fn empty(tenant: TenantId, user: UserId) -> Self {
+    pub fn empty(tenant: TenantId, user: UserId) -> Self {
         Self { tenant, user, servers: BTreeMap::new(), grants: Vec::new(), bare: None }
+    }
+
+    /// A snapshot of `servers`, all prefixed, under `grants`.
+    pub(super) fn with(
+        tenant: TenantId,
+        user: UserId,
+        servers: BTreeMap<String, Arc<Connection>>,
+        grants: Vec<GrantRow>,
+    ) -> Self {
+        Self { tenant, user, servers, grants, bare: None }
     }
 
     /// Whether `server` is in the snapshot, and bound with a prefix.

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{ClientCapabilities, Implementation, InitializeRequestParams, RequestMetaObject};
+use rmcp::model::{
+    ClientCapabilities, Implementation, InitializeRequestParams, ReadResourceRequestParams, RequestMetaObject,
+};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -63,8 +65,9 @@ async fn connect(
     handler.serve(transport).await.map(|c| (c, changed)).map_err(|e| e.to_string())
 }
 
-/// A plugin folder `plugins/NAME` under the agent's root, declaring one stdio server `demo`
-/// (the fixture) that reports the agent-only variable; returns its `file:` URI.
+/// A plugin folder `plugins/NAME` under the agent's root, declaring a stdio server `demo` (the
+/// fixture) that reports the agent-only variable, `ev` (the fixture's `everything` mode: prompts
+/// and resources) and a broken one; returns its `file:` URI.
 fn plugin(site: &Site, name: &str, value: &str) -> String {
     let dir = site.root.path().join("plugins").join(name);
     std::fs::create_dir_all(dir.join("bin")).unwrap();
@@ -80,6 +83,7 @@ fn plugin(site: &Site, name: &str, value: &str) -> String {
                 "FIXTURE_DECLARED_VALUE": value,
             }
         },
+        "ev": { "command": FIXTURE, "args": ["everything", "stdio"] },
         "broken": { "command": 42 }
     }});
     std::fs::write(dir.join(".mcp.json"), mcp.to_string()).unwrap();
@@ -143,6 +147,13 @@ async fn only_that_session(backend: Backend) {
         "audited like any call"
     );
 
+    // Its servers' prompts and resources are the session's too.
+    let prompts: Vec<String> = olivia.list_all_prompts().await.unwrap().into_iter().map(|p| p.name).collect();
+    assert!(prompts.contains(&"r1.ev__test_simple_prompt".to_owned()), "{prompts:?}");
+    let read = olivia.read_resource(ReadResourceRequestParams::new("scopegate://r1.ev/test://static-text")).await;
+    let read = serde_json::to_value(read.unwrap()).unwrap();
+    assert_eq!(read["contents"][0]["uri"], "scopegate://r1.ev/test://static-text", "{read}");
+
     // A reload of the tenant's declarations (a new entity and binding) does not discard it,
     // and a changed `.mcp.json` does not change it: the selection is frozen.
     site.serve("acme", "extra", &site.stdio("extra", "x"), "build-01").await;
@@ -156,6 +167,11 @@ async fn only_that_session(backend: Backend) {
     assert!(tools.iter().all(|t| !t.starts_with("r1.")), "{tools:?}");
     let err = call(&plain, "r1.demo__whoami_upstream", json!({})).await.unwrap_err();
     assert_eq!(err.message, "tool not found", "answered as a tool that does not exist");
+    assert!(plain.list_all_prompts().await.unwrap().iter().all(|p| !p.name.starts_with("r1.")));
+    let err = plain.read_resource(ReadResourceRequestParams::new("scopegate://r1.ev/test://static-text")).await;
+    assert!(
+        matches!(err, Err(rmcp::service::ServiceError::McpError(e)) if e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND)
+    );
 
     // Another tenant can't select it.
     let err = connect(&site, "gary@globex.test", Some(selection)).await.unwrap_err();
