@@ -459,7 +459,12 @@ both_dbs!(remote_agent_killed_mid_call_fails_fast_and_recovers, agent_killed_mid
 
 /// The gateway restarts: the agent reconnects by itself, and new sessions reach its servers.
 async fn gateway_restart(backend: Backend) {
-    let (mut site, secret) = with_far(backend, &[]).await;
+    // On an address of its own (the host side of a network namespace): the restarted gateway
+    // binds the port it had, which another test could take on the shared loopback meanwhile.
+    let netns = Netns::create();
+    let mut site = Site::start_for(backend, &netns, &[]).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    site.serve("acme", "far", &site.stdio("far", &format!("${{{AGENT_ONLY}}}")), "build-01").await;
     let agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
     site.stop_gateway().await;
