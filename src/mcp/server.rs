@@ -28,6 +28,7 @@ use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
 use crate::telemetry::metrics;
+use crate::upstream::routing::by_rounds;
 use crate::upstream::runtime::{
     CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Snapshot, UpstreamCall,
     Upstreams, Watch, split_tool_name,
@@ -275,36 +276,24 @@ impl GatewayServer {
             other => other.map_err(Some)?,
         }
         .ok_or(None)?;
-        if crate::upstream::routing::by_rounds(context) {
-            // A 2026-07-28 caller: what the upstream asks of it goes by multi round-trip.
-            let binding = self.binding(ctx, request.name.to_string(), request.arguments.as_ref());
-            let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
-            let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
-            let (tool, arguments) = (tool.to_owned(), request.arguments);
-            let start = move |exchange: Exchange| async move {
-                let Exchange { downstream, timeout, cancelled } = exchange;
-                let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled };
-                let result = upstreams.call(&connection, upstream, &call_ctx, call).await;
-                result.map(ServerResult::CallToolResult).map_err(Some)
-            };
-            return match self.by_rounds(ctx, context, binding, state.as_deref(), responses.as_ref(), start).await? {
-                rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
-                rounds::Next::Done(done) => match *done {
-                    ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
-                    _ => Err(Some(other_kind())),
-                },
-            };
-        }
-        let downstream = self.downstream(ctx, context);
-        let call = UpstreamCall {
-            tool,
-            arguments: request.arguments,
-            downstream,
-            timeout: self.shared.call_timeout,
-            cancelled: context.ct.clone(),
+        let binding =
+            by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
+        let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
+        let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
+        let (tool, arguments) = (tool.to_owned(), request.arguments);
+        let start = move |exchange: Exchange| async move {
+            let Exchange { downstream, timeout, cancelled } = exchange;
+            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled };
+            let result = upstreams.call(&connection, upstream, &call_ctx, call).await;
+            result.map(ServerResult::CallToolResult).map_err(Some)
         };
-        let result = upstreams.call(connection, upstream, ctx, call).await.map_err(Some)?;
-        Ok(CallToolResponse::Complete(result))
+        match self.proxied(ctx, context, binding, state.as_deref(), responses.as_ref(), start).await? {
+            rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
+            rounds::Next::Done(done) => match *done {
+                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                _ => Err(Some(other_kind())),
+            },
+        }
     }
 
     /// What binds a multi round-trip's `requestState`: the caller, the request's item and
@@ -323,15 +312,16 @@ impl GatewayServer {
         }
     }
 
-    /// A request of a 2026-07-28 caller: starts `start` in a task of its own (it outlives this
-    /// request when the upstream asks the caller something; it ends when its exchange is
-    /// dropped), or, with a `requestState`, resumes the exchange it names; returns what
-    /// happens next. `Err(None)`: nothing of that name for this caller.
-    async fn by_rounds<F>(
+    /// Runs a proxied request: `start` with this request's exchange; or, for a 2026-07-28
+    /// caller (`binding` is what binds its `requestState`), in a task of its own (it outlives
+    /// this request when the upstream asks the caller something; it ends when its exchange is
+    /// dropped), or, with a `requestState`, resumes the exchange it names. Returns what happens
+    /// next. `Err(None)`: nothing of that name for this caller.
+    async fn proxied<F>(
         &self,
         ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
-        binding: rounds::Binding,
+        binding: Option<rounds::Binding>,
         state: Option<&str>,
         responses: Option<&rmcp::model::InputResponses>,
         start: impl FnOnce(Exchange) -> F,
@@ -339,6 +329,9 @@ impl GatewayServer {
     where
         F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
     {
+        let Some(binding) = binding else {
+            return start(self.exchange(ctx, context)).await.map(|done| rounds::Next::Done(Box::new(done)));
+        };
         let key = &self.shared.cursors;
         let running = match state {
             Some(state) => self.shared.rounds.resume(key, &binding, state, responses).map_err(Some)?,
@@ -658,19 +651,14 @@ impl ServerHandler for GatewayServer {
             let selected = selected_name(&request.name);
             let snapshot =
                 self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            if !crate::upstream::routing::by_rounds(&context) {
-                let exchange = self.exchange(&ctx, &context);
-                let result = self.shared.upstreams.get_prompt(&snapshot, request, &ctx, exchange).await;
-                return result.map(GetPromptResponse::Complete);
-            }
-            let binding = self.binding(&ctx, item.clone(), arguments.as_ref());
+            let binding = by_rounds(&context).then(|| self.binding(&ctx, item.clone(), arguments.as_ref()));
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
             let start = move |exchange| async move {
                 let result = upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await;
                 result.map(ServerResult::GetPromptResult)
             };
-            match self.by_rounds(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
+            match self.proxied(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
@@ -695,19 +683,14 @@ impl ServerHandler for GatewayServer {
             let selected = selected_uri(&uri);
             let snapshot =
                 self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            if !crate::upstream::routing::by_rounds(&context) {
-                let exchange = self.exchange(&ctx, &context);
-                let result = self.shared.upstreams.read_resource(&snapshot, request, &ctx, exchange).await;
-                return result.map(ReadResourceResponse::Complete);
-            }
-            let binding = self.binding(&ctx, format!("resources/read {uri}"), None);
+            let binding = by_rounds(&context).then(|| self.binding(&ctx, format!("resources/read {uri}"), None));
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
             let start = move |exchange| async move {
                 let result = upstreams.read_resource(&snapshot, request, &call_ctx, exchange).await;
                 result.map(ServerResult::ReadResourceResult)
             };
-            match self.by_rounds(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
+            match self.proxied(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
