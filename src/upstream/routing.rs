@@ -572,12 +572,10 @@ impl ClientHandler for ProxyClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let arguments = serde_json::to_value(&params).unwrap_or(Value::Null);
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-        let parse = |v| serde_json::from_value(v).map(|r| ClientResult::CreateMessageResult(Box::new(r)));
-        match self.relay("sampling/createMessage", self.caps.sampling, request, arguments, parse, &context).await? {
+        match self.relay(request, &context).await? {
             ClientResult::CreateMessageResult(result) => Ok(*result),
-            _ => Err(ErrorData::internal_error("the client answered with something else", None)),
+            _ => Err(answered_otherwise()),
         }
     }
 
@@ -586,25 +584,16 @@ impl ClientHandler for ProxyClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let declared = match &params {
-            ElicitRequestParams::UrlElicitationParams { .. } => self.caps.elicitation_url,
-            _ => self.caps.elicitation_form,
-        };
-        let arguments = serde_json::to_value(&params).unwrap_or(Value::Null);
-        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-        let parse = |v| serde_json::from_value(v).map(ClientResult::ElicitResult);
-        match self.relay("elicitation/create", declared, request, arguments, parse, &context).await? {
+        match self.relay(ServerRequest::ElicitRequest(ElicitRequest::new(params)), &context).await? {
             ClientResult::ElicitResult(result) => Ok(result),
-            _ => Err(ErrorData::internal_error("the client answered with something else", None)),
+            _ => Err(answered_otherwise()),
         }
     }
 
     async fn list_roots(&self, context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
-        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
-        let parse = |v| serde_json::from_value(v).map(ClientResult::ListRootsResult);
-        match self.relay("roots/list", self.caps.roots, request, Value::Null, parse, &context).await? {
+        match self.relay(ServerRequest::ListRootsRequest(ListRootsRequest::default()), &context).await? {
             ClientResult::ListRootsResult(result) => Ok(result),
-            _ => Err(ErrorData::internal_error("the client answered with something else", None)),
+            _ => Err(answered_otherwise()),
         }
     }
 
@@ -694,13 +683,11 @@ impl ProxyClient {
     /// Every relayed request is audited with the caller, the digest of its params and its outcome.
     async fn relay(
         &self,
-        method: &str,
-        declared: bool,
         request: ServerRequest,
-        arguments: Value,
-        parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
         context: &RequestContext<RoleClient>,
     ) -> Result<ClientResult, ErrorData> {
+        let asked = Asked::of(&request, self.caps)?;
+        let method = asked.method;
         let refuse = |why: &'static str| {
             metrics::denial(why);
             tracing::debug!(server = %self.server, %method, why, "request to the client refused");
@@ -717,22 +704,65 @@ impl ProxyClient {
                 None,
             ));
         };
-        relay_to(&self.server, &target, method, declared, request, arguments, parse, &context.ct).await
+        relay_to(&self.server, &target, asked, request, &context.ct).await
+    }
+}
+
+/// An upstream's answer that is not the result of what it was asked.
+fn answered_otherwise() -> ErrorData {
+    ErrorData::internal_error("the client answered with something else", None)
+}
+
+/// How the client's answer to a relayed request is read.
+type Parse = fn(Value) -> Result<ClientResult, serde_json::Error>;
+
+/// A request of the client: its method, whether the connection's clients declared it, its
+/// params (the audit digests them), and how its answer is read.
+pub(super) struct Asked {
+    method: &'static str,
+    declared: bool,
+    arguments: Value,
+    parse: Parse,
+}
+
+impl Asked {
+    pub(super) fn of(request: &ServerRequest, caps: RelayCaps) -> Result<Self, ErrorData> {
+        let params = |p: serde_json::Result<Value>| p.unwrap_or(Value::Null);
+        Ok(match request {
+            ServerRequest::CreateMessageRequest(r) => Self {
+                method: "sampling/createMessage",
+                declared: caps.sampling,
+                arguments: params(serde_json::to_value(&r.params)),
+                parse: |v| serde_json::from_value(v).map(|r| ClientResult::CreateMessageResult(Box::new(r))),
+            },
+            ServerRequest::ElicitRequest(r) => Self {
+                method: "elicitation/create",
+                declared: match &r.params {
+                    ElicitRequestParams::UrlElicitationParams { .. } => caps.elicitation_url,
+                    _ => caps.elicitation_form,
+                },
+                arguments: params(serde_json::to_value(&r.params)),
+                parse: |v| serde_json::from_value(v).map(ClientResult::ElicitResult),
+            },
+            ServerRequest::ListRootsRequest(_) => Self {
+                method: "roots/list",
+                declared: caps.roots,
+                arguments: Value::Null,
+                parse: |v| serde_json::from_value(v).map(ClientResult::ListRootsResult),
+            },
+            _ => return Err(ErrorData::invalid_request("only sampling, elicitation and roots are relayed", None)),
+        })
     }
 }
 
 /// Asks `target`'s client `request` on behalf of `server`'s upstream (see `ProxyClient::relay`):
-/// only when that client declared the capability (`declared`), by multi round-trip for a
-/// 2026-07-28 caller, within the call's timeout, ended by `ct`; audited.
-#[allow(clippy::too_many_arguments)]
+/// only when that client declared the capability, by multi round-trip for a 2026-07-28
+/// caller, within the call's timeout, ended by `ct`; audited.
 pub(super) async fn relay_to(
     server: &str,
     target: &Downstream,
-    method: &str,
-    declared: bool,
+    Asked { method, declared, arguments, parse }: Asked,
     request: ServerRequest,
-    arguments: Value,
-    parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
     ct: &tokio_util::sync::CancellationToken,
 ) -> Result<ClientResult, ErrorData> {
     let refuse = |why: &'static str| {
@@ -804,7 +834,7 @@ async fn ask_by_round(
     method: &str,
     rounds: &tokio::sync::mpsc::Sender<Round>,
     request: ServerRequest,
-    parse: fn(Value) -> Result<ClientResult, serde_json::Error>,
+    parse: Parse,
     timeout: Duration,
     ct: &tokio_util::sync::CancellationToken,
 ) -> Result<ClientResult, (ErrorData, &'static str)> {

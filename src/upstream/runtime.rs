@@ -615,36 +615,17 @@ async fn ask_for_upstream(
     asked: rmcp::model::InputRequest,
     cancelled: &CancellationToken,
 ) -> Result<Value, ErrorData> {
-    use rmcp::model::{ClientResult, InputRequest, ServerRequest};
-    let caps = connection.caps;
-    type Parse = fn(Value) -> Result<ClientResult, serde_json::Error>;
-    let (method, declared, request, parse): (&str, bool, ServerRequest, Parse) = match asked {
-        InputRequest::CreateMessage(r) => {
-            ("sampling/createMessage", caps.sampling, ServerRequest::CreateMessageRequest(r), |v| {
-                serde_json::from_value(v).map(|r| ClientResult::CreateMessageResult(Box::new(r)))
-            })
-        }
-        InputRequest::Elicitation(r) => {
-            let url = matches!(r.params, rmcp::model::ElicitRequestParams::UrlElicitationParams { .. });
-            let declared = if url { caps.elicitation_url } else { caps.elicitation_form };
-            ("elicitation/create", declared, ServerRequest::ElicitRequest(r), |v| {
-                serde_json::from_value(v).map(ClientResult::ElicitResult)
-            })
-        }
-        InputRequest::ListRoots(r) => ("roots/list", caps.roots, ServerRequest::ListRootsRequest(r), |v| {
-            serde_json::from_value(v).map(ClientResult::ListRootsResult)
-        }),
+    use rmcp::model::{InputRequest, ServerRequest};
+    let request = match asked {
+        InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
+        InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
+        InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
         _ => return Err(ErrorData::invalid_request("an input request of an unknown kind", None)),
     };
-    let arguments = match &request {
-        ServerRequest::CreateMessageRequest(r) => serde_json::to_value(&r.params).unwrap_or(Value::Null),
-        ServerRequest::ElicitRequest(r) => serde_json::to_value(&r.params).unwrap_or(Value::Null),
-        _ => Value::Null,
-    };
+    let asked = super::routing::Asked::of(&request, connection.caps)?;
     let server = connection.server().as_str();
-    let answer =
-        super::routing::relay_to(server, downstream, method, declared, request, arguments, parse, cancelled).await?;
-    serde_json::to_value(&answer).map_err(|e| ErrorData::internal_error(format!("{method}: {e}"), None))
+    let answer = super::routing::relay_to(server, downstream, asked, request, cancelled).await?;
+    serde_json::to_value(&answer).map_err(|e| ErrorData::internal_error(format!("relayed answer: {e}"), None))
 }
 
 /// `request` again, carrying the caller's answers and the upstream's `requestState`; `None`
