@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use rmcp::RoleServer;
-use rmcp::model::{Prompt, Resource, ResourceTemplate, ResourceUpdatedNotificationParam, Tool};
-use rmcp::service::Peer;
+use rmcp::model::{Prompt, Resource, ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities, Tool};
+use rmcp::service::{Peer, RoleClient, ServiceError};
+
+use crate::store::entities::GrantKind;
 
 /// One of the upstream's lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +21,87 @@ pub enum ListKind {
     Templates,
 }
 
+/// One of an upstream's lists: where the catalog keeps it, whether the upstream offers it,
+/// how it is fetched, and which grants cover its items.
+pub(super) trait Listed: Clone + Send + Sync + 'static {
+    /// The list's name in errors.
+    const WHAT: &'static str;
+    /// The kind of grant that covers its items.
+    const GRANT: GrantKind;
+    fn slot(state: &mut State) -> &mut Slot<Self>;
+    fn offered(caps: &ServerCapabilities) -> bool;
+    fn fetch(peer: &Peer<RoleClient>) -> impl Future<Output = Result<Vec<Self>, ServiceError>> + Send;
+    /// The items the gateway can serve (names it can't, or repeated ones, are left out).
+    fn usable(_server: &str, list: Vec<Self>) -> Vec<Self> {
+        list
+    }
+}
+
+impl Listed for Tool {
+    const WHAT: &'static str = "tools";
+    const GRANT: GrantKind = GrantKind::Tool;
+    fn slot(state: &mut State) -> &mut Slot<Self> {
+        &mut state.tools
+    }
+    fn offered(_: &ServerCapabilities) -> bool {
+        true
+    }
+    fn fetch(peer: &Peer<RoleClient>) -> impl Future<Output = Result<Vec<Self>, ServiceError>> + Send {
+        peer.list_all_tools()
+    }
+    fn usable(server: &str, list: Vec<Self>) -> Vec<Self> {
+        super::connection::usable_tools(server, list)
+    }
+}
+
+impl Listed for Prompt {
+    const WHAT: &'static str = "prompts";
+    const GRANT: GrantKind = GrantKind::Prompt;
+    fn slot(state: &mut State) -> &mut Slot<Self> {
+        &mut state.prompts
+    }
+    fn offered(caps: &ServerCapabilities) -> bool {
+        caps.prompts.is_some()
+    }
+    fn fetch(peer: &Peer<RoleClient>) -> impl Future<Output = Result<Vec<Self>, ServiceError>> + Send {
+        peer.list_all_prompts()
+    }
+    fn usable(server: &str, list: Vec<Self>) -> Vec<Self> {
+        super::connection::usable_prompts(server, list)
+    }
+}
+
+impl Listed for Resource {
+    const WHAT: &'static str = "resources";
+    const GRANT: GrantKind = GrantKind::Resource;
+    fn slot(state: &mut State) -> &mut Slot<Self> {
+        &mut state.resources
+    }
+    fn offered(caps: &ServerCapabilities) -> bool {
+        caps.resources.is_some()
+    }
+    fn fetch(peer: &Peer<RoleClient>) -> impl Future<Output = Result<Vec<Self>, ServiceError>> + Send {
+        peer.list_all_resources()
+    }
+}
+
+impl Listed for ResourceTemplate {
+    const WHAT: &'static str = "resource templates";
+    const GRANT: GrantKind = GrantKind::Resource;
+    fn slot(state: &mut State) -> &mut Slot<Self> {
+        &mut state.templates
+    }
+    fn offered(caps: &ServerCapabilities) -> bool {
+        caps.resources.is_some()
+    }
+    fn fetch(peer: &Peer<RoleClient>) -> impl Future<Output = Result<Vec<Self>, ServiceError>> + Send {
+        peer.list_all_resource_templates()
+    }
+}
+
 /// A cached list and how many times it was invalidated: a list fetched while it was
 /// invalidated again is not kept (it may be older than the change).
-struct Slot<T> {
+pub(super) struct Slot<T> {
     list: Option<Arc<Vec<T>>>,
     generation: u64,
 }
@@ -52,7 +132,7 @@ struct Subscriber {
 }
 
 #[derive(Default)]
-struct State {
+pub(super) struct State {
     tools: Slot<Tool>,
     prompts: Slot<Prompt>,
     resources: Slot<Resource>,
@@ -80,29 +160,24 @@ pub enum UpstreamSubscription {
     Unchanged,
 }
 
-macro_rules! list_accessors {
-    ($field:ident, $ty:ty, $cached:ident, $begin:ident, $store:ident) => {
-        pub fn $cached(&self) -> Option<Arc<Vec<$ty>>> {
-            self.lock().$field.list.clone()
-        }
-        pub fn $begin(&self) -> u64 {
-            self.lock().$field.generation
-        }
-        pub fn $store(&self, generation: u64, list: Arc<Vec<$ty>>) {
-            self.lock().$field.store(generation, list);
-        }
-    };
-}
-
 impl Catalog {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    list_accessors!(tools, Tool, tools, tools_generation, store_tools);
-    list_accessors!(prompts, Prompt, prompts, prompts_generation, store_prompts);
-    list_accessors!(resources, Resource, resources, resources_generation, store_resources);
-    list_accessors!(templates, ResourceTemplate, templates, templates_generation, store_templates);
+    /// The cached list of `T`, if it is current.
+    pub(super) fn cached<T: Listed>(&self) -> Option<Arc<Vec<T>>> {
+        T::slot(&mut self.lock()).list.clone()
+    }
+
+    /// Where the list of `T` stands: a fetch started now is stored only if it still is.
+    pub(super) fn generation<T: Listed>(&self) -> u64 {
+        T::slot(&mut self.lock()).generation
+    }
+
+    pub(super) fn store<T: Listed>(&self, generation: u64, list: Arc<Vec<T>>) {
+        T::slot(&mut self.lock()).store(generation, list);
+    }
 
     /// Forgets `kind`'s list: the next use fetches it again.
     pub fn invalidate(&self, kind: ListKind) {
@@ -197,14 +272,14 @@ mod tests {
     #[test]
     fn a_list_fetched_across_an_invalidation_is_not_kept() {
         let catalog = Catalog::default();
-        let generation = catalog.prompts_generation();
+        let generation = catalog.generation::<Prompt>();
         catalog.invalidate(ListKind::Prompts);
-        catalog.store_prompts(generation, Arc::new(Vec::new()));
-        assert!(catalog.prompts().is_none(), "stale: fetched before the change");
-        let generation = catalog.prompts_generation();
-        catalog.store_prompts(generation, Arc::new(Vec::new()));
-        assert!(catalog.prompts().is_some());
+        catalog.store::<Prompt>(generation, Arc::new(Vec::new()));
+        assert!(catalog.cached::<Prompt>().is_none(), "stale: fetched before the change");
+        let generation = catalog.generation::<Prompt>();
+        catalog.store::<Prompt>(generation, Arc::new(Vec::new()));
+        assert!(catalog.cached::<Prompt>().is_some());
         catalog.invalidate_all();
-        assert!(catalog.prompts().is_none());
+        assert!(catalog.cached::<Prompt>().is_none());
     }
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{Prompt, Resource, ResourceTemplate, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
+use rmcp::model::{Prompt, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 
-use super::catalog::{Catalog, UpstreamSubscription};
+use super::catalog::{Catalog, Listed, UpstreamSubscription};
 use super::executor::{Executor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
 use super::routing::{ProxyClient, RelayCaps, Routes};
@@ -80,10 +80,10 @@ impl Connection {
         if let Some(current) = live.as_ref() {
             let peer = current.service.peer().clone();
             if !peer.is_transport_closed() {
-                if let Some(tools) = self.catalog.tools() {
+                if let Some(tools) = self.catalog.cached::<Tool>() {
                     return Ok((peer, tools));
                 }
-                let tools = self.list_tools(&peer, timeout).await?;
+                let tools = self.fetch_list::<Tool>(&peer, timeout).await?;
                 return Ok((peer, tools));
             }
             tracing::warn!(server = %self.server.name, "upstream connection closed; restarting it");
@@ -115,22 +115,33 @@ impl Connection {
             }
         };
         let peer = service.peer().clone();
-        let tools = self.list_tools(&peer, timeout).await?;
+        let tools = self.fetch_list::<Tool>(&peer, timeout).await?;
         self.after_start(&peer).await;
         *live = Some(Live { service });
         Ok((peer, tools))
     }
 
-    async fn list_tools(&self, peer: &Peer<RoleClient>, timeout: Duration) -> Result<Arc<Vec<Tool>>, UpstreamError> {
-        let generation = self.catalog.tools_generation();
-        let listed = tokio::time::timeout(timeout, peer.list_all_tools()).await;
-        let tools = match listed {
-            Ok(Ok(tools)) => Arc::new(usable_tools(self.server.name.as_str(), tools)),
-            Ok(Err(e)) => return Err(UpstreamError::Connect(format!("listing tools: {e}"))),
-            Err(_) => return Err(UpstreamError::ConnectTimeout(timeout)),
+    /// Fetches the upstream's list of `T` (none when it does not offer it) and keeps it until
+    /// the upstream says it changed.
+    async fn fetch_list<T: Listed>(
+        &self,
+        peer: &Peer<RoleClient>,
+        timeout: Duration,
+    ) -> Result<Arc<Vec<T>>, UpstreamError> {
+        let generation = self.catalog.generation::<T>();
+        let offered = peer.peer_info().is_some_and(|i| T::offered(&i.capabilities));
+        let list = if offered {
+            match tokio::time::timeout(timeout, T::fetch(peer)).await {
+                Ok(Ok(list)) => list,
+                Ok(Err(e)) => return Err(UpstreamError::Connect(format!("listing {}: {e}", T::WHAT))),
+                Err(_) => return Err(UpstreamError::ConnectTimeout(timeout)),
+            }
+        } else {
+            Vec::new()
         };
-        self.catalog.store_tools(generation, Arc::clone(&tools));
-        Ok(tools)
+        let list = Arc::new(T::usable(self.server.name.as_str(), list));
+        self.catalog.store(generation, Arc::clone(&list));
+        Ok(list)
     }
 
     /// A new upstream process: it logs everything to the gateway (each session gets what its
@@ -152,52 +163,14 @@ impl Connection {
         }
     }
 
-    /// The upstream's prompts (none when it offers none).
-    pub(super) async fn prompts(&self, timeout: Duration) -> Result<Arc<Vec<Prompt>>, UpstreamError> {
+    /// The upstream's list of `T`: prompts, resources or resource templates (none when it
+    /// offers none).
+    pub(super) async fn listed<T: Listed>(&self, timeout: Duration) -> Result<Arc<Vec<T>>, UpstreamError> {
         let (peer, _) = self.ready(timeout).await?;
-        if let Some(list) = self.catalog.prompts() {
-            return Ok(list);
+        match self.catalog.cached::<T>() {
+            Some(list) => Ok(list),
+            None => self.fetch_list(&peer, timeout).await,
         }
-        let generation = self.catalog.prompts_generation();
-        let offered = peer.peer_info().is_some_and(|i| i.capabilities.prompts.is_some());
-        let list = if offered { fetch(timeout, "prompts", peer.list_all_prompts()).await? } else { Vec::new() };
-        let list = Arc::new(usable_prompts(self.server.name.as_str(), list));
-        self.catalog.store_prompts(generation, Arc::clone(&list));
-        Ok(list)
-    }
-
-    /// The upstream's resources (none when it offers none).
-    pub(super) async fn resources(&self, timeout: Duration) -> Result<Arc<Vec<Resource>>, UpstreamError> {
-        let (peer, _) = self.ready(timeout).await?;
-        if let Some(list) = self.catalog.resources() {
-            return Ok(list);
-        }
-        let generation = self.catalog.resources_generation();
-        let list = if offers_resources(&peer) {
-            fetch(timeout, "resources", peer.list_all_resources()).await?
-        } else {
-            Vec::new()
-        };
-        let list = Arc::new(list);
-        self.catalog.store_resources(generation, Arc::clone(&list));
-        Ok(list)
-    }
-
-    /// The upstream's resource templates (none when it offers none).
-    pub(super) async fn templates(&self, timeout: Duration) -> Result<Arc<Vec<ResourceTemplate>>, UpstreamError> {
-        let (peer, _) = self.ready(timeout).await?;
-        if let Some(list) = self.catalog.templates() {
-            return Ok(list);
-        }
-        let generation = self.catalog.templates_generation();
-        let list = if offers_resources(&peer) {
-            fetch(timeout, "resource templates", peer.list_all_resource_templates()).await?
-        } else {
-            Vec::new()
-        };
-        let list = Arc::new(list);
-        self.catalog.store_templates(generation, Arc::clone(&list));
-        Ok(list)
     }
 
     /// Whether the upstream lets clients subscribe to its resources.
@@ -281,25 +254,8 @@ impl Connection {
     }
 }
 
-fn offers_resources(peer: &Peer<RoleClient>) -> bool {
-    peer.peer_info().is_some_and(|i| i.capabilities.resources.is_some())
-}
-
-/// A list request to the upstream, bounded by `timeout`.
-async fn fetch<T>(
-    timeout: Duration,
-    what: &str,
-    listing: impl Future<Output = Result<Vec<T>, ServiceError>>,
-) -> Result<Vec<T>, UpstreamError> {
-    match tokio::time::timeout(timeout, listing).await {
-        Ok(Ok(list)) => Ok(list),
-        Ok(Err(e)) => Err(UpstreamError::Connect(format!("listing {what}: {e}"))),
-        Err(_) => Err(UpstreamError::ConnectTimeout(timeout)),
-    }
-}
-
 /// Prompt names the gateway can serve: the same rule as tools.
-fn usable_prompts(server: &str, prompts: Vec<Prompt>) -> Vec<Prompt> {
+pub(super) fn usable_prompts(server: &str, prompts: Vec<Prompt>) -> Vec<Prompt> {
     let mut seen = std::collections::HashSet::new();
     prompts
         .into_iter()
@@ -321,7 +277,7 @@ fn usable_name(server: &str, name: &str) -> bool {
 
 /// Tool names the gateway can serve as `server__tool`: MCP's tool-name characters, within
 /// 128 characters once prefixed, each name once (the first wins).
-fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
+pub(super) fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
     let mut seen = std::collections::HashSet::new();
     tools
         .into_iter()

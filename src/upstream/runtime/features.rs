@@ -18,6 +18,7 @@ use super::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams
 use crate::context::McpCallContext;
 use crate::model::Role;
 use crate::store::entities::GrantKind;
+use crate::upstream::catalog::Listed;
 use crate::upstream::surface;
 
 /// A session to tell when a list it was given changes.
@@ -26,59 +27,48 @@ pub struct Watch<'a> {
     pub peer: &'a Peer<RoleServer>,
 }
 
-/// One of the lists a session can ask for.
-#[derive(Clone, Copy)]
-enum Listed {
-    Prompts,
-    Resources,
-    Templates,
-}
-
-/// What one server contributed to a list.
-enum Items {
-    Prompts(Arc<Vec<Prompt>>),
-    Resources(Arc<Vec<Resource>>),
-    Templates(Arc<Vec<ResourceTemplate>>),
+/// Each server's items as the caller sees them: `item` gives the exposed item (named for its
+/// server, whether that server is prefixed), or `None` for one not served to this caller.
+fn expose<T>(
+    snapshot: &Snapshot,
+    gathered: Vec<(String, Arc<Vec<T>>)>,
+    item: impl Fn(&str, bool, &T) -> Option<T>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for (server, items) in gathered {
+        let prefixed = snapshot.prefixed(&server) != Some(false);
+        out.extend(items.iter().filter_map(|i| item(&server, prefixed, i)));
+    }
+    out
 }
 
 impl Upstreams {
     /// The prompts the caller may use, named like tools.
     pub async fn prompts(&self, snapshot: &Snapshot, roles: &[Role], watch: Option<Watch<'_>>) -> Vec<Prompt> {
-        let mut out = Vec::new();
-        for (server, items) in self.gather(snapshot, roles, Listed::Prompts, watch).await {
-            let Items::Prompts(prompts) = items else { continue };
-            let prefixed = snapshot.prefixed(&server) != Some(false);
-            for prompt in prompts.iter() {
-                if !snapshot.allowed_kind(&server, GrantKind::Prompt, &prompt.name, roles)
-                    || (!prefixed && !surface::unprefixed_name_free(snapshot, &prompt.name, |_| false))
-                {
-                    continue;
-                }
+        let gathered = self.gather::<Prompt>(snapshot, roles, watch).await;
+        let mut out = expose(snapshot, gathered, |server, prefixed, prompt| {
+            let free = prefixed || surface::unprefixed_name_free(snapshot, &prompt.name, |_| false);
+            (free && snapshot.allowed_kind(server, GrantKind::Prompt, &prompt.name, roles)).then(|| {
                 let mut prompt = prompt.clone();
-                prompt.name = surface::exposed_name(&server, prefixed, &prompt.name);
-                out.push(prompt);
-            }
-        }
+                prompt.name = surface::exposed_name(server, prefixed, &prompt.name);
+                prompt
+            })
+        });
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
 
     /// The resources the caller may read, under the URIs the gateway exposes.
     pub async fn resources(&self, snapshot: &Snapshot, roles: &[Role], watch: Option<Watch<'_>>) -> Vec<Resource> {
-        let mut out = Vec::new();
-        for (server, items) in self.gather(snapshot, roles, Listed::Resources, watch).await {
-            let Items::Resources(resources) = items else { continue };
-            let prefixed = snapshot.prefixed(&server) != Some(false);
-            for resource in resources.iter() {
-                if !snapshot.allowed_kind(&server, GrantKind::Resource, &resource.uri, roles) {
-                    continue;
-                }
-                let Some(uri) = surface::exposed_uri(&server, prefixed, &resource.uri) else { continue };
+        let gathered = self.gather::<Resource>(snapshot, roles, watch).await;
+        let mut out = expose(snapshot, gathered, |server, prefixed, resource| {
+            let uri = surface::exposed_uri(server, prefixed, &resource.uri)?;
+            snapshot.allowed_kind(server, GrantKind::Resource, &resource.uri, roles).then(|| {
                 let mut resource = resource.clone();
                 resource.uri = uri;
-                out.push(resource);
-            }
-        }
+                resource
+            })
+        });
         out.sort_by(|a, b| a.uri.cmp(&b.uri));
         out
     }
@@ -90,54 +80,37 @@ impl Upstreams {
         roles: &[Role],
         watch: Option<Watch<'_>>,
     ) -> Vec<ResourceTemplate> {
-        let mut out = Vec::new();
-        for (server, items) in self.gather(snapshot, roles, Listed::Templates, watch).await {
-            let Items::Templates(templates) = items else { continue };
-            let prefixed = snapshot.prefixed(&server) != Some(false);
-            for template in templates.iter() {
-                if !snapshot.allowed_kind(&server, GrantKind::Resource, &template.uri_template, roles) {
-                    continue;
-                }
-                let Some(uri) = surface::exposed_uri(&server, prefixed, &template.uri_template) else { continue };
+        let gathered = self.gather::<ResourceTemplate>(snapshot, roles, watch).await;
+        let mut out = expose(snapshot, gathered, |server, prefixed, template| {
+            let uri_template = surface::exposed_uri(server, prefixed, &template.uri_template)?;
+            snapshot.allowed_kind(server, GrantKind::Resource, &template.uri_template, roles).then(|| {
                 let mut template = template.clone();
-                template.uri_template = uri;
-                out.push(template);
-            }
-        }
+                template.uri_template = uri_template;
+                template
+            })
+        });
         out.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
         out
     }
 
-    /// Each granted server's list of `what`, fetched concurrently; a server that fails is
-    /// left out (and logged), like a server whose tools can't be listed.
-    async fn gather(
+    /// Each granted server's list of `T`, fetched concurrently; a server that fails is left
+    /// out (and logged), like a server whose tools can't be listed.
+    async fn gather<T: Listed>(
         &self,
         snapshot: &Snapshot,
         roles: &[Role],
-        what: Listed,
         watch: Option<Watch<'_>>,
-    ) -> Vec<(String, Items)> {
-        let kind = match what {
-            Listed::Prompts => GrantKind::Prompt,
-            Listed::Resources | Listed::Templates => GrantKind::Resource,
-        };
+    ) -> Vec<(String, Arc<Vec<T>>)> {
         let mut tasks = tokio::task::JoinSet::new();
         for (server, connection) in &snapshot.servers {
-            if !snapshot.any_grant_kind(server, kind, roles) {
+            if !snapshot.any_grant_kind(server, T::GRANT, roles) {
                 continue;
             }
             if let Some(watch) = &watch {
                 connection.catalog.watch(watch.session, watch.peer);
             }
             let (server, connection, timeout) = (server.clone(), Arc::clone(connection), self.connect_timeout);
-            tasks.spawn(async move {
-                let items = match what {
-                    Listed::Prompts => connection.prompts(timeout).await.map(Items::Prompts),
-                    Listed::Resources => connection.resources(timeout).await.map(Items::Resources),
-                    Listed::Templates => connection.templates(timeout).await.map(Items::Templates),
-                };
-                (server, items)
-            });
+            tasks.spawn(async move { (server, connection.listed::<T>(timeout).await) });
         }
         let mut out = Vec::new();
         while let Some(joined) = tasks.join_next().await {
@@ -183,7 +156,7 @@ impl Upstreams {
         let (server, name) = surface::route_name(snapshot, &params.name).ok_or(None)?;
         let name = name.to_owned();
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
-        let listed = connection.prompts(self.connect_timeout).await.map_err(|e| Some(unavailable(e)))?;
+        let listed = connection.listed::<Prompt>(self.connect_timeout).await.map_err(|e| Some(unavailable(e)))?;
         if !listed.iter().any(|p| p.name == name) {
             return Err(None);
         }
