@@ -85,6 +85,11 @@ impl Inspection {
         self.method.is_some() && self.id.is_some()
     }
 
+    /// The body inspected.
+    pub(crate) fn body(&self) -> &Bytes {
+        &self.body
+    }
+
     /// `params.name` when it is a string (the tool of a `tools/call`).
     pub(crate) fn name(&self) -> Option<&str> {
         self.name.as_deref()

@@ -4,6 +4,7 @@
 
 mod cursor;
 mod jsonrpc;
+mod lean;
 mod registry;
 mod rounds;
 mod server;
@@ -61,6 +62,7 @@ pub(crate) fn service(
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::random(),
         rounds: rounds::Exchanges::default(),
+        lean: lean::Sessions::default(),
     });
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(Duration::from_secs(config.mcp.session_idle_secs));
@@ -69,6 +71,7 @@ pub(crate) fn service(
     if let Some(host) = public_host(&config.public_url()) {
         hosts.push(host);
     }
+    let relay = Arc::new(lean::Relay::new(Arc::clone(&shared), Arc::clone(&manager), hosts.clone()));
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(!config.mcp.stateless)
         // Stateless requests (and every 2026-07-28 request) get a plain JSON answer when the
@@ -90,12 +93,17 @@ pub(crate) fn service(
         audit: state.audit.clone(),
         leeway_secs: i64::try_from(config.auth.leeway_secs).unwrap_or(i64::MAX),
     });
-    session::spawn_sweeper(Arc::clone(state.sessions), manager, shutdown);
+    session::spawn_sweeper(Arc::clone(state.sessions), manager, Arc::clone(&shared), shutdown);
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
     // (configuration and all) by every layer, on every request.
     let endpoint = tower::service_fn(move |request: Request| {
-        let service = Arc::clone(&service);
+        let (service, relay) = (Arc::clone(&service), Arc::clone(&relay));
         async move {
+            // A proxied call the lean relay takes is answered there; everything else by rmcp.
+            let request = match relay.serve(request).await {
+                Ok(response) => return Ok(response),
+                Err(request) => request,
+            };
             let terminating = request.method() == http::Method::DELETE;
             let response = service.handle(request).await.into_response();
             Ok::<_, Infallible>(if terminating { terminated(response) } else { response })

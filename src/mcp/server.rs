@@ -30,7 +30,7 @@ use crate::store::Db;
 use crate::telemetry::metrics;
 use crate::upstream::routing::by_rounds;
 use crate::upstream::runtime::{
-    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Snapshot, UpstreamCall,
+    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Sink, Snapshot, UpstreamCall,
     Upstreams, Watch, split_tool_name,
 };
 use crate::upstream::selected::{self, Selection};
@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub cursors: CursorKey,
     /// Calls of 2026-07-28 callers waiting for an answer (multi round-trip).
     pub rounds: rounds::Exchanges,
+    /// The sessions the lean relay may serve (recorded when their clients are initialized).
+    pub lean: super::lean::Sessions,
 }
 
 /// The per-session (or, stateless, per-request) MCP handler. It holds the session's selected
@@ -113,7 +115,7 @@ impl GatewayServer {
         let upstreams = &self.shared.upstreams;
         Downstream {
             owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
-            peer: context.peer.clone(),
+            sink: Sink::Peer(context.peer.clone()),
             progress: context.meta.get_progress_token(),
             log_level: Arc::clone(&self.log_level),
             rounds: None,
@@ -569,6 +571,22 @@ impl ServerHandler for GatewayServer {
             }
         }
         Ok(result)
+    }
+
+    /// The session is ready: the lean relay learns what it needs of it (what the client
+    /// declared, who it is, the session's log level).
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let Some(session) = parts.and_then(|p| p.headers.get(SESSION_HEADER)).and_then(|v| v.to_str().ok()) else {
+            return;
+        };
+        let Some(info) = context.peer.peer_info() else { return };
+        let known = super::lean::LeanSession {
+            caps: RelayCaps::declared_by(&info.capabilities),
+            client: Some((info.client_info.name.clone(), info.client_info.version.clone())),
+            log_level: Arc::clone(&self.log_level),
+        };
+        self.shared.lean.register(session, known);
     }
 
     async fn list_tools(

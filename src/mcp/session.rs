@@ -173,6 +173,7 @@ impl http_body::Body for UntilExpiry {
 pub(crate) fn spawn_sweeper(
     sessions: Arc<SessionRegistry>,
     manager: Arc<LocalSessionManager>,
+    shared: Arc<super::server::Shared>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -188,6 +189,7 @@ pub(crate) fn spawn_sweeper(
                     sessions.unbind(&id);
                 }
             }
+            shared.lean.retain(|id| sessions.principal(id).is_some());
         }
     });
 }

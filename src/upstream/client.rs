@@ -95,6 +95,91 @@ fn request_id(message: &ClientJsonRpcMessage) -> Option<Value> {
     }
 }
 
+/// How the gateway reaches a Streamable HTTP upstream's session, as rmcp's client last sent
+/// a request there: what the lean relay (`upstream::lean`) needs to send a call itself on
+/// the same session, with the same headers and the same per-request `_meta`.
+pub struct Wire {
+    pub uri: Arc<str>,
+    pub session: Option<Arc<str>>,
+    /// The declaration's headers and the negotiated `MCP-Protocol-Version`; none that belongs
+    /// to one request (the assertion, the standard `Mcp-Method`/`Mcp-Name`/`Mcp-Param-*`).
+    pub headers: http::HeaderMap,
+    /// What the protocol puts in every request's `_meta` (on 2026-07-28: the version, the
+    /// client's info and capabilities); no progress token, assertion or credential.
+    pub meta: serde_json::Map<String, Value>,
+    /// The negotiated version asks for the standard request headers (2026-07-28 and later).
+    pub standard_headers: bool,
+}
+
+/// The latest [`Wire`] of one connection (none before its first request, and none for an
+/// upstream whose requests carry a credential: the lean relay leaves those to rmcp).
+#[derive(Default)]
+pub struct WireSlot(Mutex<Option<Arc<Wire>>>);
+
+impl WireSlot {
+    pub fn current(&self) -> Option<Arc<Wire>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets the session (its connection is being replaced).
+    pub fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Records how `message` is being sent, if it is an ordinary request and anything changed.
+    fn record(
+        &self,
+        uri: &Arc<str>,
+        session: Option<&Arc<str>>,
+        headers: &HashMap<HeaderName, HeaderValue>,
+        message: &ClientJsonRpcMessage,
+        assertion: &HeaderName,
+    ) {
+        let ClientJsonRpcMessage::Request(request) = message else { return };
+        if matches!(
+            request.request,
+            rmcp::model::ClientRequest::InitializeRequest(_) | rmcp::model::ClientRequest::DiscoverRequest(_)
+        ) {
+            return;
+        }
+        let version = headers.get(PROTOCOL_VERSION_HEADER);
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(wire) = slot.as_ref()
+            && wire.session.as_deref() == session.map(|s| &**s)
+            && wire.headers.get(PROTOCOL_VERSION_HEADER) == version
+        {
+            return;
+        }
+        let per_request = |name: &HeaderName| {
+            if name == assertion {
+                return true;
+            }
+            let name = name.as_str();
+            name == "mcp-method" || name == "mcp-name" || name.starts_with("mcp-param-")
+        };
+        let mut kept = http::HeaderMap::new();
+        for (name, value) in headers.iter().filter(|(name, _)| !per_request(name)) {
+            kept.insert(name.clone(), value.clone());
+        }
+        let mut meta = request.request.get_meta().0.0.clone();
+        for key in ["progressToken", ASSERTION_META_KEY, AUTHORIZATION_META_KEY, RELATED_META_KEY] {
+            meta.remove(key);
+        }
+        let standard_headers = version
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::STANDARD_HEADERS.as_str());
+        *slot = Some(Arc::new(Wire {
+            uri: Arc::clone(uri),
+            session: session.cloned(),
+            headers: kept,
+            meta,
+            standard_headers,
+        }));
+    }
+}
+
+const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+
 /// rmcp's reqwest client, with each call's assertion moved from `_meta` to a header.
 #[derive(Clone)]
 pub struct AssertingClient {
@@ -102,11 +187,38 @@ pub struct AssertingClient {
     header: HeaderName,
     /// The access token the gateway last sent with a message (executor side only).
     token: Arc<Mutex<Option<String>>>,
+    /// Where how requests are sent is recorded, for the lean relay (gateway side only).
+    wire: Option<Arc<WireSlot>>,
 }
 
 impl AssertingClient {
     pub fn new(inner: reqwest::Client, header: HeaderName) -> Self {
-        Self { inner, header, token: Arc::default() }
+        Self { inner, header, token: Arc::default(), wire: None }
+    }
+
+    /// Records how each request is sent in `wire` (for a connection without credentials).
+    pub fn recording(mut self, wire: Arc<WireSlot>) -> Self {
+        self.wire = Some(wire);
+        self
+    }
+
+    fn record(
+        &self,
+        uri: &Arc<str>,
+        session: Option<&Arc<str>>,
+        headers: &HashMap<HeaderName, HeaderValue>,
+        message: &ClientJsonRpcMessage,
+        bearer: Option<&String>,
+    ) {
+        if let Some(wire) = &self.wire {
+            if bearer.is_some() {
+                // A credential is per request and refreshed by rmcp: such a session is not
+                // reached around it.
+                wire.clear();
+                return;
+            }
+            wire.record(uri, session, headers, message, &self.header);
+        }
     }
 
     /// The bearer token for a request: the one the gateway put in this message's `_meta`
@@ -156,6 +268,7 @@ impl StreamableHttpClient for AssertingClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
         let auth_header = self.bearer(&mut message, auth_header);
+        self.record(&uri, session_id.as_ref(), &custom_headers, &message, auth_header.as_ref());
         let id = request_id(&message);
         let response = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
         Ok(related_to(response, id))
@@ -172,6 +285,7 @@ impl StreamableHttpClient for AssertingClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
         let auth_header = self.bearer(&mut message, auth_header);
+        self.record(&uri, session_id.as_ref(), &custom_headers, &message, auth_header.as_ref());
         let id = request_id(&message);
         let response = self
             .inner
@@ -198,6 +312,7 @@ impl StreamableHttpClient for AssertingClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
         let auth_header = self.bearer(&mut message, auth_header);
+        self.record(&uri, session_id.as_ref(), &custom_headers, &message, auth_header.as_ref());
         let id = request_id(&message);
         let response = self
             .inner

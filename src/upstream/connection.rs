@@ -10,6 +10,7 @@ use rmcp::model::{Prompt, SubscribeRequestParams, Tool, UnsubscribeRequestParams
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 
 use super::catalog::{Catalog, Listed, UpstreamSubscription};
+use super::client::WireSlot;
 use super::executor::{Executor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
 use super::routing::{ProxyClient, RelayCaps, Routes};
@@ -43,6 +44,8 @@ pub struct Connection {
     pub(super) routes: Arc<Routes>,
     /// The upstream's lists, the sessions to tell when one changes, and subscriptions.
     pub(super) catalog: Arc<Catalog>,
+    /// How the running connection's requests are sent, when the lean relay may send its own.
+    pub(super) wire: Arc<WireSlot>,
     pub(super) live: tokio::sync::Mutex<Option<Live>>,
     pub(super) last_used_ms: AtomicI64,
     pub(super) in_flight: AtomicUsize,
@@ -62,6 +65,7 @@ impl Connection {
             caps,
             routes: Arc::default(),
             catalog: Arc::default(),
+            wire: Arc::default(),
             live: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicI64::new(now_millis()),
             in_flight: AtomicUsize::new(0),
@@ -70,6 +74,18 @@ impl Connection {
 
     pub fn server(&self) -> &ServerName {
         &self.server.name
+    }
+
+    /// The gateway's side of the connection: what handles what the upstream sends.
+    pub(super) fn handler(&self) -> ProxyClient {
+        ProxyClient {
+            routes: Arc::clone(&self.routes),
+            catalog: Arc::clone(&self.catalog),
+            server: self.server.name.to_string(),
+            caps: self.caps,
+            wire: Arc::clone(&self.wire),
+            trust_related: matches!(self.server.transport, super::ResolvedTransport::Http { .. }),
+        }
     }
 
     /// The running connection, started (or restarted after a crash) if need be, and its tools
@@ -92,13 +108,8 @@ impl Connection {
         // Dropping the old service kills its child process.
         *live = None;
         self.catalog.invalidate_all();
-        let handler = ProxyClient {
-            routes: Arc::clone(&self.routes),
-            catalog: Arc::clone(&self.catalog),
-            server: self.server.name.to_string(),
-            caps: self.caps,
-            trust_related: matches!(self.server.transport, super::ResolvedTransport::Http { .. }),
-        };
+        self.wire.clear();
+        let handler = self.handler();
         let service = match &self.auth {
             None => self.executor.connect(&self.server, handler, timeout, None).await?,
             Some(auth) => {

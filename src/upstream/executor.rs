@@ -69,8 +69,8 @@ pub struct LocalExecutor {
     /// The only variables of the gateway's own environment a child inherits (the rest, such
     /// as the gateway's secrets, only by explicit `${env:NAME}` in a declaration).
     inherit_env: Vec<String>,
-    http: reqwest::Client,
-    assertion_header: HeaderName,
+    pub(super) http: reqwest::Client,
+    pub(super) assertion_header: HeaderName,
     /// OAuth requests for its servers: from this host, with the same CA trust as `http`.
     oauth_http: Arc<ExecutorHttp>,
 }
@@ -240,6 +240,7 @@ impl Executor {
                         tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
                     }
                     None => {
+                        let client = client.recording(Arc::clone(&handler.wire));
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
                         tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
                     }

@@ -40,7 +40,8 @@ use crate::telemetry::metrics;
 pub struct Downstream {
     /// The session id, or a per-request id for a stateless call.
     pub owner: String,
-    pub peer: Peer<RoleServer>,
+    /// Where notifications for the caller go.
+    pub sink: Sink,
     /// The downstream request's progress token, when its client asked for progress.
     pub progress: Option<ProgressToken>,
     /// The least severe log level the session wants (its `logging/setLevel`).
@@ -51,6 +52,37 @@ pub struct Downstream {
     /// A caller on protocol 2026-07-28 takes no requests: what the upstream asks of it goes
     /// here, to be answered by the multi round-trip (`input_required`, SEP-2322).
     pub rounds: Option<tokio::sync::mpsc::Sender<Round>>,
+}
+
+/// Where notifications for a caller go while an upstream serves its request.
+#[derive(Clone)]
+pub enum Sink {
+    /// Through the caller's rmcp session (on the request's own event stream).
+    Peer(Peer<RoleServer>),
+    /// Onto the answer of a call the lean relay serves (`mcp::lean`): each item is one
+    /// serialized JSON-RPC notification, written before the answer, in order.
+    Stream(tokio::sync::mpsc::Sender<bytes::Bytes>),
+}
+
+impl Sink {
+    /// The rmcp peer, when the caller is reached through one (the only way to ask it something).
+    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
+        match self {
+            Self::Peer(peer) => Some(peer),
+            Self::Stream(_) => None,
+        }
+    }
+
+    async fn notify(&self, notification: ServerNotification) -> Result<(), String> {
+        match self {
+            Self::Peer(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
+            Self::Stream(stream) => {
+                let message = rmcp::model::ServerJsonRpcMessage::notification(notification);
+                let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
+                stream.send(bytes.into()).await.map_err(|_| "the caller's answer is gone".to_owned())
+            }
+        }
+    }
 }
 
 /// Whether the request is on protocol 2026-07-28, whose client takes no requests from the
@@ -138,7 +170,11 @@ impl RelayCaps {
         } else {
             None
         };
-        let Some(caps) = declared else { return Self::default() };
+        declared.map_or_else(Self::default, |caps| Self::declared_by(&caps))
+    }
+
+    /// What a client's capabilities let an upstream ask it.
+    pub fn declared_by(caps: &ClientCapabilities) -> Self {
         // An elicitation capability that names no mode means form (the older versions' shape).
         let (form, url) = match &caps.elicitation {
             Some(e) if e.form.is_none() && e.url.is_none() => (true, false),
@@ -509,12 +545,26 @@ impl Drop for RouteGuard<'_> {
 
 /// Sends `params` to the calling session under its own progress token, if it asked for progress.
 pub(super) async fn forward_progress(server: &str, target: Downstream, mut params: ProgressNotificationParam) {
-    let Downstream { peer, progress: Some(token), .. } = target else {
+    let Downstream { sink, progress: Some(token), .. } = target else {
         return;
     };
     params.progress_token = token;
-    if let Err(e) = peer.notify_progress(params).await {
+    let notification = ServerNotification::ProgressNotification(rmcp::model::ProgressNotification::new(params));
+    if let Err(e) = sink.notify(notification).await {
         tracing::debug!(%server, error = %e, "progress not delivered");
+    }
+}
+
+/// Sends a log line to the calling session, if it is at or above the session's level.
+#[allow(deprecated)]
+pub(super) async fn forward_log(server: &str, target: &Downstream, params: LoggingMessageNotificationParam) {
+    if !target.log_level.allows(params.level) {
+        return;
+    }
+    let notification =
+        ServerNotification::LoggingMessageNotification(rmcp::model::LoggingMessageNotification::new(params));
+    if let Err(e) = target.sink.notify(notification).await {
+        tracing::debug!(%server, error = %e, "log message not delivered");
     }
 }
 
@@ -526,6 +576,9 @@ pub struct ProxyClient {
     pub(super) catalog: Arc<Catalog>,
     pub(super) server: String,
     pub(super) caps: RelayCaps,
+    /// How the connection's requests are sent (local Streamable HTTP upstreams without
+    /// credentials record it; the lean relay reads it).
+    pub(super) wire: Arc<super::client::WireSlot>,
     /// The upstream speaks Streamable HTTP: what it sends on a request's event stream is
     /// marked with that request (see `client::RELATED_META_KEY`).
     pub(super) trust_related: bool,
@@ -598,38 +651,23 @@ impl ClientHandler for ProxyClient {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.catalog.invalidate(ListKind::Tools);
-        for peer in self.catalog.watchers() {
-            let _ = peer.notify_tool_list_changed().await;
-        }
+        self.list_changed(ListKind::Tools).await;
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.catalog.invalidate(ListKind::Prompts);
-        for peer in self.catalog.watchers() {
-            let _ = peer.notify_prompt_list_changed().await;
-        }
+        self.list_changed(ListKind::Prompts).await;
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.catalog.invalidate(ListKind::Resources);
-        self.catalog.invalidate(ListKind::Templates);
-        for peer in self.catalog.watchers() {
-            let _ = peer.notify_resource_list_changed().await;
-        }
+        self.list_changed(ListKind::Resources).await;
     }
 
-    /// An update goes to the sessions subscribed to that resource, and to no other.
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        for (peer, update) in self.catalog.updated(&params.uri) {
-            if let Err(e) = peer.notify_resource_updated(update).await {
-                tracing::debug!(server = %self.server, error = %e, "resource update not delivered");
-            }
-        }
+        self.resource_updated(params).await;
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, context: NotificationContext<RoleClient>) {
@@ -661,12 +699,7 @@ impl ClientHandler for ProxyClient {
             Marked::No => self.routes.single_owner(),
         };
         match target {
-            Some(target) if !target.log_level.allows(params.level) => {}
-            Some(Downstream { peer, .. }) => {
-                if let Err(e) = peer.notify_logging_message(params).await {
-                    tracing::debug!(server = %self.server, error = %e, "log message not delivered");
-                }
-            }
+            Some(target) => forward_log(&self.server, &target, params).await,
             None => {
                 metrics::denial("upstream_log_unroutable");
                 tracing::debug!(server = %self.server, "upstream log message with no single calling session; dropped");
@@ -676,6 +709,31 @@ impl ClientHandler for ProxyClient {
 }
 
 impl ProxyClient {
+    /// An upstream's list changed: it is fetched again when next needed, and the sessions
+    /// that listed it are told. (Resources and templates change together.)
+    pub(super) async fn list_changed(&self, kind: ListKind) {
+        self.catalog.invalidate(kind);
+        if kind == ListKind::Resources {
+            self.catalog.invalidate(ListKind::Templates);
+        }
+        for peer in self.catalog.watchers() {
+            let _ = match kind {
+                ListKind::Tools => peer.notify_tool_list_changed().await,
+                ListKind::Prompts => peer.notify_prompt_list_changed().await,
+                ListKind::Resources | ListKind::Templates => peer.notify_resource_list_changed().await,
+            };
+        }
+    }
+
+    /// An update goes to the sessions subscribed to that resource, and to no other.
+    pub(super) async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
+        for (peer, update) in self.catalog.updated(&params.uri) {
+            if let Err(e) = peer.notify_resource_updated(update).await {
+                tracing::debug!(server = %self.server, error = %e, "resource update not delivered");
+            }
+        }
+    }
+
     /// Relays a request the upstream makes of its client (sampling, elicitation, roots) to the
     /// session whose call it is serving: only while calls of exactly one session are in
     /// flight on this connection (never a guess), only when that client declared the
@@ -794,10 +852,10 @@ pub(super) async fn relay_to(
         ))
     } else if let Some(rounds) = &target.rounds {
         ask_by_round(method, rounds, request, parse, origin.timeout, ct).await
-    } else {
+    } else if let Some(peer) = target.sink.peer() {
         let options = PeerRequestOptions::with_timeout(origin.timeout);
         let sent = async {
-            let handle = target.peer.send_request_with_option(request, options).await?;
+            let handle = peer.send_request_with_option(request, options).await?;
             handle.await_response().await
         };
         tokio::select! {
@@ -814,6 +872,10 @@ pub(super) async fn relay_to(
             },
             () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
         }
+    } else {
+        // The lean relay serves only callers that declared nothing to ask (see `mcp::lean`).
+        refuse("upstream_request_unroutable");
+        Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
     };
     let event = match &outcome {
         Ok(_) => audit.event(Outcome::Ok, None),

@@ -36,10 +36,12 @@ use crate::store::{Db, StoreError, TenantId, UserId, now_millis};
 
 pub use super::connection::{Connection, ConnectionAuth, Upstream};
 use super::routing::forward_progress;
-pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round};
+pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round, Sink};
 pub use super::snapshot::Snapshot;
 
 mod features;
+mod lean;
+pub use lean::{LeanResult, LeanTarget};
 pub use features::Watch;
 
 /// Separates the server from the tool in an upstream tool's name: `server__tool`.

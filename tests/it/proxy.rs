@@ -23,9 +23,19 @@ use crate::support::*;
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 
 /// A gateway with the demo data, a plugin root holding `work/`, and the local executor.
-struct Proxy {
-    live: Live,
+pub(crate) struct Proxy {
+    pub(crate) live: Live,
     root: tempfile::TempDir,
+    /// `fx` over Streamable HTTP, when it is served that way.
+    http: Option<HttpFixture>,
+}
+
+/// How the fixture `fx` is reached: launched over stdio, or dialed over Streamable HTTP (where
+/// calls in a session take the lean relay).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Over {
+    Stdio,
+    Http,
 }
 
 impl Proxy {
@@ -40,7 +50,7 @@ impl Proxy {
         entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
         entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
         tx.commit().await.unwrap();
-        Self { live, root }
+        Self { live, root, http: None }
     }
 
     /// A stdio declaration of the fixture as server `server`, with `value` as the variable
@@ -60,14 +70,14 @@ impl Proxy {
         })
     }
 
-    async fn declare(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {
+    pub(crate) async fn declare(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {
         let mut tx = self.live.db.begin().await.unwrap();
         entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), declaration).await.unwrap();
         entities::bind_server(&mut tx, tenant, server, executor).await.unwrap();
         tx.commit().await.unwrap();
     }
 
-    async fn grant(&self, tenant: &str, server: &str, role: Role, tool: &str) {
+    pub(crate) async fn grant(&self, tenant: &str, server: &str, role: Role, tool: &str) {
         let mut tx = self.live.db.begin().await.unwrap();
         entities::grant_tool(&mut tx, tenant, server, role, tool).await.unwrap();
         tx.commit().await.unwrap();
@@ -83,11 +93,31 @@ impl Proxy {
 
     /// The standard set-up: acme's `fx` (owner: every tool; worker: whoami only).
     async fn with_fx(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
-        let proxy = Self::start(backend, mode, overrides).await;
-        proxy.declare("acme", "fx", &proxy.stdio("fx", "from-the-declaration"), "local").await;
+        Self::with_fx_over(backend, mode, overrides, Over::Stdio).await
+    }
+
+    /// [`Proxy::with_fx`], with `fx` reached `over` stdio or Streamable HTTP.
+    pub(crate) async fn with_fx_over(backend: Backend, mode: Mode, overrides: &[(&str, Value)], over: Over) -> Self {
+        let mut proxy = Self::start(backend, mode, overrides).await;
+        let declaration = match over {
+            Over::Stdio => proxy.stdio("fx", "from-the-declaration"),
+            Over::Http => {
+                let marks = proxy.marks();
+                let fixture = HttpFixture::start_marked(&proxy.live, "fx", false, Some(&marks)).await;
+                let url = fixture.url.clone();
+                proxy.http = Some(fixture);
+                json!({"type": "http", "url": url, "headers": {"x-declared": "from-the-declaration"}})
+            }
+        };
+        proxy.declare("acme", "fx", &declaration, "local").await;
         proxy.grant("acme", "fx", Role::Owner, "*").await;
         proxy.grant("acme", "fx", Role::Worker, "whoami_upstream").await;
         proxy
+    }
+
+    /// Where the fixture marks what it saw (`cancelled`, one line each).
+    fn marks(&self) -> std::path::PathBuf {
+        self.root.path().join("marks")
     }
 }
 
@@ -165,7 +195,7 @@ async fn lists_and_calls(backend: Backend, mode: Mode) {
 all_modes!(proxy_lists_and_calls_a_stdio_upstream, lists_and_calls);
 
 /// The Streamable HTTP fixture, as a child process on a free port.
-struct HttpFixture {
+pub(crate) struct HttpFixture {
     child: tokio::process::Child,
     url: String,
 }
@@ -182,6 +212,11 @@ impl HttpFixture {
 
     /// `tls`: serve HTTPS with the test certificate.
     async fn start_with(live: &Live, server: &str, tls: bool) -> Self {
+        Self::start_marked(live, server, tls, None).await
+    }
+
+    /// [`HttpFixture::start_with`], marking what it saw in `marks`.
+    async fn start_marked(live: &Live, server: &str, tls: bool, marks: Option<&std::path::Path>) -> Self {
         use tokio::io::AsyncBufReadExt;
         let args = if tls {
             vec![
@@ -199,6 +234,7 @@ impl HttpFixture {
             .env("FIXTURE_JWKS_URL", format!("http://{}/.well-known/jwks.json", live.addr))
             .env("FIXTURE_SERVER_ID", server)
             .env("FIXTURE_ISSUER", live.config.public_url())
+            .envs(marks.map(|m| ("FIXTURE_MARK_FILE", m.as_os_str())))
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -306,7 +342,17 @@ async fn crash_restarts(backend: Backend) {
 both_dbs!(proxy_upstream_crash_fails_the_call_and_restarts, crash_restarts);
 
 async fn hang_times_out(backend: Backend) {
-    let proxy = Proxy::with_fx(backend, Mode::Session, &[("mcp.call_timeout_secs", json!(1))]).await;
+    hang_times_out_over(backend, Over::Stdio).await;
+}
+
+/// Over Streamable HTTP, in a session: the calls take the lean relay.
+async fn hang_times_out_on_the_lean_relay(backend: Backend) {
+    hang_times_out_over(backend, Over::Http).await;
+}
+both_dbs!(proxy_hanging_http_upstream_times_out_and_is_cancelled, hang_times_out_on_the_lean_relay);
+
+async fn hang_times_out_over(backend: Backend, over: Over) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[("mcp.call_timeout_secs", json!(1))], over).await;
     let olivia = proxy.live.client("olivia@acme.test").await;
     ok(&olivia, "fx__whoami_upstream", json!({})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -320,7 +366,7 @@ async fn hang_times_out(backend: Backend) {
         assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     }
     // The upstream was told to cancel each call.
-    let marks = proxy.root.path().join("marks");
+    let marks = proxy.marks();
     let cancellations = |want: usize| {
         let marks = marks.clone();
         async move {
@@ -437,8 +483,8 @@ impl ClientHandler for Listener {
     }
 }
 
-async fn progress_and_logs(backend: Backend, mode: Mode) {
-    let proxy = Proxy::with_fx(backend, mode, &[]).await;
+async fn progress_and_logs(backend: Backend, mode: Mode, over: Over) {
+    let proxy = Proxy::with_fx_over(backend, mode, &[], over).await;
     let listener = Listener::default();
     let transport = StreamableHttpClientTransport::with_client(
         reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
@@ -476,14 +522,21 @@ async fn progress_and_logs(backend: Backend, mode: Mode) {
     }
 }
 async fn progress_and_logs_in_a_session(backend: Backend) {
-    progress_and_logs(backend, Mode::Session).await;
+    progress_and_logs(backend, Mode::Session, Over::Stdio).await;
 }
+
+/// Over Streamable HTTP, in a session: the calls take the lean relay, whose answers carry the
+/// notifications before them.
+async fn progress_and_logs_on_the_lean_relay(backend: Backend) {
+    progress_and_logs(backend, Mode::Session, Over::Http).await;
+}
+both_dbs!(proxy_progress_and_logs_reach_the_session_over_http, progress_and_logs_on_the_lean_relay);
 both_dbs!(proxy_progress_and_logs_reach_the_calling_session, progress_and_logs_in_a_session);
 
 /// Stateless, where a call's answer is plain JSON unless something comes before it: the
 /// progress and log messages still arrive (the answer falls back to SSE).
 async fn progress_and_logs_stateless(backend: Backend) {
-    progress_and_logs(backend, Mode::Stateless).await;
+    progress_and_logs(backend, Mode::Stateless, Over::Stdio).await;
 }
 both_dbs!(proxy_progress_and_logs_reach_a_stateless_caller, progress_and_logs_stateless);
 

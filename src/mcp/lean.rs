@@ -1,0 +1,474 @@
+//! The lean relay: a proxied `tools/call` in a session, served beside rmcp's Streamable HTTP
+//! service instead of through it. The gate has parsed the JSON-RPC envelope already; this
+//! reads the call's params once more (borrowed: the arguments stay the caller's bytes), makes
+//! the same decisions as the rmcp path (the fail-closed caller, the session's snapshot and its
+//! grants), sends the call on the lean leg (`upstream::runtime::lean`), audits it before
+//! answering, and answers with the upstream's result as it came: as plain JSON when nothing
+//! comes before it, as an event stream (the notifications in order, then the answer) when
+//! something does.
+//!
+//! The relay takes only what it serves exactly like rmcp would, and hands everything else back
+//! untouched to rmcp (which then answers it, errors included):
+//! - a POSTed `tools/call` request in a session that rmcp holds and whose `initialized`
+//!   notification the gateway saw, with the headers rmcp accepts without a second look (a
+//!   JSON body, an `Accept` of JSON and event streams, an allowed `Host`, no `Origin`, no
+//!   protocol version beyond 2025-11-25);
+//! - params of a plain call (a name, object arguments, a progress token at most: no task, no
+//!   multi round-trip);
+//! - a tool of one of the tenant's servers (not a native one, not a selected root's) that the
+//!   caller's grants allow and that [`Upstreams::lean_target`] can reach: a session whose
+//!   client declared nothing the upstream could ask it.
+//!
+//! Its calls' cancellations (`notifications/cancelled` naming one of them) are taken here too.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::response::Response;
+use http::{HeaderMap, Method, StatusCode, header};
+use rmcp::model::{ProgressToken, RequestId};
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::jsonrpc::{Inspection, id_text};
+use super::server::Shared;
+use crate::audit::{CallAudit, Outcome, digest};
+use crate::context::{CallSite, McpCallContext};
+use crate::identity::SESSION_HEADER;
+use crate::telemetry::metrics;
+use crate::upstream::runtime::{
+    CallOrigin, Downstream, LeanResult, LogLevel, ProxyError, RelayCaps, Sink, split_tool_name,
+};
+use crate::upstream::{selected, surface};
+
+/// What the relay knows of a session from its handshake (its rmcp handler records it when the
+/// client says it is initialized).
+pub(crate) struct LeanSession {
+    pub caps: RelayCaps,
+    pub client: Option<(String, String)>,
+    pub log_level: Arc<LogLevel>,
+}
+
+/// The sessions the relay may serve, by session id.
+#[derive(Default)]
+pub(crate) struct Sessions(Mutex<HashMap<String, Arc<LeanSession>>>);
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LeanSession>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn register(&self, session: &str, known: LeanSession) {
+        self.lock().insert(session.to_owned(), Arc::new(known));
+    }
+
+    fn get(&self, session: &str) -> Option<Arc<LeanSession>> {
+        self.lock().get(session).cloned()
+    }
+
+    /// Forgets the sessions that ended.
+    pub(crate) fn retain(&self, live: impl Fn(&str) -> bool) {
+        self.lock().retain(|id, _| live(id));
+    }
+}
+
+/// The protocol versions whose requests the relay serves (those of a session; rmcp checks
+/// nothing more of them for a `tools/call`).
+const SESSION_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The per-request protocol version of 2026-07-28 requests: such a request stays with rmcp.
+const REQUEST_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// The relay: the endpoint's shared state, rmcp's sessions, and the calls in flight (so a
+/// cancellation finds them).
+pub(crate) struct Relay {
+    shared: Arc<Shared>,
+    manager: Arc<LocalSessionManager>,
+    allowed_hosts: Vec<String>,
+    calls: Mutex<HashMap<(String, String), CancellationToken>>,
+}
+
+#[derive(Deserialize)]
+struct CallEnvelope<'a> {
+    #[serde(borrow)]
+    params: CallParams<'a>,
+}
+
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(rename = "_meta", borrow)]
+    meta: Option<HashMap<Cow<'a, str>, &'a RawValue>>,
+    #[serde(borrow)]
+    task: Option<&'a RawValue>,
+    #[serde(rename = "requestState", borrow)]
+    request_state: Option<&'a RawValue>,
+    #[serde(rename = "inputResponses", borrow)]
+    input_responses: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct CancelEnvelope {
+    params: CancelParams,
+}
+
+#[derive(Deserialize)]
+struct CancelParams {
+    #[serde(rename = "requestId")]
+    request_id: RequestId,
+}
+
+#[derive(Serialize)]
+struct Answer<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a rmcp::ErrorData>,
+}
+
+/// A call the relay takes: everything decided, nothing sent yet.
+struct Accepted {
+    ctx: McpCallContext,
+    session: Arc<LeanSession>,
+    target: crate::upstream::runtime::LeanTarget,
+    tool: String,
+    upstream_tool: String,
+    progress: Option<ProgressToken>,
+}
+
+impl Relay {
+    pub(crate) fn new(shared: Arc<Shared>, manager: Arc<LocalSessionManager>, allowed_hosts: Vec<String>) -> Self {
+        Self { shared, manager, allowed_hosts, calls: Mutex::default() }
+    }
+
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), CancellationToken>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves `request` when the relay takes it; hands it back otherwise.
+    pub(crate) async fn serve(self: &Arc<Self>, request: Request) -> Result<Response, Request> {
+        if request.method() != Method::POST {
+            return Err(request);
+        }
+        let Some(inspection) = request.extensions().get::<Inspection>().cloned() else { return Err(request) };
+        let Some(session) = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned)
+        else {
+            return Err(request);
+        };
+        match inspection.method() {
+            Some("notifications/cancelled") if !inspection.is_request() => {
+                match self.cancel(&session, inspection.body()) {
+                    true => Ok(accepted()),
+                    false => Err(request),
+                }
+            }
+            Some("tools/call") if inspection.is_request() && self.plain(request.headers()) => {
+                let (parts, body) = request.into_parts();
+                match self.accept(&parts, &session, &inspection).await {
+                    Some(accepted) => Ok(self.relay(accepted, &session, &inspection).await),
+                    None => Err(Request::from_parts(parts, body)),
+                }
+            }
+            _ => Err(request),
+        }
+    }
+
+    /// Cancels the relay's call that a client's `notifications/cancelled` names, if it is one.
+    fn cancel(&self, session: &str, body: &[u8]) -> bool {
+        let Ok(cancel) = serde_json::from_slice::<CancelEnvelope>(body) else { return false };
+        let key = (session.to_owned(), id_text(&cancel.params.request_id));
+        match self.calls().get(&key) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the request's headers are ones rmcp accepts for a session's request without
+    /// another look (anything else goes to rmcp, which answers it).
+    fn plain(&self, headers: &HeaderMap) -> bool {
+        let text = |name: &str| headers.get(name).map(|v| v.to_str().ok());
+        let json_body = text(header::CONTENT_TYPE.as_str()).flatten().is_some_and(|v| {
+            v.split(';').next().is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+        });
+        let accepts = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>();
+        let accepts_both = accepts.iter().any(|v| v.contains("application/json"))
+            && accepts.iter().any(|v| v.contains("text/event-stream"));
+        let version_ok = match text("mcp-protocol-version") {
+            None => true,
+            Some(Some(v)) => SESSION_VERSIONS.contains(&v),
+            Some(None) => false,
+        };
+        let host_ok = match text(header::HOST.as_str()) {
+            Some(Some(host)) => self.host_allowed(host),
+            _ => false,
+        };
+        json_body && accepts_both && version_ok && host_ok && !headers.contains_key(header::ORIGIN)
+    }
+
+    /// `Host` is one of the allowed hosts, compared plainly (an entry without a port allows
+    /// any port); anything rmcp would have to normalize first is left to rmcp.
+    fn host_allowed(&self, host: &str) -> bool {
+        if self.allowed_hosts.is_empty() {
+            return true;
+        }
+        let name = match host.rsplit_once(':') {
+            Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ if host.contains(':') => return false,
+            _ => host,
+        };
+        self.allowed_hosts.iter().any(|allowed| allowed == host || allowed == name)
+    }
+
+    /// Decides whether the relay takes the call, exactly as the rmcp path would decide its
+    /// caller, name and grant; `None` hands it to rmcp.
+    async fn accept(
+        &self,
+        parts: &http::request::Parts,
+        session: &str,
+        inspection: &Inspection,
+    ) -> Option<Accepted> {
+        let shared = &self.shared;
+        let known = shared.lean.get(session)?;
+        if known.caps != RelayCaps::default() {
+            return None;
+        }
+        let call: CallEnvelope = serde_json::from_slice(inspection.body()).ok()?;
+        let params = call.params;
+        let object_arguments = params.arguments.is_none_or(|a| a.get().trim_start().starts_with('{'));
+        if !object_arguments || params.task.is_some() || params.request_state.is_some() || params.input_responses.is_some()
+        {
+            return None;
+        }
+        let progress = match &params.meta {
+            Some(meta) if meta.contains_key(REQUEST_VERSION_META) => return None,
+            Some(meta) => match meta.get("progressToken") {
+                Some(token) => Some(serde_json::from_str::<ProgressToken>(token.get()).ok()?),
+                None => None,
+            },
+            None => None,
+        };
+        let tool = params.name.as_ref();
+        if shared.tools.has(tool) {
+            return None;
+        }
+        if split_tool_name(tool).is_some_and(|(server, _)| selected::is_selected_server(server)) {
+            return None;
+        }
+        let session_id: rmcp::transport::streamable_http_server::SessionId = session.into();
+        if !self.manager.has_session(&session_id).await.unwrap_or(false) {
+            return None;
+        }
+        let request_id = inspection.request_id()?;
+        let site = CallSite { parts: Some(parts), request_id, session_id: Some(session) };
+        let ctx = McpCallContext::for_call(site, &shared.sessions).ok()?;
+        let upstreams = &shared.upstreams;
+        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), Some(session), known.caps).await.ok()?;
+        let (server, name) = surface::route_name(&*snapshot, tool)?;
+        if !snapshot.allowed(server, name, ctx.roles()) {
+            return None;
+        }
+        let connection = snapshot.connection(server)?;
+        let target = upstreams.lean_target(connection, name).await?;
+        Some(Accepted {
+            ctx,
+            session: known,
+            target,
+            tool: tool.to_owned(),
+            upstream_tool: name.to_owned(),
+            progress,
+        })
+    }
+
+    /// Runs an accepted call in a task of its own (it is audited and its upstream told to
+    /// cancel even when the caller goes away) and answers with what it sends: the answer alone
+    /// as JSON, or, when a notification comes first, an event stream.
+    async fn relay(self: &Arc<Self>, accepted: Accepted, session: &str, inspection: &Inspection) -> Response {
+        let (notes, mut noted) = mpsc::channel::<Bytes>(64);
+        let (answer, mut answered) = oneshot::channel::<Bytes>();
+        let cancelled = CancellationToken::new();
+        let request_id = accepted.ctx.request_id().clone();
+        let key = (session.to_owned(), id_text(&request_id));
+        self.calls().insert(key.clone(), cancelled.clone());
+        let relay = Arc::clone(self);
+        let body = inspection.body().clone();
+        tokio::spawn(async move {
+            let bytes = relay.run(accepted, &body, notes, &cancelled).await;
+            relay.calls().remove(&key);
+            let _ = answer.send(bytes);
+        });
+        // A notification queued before the answer is taken first.
+        tokio::select! {
+            biased;
+            Some(first) = noted.recv() => events_response(first, noted, answered, request_id),
+            answer = &mut answered => json_response(answer.unwrap_or_else(|_| gone(&request_id))),
+        }
+    }
+
+    /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
+    async fn run(
+        &self,
+        accepted: Accepted,
+        body: &Bytes,
+        notes: mpsc::Sender<Bytes>,
+        cancelled: &CancellationToken,
+    ) -> Bytes {
+        let shared = &self.shared;
+        let Accepted { ctx, session, target, tool, upstream_tool, progress } = accepted;
+        let request_id = ctx.request_id().clone();
+        // The arguments as the caller sent them (read again from the body: borrowed, not copied).
+        let arguments = serde_json::from_slice::<CallEnvelope>(body).ok().and_then(|c| c.params.arguments);
+        let parsed: Option<serde_json::Map<String, serde_json::Value>> =
+            arguments.and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let args_raw = if shared.record_raw_arguments { parsed.as_ref().map(digest::canonical_arguments) } else { None };
+        let args_digest = match &args_raw {
+            Some(raw) => digest::sha256_hex(raw.as_bytes()),
+            None => digest::arguments_digest(parsed.as_ref()),
+        };
+        let session_id = ctx.session_id().map(str::to_owned);
+        let call = CallAudit::new(
+            ctx.tenant_id(),
+            ctx.user_id(),
+            session_id.clone(),
+            Some(id_text(&request_id)),
+            session.client.clone(),
+            tool.clone(),
+            args_digest,
+            args_raw,
+        );
+        let downstream = Downstream {
+            owner: session_id.clone().unwrap_or_default(),
+            sink: Sink::Stream(notes),
+            progress,
+            log_level: Arc::clone(&session.log_level),
+            rounds: None,
+            origin: Some(Arc::new(CallOrigin {
+                audit: shared.audit.clone(),
+                tenant: ctx.tenant_id(),
+                user: ctx.user_id(),
+                session: session_id,
+                request_id: Some(id_text(&request_id)),
+                client: session.client.clone(),
+                timeout: shared.call_timeout,
+            })),
+        };
+        let result = shared
+            .upstreams
+            .call_lean(&target, &ctx, &upstream_tool, arguments, downstream, shared.call_timeout, cancelled)
+            .await;
+        let (outcome, class) = match &result {
+            Ok(LeanResult { error_class: Some(class), .. }) => (Outcome::Failed, Some(class.clone())),
+            Ok(_) => (Outcome::Ok, None),
+            Err(e) => (Outcome::Failed, Some(e.class().to_owned())),
+        };
+        let tenant_label = if shared.label_tenant { ctx.tenant_slug() } else { "" };
+        metrics::tool_call(&tool, outcome.as_str(), tenant_label, call.started.elapsed());
+        // Fail closed: without its audit event the call's answer is withheld.
+        if let Err(e) = shared.audit.record(call.event(outcome, class.as_deref())).await {
+            tracing::error!(error = %e, %tool, "audit failed; the call fails");
+            metrics::denial("audit_unavailable");
+            return message(&request_id, Err(&rmcp::ErrorData::internal_error("internal error", None)));
+        }
+        match result {
+            Ok(done) => message(&request_id, Ok(&done.result)),
+            Err(e) => message(&request_id, Err(&ProxyError::into_error_data(e))),
+        }
+    }
+}
+
+/// The JSON-RPC answer to `id`.
+fn message(id: &RequestId, outcome: Result<&RawValue, &rmcp::ErrorData>) -> Bytes {
+    let (result, error) = match outcome {
+        Ok(result) => (Some(result), None),
+        Err(error) => (None, Some(error)),
+    };
+    let answer = Answer { jsonrpc: "2.0", id, result, error };
+    serde_json::to_vec(&answer).map(Bytes::from).unwrap_or_else(|_| {
+        Bytes::from_static(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}"#)
+    })
+}
+
+/// The answer when the call's task ended without one (it panicked).
+fn gone(id: &RequestId) -> Bytes {
+    message(id, Err(&rmcp::ErrorData::internal_error("internal error", None)))
+}
+
+/// One server-sent event carrying `message` (a line of its own for each of its lines: an
+/// upstream's result may be pretty-printed).
+fn event(message: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(message.len() + 16);
+    for line in message.split(|b| *b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+fn json_response(answer: Bytes) -> Response {
+    let mut response = Response::new(Body::from(answer));
+    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The notifications (`first` and what follows) and then the answer, as an event stream.
+fn events_response(
+    first: Bytes,
+    noted: mpsc::Receiver<Bytes>,
+    answered: oneshot::Receiver<Bytes>,
+    id: RequestId,
+) -> Response {
+    struct State {
+        first: Option<Bytes>,
+        noted: mpsc::Receiver<Bytes>,
+        answered: oneshot::Receiver<Bytes>,
+        id: RequestId,
+        done: bool,
+    }
+    let state = State { first: Some(first), noted, answered, id, done: false };
+    let events = futures_util::stream::unfold(state, |mut state| async move {
+        if let Some(first) = state.first.take() {
+            return Some((Ok::<Bytes, Infallible>(event(&first)), state));
+        }
+        if state.done {
+            return None;
+        }
+        // A notification queued before the answer is taken before it.
+        let next = tokio::select! {
+            biased;
+            Some(note) = state.noted.recv() => note,
+            answer = &mut state.answered => {
+                state.done = true;
+                answer.unwrap_or_else(|_| gone(&state.id))
+            }
+        };
+        Some((Ok(event(&next)), state))
+    });
+    let mut response = Response::new(Body::from_stream(events));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn accepted() -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+}

@@ -1,0 +1,168 @@
+//! The lean relay for proxied `tools/call` (a session's calls to a Streamable HTTP upstream),
+//! seen from a raw HTTP client: which calls it takes (answered as plain JSON; rmcp answers a
+//! session's request with an event stream), that it asserts the caller, enforces the grants,
+//! audits before answering and fails closed, and that it leaves to rmcp what it can't serve
+//! the same way. Progress, log lines, timeouts and cancellation on it are proven by the proxy
+//! tests run over HTTP (`proxy::*_over_http`, `proxy_hanging_http_upstream_*`).
+
+use reqwest::StatusCode;
+use scopegate::model::Role;
+use serde_json::{Value, json};
+
+use crate::mcp::Mode;
+use crate::mcp_http::{INITIALIZED, Reply, open_session, post, tool_call};
+use crate::proxy::{Over, Proxy};
+use crate::support::*;
+
+fn content_type(reply: &Reply) -> &str {
+    reply.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
+/// The tool result's text, parsed as JSON (the fixture's `whoami_upstream` answers that way).
+fn result_json(reply: &Reply) -> Value {
+    let text = reply.message["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{:?}", reply.message));
+    serde_json::from_str(text).unwrap()
+}
+
+/// A call the relay takes, once the session's `initialized` has been handled (rmcp answers the
+/// notification before its handler runs): the first answer that comes as plain JSON.
+async fn lean_call(proxy: &Proxy, token: &str, session: &str, id: i64, tool: &str, args: Value) -> Reply {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let reply = post(&proxy.live, token, Some(session), &tool_call(id, tool, args.clone()), &[]).await;
+        if content_type(&reply).starts_with("application/json") || std::time::Instant::now() > deadline {
+            return reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+async fn serves_plain_session_calls(backend: Backend) {
+    let header = ("upstream.assertion_header", json!("x-acme-caller"));
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[header], Over::Http).await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let session = open_session(live, &olivia).await.unwrap();
+
+    let reply = lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(content_type(&reply).starts_with("application/json"), "the relay answers: {:?}", reply.headers);
+    assert_eq!(reply.message["id"], 2);
+    let me = result_json(&reply);
+    assert_eq!((me["tenant"].as_str(), me["user"].as_str()), (Some("acme"), Some("olivia@acme.test")));
+    assert_eq!(me["assertion_source"], "header", "the assertion travels in the configured header");
+    assert_eq!(me["authorization"], Value::Null, "the client's token never goes upstream");
+    assert_eq!(me["declared_header"], "from-the-declaration");
+    // Audited before the answer: the event is there as soon as the answer is.
+    let sql = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream' AND outcome = 'ok'";
+    let audited = live.count(sql).await;
+    assert!(audited >= 1, "the call was audited before it was answered");
+
+    // The arguments reach the upstream as sent; a tool error is relayed as one.
+    let echoed = post(&proxy.live, &olivia, Some(&session), &tool_call(3, "fx__echo", json!({"text": "héllo \"x\""})), &[]).await;
+    assert!(content_type(&echoed).starts_with("application/json"));
+    assert_eq!(echoed.message["result"]["content"][0]["text"], "héllo \"x\"");
+
+    // A native tool is rmcp's: an event stream.
+    let native = post(live, &olivia, Some(&session), &tool_call(4, "whoami", json!({})), &[]).await;
+    assert!(content_type(&native).starts_with("text/event-stream"), "{:?}", native.headers);
+
+    // The worker's grant names one tool: the other is answered as one that does not exist,
+    // and nothing reaches the upstream.
+    let wanda = live.token_for("wanda@acme.test");
+    let theirs = open_session(live, &wanda).await.unwrap();
+    let me = lean_call(&proxy, &wanda, &theirs, 2, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(result_json(&me)["user"], "wanda@acme.test", "the assertion names the caller of this call");
+    let refused = post(live, &wanda, Some(&theirs), &tool_call(3, "fx__echo", json!({"text": "x"})), &[]).await;
+    assert_eq!(refused.message["error"]["message"], "tool not found", "{:?}", refused.message);
+    let denied = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__echo' AND outcome = 'denied'";
+    assert_eq!(live.count(denied).await, 1);
+
+    // Another tenant's caller never reaches acme's server, by name or otherwise.
+    let gary = live.token_for("gary@globex.test");
+    let globex = open_session(live, &gary).await.unwrap();
+    let foreign = post(live, &gary, Some(&globex), &tool_call(2, "fx__whoami_upstream", json!({})), &[]).await;
+    assert_eq!(foreign.message["error"]["message"], "tool not found");
+
+    // Someone else's session is no session at all, on the relay too.
+    let hijack = post(live, &gary, Some(&session), &tool_call(5, "fx__whoami_upstream", json!({})), &[]).await;
+    assert_eq!(hijack.status, StatusCode::NOT_FOUND);
+}
+both_dbs!(lean_relay_serves_plain_session_calls, serves_plain_session_calls);
+
+/// A client that declared something the upstream could ask it (sampling here) is served by
+/// rmcp, whose session can ask it; so is a request whose headers rmcp must judge.
+async fn leaves_to_rmcp(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
+    let reply = post(live, &olivia, None, init, &[]).await;
+    let session = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
+    post(live, &olivia, Some(&session), INITIALIZED, &[]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let call = post(live, &olivia, Some(&session), &tool_call(2, "fx__whoami_upstream", json!({})), &[]).await;
+    assert!(content_type(&call).starts_with("text/event-stream"), "rmcp serves it: {:?}", call.headers);
+    assert_eq!(result_json(&call)["user"], "olivia@acme.test");
+
+    let plain = open_session(live, &olivia).await.unwrap();
+    lean_call(&proxy, &olivia, &plain, 2, "fx__whoami_upstream", json!({})).await;
+    // A foreign origin is judged (and refused) by rmcp, as for every other request.
+    let foreign = post(
+        live,
+        &olivia,
+        Some(&plain),
+        &tool_call(3, "fx__whoami_upstream", json!({})),
+        &[("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN);
+}
+both_dbs!(lean_relay_leaves_what_it_cannot_serve_alike_to_rmcp, leaves_to_rmcp);
+
+/// Fail closed: when the audit can't be written, the relay's call is answered with an error,
+/// never with the upstream's result.
+async fn fails_closed(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let session = open_session(live, &olivia).await.unwrap();
+    lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
+
+    let mut tx = live.db.begin().await.unwrap();
+    let statements: &[&str] = match backend {
+        Backend::Sqlite => &[
+            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit sabotaged'); END",
+        ],
+        Backend::Postgres => &[
+            "CREATE FUNCTION audit_sabotage() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'audit sabotaged'; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_sabotage()",
+        ],
+    };
+    for sql in statements {
+        sqlx::query(*sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let reply = post(live, &olivia, Some(&session), &tool_call(3, "fx__whoami_upstream", json!({})), &[]).await;
+    assert!(content_type(&reply).starts_with("application/json"), "the relay answered: {:?}", reply.headers);
+    assert_eq!(reply.message["error"]["message"], "internal error", "{:?}", reply.message);
+    assert!(reply.message.get("result").is_none());
+}
+both_dbs!(lean_relay_fails_closed_without_its_audit, fails_closed);
+
+/// A grant on another role of the same tenant does not open a tool to this caller on the
+/// relay (the grant is checked there, not only when listing).
+async fn grant_checked(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    proxy.grant("acme", "fx", Role::Manager, "echo").await;
+    let live = &proxy.live;
+    let audrey = live.token_for("audrey@acme.test");
+    let session = open_session(live, &audrey).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    for (id, tool) in [(2, "fx__echo"), (3, "fx__whoami_upstream"), (4, "fx__hang")] {
+        let reply = post(live, &audrey, Some(&session), &tool_call(id, tool, json!({"text": "x"})), &[]).await;
+        assert_eq!(reply.message["error"]["message"], "tool not found", "{tool}: {:?}", reply.message);
+    }
+}
+both_dbs!(lean_relay_checks_the_grant_of_each_call, grant_checked);
