@@ -22,7 +22,6 @@
 //!   compare) instead of the one built with the bench.
 
 // Shared with the throughput benches; this one uses only the client helpers.
-#[allow(dead_code)]
 mod support;
 
 use std::io::{BufRead, BufReader};

@@ -1,18 +1,23 @@
 //! Proxied `tools/call` through the gateway (JWT, identity, grants, identity assertion, audit
-//! all on) against direct calls to the same Streamable HTTP upstream (the fixture server, a
+//! all on; in a session, so on the lean relay) against direct calls to the same Streamable HTTP upstream (the fixture server, a
 //! separate process), in the same run, with 1 and with 16 concurrent clients; beside them a
 //! bare rmcp forwarder (an rmcp server relaying each call over an rmcp client, nothing else),
 //! the floor for any proxy built on rmcp. Gateway, upstream and clients share the machine's
 //! CPUs (the clients on a runtime of their own, so the gateway's worker threads serve only the
-//! gateway). A `remote` row calls the same upstream through a remote executor: a real
+//! gateway). An `rmcp-path` row calls the same tool through the same gateway from clients that
+//! declare `roots` (so an upstream could ask them something, and their calls go through rmcp's
+//! server and client instead of the lean relay): the path every proxied call took before the
+//! relay. A `remote` row calls the same upstream through a remote executor: a real
 //! `scopegate executor` agent process on loopback, so the gateway reaches the upstream over
 //! the agent's tunnel; it is compared with the `scopegate` row (the local executor). Prints
-//! figures; asserts nothing.
+//! figures, with the CPU time per call of the serving side and of the upstream (process CPU
+//! over the row's turns / calls, from `/proc`); asserts nothing. In a session, the
+//! `scopegate` row's calls take the lean relay.
 //!
 //! `cargo bench --bench proxy` (SECONDS per row, default 5, measured in ROUNDS turns, default
 //! 4: the rows take turns, so a change in a shared machine's load falls on all of them;
 //! DATABASES, default `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default
-//! `direct,bare-fwd,scopegate,remote,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
+//! `direct,bare-fwd,scopegate,rmcp-path,remote,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
 //! shipped; PostgreSQL at
 //! SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
 
@@ -24,9 +29,10 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -38,7 +44,7 @@ use scopegate::model::Role;
 use scopegate::store::{demo, entities};
 use serde_json::json;
 use sqlx::Connection;
-use support::{Row, Target, close, connect, connect_all};
+use support::{Client, Row, Target, close, connect, connect_all_as};
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -49,7 +55,7 @@ const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
 /// assertion or audit. Its gap to `direct` is what rmcp's server and client cost per hop.
 #[derive(Clone)]
 struct BareForwarder {
-    upstream: Arc<RunningService<RoleClient, ()>>,
+    upstream: Arc<Client>,
 }
 
 impl ServerHandler for BareForwarder {
@@ -167,7 +173,8 @@ async fn main() {
         .map(|n| n.trim().parse().expect("CLIENTS: comma-separated client counts"))
         .collect();
     let clients_rt = client_runtime();
-    let rows_spec = std::env::var("ROWS").unwrap_or_else(|_| "direct,bare-fwd,scopegate,remote,native".to_owned());
+    let rows_spec =
+        std::env::var("ROWS").unwrap_or_else(|_| "direct,bare-fwd,scopegate,rmcp-path,remote,native".to_owned());
     let rows: Vec<&str> = rows_spec.split(',').map(str::trim).collect();
     let databases = std::env::var("DATABASES").unwrap_or_else(|_| "sqlite,postgres".to_owned());
     let pg_server =
@@ -178,8 +185,17 @@ async fn main() {
         reuse_ms.map_or_else(|| "as shipped".to_owned(), |ms| ms.to_string())
     );
     println!(
-        "{:<9} {:>7} {:<9} | {:>9} {:>8} {:>8} | {:>14} {:>15}",
-        "database", "clients", "path", "calls/s", "p50 ms", "p99 ms", "vs direct/local", "added p50 ms"
+        "{:<9} {:>7} {:<9} | {:>9} {:>8} {:>8} | {:>14} {:>15} | {:>13} {:>13}",
+        "database",
+        "clients",
+        "path",
+        "calls/s",
+        "p50 ms",
+        "p99 ms",
+        "vs direct/local",
+        "added p50 ms",
+        "serving µs/call",
+        "upstream µs/call"
     );
     for backend in databases.split(',') {
         let dir = tempfile::tempdir().unwrap();
@@ -241,6 +257,7 @@ async fn main() {
                     "direct" => ("direct", upstream_url.clone(), None, "echo"),
                     "bare-fwd" => ("bare-fwd", bare_url.clone(), None, "echo"),
                     "scopegate" => ("scopegate", gw_url.clone(), Some(token.clone()), "fx__echo"),
+                    "rmcp-path" => ("rmcp-path", gw_url.clone(), Some(token.clone()), "fx__echo"),
                     "remote" => ("remote", gw_url.clone(), Some(token.clone()), "rx__echo"),
                     // A native call through the same gateway: what the gateway costs without an upstream.
                     "native" => ("native", gw_url.clone(), Some(token.clone()), "whoami"),
@@ -248,9 +265,23 @@ async fn main() {
                 };
                 let args = if tool.ends_with("echo") { json!({"text": "ping"}) } else { json!({}) };
                 let args = args.as_object().cloned().unwrap();
+                #[allow(deprecated)]
+                let info = if name == "rmcp-path" {
+                    ClientConfig::new(
+                        ClientCapabilities::builder().enable_roots().build(),
+                        Implementation::new("bench", "1.0"),
+                    )
+                } else {
+                    ClientConfig::default()
+                };
                 let peers =
-                    on_clients(&clients_rt, async move { connect_all(&url, token.as_deref(), clients).await }).await;
-                targets.push(Target::new(name, peers, tool, args));
+                    on_clients(&clients_rt, async move { connect_all_as(&url, token.as_deref(), clients, info).await })
+                        .await;
+                let agent_pid = if name == "remote" { agent.id() } else { None };
+                let upstream_pids = child.id().filter(|_| name != "native").into_iter().collect();
+                targets.push(
+                    Target::new(name, peers, tool, args).with_pids(agent_pid.into_iter().collect(), upstream_pids),
+                );
             }
             // The paths take turns, so a change in the machine's load falls on all of them.
             let slice = Duration::from_secs_f64(secs / rounds as f64);
@@ -279,16 +310,19 @@ async fn main() {
                     )
                 };
                 let versus = match (target.name, &direct_row, &local_row) {
-                    ("bare-fwd" | "scopegate", Some(direct), _) => versus(direct),
+                    ("bare-fwd" | "scopegate" | "rmcp-path", Some(direct), _) => versus(direct),
                     ("remote", _, Some(local)) => versus(local),
                     _ => String::new(),
                 };
+                let versus = if versus.is_empty() { format!("{:>30}", "") } else { versus };
                 println!(
-                    "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} | {versus}",
+                    "{backend:<9} {clients:>7} {:<9} | {:>9.0} {:>8.3} {:>8.3} | {versus} | {:>15.0} {:>16.0}",
                     target.name,
                     row.calls_per_sec,
                     ms(row.p50),
-                    ms(row.p99)
+                    ms(row.p99),
+                    row.gateway_us,
+                    row.upstream_us
                 );
                 match target.name {
                     "direct" => direct_row = Some(row),
@@ -315,6 +349,11 @@ async fn main() {
                 .await;
         }
     }
+    println!(
+        "serving µs/call: CPU of the bench process less its client threads (the gateway, or the bare \
+         forwarder, whichever the row calls; plus the executor agent for `remote`) per call; \
+         upstream µs/call: CPU of the fixture process per call"
+    );
     // A runtime may not be dropped inside another one.
     clients_rt.shutdown_background();
 }

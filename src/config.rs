@@ -131,6 +131,9 @@ pub struct McpConfig {
     pub session_idle_secs: u64,
     /// SSE keep-alive interval.
     pub sse_keep_alive_secs: u64,
+    /// Serve a session's calls of tools on local Streamable HTTP servers on the lean relay
+    /// (beside rmcp); off: every call goes through rmcp.
+    pub lean_relay: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

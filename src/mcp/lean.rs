@@ -45,7 +45,7 @@ use crate::context::{CallSite, McpCallContext};
 use crate::identity::SESSION_HEADER;
 use crate::telemetry::metrics;
 use crate::upstream::runtime::{
-    CallOrigin, Downstream, LeanResult, LogLevel, ProxyError, RelayCaps, Sink, split_tool_name,
+    CallOrigin, Downstream, Exchange, LeanResult, LogLevel, ProxyError, RelayCaps, Sink, split_tool_name,
 };
 use crate::upstream::{selected, surface};
 
@@ -93,7 +93,8 @@ pub(crate) struct Relay {
     shared: Arc<Shared>,
     manager: Arc<LocalSessionManager>,
     allowed_hosts: Vec<String>,
-    calls: Mutex<HashMap<(String, String), CancellationToken>>,
+    calls: Mutex<HashMap<(String, String), (u64, CancellationToken)>>,
+    next_call: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Deserialize)]
@@ -147,14 +148,18 @@ struct Accepted {
     tool: String,
     upstream_tool: String,
     progress: Option<ProgressToken>,
+    /// The arguments as the caller sent them, and what the audit records of them.
+    arguments: Option<Box<RawValue>>,
+    args_digest: String,
+    args_raw: Option<String>,
 }
 
 impl Relay {
     pub(crate) fn new(shared: Arc<Shared>, manager: Arc<LocalSessionManager>, allowed_hosts: Vec<String>) -> Self {
-        Self { shared, manager, allowed_hosts, calls: Mutex::default() }
+        Self { shared, manager, allowed_hosts, calls: Mutex::default(), next_call: Default::default() }
     }
 
-    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), CancellationToken>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (u64, CancellationToken)>> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -178,7 +183,7 @@ impl Relay {
             Some("tools/call") if inspection.is_request() && self.plain(request.headers()) => {
                 let (parts, body) = request.into_parts();
                 match self.accept(&parts, &session, &inspection).await {
-                    Some(accepted) => Ok(self.relay(accepted, &session, &inspection).await),
+                    Some(accepted) => Ok(self.relay(accepted, &session).await),
                     None => Err(Request::from_parts(parts, body)),
                 }
             }
@@ -191,7 +196,7 @@ impl Relay {
         let Ok(cancel) = serde_json::from_slice::<CancelEnvelope>(body) else { return false };
         let key = (session.to_owned(), id_text(&cancel.params.request_id));
         match self.calls().get(&key) {
-            Some(token) => {
+            Some((_, token)) => {
                 token.cancel();
                 true
             }
@@ -224,25 +229,12 @@ impl Relay {
     /// `Host` is one of the allowed hosts, compared plainly (an entry without a port allows
     /// any port); anything rmcp would have to normalize first is left to rmcp.
     fn host_allowed(&self, host: &str) -> bool {
-        if self.allowed_hosts.is_empty() {
-            return true;
-        }
-        let name = match host.rsplit_once(':') {
-            Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
-            _ if host.contains(':') => return false,
-            _ => host,
-        };
-        self.allowed_hosts.iter().any(|allowed| allowed == host || allowed == name)
+        self.allowed_hosts.is_empty() || host_allowed_in(&self.allowed_hosts, host)
     }
 
     /// Decides whether the relay takes the call, exactly as the rmcp path would decide its
     /// caller, name and grant; `None` hands it to rmcp.
-    async fn accept(
-        &self,
-        parts: &http::request::Parts,
-        session: &str,
-        inspection: &Inspection,
-    ) -> Option<Accepted> {
+    async fn accept(&self, parts: &http::request::Parts, session: &str, inspection: &Inspection) -> Option<Accepted> {
         let shared = &self.shared;
         let known = shared.lean.get(session)?;
         if known.caps != RelayCaps::default() {
@@ -251,7 +243,10 @@ impl Relay {
         let call: CallEnvelope = serde_json::from_slice(inspection.body()).ok()?;
         let params = call.params;
         let object_arguments = params.arguments.is_none_or(|a| a.get().trim_start().starts_with('{'));
-        if !object_arguments || params.task.is_some() || params.request_state.is_some() || params.input_responses.is_some()
+        if !object_arguments
+            || params.task.is_some()
+            || params.request_state.is_some()
+            || params.input_responses.is_some()
         {
             return None;
         }
@@ -285,6 +280,17 @@ impl Relay {
         }
         let connection = snapshot.connection(server)?;
         let target = upstreams.lean_target(connection, name).await?;
+        // The arguments are digested from one parse; they go upstream as the caller's bytes.
+        let parsed: Option<serde_json::Map<String, serde_json::Value>> = match params.arguments {
+            Some(raw) => serde_json::from_str(raw.get()).ok()?,
+            None => None,
+        };
+        let args_raw =
+            if shared.record_raw_arguments { parsed.as_ref().map(digest::canonical_arguments) } else { None };
+        let args_digest = match &args_raw {
+            Some(raw) => digest::sha256_hex(raw.as_bytes()),
+            None => digest::arguments_digest(parsed.as_ref()),
+        };
         Some(Accepted {
             ctx,
             session: known,
@@ -292,24 +298,32 @@ impl Relay {
             tool: tool.to_owned(),
             upstream_tool: name.to_owned(),
             progress,
+            arguments: params.arguments.map(|raw| raw.to_owned()),
+            args_digest,
+            args_raw,
         })
     }
 
     /// Runs an accepted call in a task of its own (it is audited and its upstream told to
     /// cancel even when the caller goes away) and answers with what it sends: the answer alone
     /// as JSON, or, when a notification comes first, an event stream.
-    async fn relay(self: &Arc<Self>, accepted: Accepted, session: &str, inspection: &Inspection) -> Response {
+    async fn relay(self: &Arc<Self>, accepted: Accepted, session: &str) -> Response {
         let (notes, mut noted) = mpsc::channel::<Bytes>(64);
         let (answer, mut answered) = oneshot::channel::<Bytes>();
         let cancelled = CancellationToken::new();
         let request_id = accepted.ctx.request_id().clone();
         let key = (session.to_owned(), id_text(&request_id));
-        self.calls().insert(key.clone(), cancelled.clone());
+        // Numbered: a call whose client went away may end after another took its id.
+        let number = self.next_call.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.calls().insert(key.clone(), (number, cancelled.clone()));
         let relay = Arc::clone(self);
-        let body = inspection.body().clone();
         tokio::spawn(async move {
-            let bytes = relay.run(accepted, &body, notes, &cancelled).await;
-            relay.calls().remove(&key);
+            let bytes = relay.run(accepted, notes, &cancelled).await;
+            let mut calls = relay.calls();
+            if calls.get(&key).is_some_and(|(n, _)| *n == number) {
+                calls.remove(&key);
+            }
+            drop(calls);
             let _ = answer.send(bytes);
         });
         // A notification queued before the answer is taken first.
@@ -321,25 +335,11 @@ impl Relay {
     }
 
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
-    async fn run(
-        &self,
-        accepted: Accepted,
-        body: &Bytes,
-        notes: mpsc::Sender<Bytes>,
-        cancelled: &CancellationToken,
-    ) -> Bytes {
+    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Bytes>, cancelled: &CancellationToken) -> Bytes {
         let shared = &self.shared;
-        let Accepted { ctx, session, target, tool, upstream_tool, progress } = accepted;
+        let Accepted { ctx, session, target, tool, upstream_tool, progress, arguments, args_digest, args_raw } =
+            accepted;
         let request_id = ctx.request_id().clone();
-        // The arguments as the caller sent them (read again from the body: borrowed, not copied).
-        let arguments = serde_json::from_slice::<CallEnvelope>(body).ok().and_then(|c| c.params.arguments);
-        let parsed: Option<serde_json::Map<String, serde_json::Value>> =
-            arguments.and_then(|raw| serde_json::from_str(raw.get()).ok());
-        let args_raw = if shared.record_raw_arguments { parsed.as_ref().map(digest::canonical_arguments) } else { None };
-        let args_digest = match &args_raw {
-            Some(raw) => digest::sha256_hex(raw.as_bytes()),
-            None => digest::arguments_digest(parsed.as_ref()),
-        };
         let session_id = ctx.session_id().map(str::to_owned);
         let call = CallAudit::new(
             ctx.tenant_id(),
@@ -369,7 +369,13 @@ impl Relay {
         };
         let result = shared
             .upstreams
-            .call_lean(&target, &ctx, &upstream_tool, arguments, downstream, shared.call_timeout, cancelled)
+            .call_lean(
+                &target,
+                &ctx,
+                &upstream_tool,
+                arguments.as_deref(),
+                Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone() },
+            )
             .await;
         let (outcome, class) = match &result {
             Ok(LeanResult { error_class: Some(class), .. }) => (Outcome::Failed, Some(class.clone())),
@@ -389,6 +395,22 @@ impl Relay {
             Err(e) => message(&request_id, Err(&ProxyError::into_error_data(e))),
         }
     }
+}
+
+/// `host` (a `Host` header) is one of `allowed`, by plain comparison: a lowercase name or
+/// address, with a port or without (an entry without a port allows any).
+fn host_allowed_in(allowed: &[String], host: &str) -> bool {
+    if host.starts_with('[') || host.bytes().any(|b| b.is_ascii_uppercase()) {
+        return false;
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ if host.contains(':') => return false,
+        _ => host,
+    };
+    allowed.iter().any(|entry| entry == host || entry == name)
 }
 
 /// The JSON-RPC answer to `id`.
@@ -471,4 +493,37 @@ fn accepted() -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::ACCEPTED;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_line_of_a_message_is_a_data_line_of_one_event() {
+        assert_eq!(&event(br#"{"a":1}"#)[..], b"data: {\"a\":1}\n\n");
+        assert_eq!(&event(b"{\r\n  \"a\": 1\n}")[..], b"data: {\ndata:   \"a\": 1\ndata: }\n\n");
+    }
+
+    #[test]
+    fn hosts_are_compared_plainly_and_anything_else_is_left_to_rmcp() {
+        let shared_free = |hosts: &[&str]| {
+            let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
+            move |host: &str| {
+                if hosts.is_empty() {
+                    return true;
+                }
+                host_allowed_in(&hosts, host)
+            }
+        };
+        let allowed = shared_free(&["localhost", "gw.example:8443"]);
+        assert!(allowed("localhost"));
+        assert!(allowed("localhost:3000"), "an entry without a port allows any port");
+        assert!(allowed("gw.example:8443"));
+        assert!(!allowed("gw.example:9000"));
+        assert!(!allowed("gw.example"));
+        assert!(!allowed("evil.example"));
+        assert!(!allowed("[::1]:80"), "bracketed addresses are rmcp's to normalize");
+        assert!(!allowed("LOCALHOST"), "so are names in another case");
+    }
 }

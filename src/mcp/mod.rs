@@ -71,7 +71,10 @@ pub(crate) fn service(
     if let Some(host) = public_host(&config.public_url()) {
         hosts.push(host);
     }
-    let relay = Arc::new(lean::Relay::new(Arc::clone(&shared), Arc::clone(&manager), hosts.clone()));
+    let relay = config
+        .mcp
+        .lean_relay
+        .then(|| Arc::new(lean::Relay::new(Arc::clone(&shared), Arc::clone(&manager), hosts.clone())));
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(!config.mcp.stateless)
         // Stateless requests (and every 2026-07-28 request) get a plain JSON answer when the
@@ -97,12 +100,15 @@ pub(crate) fn service(
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
     // (configuration and all) by every layer, on every request.
     let endpoint = tower::service_fn(move |request: Request| {
-        let (service, relay) = (Arc::clone(&service), Arc::clone(&relay));
+        let (service, relay) = (Arc::clone(&service), relay.clone());
         async move {
             // A proxied call the lean relay takes is answered there; everything else by rmcp.
-            let request = match relay.serve(request).await {
-                Ok(response) => return Ok(response),
-                Err(request) => request,
+            let request = match &relay {
+                Some(relay) => match relay.serve(request).await {
+                    Ok(response) => return Ok(response),
+                    Err(request) => request,
+                },
+                None => request,
             };
             let terminating = request.method() == http::Method::DELETE;
             let response = service.handle(request).await.into_response();

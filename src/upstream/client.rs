@@ -99,7 +99,8 @@ fn request_id(message: &ClientJsonRpcMessage) -> Option<Value> {
 /// a request there: what the lean relay (`upstream::lean`) needs to send a call itself on
 /// the same session, with the same headers and the same per-request `_meta`.
 pub struct Wire {
-    pub uri: Arc<str>,
+    /// The upstream's endpoint (parsed once: a URL parse per call is measurable).
+    pub url: reqwest::Url,
     pub session: Option<Arc<str>>,
     /// The declaration's headers and the negotiated `MCP-Protocol-Version`; none that belongs
     /// to one request (the assertion, the standard `Mcp-Method`/`Mcp-Name`/`Mcp-Param-*`).
@@ -142,7 +143,7 @@ impl WireSlot {
         ) {
             return;
         }
-        let version = headers.get(PROTOCOL_VERSION_HEADER);
+        let version = headers.get(&HeaderName::from_static(PROTOCOL_VERSION_HEADER));
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(wire) = slot.as_ref()
             && wire.session.as_deref() == session.map(|s| &**s)
@@ -165,16 +166,11 @@ impl WireSlot {
         for key in ["progressToken", ASSERTION_META_KEY, AUTHORIZATION_META_KEY, RELATED_META_KEY] {
             meta.remove(key);
         }
+        let Ok(url) = reqwest::Url::parse(uri) else { return };
         let standard_headers = version
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::STANDARD_HEADERS.as_str());
-        *slot = Some(Arc::new(Wire {
-            uri: Arc::clone(uri),
-            session: session.cloned(),
-            headers: kept,
-            meta,
-            standard_headers,
-        }));
+        *slot = Some(Arc::new(Wire { url, session: session.cloned(), headers: kept, meta, standard_headers }));
     }
 }
 
@@ -373,6 +369,51 @@ impl StreamableHttpClient for AssertingClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wire_keeps_the_sessions_headers_and_meta_and_nothing_of_one_request() {
+        use rmcp::model::{ClientRequest, ListToolsRequest, RequestId};
+        let mut request = ClientRequest::ListToolsRequest(ListToolsRequest::default());
+        let meta = request.get_meta_mut();
+        meta.0.0.insert("progressToken".to_owned(), serde_json::json!(3));
+        meta.0.0.insert(ASSERTION_META_KEY.to_owned(), serde_json::json!("jws"));
+        meta.0.0.insert("io.modelcontextprotocol/protocolVersion".to_owned(), serde_json::json!("2026-07-28"));
+        let message = ClientJsonRpcMessage::request(request, RequestId::Number(1));
+        let assertion = HeaderName::from_static("x-scopegate-identity");
+        let headers: HashMap<HeaderName, HeaderValue> = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("x-declared", "kept"),
+            ("mcp-method", "tools/list"),
+            ("mcp-name", "x"),
+            ("mcp-param-region", "eu"),
+            ("x-scopegate-identity", "jws"),
+        ]
+        .into_iter()
+        .map(|(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v)))
+        .collect();
+        let slot = WireSlot::default();
+        let uri: Arc<str> = "http://upstream/mcp".into();
+        slot.record(&uri, None, &headers, &message, &assertion);
+        let wire = slot.current().expect("recorded");
+        let mut kept: Vec<&str> = wire.headers.keys().map(HeaderName::as_str).collect();
+        kept.sort();
+        assert_eq!(kept, ["mcp-protocol-version", "x-declared"]);
+        assert!(wire.standard_headers);
+        assert_eq!(wire.meta.keys().collect::<Vec<_>>(), ["io.modelcontextprotocol/protocolVersion"]);
+
+        // The handshake is never the template; a new session replaces the old one.
+        let session: Arc<str> = "s-2".into();
+        let init = ClientJsonRpcMessage::request(
+            ClientRequest::InitializeRequest(rmcp::model::InitializeRequest::new(Default::default())),
+            RequestId::Number(2),
+        );
+        slot.record(&uri, Some(&session), &headers, &init, &assertion);
+        assert_eq!(slot.current().unwrap().session, None);
+        slot.record(&uri, Some(&session), &headers, &message, &assertion);
+        assert_eq!(slot.current().unwrap().session.as_deref(), Some("s-2"));
+        slot.clear();
+        assert!(slot.current().is_none());
+    }
 
     #[test]
     fn messages_on_a_request_stream_are_marked_and_claims_elsewhere_removed() {

@@ -41,8 +41,8 @@ pub use super::snapshot::Snapshot;
 
 mod features;
 mod lean;
-pub use lean::{LeanResult, LeanTarget};
 pub use features::Watch;
+pub use lean::{LeanResult, LeanTarget};
 
 /// Separates the server from the tool in an upstream tool's name: `server__tool`.
 pub const NAME_SEPARATOR: &str = "__";

@@ -21,7 +21,7 @@ fn content_type(reply: &Reply) -> &str {
 /// The tool result's text, parsed as JSON (the fixture's `whoami_upstream` answers that way).
 fn result_json(reply: &Reply) -> Value {
     let text = reply.message["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{:?}", reply.message));
-    serde_json::from_str(text).unwrap()
+    serde_json::from_str(text).unwrap_or_else(|_| panic!("not JSON: {text}"))
 }
 
 /// A call the relay takes, once the session's `initialized` has been handled (rmcp answers the
@@ -59,7 +59,9 @@ async fn serves_plain_session_calls(backend: Backend) {
     assert!(audited >= 1, "the call was audited before it was answered");
 
     // The arguments reach the upstream as sent; a tool error is relayed as one.
-    let echoed = post(&proxy.live, &olivia, Some(&session), &tool_call(3, "fx__echo", json!({"text": "héllo \"x\""})), &[]).await;
+    let echoed =
+        post(&proxy.live, &olivia, Some(&session), &tool_call(3, "fx__echo", json!({"text": "héllo \"x\""})), &[])
+            .await;
     assert!(content_type(&echoed).starts_with("application/json"));
     assert_eq!(echoed.message["result"]["content"][0]["text"], "héllo \"x\"");
 
@@ -166,3 +168,43 @@ async fn grant_checked(backend: Backend) {
     }
 }
 both_dbs!(lean_relay_checks_the_grant_of_each_call, grant_checked);
+
+/// `mcp.lean_relay = false`: every call goes through rmcp (an event stream in a session), and
+/// works the same.
+async fn switched_off(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[("mcp.lean_relay", json!(false))], Over::Http).await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let session = open_session(live, &olivia).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let reply = post(live, &olivia, Some(&session), &tool_call(2, "fx__whoami_upstream", json!({})), &[]).await;
+    assert!(content_type(&reply).starts_with("text/event-stream"), "rmcp answers: {:?}", reply.headers);
+    assert_eq!(result_json(&reply)["user"], "olivia@acme.test");
+}
+both_dbs!(lean_relay_can_be_switched_off, switched_off);
+
+/// An upstream declared on protocol 2026-07-28 (no session; each request carries the version,
+/// the client's info and capabilities, and the standard `Mcp-Method`/`Mcp-Name` headers, which
+/// the upstream checks against the body): the relay sends them as rmcp's client would.
+async fn modern_upstream(backend: Backend) {
+    let header = ("upstream.assertion_header", json!("x-acme-caller"));
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[header], Over::Http).await;
+    let live = &proxy.live;
+    // The same fixture (its server id is `fx`), declared on 2026-07-28 for another tenant.
+    let fx = proxy.fx_url().unwrap();
+    let modern =
+        json!({"type": "http", "url": fx, "protocolVersion": "2026-07-28", "headers": {"x-declared": "modern"}});
+    proxy.declare("globex", "fx", &modern, "local").await;
+    proxy.grant("globex", "fx", Role::Owner, "*").await;
+    let gary = live.token_for("gary@globex.test");
+    let session = open_session(live, &gary).await.unwrap();
+    let reply = lean_call(&proxy, &gary, &session, 2, "fx__whoami_upstream", json!({})).await;
+    assert!(content_type(&reply).starts_with("application/json"), "the relay answers: {:?}", reply.headers);
+    let me = result_json(&reply);
+    assert_eq!((me["tenant"].as_str(), me["user"].as_str()), (Some("globex"), Some("gary@globex.test")));
+    assert_eq!(me["declared_header"], "modern");
+    let echo = tool_call(3, "fx__echo", json!({"text": "twenty-six"}));
+    let echoed = post(live, &gary, Some(&session), &echo, &[]).await;
+    assert_eq!(echoed.message["result"]["content"][0]["text"], "twenty-six", "{:?}", echoed.message);
+}
+both_dbs!(lean_relay_speaks_to_a_2026_upstream, modern_upstream);

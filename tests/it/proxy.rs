@@ -115,6 +115,11 @@ impl Proxy {
         proxy
     }
 
+    /// The URL of `fx` when it is served over Streamable HTTP.
+    pub(crate) fn fx_url(&self) -> Option<String> {
+        self.http.as_ref().map(|f| f.url.clone())
+    }
+
     /// Where the fixture marks what it saw (`cancelled`, one line each).
     fn marks(&self) -> std::path::PathBuf {
         self.root.path().join("marks")

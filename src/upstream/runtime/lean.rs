@@ -30,8 +30,8 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 #[allow(deprecated)]
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientResult, NumberOrString, ProgressNotificationParam,
-    ProgressToken, RequestId, ResourceUpdatedNotificationParam, ServerJsonRpcMessage, ServerRequest,
+    ClientJsonRpcMessage, ClientResult, NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
+    ResourceUpdatedNotificationParam, ServerJsonRpcMessage, ServerRequest,
 };
 use rmcp::service::{Peer, RoleClient};
 use serde::{Deserialize, Serialize};
@@ -39,7 +39,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{Connection, Downstream, MAX_UPSTREAM_ROUNDS, ProxyError, Upstreams, asserted_caller, unavailable};
+use super::{
+    Connection, Downstream, Exchange, MAX_UPSTREAM_ROUNDS, ProxyError, Upstreams, asserted_caller, unavailable,
+};
 use crate::context::McpCallContext;
 use crate::store::now_millis;
 use crate::upstream::catalog::ListKind;
@@ -158,8 +160,7 @@ impl Upstreams {
         let (peer, tools) = connection.ready(self.connect_timeout).await.ok()?;
         let wire = connection.wire.current()?;
         let listed = tools.iter().find(|t| t.name == tool)?;
-        if wire.standard_headers
-            && (!tool.bytes().all(|b| b.is_ascii_graphic()) || takes_headers(&listed.input_schema))
+        if wire.standard_headers && (!tool.bytes().all(|b| b.is_ascii_graphic()) || takes_headers(&listed.input_schema))
         {
             return None;
         }
@@ -175,13 +176,11 @@ impl Upstreams {
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
-        downstream: Downstream,
-        timeout: Duration,
-        cancelled: &CancellationToken,
+        Exchange { downstream, timeout, cancelled }: Exchange,
     ) -> Result<LeanResult, ProxyError> {
         let connection = &target.connection;
         connection.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, cancelled).await;
+        let result = self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, &cancelled).await;
         connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
         connection.in_flight.fetch_sub(1, Ordering::AcqRel);
         match result {
@@ -196,7 +195,7 @@ impl Upstreams {
                     },
                     downstream,
                     timeout,
-                    cancelled: cancelled.clone(),
+                    cancelled,
                 };
                 let result = self.call(connection, super::Upstream(target.peer.clone()), ctx, call).await?;
                 let error_class = (result.is_error == Some(true)).then(|| error_class(result.meta.as_ref()));
@@ -282,7 +281,9 @@ impl Upstreams {
                 }
             }
         }
-        Err(Some(ProxyError::Unavailable(format!("the upstream asked more than {MAX_UPSTREAM_ROUNDS} rounds of input"))))
+        Err(Some(ProxyError::Unavailable(format!(
+            "the upstream asked more than {MAX_UPSTREAM_ROUNDS} rounds of input"
+        ))))
     }
 
     /// One POST of the call and everything the upstream sends until its answer.
@@ -401,7 +402,9 @@ impl Upstreams {
         };
         if !matches!(
             request,
-            ServerRequest::CreateMessageRequest(_) | ServerRequest::ElicitRequest(_) | ServerRequest::ListRootsRequest(_)
+            ServerRequest::CreateMessageRequest(_)
+                | ServerRequest::ElicitRequest(_)
+                | ServerRequest::ListRootsRequest(_)
         ) {
             return Err(rmcp::ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, "method not found", None));
         }
@@ -458,7 +461,9 @@ impl Upstreams {
         let sent = self.lean_post(&target.wire, "notifications/cancelled", body).send();
         match tokio::time::timeout(CANCEL_BOUND, sent).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::debug!(server = %target.connection.server(), error = %e, "cancellation not delivered"),
+            Ok(Err(e)) => {
+                tracing::debug!(server = %target.connection.server(), error = %e, "cancellation not delivered")
+            }
             Err(_) => tracing::debug!(server = %target.connection.server(), "cancellation not delivered in time"),
         }
     }
@@ -469,7 +474,7 @@ impl Upstreams {
         let mut request = self
             .local
             .http
-            .post(&*wire.uri)
+            .post(wire.url.clone())
             .headers(wire.headers.clone())
             .header(ACCEPT, "application/json, text/event-stream")
             .header(CONTENT_TYPE, "application/json");
@@ -502,7 +507,8 @@ async fn read_bounded(
 /// object; `content` a list of typed blocks, `isError` a boolean, `structuredContent` an
 /// object, where present), or its request for input.
 fn answer(result: Box<RawValue>) -> Result<Ended, ProxyError> {
-    let not_a_result = |e: serde_json::Error| unavailable(format!("the upstream answered a call with something else: {e}"));
+    let not_a_result =
+        |e: serde_json::Error| unavailable(format!("the upstream answered a call with something else: {e}"));
     let shape: ResultShape = serde_json::from_str(result.get()).map_err(not_a_result)?;
     if shape.result_type.as_deref() == Some("input_required") {
         let input = serde_json::from_str(result.get()).map_err(not_a_result)?;
@@ -563,7 +569,10 @@ mod tests {
         }
         let failed = r#"{"content":[],"isError":true,"_meta":{"io.scopegate/error":"quota\nexceeded"}}"#;
         match answer(raw(failed)) {
-            Ok(Ended::Answer(r)) => assert_eq!(r.error_class.as_deref(), Some("quota exceeded")),
+            Ok(Ended::Answer(r)) => {
+                let made_safe = crate::audit::refusal::safe_text("quota\nexceeded");
+                assert_eq!(r.error_class, Some(made_safe), "the class is the result's, made safe for the audit");
+            }
             _ => panic!("a tool error"),
         }
         for bad in [
