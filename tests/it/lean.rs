@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::mcp::Mode;
 use crate::mcp_http::{INITIALIZED, Reply, open_session, post, tool_call};
-use crate::proxy::{Over, Proxy};
+use crate::proxy::{Listener, Over, Proxy};
 use crate::support::*;
 
 fn content_type(reply: &Reply) -> &str {
@@ -208,3 +208,99 @@ async fn modern_upstream(backend: Backend) {
     assert_eq!(echoed.message["result"]["content"][0]["text"], "twenty-six", "{:?}", echoed.message);
 }
 both_dbs!(lean_relay_speaks_to_a_2026_upstream, modern_upstream);
+
+/// A hand-written Streamable HTTP upstream with one tool, `noisy`, whose answer is one event
+/// stream holding ten progress notifications and ten log lines and then the result,
+/// pretty-printed (several lines): all of it arrives at once, before the gateway could pass any
+/// of it on. Serves a session; everything else is accepted or refused plainly.
+async fn raw_upstream() -> (String, tokio::task::JoinHandle<()>) {
+    use axum::response::IntoResponse;
+    async fn mcp(body: axum::body::Bytes) -> axum::response::Response {
+        let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (Some(id), Some(method)) = (message.get("id"), message["method"].as_str()) else {
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let answer = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+        match method {
+            "initialize" => {
+                let result = json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "raw", "version": "1.0"},
+                });
+                ([("mcp-session-id", "raw-session")], axum::Json(answer(result))).into_response()
+            }
+            "tools/list" => {
+                let tool = json!({"name": "noisy", "inputSchema": {"type": "object"}});
+                axum::Json(answer(json!({"tools": [tool]}))).into_response()
+            }
+            "tools/call" => {
+                let token = message["params"]["_meta"]["progressToken"].clone();
+                let mut events = String::new();
+                for i in 1..=10 {
+                    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": i, "total": 10}});
+                    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "info", "data": format!("fixture log: raw {i}")}});
+                    events.push_str(&format!("data: {progress}\n\ndata: {log}\n\n"));
+                }
+                let result = answer(json!({"content": [{"type": "text", "text": "done"}], "isError": false}));
+                for line in serde_json::to_string_pretty(&result).unwrap().lines() {
+                    events.push_str(&format!("data: {line}\n"));
+                }
+                events.push('\n');
+                ([("content-type", "text/event-stream")], events).into_response()
+            }
+            _ => axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}))
+                .into_response(),
+        }
+    }
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(mcp).get(|| async { StatusCode::METHOD_NOT_ALLOWED }).delete(|| async { StatusCode::OK }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    (url, tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }))
+}
+
+/// What an upstream sends on a call's own event stream before its answer reaches the caller,
+/// all of it and before the answer, even when it all arrives at once; a multi-line result is
+/// relayed intact.
+async fn notifications_before_the_answer(backend: Backend) {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use std::sync::atomic::Ordering;
+
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let (url, server) = raw_upstream().await;
+    proxy.declare("acme", "raw", &json!({"type": "http", "url": url}), "local").await;
+    proxy.grant("acme", "raw", Role::Owner, "*").await;
+    let listener = Listener::default();
+    let transport = StreamableHttpClientTransport::with_client(
+        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+        StreamableHttpClientTransportConfig::with_uri(proxy.live.url())
+            .auth_header(proxy.live.token_for("olivia@acme.test")),
+    );
+    let client = listener.clone().serve(transport).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    for round in 1..=3 {
+        let result = client.call_tool(rmcp::model::CallToolRequestParams::new("raw__noisy")).await.unwrap();
+        assert_eq!(serde_json::to_value(&result.content).unwrap()[0]["text"], "done", "{result:?}");
+        // The test client handles notifications in tasks of their own: give them a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while (listener.progress.load(Ordering::SeqCst) < 10 * round
+            || listener.logs.load(Ordering::SeqCst) < 10 * round)
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(listener.progress.load(Ordering::SeqCst), 10 * round, "every progress notification, round {round}");
+        assert_eq!(listener.logs.load(Ordering::SeqCst), 10 * round, "every log line, round {round}");
+    }
+    let ok = "SELECT COUNT(*) FROM audit_events WHERE tool = 'raw__noisy' AND outcome = 'ok'";
+    assert_eq!(proxy.live.count(ok).await, 3);
+    server.abort();
+}
+both_dbs!(lean_relay_passes_on_what_comes_before_the_answer, notifications_before_the_answer);

@@ -465,9 +465,9 @@ both_dbs!(proxy_session_snapshot_is_frozen_and_per_tenant, snapshot_frozen);
 
 /// Counts what the gateway forwards to the session.
 #[derive(Clone, Default)]
-struct Listener {
-    progress: Arc<AtomicUsize>,
-    logs: Arc<AtomicUsize>,
+pub(crate) struct Listener {
+    pub(crate) progress: Arc<AtomicUsize>,
+    pub(crate) logs: Arc<AtomicUsize>,
 }
 
 impl ClientHandler for Listener {
