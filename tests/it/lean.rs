@@ -10,7 +10,7 @@ use scopegate::model::Role;
 use serde_json::{Value, json};
 
 use crate::mcp::Mode;
-use crate::mcp_http::{INITIALIZED, Reply, open_session, post, tool_call};
+use crate::mcp_http::{INITIALIZED, Reply, open_session, post, sabotage_audit, tool_call};
 use crate::proxy::{Listener, Over, Proxy};
 use crate::support::*;
 
@@ -131,20 +131,7 @@ async fn fails_closed(backend: Backend) {
     let session = open_session(live, &olivia).await.unwrap();
     lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
 
-    let mut tx = live.db.begin().await.unwrap();
-    let statements: &[&str] = match backend {
-        Backend::Sqlite => &[
-            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit sabotaged'); END",
-        ],
-        Backend::Postgres => &[
-            "CREATE FUNCTION audit_sabotage() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'audit sabotaged'; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_sabotage()",
-        ],
-    };
-    for sql in statements {
-        sqlx::query(*sql).execute(&mut *tx).await.unwrap();
-    }
-    tx.commit().await.unwrap();
+    sabotage_audit(live, backend).await;
 
     let reply = post(live, &olivia, Some(&session), &tool_call(3, "fx__whoami_upstream", json!({})), &[]).await;
     assert!(content_type(&reply).starts_with("application/json"), "the relay answered: {:?}", reply.headers);
@@ -268,9 +255,6 @@ async fn raw_upstream() -> (String, tokio::task::JoinHandle<()>) {
 /// all of it and before the answer, even when it all arrives at once; a multi-line result is
 /// relayed intact.
 async fn notifications_before_the_answer(backend: Backend) {
-    use rmcp::ServiceExt;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use std::sync::atomic::Ordering;
 
     let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
@@ -278,12 +262,7 @@ async fn notifications_before_the_answer(backend: Backend) {
     proxy.declare("acme", "raw", &json!({"type": "http", "url": url}), "local").await;
     proxy.grant("acme", "raw", Role::Owner, "*").await;
     let listener = Listener::default();
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(proxy.live.url())
-            .auth_header(proxy.live.token_for("olivia@acme.test")),
-    );
-    let client = listener.clone().serve(transport).await.unwrap();
+    let client = listener.client(&proxy.live, "olivia@acme.test").await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     for round in 1..=3 {
         let result = client.call_tool(rmcp::model::CallToolRequestParams::new("raw__noisy")).await.unwrap();

@@ -212,11 +212,8 @@ async fn malformed_input(backend: Backend, mode: Mode) {
 }
 all_modes!(mcp_malformed_input, malformed_input);
 
-async fn fail_closed_audit(backend: Backend) {
-    let live = Live::start(backend, Mode::Session, &[]).await;
-    let olivia = live.client("olivia@acme.test").await;
-    ok(&olivia, "list_flocks", json!({})).await;
-
+/// Makes every audit insert fail from now on (a trigger that raises).
+pub async fn sabotage_audit(live: &Live, backend: Backend) {
     let mut tx = live.db.begin().await.unwrap();
     let statements: &[&str] = match backend {
         Backend::Sqlite => &[
@@ -231,6 +228,14 @@ async fn fail_closed_audit(backend: Backend) {
         sqlx::query(*sql).execute(&mut *tx).await.unwrap();
     }
     tx.commit().await.unwrap();
+}
+
+async fn fail_closed_audit(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[]).await;
+    let olivia = live.client("olivia@acme.test").await;
+    ok(&olivia, "list_flocks", json!({})).await;
+
+    sabotage_audit(&live, backend).await;
 
     let day = yesterday();
     let before = live.count("SELECT COUNT(*) FROM egg_counts").await;

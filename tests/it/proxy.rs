@@ -488,15 +488,21 @@ impl ClientHandler for Listener {
     }
 }
 
+impl Listener {
+    /// An rmcp client of `live` for `user` that counts what reaches it in `self`.
+    pub(crate) async fn client(&self, live: &Live, user: &str) -> RunningService<RoleClient, Listener> {
+        let transport = StreamableHttpClientTransport::with_client(
+            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+            StreamableHttpClientTransportConfig::with_uri(live.url()).auth_header(live.token_for(user)),
+        );
+        self.clone().serve(transport).await.unwrap()
+    }
+}
+
 async fn progress_and_logs(backend: Backend, mode: Mode, over: Over) {
     let proxy = Proxy::with_fx_over(backend, mode, &[], over).await;
     let listener = Listener::default();
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(proxy.live.url())
-            .auth_header(proxy.live.token_for("olivia@acme.test")),
-    );
-    let client = listener.clone().serve(transport).await.unwrap();
+    let client = listener.client(&proxy.live, "olivia@acme.test").await;
     // Paced, then as a burst with the answer right behind it: every message sent before the
     // answer reaches the session, however the gateway's tasks are scheduled. (The calls are
     // spaced: a log line names no call, and for half a second after a call of another owner
