@@ -168,19 +168,20 @@ impl Relay {
         if request.method() != Method::POST {
             return Err(request);
         }
+        // Only two kinds of message are the relay's; anything else goes on without a copy made.
+        let cancel = match request.extensions().get::<Inspection>() {
+            Some(i) if i.method() == Some("tools/call") && i.is_request() => false,
+            Some(i) if i.method() == Some("notifications/cancelled") && !i.is_request() => true,
+            _ => return Err(request),
+        };
         let Some(inspection) = request.extensions().get::<Inspection>().cloned() else { return Err(request) };
         let Some(session) = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned)
         else {
             return Err(request);
         };
-        match inspection.method() {
-            Some("notifications/cancelled") if !inspection.is_request() => {
-                match self.cancel(&session, inspection.body()) {
-                    true => Ok(accepted()),
-                    false => Err(request),
-                }
-            }
-            Some("tools/call") if inspection.is_request() && self.plain(request.headers()) => {
+        match cancel {
+            true if self.cancel(&session, inspection.body()) => Ok(accepted()),
+            false if self.plain(request.headers()) => {
                 let (parts, body) = request.into_parts();
                 match self.accept(&parts, &session, &inspection).await {
                     Some(accepted) => Ok(self.relay(accepted, &session).await),

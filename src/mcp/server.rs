@@ -505,14 +505,7 @@ fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<St
         Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
             // A tool error carries its class in `_meta`, never in structured content (which
             // must match the tool's output schema).
-            let class = r
-                .meta
-                .as_ref()
-                .and_then(|m| m.get(crate::tools::ERROR_CLASS_META))
-                .and_then(|v| v.as_str())
-                .unwrap_or("tool_error");
-            // An upstream's result reaches here too: its class is caller-chosen text.
-            (Outcome::Failed, Some(crate::audit::refusal::safe_text(class)))
+            (Outcome::Failed, Some(crate::tools::error_class(r.meta.as_ref())))
         }
         Ok(_) => (Outcome::Ok, None),
         Err(e) if e.code == ErrorCode::INVALID_PARAMS => (Outcome::Failed, Some("invalid_params".to_owned())),

@@ -89,6 +89,13 @@ pub(crate) fn router() -> ToolRouter<FarmTools> {
 /// `not_found`), which the audit records.
 pub const ERROR_CLASS_META: &str = "io.scopegate/error";
 
+/// The audit class of a tool error result: its `_meta` class (from an upstream, caller-chosen
+/// text, so made safe), else `tool_error`.
+pub fn error_class(meta: Option<&MetaObject>) -> String {
+    let class = meta.and_then(|m| m.get(ERROR_CLASS_META)).and_then(|v| v.as_str());
+    crate::audit::refusal::safe_text(class.unwrap_or("tool_error"))
+}
+
 /// Why a tool call failed. Bad input and missing things go back to the caller as a tool
 /// error (`isError: true`, the message as text, the error class in `_meta`); internal
 /// failures are logged and become an opaque JSON-RPC internal error.

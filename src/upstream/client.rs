@@ -132,7 +132,7 @@ impl WireSlot {
         &self,
         uri: &Arc<str>,
         session: Option<&Arc<str>>,
-        headers: &HashMap<HeaderName, HeaderValue>,
+        headers: &Headers,
         message: &ClientJsonRpcMessage,
         assertion: &HeaderName,
     ) {
@@ -176,6 +176,9 @@ impl WireSlot {
 
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 
+/// The headers rmcp hands its HTTP client with each message.
+type Headers = HashMap<HeaderName, HeaderValue>;
+
 /// rmcp's reqwest client, with each call's assertion moved from `_meta` to a header.
 #[derive(Clone)]
 pub struct AssertingClient {
@@ -198,21 +201,10 @@ impl AssertingClient {
         self
     }
 
-    fn record(
-        &self,
-        uri: &Arc<str>,
-        session: Option<&Arc<str>>,
-        headers: &HashMap<HeaderName, HeaderValue>,
-        message: &ClientJsonRpcMessage,
-        bearer: Option<&String>,
-    ) {
+    /// Only a connection without credentials records (see `executor`): a credential is per
+    /// request and refreshed by rmcp, so such a session is never reached around it.
+    fn record(&self, uri: &Arc<str>, session: Option<&Arc<str>>, headers: &Headers, message: &ClientJsonRpcMessage) {
         if let Some(wire) = &self.wire {
-            if bearer.is_some() {
-                // A credential is per request and refreshed by rmcp: such a session is not
-                // reached around it.
-                wire.clear();
-                return;
-            }
             wire.record(uri, session, headers, message, &self.header);
         }
     }
@@ -264,7 +256,7 @@ impl StreamableHttpClient for AssertingClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
         let auth_header = self.bearer(&mut message, auth_header);
-        self.record(&uri, session_id.as_ref(), &custom_headers, &message, auth_header.as_ref());
+        self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
         let response = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
         Ok(related_to(response, id))
@@ -281,7 +273,7 @@ impl StreamableHttpClient for AssertingClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
         let auth_header = self.bearer(&mut message, auth_header);
-        self.record(&uri, session_id.as_ref(), &custom_headers, &message, auth_header.as_ref());
+        self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
         let response = self
             .inner
@@ -308,7 +300,7 @@ impl StreamableHttpClient for AssertingClient {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         self.lift(&mut message, &mut custom_headers);
         let auth_header = self.bearer(&mut message, auth_header);
-        self.record(&uri, session_id.as_ref(), &custom_headers, &message, auth_header.as_ref());
+        self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
         let response = self
             .inner

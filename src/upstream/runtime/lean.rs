@@ -198,7 +198,8 @@ impl Upstreams {
                     cancelled,
                 };
                 let result = self.call(connection, super::Upstream(target.peer.clone()), ctx, call).await?;
-                let error_class = (result.is_error == Some(true)).then(|| error_class(result.meta.as_ref()));
+                let error_class =
+                    (result.is_error == Some(true)).then(|| crate::tools::error_class(result.meta.as_ref()));
                 let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
                 Ok(LeanResult { result, error_class })
             }
@@ -352,10 +353,11 @@ impl Upstreams {
         cancelled: &CancellationToken,
     ) -> Result<Option<Ended>, ProxyError> {
         let message: Incoming = serde_json::from_str(text).map_err(unavailable)?;
-        let quoted_id = &*format!("\"{id}\"");
+        // The call's id is plain text (`scopegate-N`): its JSON form is it between quotes.
+        let is_call = |raw: &RawValue| raw.get().strip_prefix('"').and_then(|r| r.strip_suffix('"')) == Some(id);
         let server = target.connection.server().as_str();
         match (&message.method, message.id) {
-            (None, Some(id)) if id.get() == quoted_id => match (message.result, message.error) {
+            (None, Some(answered)) if is_call(answered) => match (message.result, message.error) {
                 (Some(result), None) => answer(result).map(Some),
                 (None, Some(error)) => Err(ProxyError::Upstream(error)),
                 _ => Err(unavailable("the upstream's answer is neither a result nor an error")),
@@ -527,12 +529,6 @@ fn answer(result: Box<RawValue>) -> Result<Ended, ProxyError> {
         crate::audit::refusal::safe_text(class.as_deref().unwrap_or("tool_error"))
     });
     Ok(Ended::Answer(LeanResult { result, error_class }))
-}
-
-/// A tool error's class from its result's `_meta` (caller-chosen text, made safe).
-fn error_class(meta: Option<&rmcp::model::MetaObject>) -> String {
-    let class = meta.and_then(|m| m.get(crate::tools::ERROR_CLASS_META)).and_then(Value::as_str);
-    crate::audit::refusal::safe_text(class.unwrap_or("tool_error"))
 }
 
 /// Whether a tool's input schema names a request header for one of its arguments
