@@ -163,6 +163,17 @@ pub struct LimitsConfig {
     /// Requests per second one user may sustain; 0 turns it off.
     pub user_per_sec: f64,
     pub user_burst: f64,
+    /// How many gateway replicas share these budgets. Each replica keeps its own buckets and
+    /// enforces its share (rate and burst divided by this), so all of them together never
+    /// admit more than the budget.
+    pub replicas: u32,
+}
+
+impl LimitsConfig {
+    /// This replica's share of a budget.
+    pub fn share(&self, budget: f64) -> f64 {
+        budget / f64::from(self.replicas.max(1))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -403,8 +414,18 @@ impl Config {
                 return Err(ConfigError::invalid(key, "must be a finite number, 0 or more"));
             }
         }
-        if (l.tenant_per_sec > 0.0 && l.tenant_burst < 1.0) || (l.user_per_sec > 0.0 && l.user_burst < 1.0) {
-            return Err(ConfigError::invalid("limits.tenant_burst", "a burst below 1 would refuse every request"));
+        if l.replicas == 0 {
+            return Err(ConfigError::invalid("limits.replicas", "must be 1 or more"));
+        }
+        for (key, rate, burst) in
+            [("limits.tenant_burst", l.tenant_per_sec, l.tenant_burst), ("limits.user_burst", l.user_per_sec, l.user_burst)]
+        {
+            if rate > 0.0 && l.share(burst) < 1.0 {
+                return Err(ConfigError::invalid(
+                    key,
+                    "a burst below 1 (per replica: the burst divided by limits.replicas) would refuse every request",
+                ));
+            }
         }
         if self.database.max_connections == 0 {
             return Err(ConfigError::invalid("database.max_connections", "must be greater than 0"));

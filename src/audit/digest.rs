@@ -130,7 +130,30 @@ fn is_one(n: &i64) -> bool {
 /// The hash of one chain link: over the predecessor's hash, the sequence number and
 /// every stored field of the event.
 pub fn chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
-    let body = ChainBody {
+    // Written straight into the hasher: with raw arguments recorded, the body can be as large
+    // as a request.
+    let mut hasher = Sha256::new();
+    write_json(&mut hasher, &chain_body(prev_hash, seq, event));
+    hex(&hasher.finalize())
+}
+
+/// One chain link as a line of JSON for `audit export`: `{"hash":H,` and then the members
+/// of the canonical body that `H` is the SHA-256 of. So a line checks itself with any JSON
+/// library: drop `hash`, write the rest with sorted keys and no spaces, hash it.
+pub fn chain_line(prev_hash: &str, seq: i64, event: &AuditEvent, hash: &str) -> String {
+    let mut out = Vec::with_capacity(256);
+    put(&mut out, b"{\"hash\":");
+    write_json(&mut out, hash);
+    put(&mut out, b",");
+    let at = out.len();
+    write_json(&mut out, &chain_body(prev_hash, seq, event));
+    // The body is an object with members: drop its opening brace.
+    out.remove(at);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+fn chain_body<'a>(prev_hash: &'a str, seq: i64, event: &'a AuditEvent) -> ChainBody<'a> {
+    ChainBody {
         action: &event.action,
         args_digest: &event.args_digest,
         args_raw: &event.args_raw,
@@ -149,12 +172,7 @@ pub fn chain_hash(prev_hash: &str, seq: i64, event: &AuditEvent) -> String {
         tenant_id: event.tenant,
         tool: &event.tool,
         user_id: event.user,
-    };
-    // Written straight into the hasher: with raw arguments recorded, the body can be as large
-    // as a request.
-    let mut hasher = Sha256::new();
-    write_json(&mut hasher, &body);
-    hex(&hasher.finalize())
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 pub mod checkpoint;
 pub mod digest;
+pub mod export;
 pub(crate) mod refusal;
 pub mod verify;
 mod writer;
@@ -48,6 +49,16 @@ impl Outcome {
             Outcome::Ok => "ok",
             Outcome::Denied => "denied",
             Outcome::Failed => "failed",
+        }
+    }
+
+    /// The outcome a stored or exported event names.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "ok" => Some(Outcome::Ok),
+            "denied" => Some(Outcome::Denied),
+            "failed" => Some(Outcome::Failed),
+            _ => None,
         }
     }
 }

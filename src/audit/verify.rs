@@ -94,12 +94,8 @@ pub async fn verify_with_checkpoints(
     }
     let mut reports = Vec::new();
     for (tenant_id, slug) in tenants {
-        let rows = sqlx::query(
-            "SELECT id, tenant_id, seq, occurred_at, user_id, session_id, request_id, client_name, \
-             client_version, action, tool, args_digest, args_raw, outcome, error_class, duration_us, \
-             calls, prev_hash, hash FROM audit_events WHERE tenant_id = $1 ORDER BY seq",
-        )
-        .bind(&tenant_id)
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {EVENT_COLUMNS} FROM audit_events WHERE tenant_id = $1 ORDER BY seq")))
+            .bind(&tenant_id)
         .fetch_all(&mut *tx)
         .await?;
         let mut prev = GENESIS.to_owned();
@@ -188,14 +184,15 @@ fn held_by_chain(cp: &Checkpoint, keys: &[VerifyingKey], hashes: &HashMap<i64, S
     }
 }
 
-fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {
-    let outcome = match row.try_get::<String, _>("outcome")?.as_str() {
-        "ok" => Outcome::Ok,
-        "denied" => Outcome::Denied,
-        "failed" => Outcome::Failed,
-        other => {
-            return Err(StoreError::Invalid { field: "outcome", message: format!("unknown outcome `{other}`") });
-        }
+/// The columns [`event_from_row`] reads, with `seq`, `prev_hash` and `hash`.
+pub(crate) const EVENT_COLUMNS: &str = "id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
+     client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, duration_us, calls, \
+     prev_hash, hash";
+
+pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {
+    let text: String = row.try_get("outcome")?;
+    let Some(outcome) = Outcome::parse(&text) else {
+        return Err(StoreError::Invalid { field: "outcome", message: format!("unknown outcome `{text}`") });
     };
     Ok(AuditEvent {
         id: row.try_get("id")?,

@@ -1,6 +1,8 @@
-//! `scopegate audit verify [--tenant SLUG] [--checkpoints FILE]`, `audit checkpoint`, `audit keygen
-//! --out FILE`: checks the audit chains (exits non-zero and names what is broken), writes signed
-//! checkpoints of the chain heads now, and creates the key that signs them.
+//! `scopegate audit verify [--tenant SLUG] [--checkpoints FILE]`, `audit export --tenant SLUG`,
+//! `audit verify-export FILE`, `audit checkpoint`, `audit keygen --out FILE`: checks the audit
+//! chains (exits non-zero and names what is broken), streams one tenant's chain for auditors
+//! and checks such an export, writes signed checkpoints of the chain heads now, and creates the
+//! key that signs them.
 
 use std::path::{Path, PathBuf};
 
@@ -8,9 +10,10 @@ use clap::{Args, Subcommand};
 
 use super::CliError;
 use crate::audit::checkpoint::{self, CheckpointKey, Checkpointer, VerifyingKey};
+use crate::audit::export::{self, Anchors, ExportError, Format};
 use crate::audit::verify::{Checkpoints, verify_with_checkpoints};
 use crate::config::Config;
-use crate::store::Db;
+use crate::store::{Db, StoreError};
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -35,6 +38,34 @@ pub enum AuditCommand {
         #[arg(long, value_name = "KEY", requires = "checkpoints", allow_hyphen_values = true)]
         public_key: Vec<String>,
     },
+    /// Stream one tenant's chain to stdout, a row per event with its seq, prev_hash and chain
+    /// hash, for auditors and SIEMs. Exits non-zero if a row read does not hold (it is still
+    /// written, as stored).
+    Export {
+        #[arg(long)]
+        tenant: String,
+        /// From the first event at or after this time on: RFC 3339 (`2026-12-01T00:00:00Z`)
+        /// or epoch milliseconds. Every later link of the chain follows it.
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
+    },
+    /// Check an export (JSON lines or CSV) without the database: every row's hash against its
+    /// fields and its link to the row before. Prints where it joins the chain and its head.
+    VerifyExport {
+        /// The export's file, or `-` for standard input.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Signed checkpoints (JSON lines, as the checkpoint sink wrote them): every exported
+        /// row they name must have the signed hash. Each must carry a good signature.
+        #[arg(long, value_name = "FILE")]
+        checkpoints: Option<PathBuf>,
+        /// A public key checkpoints may be signed with (base64url); repeatable. Default: the
+        /// public half of audit.checkpoint_key.
+        #[arg(long, value_name = "KEY", requires = "checkpoints", allow_hyphen_values = true)]
+        public_key: Vec<String>,
+    },
     /// Sign every tenant's chain head now and write it to audit.checkpoint_sink.
     Checkpoint,
     /// Create a checkpoint signing key (Ed25519, PKCS#8 PEM, mode 0600) and print its public key.
@@ -45,10 +76,20 @@ pub enum AuditCommand {
     },
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ExportFormat {
+    Jsonl,
+    Csv,
+}
+
 pub async fn run(config: &Config, args: AuditArgs) -> Result<(), CliError> {
     match args.command {
         AuditCommand::Verify { tenant, checkpoints, public_key } => {
             verify(config, tenant.as_deref(), checkpoints.as_deref(), &public_key).await
+        }
+        AuditCommand::Export { tenant, since, format } => export(config, &tenant, since.as_deref(), format).await,
+        AuditCommand::VerifyExport { file, checkpoints, public_key } => {
+            verify_export(config, &file, checkpoints.as_deref(), &public_key)
         }
         AuditCommand::Checkpoint => checkpoint_now(config).await,
         AuditCommand::Keygen { out } => keygen(&out),
@@ -67,19 +108,7 @@ async fn verify(
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Usage(format!("--checkpoints {}: {e}", path.display())))?;
-            let keys: Vec<VerifyingKey> = if public_keys.is_empty() {
-                if config.audit.checkpoint_key.as_os_str().is_empty() {
-                    return Err(CliError::Usage(
-                        "--checkpoints needs the key they were signed with: pass --public-key, or \
-                         configure audit.checkpoint_key"
-                            .into(),
-                    ));
-                }
-                vec![CheckpointKey::load(&config.audit.checkpoint_key)?.verifying_key()]
-            } else {
-                public_keys.iter().map(|k| VerifyingKey::parse(k)).collect::<Result<_, _>>()?
-            };
-            (checkpoint::parse_lines(&text), keys)
+            (checkpoint::parse_lines(&text), checkpoint_keys(config, public_keys)?)
         }
     };
     let db = Db::connect(&config.database).await?;
@@ -112,6 +141,110 @@ async fn verify(
         let broken = verdict.chains.iter().filter(|c| c.broken.is_some()).count();
         let failed = verdict.chains.iter().map(|c| c.checkpoint_problems.len()).sum::<usize>() + verdict.problems.len();
         return Err(CliError::Usage(format!("{broken} audit chain(s) broken, {failed} checkpoint problem(s)")));
+    }
+    Ok(())
+}
+
+/// `--since`: RFC 3339, or epoch milliseconds.
+fn since_millis(text: &str) -> Result<i64, CliError> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).map_err(|e| {
+        CliError::Usage(format!("--since `{text}`: neither epoch milliseconds nor an RFC 3339 time ({e})"))
+    })?;
+    Ok(i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MIN))
+}
+
+async fn export(config: &Config, tenant: &str, since: Option<&str>, format: ExportFormat) -> Result<(), CliError> {
+    let since = since.map(since_millis).transpose()?;
+    let format = match format {
+        ExportFormat::Jsonl => Format::Jsonl,
+        ExportFormat::Csv => Format::Csv,
+    };
+    let db = Db::connect(&config.database).await?;
+    db.migrate().await?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let done = export::export(&db, tenant, since, format, &mut out).await;
+    db.close().await;
+    let done = match done {
+        Ok(done) => done,
+        Err(ExportError::Store(e)) => return Err(e.into()),
+        Err(ExportError::Db(e)) => return Err(StoreError::from(e).into()),
+        Err(ExportError::Io(e)) => return Err(e.into()),
+    };
+    std::io::Write::flush(&mut out)?;
+    match (&done.first, &done.head) {
+        (Some((first, _)), Some((seq, hash))) => {
+            eprintln!("{tenant}: {} event(s) exported, seq {first} to {seq}, head {hash}", done.events)
+        }
+        _ => eprintln!("{tenant}: no event to export"),
+    }
+    if let Some((seq, reason)) = done.broken {
+        return Err(CliError::Usage(format!(
+            "the exported chain does not hold at seq {seq}: {reason} (see `scopegate audit verify`)"
+        )));
+    }
+    Ok(())
+}
+
+/// The keys checkpoints may be signed with: those given, else the configured key's public half.
+fn checkpoint_keys(config: &Config, public_keys: &[String]) -> Result<Vec<VerifyingKey>, CliError> {
+    if !public_keys.is_empty() {
+        return Ok(public_keys.iter().map(|k| VerifyingKey::parse(k)).collect::<Result<_, _>>()?);
+    }
+    if config.audit.checkpoint_key.as_os_str().is_empty() {
+        return Err(CliError::Usage(
+            "--checkpoints needs the key they were signed with: pass --public-key, or configure \
+             audit.checkpoint_key"
+                .into(),
+        ));
+    }
+    Ok(vec![CheckpointKey::load(&config.audit.checkpoint_key)?.verifying_key()])
+}
+
+/// Every checkpoint of the file, each of which must parse and carry a good signature.
+fn anchors(config: &Config, path: &Path, public_keys: &[String]) -> Result<Anchors, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("--checkpoints {}: {e}", path.display())))?;
+    let keys = checkpoint_keys(config, public_keys)?;
+    let mut anchors = Anchors::default();
+    for (line, parsed) in checkpoint::parse_lines(&text) {
+        let bad = |why: String| CliError::Usage(format!("--checkpoints {} line {line}: {why}", path.display()));
+        let cp = parsed.map_err(|e| bad(format!("not a checkpoint: {e}")))?;
+        cp.check_signature(&keys).map_err(|e| bad(format!("its signature does not hold ({e:?})")))?;
+        let tenant = cp.tenant_id.parse().map_err(|_| bad(format!("tenant id `{}` is not an id", cp.tenant_id)))?;
+        anchors.insert(tenant, cp.seq, cp.hash);
+    }
+    Ok(anchors)
+}
+
+fn verify_export(
+    config: &Config,
+    file: &Path,
+    checkpoints: Option<&Path>,
+    public_keys: &[String],
+) -> Result<(), CliError> {
+    let anchors = match checkpoints {
+        Some(path) => anchors(config, path, public_keys)?,
+        None => Anchors::default(),
+    };
+    let checked = if file.as_os_str() == "-" {
+        export::verify_export(&mut std::io::stdin().lock(), &anchors)
+    } else {
+        let f = std::fs::File::open(file).map_err(|e| CliError::Usage(format!("{}: {e}", file.display())))?;
+        export::verify_export(&mut std::io::BufReader::new(f), &anchors)
+    }
+    .map_err(|p| CliError::Usage(format!("{}: {p}", file.display())))?;
+    match (checked.tenant, checked.first, checked.head) {
+        (Some(tenant), Some((first, prev)), Some((seq, hash))) => println!(
+            "ok: {} event(s) of tenant {tenant}, seq {first} (after {prev}) to {seq}, head {hash}",
+            checked.events
+        ),
+        _ => println!("ok: no event"),
+    }
+    if checkpoints.is_some() {
+        println!("{} row(s) hold the hash a signed checkpoint gives them", checked.anchored);
     }
     Ok(())
 }

@@ -2,6 +2,9 @@
 //! resolution. Over the limit: 429 with `Retry-After`, and nothing runs. A refused
 //! `tools/call` is audited (denied, `rate_limited`), gathered per user and window so that a
 //! flood does not turn into as many writes (see [`RateLimitAudit`]).
+//!
+//! Buckets are per process. With `limits.replicas` = N, each replica holds 1/N of every
+//! budget, so N replicas together never admit more than the configured budget.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -75,8 +78,11 @@ impl RateLimiter {
     fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
         let c = &self.config;
         let now = Instant::now();
-        check(&self.users, (tenant, user), c.user_per_sec, c.user_burst, now).map_err(|w| ("user", w))?;
-        check(&self.tenants, tenant, c.tenant_per_sec, c.tenant_burst, now).map_err(|w| ("tenant", w))
+        // This replica's share of each budget (see `limits.replicas`).
+        let (user_rate, user_burst) = (c.share(c.user_per_sec), c.share(c.user_burst));
+        let (tenant_rate, tenant_burst) = (c.share(c.tenant_per_sec), c.share(c.tenant_burst));
+        check(&self.users, (tenant, user), user_rate, user_burst, now).map_err(|w| ("user", w))?;
+        check(&self.tenants, tenant, tenant_rate, tenant_burst, now).map_err(|w| ("tenant", w))
     }
 }
 
