@@ -417,9 +417,10 @@ impl Config {
         if l.replicas == 0 {
             return Err(ConfigError::invalid("limits.replicas", "must be 1 or more"));
         }
-        for (key, rate, burst) in
-            [("limits.tenant_burst", l.tenant_per_sec, l.tenant_burst), ("limits.user_burst", l.user_per_sec, l.user_burst)]
-        {
+        for (key, rate, burst) in [
+            ("limits.tenant_burst", l.tenant_per_sec, l.tenant_burst),
+            ("limits.user_burst", l.user_per_sec, l.user_burst),
+        ] {
             if rate > 0.0 && l.share(burst) < 1.0 {
                 return Err(ConfigError::invalid(
                     key,

@@ -175,13 +175,7 @@ fn csv_field(out: &mut dyn Write, text: Option<&str>) -> std::io::Result<()> {
     }
 }
 
-fn write_csv_row(
-    out: &mut dyn Write,
-    seq: i64,
-    prev_hash: &str,
-    hash: &str,
-    e: &AuditEvent,
-) -> std::io::Result<()> {
+fn write_csv_row(out: &mut dyn Write, seq: i64, prev_hash: &str, hash: &str, e: &AuditEvent) -> std::io::Result<()> {
     write!(out, "{seq},")?;
     for text in [Some(e.id.to_string()), Some(e.tenant.to_string())] {
         csv_field(out, text.as_deref())?;
@@ -577,7 +571,8 @@ mod tests {
         let (jsonl, csv) = exports();
         let err = check(&jsonl.replacen("\"duration_us\":7", "\"duration_us\":8", 1)).unwrap_err();
         assert_eq!((err.line, err.reason.contains("hash does not match")), (1, true), "{err}");
-        let without_second: String = jsonl.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| l.to_owned() + "\n").collect();
+        let without_second: String =
+            jsonl.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| l.to_owned() + "\n").collect();
         let err = check(&without_second).unwrap_err();
         assert_eq!(err.line, 2);
         assert!(err.reason.contains("sequence gap"), "{err}");

@@ -94,8 +94,10 @@ pub async fn verify_with_checkpoints(
     }
     let mut reports = Vec::new();
     for (tenant_id, slug) in tenants {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {EVENT_COLUMNS} FROM audit_events WHERE tenant_id = $1 ORDER BY seq")))
-            .bind(&tenant_id)
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM audit_events WHERE tenant_id = $1 ORDER BY seq"
+        )))
+        .bind(&tenant_id)
         .fetch_all(&mut *tx)
         .await?;
         let mut prev = GENESIS.to_owned();

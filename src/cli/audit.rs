@@ -205,8 +205,8 @@ fn checkpoint_keys(config: &Config, public_keys: &[String]) -> Result<Vec<Verify
 
 /// Every checkpoint of the file, each of which must parse and carry a good signature.
 fn anchors(config: &Config, path: &Path, public_keys: &[String]) -> Result<Anchors, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Usage(format!("--checkpoints {}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| CliError::Usage(format!("--checkpoints {}: {e}", path.display())))?;
     let keys = checkpoint_keys(config, public_keys)?;
     let mut anchors = Anchors::default();
     for (line, parsed) in checkpoint::parse_lines(&text) {

@@ -45,11 +45,7 @@ impl Replica {
         for (name, value) in env {
             command.env(name, value);
         }
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn scopegate serve");
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn scopegate serve");
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut seen = String::new();
         let addr = loop {
@@ -164,8 +160,9 @@ struct Balancer {
 
 impl Balancer {
     async fn start(dir: &std::path::Path, replicas: &[&Replica]) -> Self {
-        let shipped = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy.cfg"))
-            .expect("deploy/haproxy.cfg");
+        let shipped =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy.cfg"))
+                .expect("deploy/haproxy.cfg");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let (mut config, mut binds, mut servers) = (String::new(), 0, 0);
         for line in shipped.lines() {
@@ -192,7 +189,9 @@ impl Balancer {
         assert_eq!((binds, servers > 0), (1, true), "the shipped configuration has one bind and its servers");
         let path = dir.join(format!("haproxy-{port}.cfg"));
         std::fs::write(&path, config).unwrap();
-        let mut child = std::process::Command::new("haproxy")
+        // Debian installs it in /usr/sbin, which a test's PATH may lack.
+        let binary = if std::path::Path::new("/usr/sbin/haproxy").exists() { "/usr/sbin/haproxy" } else { "haproxy" };
+        let mut child = std::process::Command::new(binary)
             .arg("-db")
             .arg("-f")
             .arg(&path)
@@ -339,9 +338,8 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
 
     // Stateless calls go anywhere: rmcp's client on 2026-07-28 through the balancer.
-    let lifecycle = rmcp::ClientLifecycleMode::Discover {
-        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-    };
+    let lifecycle =
+        rmcp::ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
     let transport = StreamableHttpClientTransport::with_client(
         reqwest::Client::new(),
         StreamableHttpClientTransportConfig::with_uri(balancer.mcp()).auth_header(token.clone()),
@@ -396,10 +394,8 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     let mut answered = 0;
     let mut failed: Vec<(usize, Vec<String>)> = Vec::new();
     for task in tasks {
-        let (writer, a, failures) = tokio::time::timeout(std::time::Duration::from_secs(120), task)
-            .await
-            .expect("the load finishes")
-            .unwrap();
+        let (writer, a, failures) =
+            tokio::time::timeout(std::time::Duration::from_secs(120), task).await.expect("the load finishes").unwrap();
         answered += a;
         if !failures.is_empty() {
             failed.push((writer, failures));
@@ -426,7 +422,12 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     let moved: Vec<usize> = (0..LB_CLIENTS).filter(|w| sessions[*w].len() > 1).collect();
     let logs = || format!("replicas: {:?}\nhaproxy: {}", Replica::logs(&replicas), balancer.log());
     assert!(sessions.iter().all(|s| !s.is_empty() && s.len() <= 2), "sessions per writer: {sessions:?}");
-    assert_eq!(moved.len(), LB_CLIENTS / 3, "the killed replica's clients, and only they, moved: {moved:?}\n{}", logs());
+    assert_eq!(
+        moved.len(),
+        LB_CLIENTS / 3,
+        "the killed replica's clients, and only they, moved: {moved:?}\n{}",
+        logs()
+    );
     // A call can fail only if it was in flight on the killed replica: one per moved client.
     eprintln!("failed: {failed:?}");
     for (writer, failures) in &failed {
@@ -537,7 +538,11 @@ async fn a_revocation_applies_on_every_replica() {
             .await
             .unwrap()
             .status();
-        assert!(status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN, "{}: {status}", r.addr);
+        assert!(
+            status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN,
+            "{}: {status}",
+            r.addr
+        );
     }
     drop(balancer);
     drop(replicas);
