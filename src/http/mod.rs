@@ -121,6 +121,8 @@ impl Gateway {
         db.migrate().await?;
         // Stored credentials need the key they were sealed with, or nothing can use them.
         crate::store::vault::check_at_start(&db, token_key.as_ref()).await?;
+        // Pagination cursors are sealed with a key every replica of the database shares.
+        let cursor_secret = db.shared_key("cursors").await?;
         let vault = token_key.map(|key| Arc::new(crate::store::vault::TokenVault::new(db.clone(), key)));
         let checkpointer = match checkpoints {
             Some((key, sink)) => Some(crate::audit::checkpoint::Checkpointer::new(db.clone(), key, sink)?),
@@ -184,8 +186,13 @@ impl Gateway {
         if let Some(cache) = &state.gate.cache {
             cache.spawn_poller(state.db.clone(), state.shutdown.clone());
         }
-        let shares =
-            crate::mcp::Shares { config: &state.config, db: &state.db, sessions: &state.sessions, audit: &state.audit };
+        let shares = crate::mcp::Shares {
+            config: &state.config,
+            db: &state.db,
+            sessions: &state.sessions,
+            audit: &state.audit,
+            cursor_secret,
+        };
         let mcp = crate::mcp::service(shares, tools, upstreams, state.shutdown.clone());
         let executors = executors::ExecutorRoute {
             db: state.db.clone(),

@@ -1,6 +1,7 @@
 //! Pagination cursors of the aggregated lists (`prompts/list`, `resources/list`,
-//! `resources/templates/list`): opaque to the client, sealed with a key of this process
-//! (HMAC-SHA256), and bound to the list, the tenant, the user and the session (or, outside a
+//! `resources/templates/list`): opaque to the client, sealed (HMAC-SHA256) with a key that
+//! every replica on the database shares, so a page minted by one replica is good on another
+//! (stateless requests go to any of them), and bound to the list, the tenant, the user and the session (or, outside a
 //! session, to the tenant and user alone), with an expiry. A cursor that was altered, minted
 //! for another caller or another list, or that expired is refused (-32602): it can never
 //! reach another tenant's items, and a forged offset reads nothing.
@@ -18,7 +19,7 @@ pub const PAGE: usize = 100;
 /// How long a cursor stays usable.
 const LIFETIME_MS: i64 = 10 * 60 * 1000;
 
-/// The process's sealing key.
+/// A sealing key.
 pub struct CursorKey(hmac::Key);
 
 /// Who and what a cursor was minted for.
@@ -41,13 +42,19 @@ struct Sealed {
 }
 
 impl CursorKey {
-    /// A fresh random key (two v4 UUIDs: 244 random bits): cursors are good in this
+    /// A fresh random key (two v4 UUIDs: 244 random bits): what it seals is good in this
     /// process only.
     pub fn random() -> Self {
         let mut bytes = [0u8; 32];
         bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
         bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        Self(hmac::Key::new(hmac::HMAC_SHA256, &bytes))
+        Self::from_secret(&bytes)
+    }
+
+    /// The key of a secret the replicas share (see [`crate::store::Db::shared_key`]): what it
+    /// seals is good on every replica of the database.
+    pub fn from_secret(secret: &[u8; 32]) -> Self {
+        Self(hmac::Key::new(hmac::HMAC_SHA256, secret))
     }
 
     /// `value`, sealed: readable by anyone, alterable by nobody without the key.

@@ -38,6 +38,8 @@ pub(crate) struct Shares<'a> {
     pub db: &'a Db,
     pub sessions: &'a Arc<SessionRegistry>,
     pub audit: &'a AuditWriter,
+    /// The replicas' shared secret for pagination cursors.
+    pub cursor_secret: [u8; 32],
 }
 
 /// The `/mcp` endpoint: the JSON-RPC check, session binding and rmcp's Streamable HTTP
@@ -60,7 +62,8 @@ pub(crate) fn service(
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
-        cursors: cursor::CursorKey::random(),
+        cursors: cursor::CursorKey::from_secret(&state.cursor_secret),
+        rounds_key: cursor::CursorKey::random(),
         rounds: rounds::Exchanges::default(),
         lean: lean::Sessions::default(),
     });

@@ -46,8 +46,11 @@ pub(crate) struct Shared {
     pub call_timeout: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
-    /// Seals the aggregated lists' pagination cursors and the multi round-trip's states.
+    /// Seals the aggregated lists' pagination cursors (shared by the replicas).
     pub cursors: CursorKey,
+    /// Seals the multi round-trip's states: this process's own, as the exchanges they name
+    /// wait in this process.
+    pub rounds_key: CursorKey,
     /// Calls of 2026-07-28 callers waiting for an answer (multi round-trip).
     pub rounds: rounds::Exchanges,
     /// The sessions the lean relay may serve (recorded when their clients are initialized).
@@ -334,7 +337,7 @@ impl GatewayServer {
         let Some(binding) = binding else {
             return start(self.exchange(ctx, context)).await.map(|done| rounds::Next::Done(Box::new(done)));
         };
-        let key = &self.shared.cursors;
+        let key = &self.shared.rounds_key;
         let running = match state {
             Some(state) => self.shared.rounds.resume(key, &binding, state, responses).map_err(Some)?,
             None => {

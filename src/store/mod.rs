@@ -230,6 +230,32 @@ impl Db {
         })
     }
 
+    /// The key named `name` that every replica on this database shares (32 bytes): created
+    /// at random by the first to ask, read by the others. A stored key that is not 32 bytes
+    /// of base64 is an error, never replaced (replicas that disagree would refuse each other).
+    pub async fn shared_key(&self, name: &str) -> Result<[u8; 32], StoreError> {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::STANDARD;
+        let mut fresh = [0u8; 32];
+        fresh[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        fresh[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO shared_keys (name, secret, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(STANDARD.encode(fresh))
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await?;
+        let stored: String =
+            sqlx::query_scalar("SELECT secret FROM shared_keys WHERE name = $1").bind(name).fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        STANDARD.decode(stored.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok()).ok_or_else(|| {
+            StoreError::Invalid { field: "shared_keys.secret", message: format!("the stored `{name}` key is not 32 bytes of base64") }
+        })
+    }
+
     /// A transaction that only reads (one consistent snapshot), which on SQLite does not hold
     /// the write lock and so never delays writers.
     pub async fn begin_read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {

@@ -431,6 +431,36 @@ async fn pagination(backend: Backend) {
 
 both_dbs!(surface_pages_are_sealed_to_their_session, pagination);
 
+/// Replicas on one database share the key that seals the cursors: a stateless caller's next
+/// page may come from another replica, which a round-robin balancer does, and it is the same
+/// page. (An altered cursor is still refused everywhere: see above.)
+async fn pages_across_replicas(backend: Backend) {
+    let surface = Surface::start(backend, Mode::Stateless).await;
+    surface.declare("acme", "many", true, json!({"FIXTURE_EXTRA_RESOURCES": "230"})).await;
+    surface.grant("acme", "many", Role::Owner, GrantKind::Resource, "*").await;
+    let mut config = surface.live.config.clone();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let second = scopegate::Gateway::build(config).await.expect("a second replica");
+    let second_url = format!("http://{}/mcp", second.local_addr());
+    tokio::spawn(second.run(std::future::pending()));
+    let token = surface.live.token_for("olivia@acme.test");
+    let a = modern_at(&surface.live.url(), &token, ()).await;
+    let b = modern_at(&second_url, &token, ()).await;
+    let first = a.list_resources(None).await.unwrap();
+    let cursor = first.next_cursor.clone().expect("a second page");
+    let next = || Some(PaginatedRequestParams::default().with_cursor(Some(cursor.clone())));
+    let here = a.list_resources(next()).await.unwrap();
+    let there = b.list_resources(next()).await.unwrap_or_else(|e| panic!("the other replica refused the cursor: {e}"));
+    let uris = |r: &rmcp::model::ListResourcesResult| r.resources.iter().map(|r| r.uri.clone()).collect::<Vec<_>>();
+    assert_eq!(uris(&there), uris(&here), "the same second page on either replica");
+    assert_eq!(there.resources.len(), 100);
+    assert!(!uris(&there).iter().any(|u| uris(&first).contains(u)), "not the first page again");
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+both_dbs!(surface_pages_continue_on_another_replica, pages_across_replicas);
+
 /// A Streamable HTTP upstream sends its requests of the client (and, depending on its SDK, its
 /// log lines) on the event stream of the call that caused them: the gateway marks them with
 /// that call and routes them exactly, even while two sessions' calls share the connection
@@ -467,11 +497,17 @@ both_dbs!(surface_routes_an_http_upstreams_traffic_to_its_call, exact_routing_ov
 
 /// rmcp's client on protocol 2026-07-28 with `handler`.
 async fn modern<H: ClientHandler>(surface: &Surface, subject: &str, handler: H) -> RunningService<RoleClient, H> {
+    modern_at(&surface.live.url(), &surface.live.token_for(subject), handler).await
+}
+
+/// rmcp's client on protocol 2026-07-28 with `handler`, at `url`.
+async fn modern_at<H: ClientHandler>(url: &str, token: &str, handler: H) -> RunningService<RoleClient, H> {
     use rmcp::{ClientLifecycleMode, ClientServiceExt};
     let transport = StreamableHttpClientTransport::with_client(
         reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(surface.live.url()).auth_header(surface.live.token_for(subject)),
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
     );
+    let subject = "the caller";
     let lifecycle =
         ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
     handler.serve_with_lifecycle(transport, lifecycle).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
