@@ -247,6 +247,12 @@ macro_rules! owner_row {
     };
 }
 
+/// The refresh lease's name for a credential: tenant id, server and user id ('' for the
+/// tenant's), apart by `/`, which neither ids nor server names hold.
+fn lease_key(tenant: TenantId, server: &str, user: Option<UserId>) -> String {
+    format!("{tenant}/{server}/{}", user_text(user))
+}
+
 fn user_text(user: Option<UserId>) -> String {
     user.map(|u| u.to_string()).unwrap_or_default()
 }
@@ -582,6 +588,53 @@ impl TokenVault {
             .map_err(|()| VaultError::Undecryptable { owner: owner.to_string() })?;
         let (tenant, user) = (owner.tenant, owner.user);
         Ok(Some(TakenLogin { tenant, server: server.clone(), user, client_id: row.try_get("client_id")?, state }))
+    }
+
+    /// Takes the refresh lease of the owner's credential for `holder` until `ttl` from now, if
+    /// no other holder has an unexpired one. `true`: held.
+    pub async fn try_refresh_lease(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, VaultError> {
+        checked_owner(tenant, server, user)?;
+        let now = now_millis();
+        let until = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let mut tx = self.db.begin().await?;
+        let done = sqlx::query(
+            "INSERT INTO oauth_refresh_leases (owner_key, holder, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (owner_key) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+             WHERE oauth_refresh_leases.expires_at < $4",
+        )
+        .bind(lease_key(tenant, server, user))
+        .bind(holder)
+        .bind(until)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Gives back `holder`'s refresh lease of the owner's credential (another holder's stays).
+    pub async fn release_refresh_lease(
+        &self,
+        tenant: TenantId,
+        server: &str,
+        user: Option<UserId>,
+        holder: &str,
+    ) -> Result<(), VaultError> {
+        let mut tx = self.db.begin().await?;
+        sqlx::query("DELETE FROM oauth_refresh_leases WHERE owner_key = $1 AND holder = $2")
+            .bind(lease_key(tenant, server, user))
+            .bind(holder)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Whether the owner's credential can be used now: stored and not waiting for a login.

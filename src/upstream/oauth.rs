@@ -416,8 +416,62 @@ impl CredentialStore for VaultCredentials {
         self.vault.mark_login_needed(*tenant, server, *user).await.map(drop).map_err(store_error)
     }
 
+    /// One refresh of a credential at a time, across the replicas: this process's lock first
+    /// (its own tasks queue there), then the credential's lease in the database, waited for
+    /// while another replica holds it. rmcp loads the credential after this, so a refresh that
+    /// waited uses the token the other replica's refresh stored.
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
-        Ok(Some(CredentialRefreshGuard::new(Arc::clone(&self.guard).lock_owned().await)))
+        let local = Arc::clone(&self.guard).lock_owned().await;
+        let TokenOwner { tenant, server, user } = &self.owner;
+        let holder = uuid::Uuid::new_v4().to_string();
+        let deadline = tokio::time::Instant::now() + REFRESH_LEASE_WAIT;
+        while !self
+            .vault
+            .try_refresh_lease(*tenant, server, *user, &holder, REFRESH_LEASE_TTL)
+            .await
+            .map_err(store_error)?
+        {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(store_error("another replica's refresh of this credential did not end in time"));
+            }
+            tokio::time::sleep(REFRESH_LEASE_POLL).await;
+        }
+        Ok(Some(CredentialRefreshGuard::new(RefreshLease {
+            _local: local,
+            vault: Arc::clone(&self.vault),
+            owner: self.owner.clone(),
+            holder,
+        })))
+    }
+}
+
+/// How long a replica's refresh lease lasts if it is never given back (the replica died).
+const REFRESH_LEASE_TTL: Duration = Duration::from_secs(60);
+/// How long a refresh waits for another replica's to end.
+const REFRESH_LEASE_WAIT: Duration = Duration::from_secs(30);
+const REFRESH_LEASE_POLL: Duration = Duration::from_millis(25);
+
+/// A credential's refresh lease held by this process; given back when dropped (the refresh is
+/// over, or failed).
+struct RefreshLease {
+    _local: tokio::sync::OwnedMutexGuard<()>,
+    vault: Arc<TokenVault>,
+    owner: TokenOwner,
+    holder: String,
+}
+
+impl Drop for RefreshLease {
+    fn drop(&mut self) {
+        let (vault, owner, holder) = (Arc::clone(&self.vault), self.owner.clone(), std::mem::take(&mut self.holder));
+        // Without a runtime the lease runs out by itself (REFRESH_LEASE_TTL).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let TokenOwner { tenant, server, user } = &owner;
+                if let Err(e) = vault.release_refresh_lease(*tenant, server, *user, &holder).await {
+                    tracing::warn!(%server, error = %e, "giving back a refresh lease failed; it runs out by itself");
+                }
+            });
+        }
     }
 }
 

@@ -250,6 +250,52 @@ async fn tenant_login(backend: Backend) {
 }
 both_dbs!(oauth_tenant_login_through_the_cli, tenant_login);
 
+/// Two replicas use one tenant credential, and the server refuses the token on both at once
+/// (the authorization server answers refreshes slowly, so the two would overlap). The
+/// credential's refresh lease in the database puts one refresh after the other, the second
+/// with the refresh token the first one stored: both calls go through, the authorization server
+/// refuses nothing, and the credential stays usable.
+async fn refresh_across_replicas(backend: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path());
+    let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
+    let fx = OAuthFixtures::start_with_slow_refresh(AS_SECRET, 3600, 300).await;
+    site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {}}), "local").await;
+    let (done, link, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api"]);
+    assert!(done, "{err}");
+    let callback = authorize(&site, &fx, link.trim(), "acme-robot").await;
+    assert_eq!(open_callback(&callback).await.0, 200);
+
+    let mut config = site.config.clone();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let second = scopegate::Gateway::build(config).await.expect("a second replica");
+    let second_url = format!("http://{}", second.local_addr());
+    tokio::spawn(second.run(std::future::pending()));
+    let a = site.client("olivia@acme.test").await;
+    let b = site.client_at(&second_url, "olivia@acme.test").await;
+    for client in [&a, &b] {
+        assert_eq!(whoami(&call(client.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "acme-robot");
+    }
+
+    fx.revoke().await;
+    let (first, second) = tokio::join!(
+        call(a.peer(), "api__whoami_oauth", json!({})),
+        call(b.peer(), "api__whoami_oauth", json!({})),
+    );
+    for (replica, answer) in [("first", first), ("second", second)] {
+        let answer = answer.unwrap_or_else(|e| panic!("the {replica} replica's call failed: {e:?}"));
+        assert_eq!(whoami(&answer)["sub"], "acme-robot", "{replica}");
+    }
+    let stats = fx.as_stats().await;
+    assert_eq!(stats["refused"]["token"], 0, "no refresh token was spent twice: {stats}");
+    assert!(stats["token"]["refresh_token"].as_u64().is_some_and(|n| (1..=2).contains(&n)), "{stats}");
+    let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
+    assert!(done && out.starts_with("api\ttenant\tok\t"), "{out}{err}");
+    // Every lease is given back (by a task of its own, right after its refresh).
+    wait_until(|| async { site.count("SELECT COUNT(*) FROM oauth_refresh_leases").await == 0 }).await;
+}
+both_dbs!(oauth_replicas_refresh_one_credential_in_turn, refresh_across_replicas);
+
 /// Per-user tokens: each user logs in from their MCP client (the link of a call that needs a
 /// login) and their calls carry their own token, never another user's; an expiring token is
 /// refreshed before it runs out.

@@ -50,10 +50,20 @@ impl OAuthFixtures {
         Self::launch(Some(&netns.name), bind_ip, secret, ttl_secs).await
     }
 
+    /// [`OAuthFixtures::start`], with every refresh grant answered only after `delay_ms`: two
+    /// refreshes of one token made at about the same time then overlap.
+    pub async fn start_with_slow_refresh(secret: &str, ttl_secs: u64, delay_ms: u64) -> Self {
+        Self::launch_with(None, "127.0.0.1", secret, ttl_secs, delay_ms).await
+    }
+
     async fn launch(netns: Option<&str>, bind_ip: &str, secret: &str, ttl_secs: u64) -> Self {
+        Self::launch_with(netns, bind_ip, secret, ttl_secs, 0).await
+    }
+
+    async fn launch_with(netns: Option<&str>, bind_ip: &str, secret: &str, ttl_secs: u64, delay_ms: u64) -> Self {
         let addr = format!("{bind_ip}:0");
-        let ttl = ttl_secs.to_string();
-        let env = [("FIXTURE_AS_SECRET", secret), ("FIXTURE_TOKEN_TTL_SECS", &ttl)];
+        let (ttl, delay) = (ttl_secs.to_string(), delay_ms.to_string());
+        let env = [("FIXTURE_AS_SECRET", secret), ("FIXTURE_TOKEN_TTL_SECS", &ttl), ("FIXTURE_REFRESH_DELAY_MS", &delay)];
         let (auth_server, as_addr) = spawn(netns, "authserver", &addr, &env).await;
         let as_url = format!("http://{as_addr}");
         let env = [("FIXTURE_AS_SECRET", secret), ("FIXTURE_AS_ISSUER", &as_url)];
