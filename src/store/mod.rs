@@ -252,7 +252,10 @@ impl Db {
             sqlx::query_scalar("SELECT secret FROM shared_keys WHERE name = $1").bind(name).fetch_one(&mut *tx).await?;
         tx.commit().await?;
         STANDARD.decode(stored.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok()).ok_or_else(|| {
-            StoreError::Invalid { field: "shared_keys.secret", message: format!("the stored `{name}` key is not 32 bytes of base64") }
+            StoreError::Invalid {
+                field: "shared_keys.secret",
+                message: format!("the stored `{name}` key is not 32 bytes of base64"),
+            }
         })
     }
 

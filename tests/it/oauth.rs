@@ -278,10 +278,8 @@ async fn refresh_across_replicas(backend: Backend) {
     }
 
     fx.revoke().await;
-    let (first, second) = tokio::join!(
-        call(a.peer(), "api__whoami_oauth", json!({})),
-        call(b.peer(), "api__whoami_oauth", json!({})),
-    );
+    let (first, second) =
+        tokio::join!(call(a.peer(), "api__whoami_oauth", json!({})), call(b.peer(), "api__whoami_oauth", json!({})),);
     for (replica, answer) in [("first", first), ("second", second)] {
         let answer = answer.unwrap_or_else(|e| panic!("the {replica} replica's call failed: {e:?}"));
         assert_eq!(whoami(&answer)["sub"], "acme-robot", "{replica}");

@@ -63,7 +63,8 @@ impl OAuthFixtures {
     async fn launch_with(netns: Option<&str>, bind_ip: &str, secret: &str, ttl_secs: u64, delay_ms: u64) -> Self {
         let addr = format!("{bind_ip}:0");
         let (ttl, delay) = (ttl_secs.to_string(), delay_ms.to_string());
-        let env = [("FIXTURE_AS_SECRET", secret), ("FIXTURE_TOKEN_TTL_SECS", &ttl), ("FIXTURE_REFRESH_DELAY_MS", &delay)];
+        let env =
+            [("FIXTURE_AS_SECRET", secret), ("FIXTURE_TOKEN_TTL_SECS", &ttl), ("FIXTURE_REFRESH_DELAY_MS", &delay)];
         let (auth_server, as_addr) = spawn(netns, "authserver", &addr, &env).await;
         let as_url = format!("http://{as_addr}");
         let env = [("FIXTURE_AS_SECRET", secret), ("FIXTURE_AS_ISSUER", &as_url)];
