@@ -361,9 +361,11 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         clients.push(session_client(&balancer.mcp(), &token).await);
     }
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for (writer, client) in clients.into_iter().enumerate() {
         let done = Arc::clone(&done);
+        let killed = Arc::clone(&killed);
         tasks.push(tokio::spawn(async move {
             let (mut answered, mut failures) = (0, Vec::new());
             for round in 0..LB_ROUNDS {
@@ -375,6 +377,10 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
                     match try_call(&client, tool, args).await {
                         Ok(result) if result.is_error != Some(true) => answered += 1,
                         Ok(result) => panic!("writer {writer}: {tool} answered an error: {result:?}"),
+                        // Before the kill, under the load of all three replicas, no call fails.
+                        Err(e) if !killed.load(std::sync::atomic::Ordering::SeqCst) => {
+                            panic!("writer {writer}, round {round}, {tool} failed before any replica was killed: {e}")
+                        }
                         Err(e) => failures.push(format!("round {round} {tool}: {e}")),
                     }
                     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -390,6 +396,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         assert!(std::time::Instant::now() < deadline, "the load did not get going");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    killed.store(true, std::sync::atomic::Ordering::SeqCst);
     replicas[1].kill();
     let mut answered = 0;
     let mut failed: Vec<(usize, Vec<String>)> = Vec::new();
