@@ -240,10 +240,16 @@ impl Balancer {
     }
 }
 
-impl Drop for Balancer {
-    fn drop(&mut self) {
+impl Balancer {
+    fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -288,11 +294,36 @@ async fn try_call(client: &Client, tool: &str, args: serde_json::Value) -> Resul
     }
 }
 
-/// Three replicas on `test_db` with the settings given, and HAProxy in front of them.
-async fn cluster(dir: &std::path::Path, test_db: &TestDb, env: &[(&str, &str)]) -> (Vec<Replica>, Balancer) {
-    let replicas: Vec<Replica> = (0..3).map(|_| Replica::start_with(dir, &test_db.url, env)).collect();
-    let balancer = Balancer::start(dir, &replicas.iter().collect::<Vec<_>>()).await;
-    (replicas, balancer)
+/// Three replicas on a PostgreSQL database of their own with the demo data and the settings
+/// given, HAProxy in front of them, and olivia's token.
+struct Cluster {
+    replicas: Vec<Replica>,
+    balancer: Balancer,
+    db: scopegate::store::Db,
+    token: String,
+    test_db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(env: &[(&str, &str)]) -> Self {
+        scopegate::http::install_tls_provider();
+        let test_db = TestDb::new(Backend::Postgres).await;
+        let config = config_with(&test_db.url, &[]);
+        let db = db_for(&config).await;
+        seed_demo(&db).await;
+        let dir = tempfile::tempdir().unwrap();
+        let replicas: Vec<Replica> = (0..3).map(|_| Replica::start_with(dir.path(), &test_db.url, env)).collect();
+        let balancer = Balancer::start(dir.path(), &replicas.iter().collect::<Vec<_>>()).await;
+        let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+        Self { replicas, balancer, db, token, test_db, dir }
+    }
+
+    /// Stops the balancer and every replica; the database stays.
+    fn stop(&mut self) {
+        self.balancer.kill();
+        self.replicas.iter_mut().for_each(Replica::kill);
+    }
 }
 
 /// `scopegate audit verify --tenant acme`: the chain holds; returns how many events it has.
@@ -325,17 +356,10 @@ fn day_of(writer: usize, round: usize) -> String {
 /// for every answered call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only_its_own() {
-    scopegate::http::install_tls_provider();
-    let test_db = TestDb::new(Backend::Postgres).await;
-    let config = config_with(&test_db.url, &[]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let dir = tempfile::tempdir().unwrap();
     // Raw arguments in the audit tell which writer made each event, and so in which
     // sessions each client worked.
-    let (mut replicas, balancer) =
-        cluster(dir.path(), &test_db, &[("SCOPEGATE_AUDIT__RECORD_RAW_ARGUMENTS", "true")]).await;
-    let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    let mut cluster = Cluster::start(&[("SCOPEGATE_AUDIT__RECORD_RAW_ARGUMENTS", "true")]).await;
+    let (balancer, token) = (&cluster.balancer, cluster.token.clone());
 
     // Stateless calls go anywhere: rmcp's client on 2026-07-28 through the balancer.
     let lifecycle =
@@ -350,7 +374,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         assert_ne!(result.is_error, Some(true), "{result:?}");
     }
     stateless.cancel().await.ok();
-    for (i, r) in replicas.iter().enumerate() {
+    for (i, r) in cluster.replicas.iter().enumerate() {
         let served = r.counter("scopegate_tool_calls_total", &["tool=\"whoami\"", "outcome=\"ok\""]).await;
         assert!(served >= 1.0, "replica {i} served no stateless call: HAProxy sent them all elsewhere");
     }
@@ -397,7 +421,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     killed.store(true, std::sync::atomic::Ordering::SeqCst);
-    replicas[1].kill();
+    cluster.replicas[1].kill();
     let mut answered = 0;
     let mut failed: Vec<(usize, Vec<String>)> = Vec::new();
     for task in tasks {
@@ -414,7 +438,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         "SELECT e.session_id, e.args_raw FROM audit_events e JOIN tenants t ON t.id = e.tenant_id \
          WHERE t.slug = 'acme' AND e.tool = 'record_egg_count' AND e.outcome = 'ok'",
     )
-    .fetch_all(&mut *db.begin_read().await.unwrap())
+    .fetch_all(&mut *cluster.db.begin_read().await.unwrap())
     .await
     .unwrap();
     let mut sessions: Vec<std::collections::BTreeSet<String>> = vec![Default::default(); LB_CLIENTS];
@@ -427,7 +451,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         sessions[writer].insert(session.expect("a session's call names its session"));
     }
     let moved: Vec<usize> = (0..LB_CLIENTS).filter(|w| sessions[*w].len() > 1).collect();
-    let logs = || format!("replicas: {:?}\nhaproxy: {}", Replica::logs(&replicas), balancer.log());
+    let logs = || format!("replicas: {:?}\nhaproxy: {}", Replica::logs(&cluster.replicas), balancer.log());
     assert!(sessions.iter().all(|s| !s.is_empty() && s.len() <= 2), "sessions per writer: {sessions:?}");
     assert_eq!(
         moved.len(),
@@ -463,18 +487,17 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     }
     assert!(gone.is_some(), "one of {:?} (e.g. {dead}) was the killed replica's and answers 404", sessions[moved[0]]);
 
-    drop(balancer);
-    drop(replicas);
+    cluster.stop();
     // Every answered call has its event; a call in flight at the kill may have committed its
     // event without its answer reaching the client, never the other way round.
-    let events = verified_events(dir.path(), &test_db.url);
+    let events = verified_events(cluster.dir.path(), &cluster.test_db.url);
     let lost: usize = failed.iter().map(|(_, f)| f.len()).sum();
     let stateless_calls = 9;
     assert!(
         (answered + stateless_calls..=answered + stateless_calls + lost).contains(&events),
         "{events} events for {answered} answered calls, {lost} in flight at the kill"
     );
-    db.close().await;
+    cluster.db.close().await;
 }
 
 /// A revocation made in the shared database (`scopegate admin user disable`, as any replica's
@@ -483,21 +506,15 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
 /// from calls a moment before, and each refuses the next calls and a new session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_revocation_applies_on_every_replica() {
-    scopegate::http::install_tls_provider();
-    let test_db = TestDb::new(Backend::Postgres).await;
-    let config = config_with(&test_db.url, &[]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (replicas, balancer) = cluster(dir.path(), &test_db, &[]).await;
-    let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    let mut cluster = Cluster::start(&[]).await;
+    let token = cluster.token.clone();
 
     // A session on each replica, opened directly, and one through the balancer.
     let mut clients = Vec::new();
-    for r in &replicas {
+    for r in &cluster.replicas {
         clients.push((r.addr.clone(), session_client(&format!("http://{}/mcp", r.addr), &token).await));
     }
-    clients.push(("haproxy".into(), session_client(&balancer.mcp(), &token).await));
+    clients.push(("haproxy".into(), session_client(&cluster.balancer.mcp(), &token).await));
     for (at, client) in &clients {
         for _ in 0..3 {
             let result = try_call(client, "whoami", json!({})).await;
@@ -505,9 +522,9 @@ async fn a_revocation_applies_on_every_replica() {
         }
     }
 
-    let out = scopegate(dir.path())
+    let out = scopegate(cluster.dir.path())
         .args(["admin", "user", "disable", "--tenant", "acme", "olivia@acme.test"])
-        .env("SCOPEGATE_DATABASE__URL", &test_db.url)
+        .env("SCOPEGATE_DATABASE__URL", &cluster.test_db.url)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -529,7 +546,7 @@ async fn a_revocation_applies_on_every_replica() {
         eprintln!("{at}: the first refused call was sent {sent:?} after the revocation command returned");
     }
     // And a new session is refused by every replica, at the HTTP layer.
-    for r in &replicas {
+    for r in &cluster.replicas {
         let status = reqwest::Client::new()
             .post(format!("http://{}/mcp", r.addr))
             .header("authorization", format!("Bearer {token}"))
@@ -551,9 +568,8 @@ async fn a_revocation_applies_on_every_replica() {
             r.addr
         );
     }
-    drop(balancer);
-    drop(replicas);
-    db.close().await;
+    cluster.stop();
+    cluster.db.close().await;
 }
 
 /// `limits.replicas`: three replicas each enforce a third of the tenant's budget, so the
@@ -561,25 +577,15 @@ async fn a_revocation_applies_on_every_replica() {
 /// round robin, twenty to each replica; a third of the burst each admits ten of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rate_limits_hold_for_the_cluster() {
-    scopegate::http::install_tls_provider();
-    let test_db = TestDb::new(Backend::Postgres).await;
-    let config = config_with(&test_db.url, &[]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let dir = tempfile::tempdir().unwrap();
     const BURST: usize = 30;
     const RATE: f64 = 1.0;
-    let (replicas, balancer) = cluster(
-        dir.path(),
-        &test_db,
-        &[
-            ("SCOPEGATE_LIMITS__REPLICAS", "3"),
-            ("SCOPEGATE_LIMITS__TENANT_PER_SEC", "1"),
-            ("SCOPEGATE_LIMITS__TENANT_BURST", "30"),
-        ],
-    )
+    let mut cluster = Cluster::start(&[
+        ("SCOPEGATE_LIMITS__REPLICAS", "3"),
+        ("SCOPEGATE_LIMITS__TENANT_PER_SEC", "1"),
+        ("SCOPEGATE_LIMITS__TENANT_BURST", "30"),
+    ])
     .await;
-    let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    let token = cluster.token.clone();
     let http = reqwest::Client::new();
     let started = std::time::Instant::now();
     let (mut admitted, mut limited) = (0, 0);
@@ -589,7 +595,7 @@ async fn rate_limits_hold_for_the_cluster() {
             "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                       "io.modelcontextprotocol/clientCapabilities": {}}}});
         let response = http
-            .post(balancer.mcp())
+            .post(cluster.balancer.mcp())
             .header("authorization", format!("Bearer {token}"))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
@@ -615,11 +621,10 @@ async fn rate_limits_hold_for_the_cluster() {
         (BURST..=allowed).contains(&admitted),
         "{admitted} admitted ({limited} refused); the cluster's budget allows {BURST} to {allowed}"
     );
-    for (i, r) in replicas.iter().enumerate() {
+    for (i, r) in cluster.replicas.iter().enumerate() {
         let served = r.counter("scopegate_tool_calls_total", &["tool=\"whoami\"", "outcome=\"ok\""]).await;
         assert!(served >= 1.0, "replica {i} served none: the calls were not spread");
     }
-    drop(balancer);
-    drop(replicas);
-    db.close().await;
+    cluster.stop();
+    cluster.db.close().await;
 }
