@@ -88,6 +88,9 @@ fn other_refusals_name_their_key() {
         // Only `full` and `normal`: `off` would lose commits even when only the process dies.
         ("SCOPEGATE_DATABASE__SQLITE_SYNCHRONOUS", "off", "database.sqlite_synchronous"),
         ("SCOPEGATE_DATABASE__SQLITE_SYNCHRONOUS", "extra", "database.sqlite_synchronous"),
+        ("SCOPEGATE_LIMITS__REPLICAS", "0", "limits.replicas"),
+        // 400 tenant requests of burst over 500 replicas: under one each, every request refused.
+        ("SCOPEGATE_LIMITS__REPLICAS", "500", "limits.tenant_burst"),
     ];
     for (var, value, key) in cases {
         Jail::expect_with(|jail| {
