@@ -1,12 +1,16 @@
-//! Memory of the gateway process (its RSS, read from `/proc/PID/status`), in two parts:
+//! Memory of the gateway process (its RSS, read from `/proc/PID/status`), in three parts:
 //! (a) before, at the peak of and after `tools/call`s whose bodies are near the body limit,
 //!     sent at once; (b) after warm-up and then along many small calls (the creep), on SQLite
+//!     and PostgreSQL; (c) per idle session: RSS before and after opening many sessions
+//!     (`initialize` and `notifications/initialized` over raw HTTP, then nothing), on SQLite
 //!     and PostgreSQL. The gateway is the `scopegate` binary itself (`serve --demo`, default
-//!     configuration, rate limits off), a process of its own, driven by rmcp clients over real
-//!     HTTP. Prints figures; asserts nothing.
+//!     configuration, rate limits off), a process of its own, driven by rmcp clients (raw HTTP
+//!     for the sessions) over real HTTP. Prints figures; asserts nothing but that the sessions
+//!     it measured were all still held.
 //!
 //! `cargo bench --bench memory`. Environment:
-//! - PARTS: `large`, `creep` or both (default `large,creep`).
+//! - PARTS: any of `large`, `creep`, `sessions` (default `large,creep`; `sessions` takes a
+//!   few minutes).
 //! - LARGE: how many large calls are sent at once, per row (default `1,8`); BODY_BYTES, the
 //!   size of each request body (default 4 MiB less 1 KiB; the limit is 4 MiB); LARGE_ROUNDS,
 //!   rounds per row (default 3).
@@ -15,6 +19,13 @@
 //!   `whoami`, default `list_flocks`); DATABASES (default `sqlite,postgres`; PostgreSQL at
 //!   SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432); STATELESS=1 for
 //!   `mcp.stateless`.
+//! - SESSIONS: idle sessions opened (default 10,000), by OPENERS at once (default 16), in
+//!   SESSION_STEPS steps with an RSS reading after each (default 10), after 200 warm-up
+//!   sessions that stay open (in the baseline); SETTLE_SECS before the baseline and the last
+//!   reading (default 5). All are acme's owner's. The gateway runs with
+//!   `mcp.session_idle_secs` raised to a day so that none expires during the run (there is no
+//!   cap on the number of sessions, per user or at all, to raise). Every session is pinged
+//!   after the last reading, and all must answer.
 //! - WRAP: a command to run the gateway under, e.g. `heaptrack -o FILE` (the RSS is then the
 //!   gateway's own process, found among the wrapper's descendants, heaptrack's preload
 //!   included); STOP=kill ends it with SIGKILL rather than SIGTERM. The gateway inherits this process's environment, so allocator settings such as
@@ -56,7 +67,8 @@ struct GatewayProcess {
 }
 
 impl GatewayProcess {
-    fn start(db_url: Option<&str>, stateless: bool) -> Self {
+    /// `env`: further settings (SCOPEGATE_... variables) of this part.
+    fn start(db_url: Option<&str>, stateless: bool, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db_url =
             db_url.map_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display()), str::to_owned);
@@ -82,6 +94,7 @@ impl GatewayProcess {
             .env("SCOPEGATE_LIMITS__TENANT_PER_SEC", "0")
             .env("SCOPEGATE_LIMITS__USER_PER_SEC", "0")
             .env("SCOPEGATE_MCP__STATELESS", stateless.to_string())
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -225,7 +238,7 @@ async fn large(parallel_rows: &[usize], body_bytes: usize, rounds: usize) {
         "at once", "round", "before MiB", "peak MiB", "after MiB", "growth MiB", "growth/body byte"
     );
     for &parallel in parallel_rows {
-        let gw = GatewayProcess::start(None, env_or("STATELESS", 0) == 1);
+        let gw = GatewayProcess::start(None, env_or("STATELESS", 0) == 1, &[]);
         let peers = connect_all(&gw.url, Some(&gw.token), parallel).await;
         run_calls(&peers, "list_flocks", &JsonObject::new(), 2_000).await;
         for round in 1..=rounds {
@@ -296,7 +309,7 @@ async fn creep(backend: &str, db_url: Option<&str>) {
         env_or("CLIENTS", 16usize),
     );
     let tool: &'static str = if std::env::var("TOOL").as_deref() == Ok("whoami") { "whoami" } else { "list_flocks" };
-    let gw = GatewayProcess::start(db_url, env_or("STATELESS", 0) == 1);
+    let gw = GatewayProcess::start(db_url, env_or("STATELESS", 0) == 1, &[]);
     let peers = connect_all(&gw.url, Some(&gw.token), clients).await;
     let started = Instant::now();
     run_calls(&peers, tool, &JsonObject::new(), warmup).await;
@@ -318,12 +331,7 @@ async fn creep(backend: &str, db_url: Option<&str>) {
         );
     }
     // Least-squares slope over the samples: steadier than last minus first.
-    let n = points.len() as f64;
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-    let (mx, my) = (sx / n, sy / n);
-    let (num, den) =
-        points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + (x - mx) * (y - my), b + (x - mx) * (x - mx)));
-    let slope = if den > 0.0 { num / den * 100_000.0 } else { 0.0 };
+    let slope = slope(&points) * 100_000.0;
     let last = points.last().map_or(0.0, |p| p.1);
     println!(
         "{backend:<9} after warm-up {:.1} MiB, after {} more calls {:.1} MiB: {:+.2} MiB per 100,000 calls \
@@ -337,6 +345,187 @@ async fn creep(backend: &str, db_url: Option<&str>) {
     );
     close(peers).await;
     gw.stop();
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"memory-bench","version":"1.0"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+
+/// MCP sessions opened over raw HTTP: what a client sends to start one, and nothing more (no
+/// GET stream, no rmcp client behind it), so what is measured is the gateway's side of an idle
+/// session.
+#[derive(Clone)]
+struct RawSessions {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl RawSessions {
+    fn post(&self, session: Option<&str>, body: &'static str) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body);
+        match session {
+            Some(id) => request.header("mcp-session-id", id),
+            None => request,
+        }
+    }
+
+    /// `initialize`, then `notifications/initialized`; the session's id.
+    async fn open(&self) -> String {
+        let reply = self.post(None, INITIALIZE).send().await.expect("initialize is answered");
+        assert_eq!(reply.status(), reqwest::StatusCode::OK, "initialize");
+        let id = reply.headers().get("mcp-session-id").expect("a session id").to_str().unwrap().to_owned();
+        let body = reply.text().await.expect("the initialize result");
+        assert!(body.contains("\"result\""), "initialize: {body}");
+        let done = self.post(Some(&id), INITIALIZED).send().await.expect("initialized is answered");
+        assert!(done.status().is_success(), "notifications/initialized: {}", done.status());
+        id
+    }
+
+    /// Whether `session` answers `body` with a result.
+    async fn answers(&self, session: &str, body: &'static str) -> bool {
+        let Ok(reply) = self.post(Some(session), body).send().await else { return false };
+        reply.status() == reqwest::StatusCode::OK && reply.text().await.is_ok_and(|b| b.contains("\"result\""))
+    }
+}
+
+/// Opens `n` sessions, `openers` at a time; their ids.
+async fn open_sessions(raw: &RawSessions, n: usize, openers: usize) -> Vec<String> {
+    let left = Arc::new(AtomicUsize::new(n));
+    let mut tasks = Vec::new();
+    for _ in 0..openers.max(1) {
+        let (raw, left) = (raw.clone(), Arc::clone(&left));
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            while left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(1)).is_ok() {
+                ids.push(raw.open().await);
+            }
+            ids
+        }));
+    }
+    let mut ids = Vec::with_capacity(n);
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    ids
+}
+
+/// How many of `sessions` answer a ping, `openers` at a time.
+async fn still_held(raw: &RawSessions, sessions: &[String], openers: usize) -> usize {
+    let next = Arc::new(AtomicUsize::new(0));
+    let sessions: Arc<[String]> = sessions.into();
+    let mut tasks = Vec::new();
+    for _ in 0..openers.max(1) {
+        let (raw, next, sessions) = (raw.clone(), Arc::clone(&next), Arc::clone(&sessions));
+        tasks.push(tokio::spawn(async move {
+            let mut held = 0;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(id) = sessions.get(i) else { return held };
+                held += usize::from(raw.answers(id, PING).await);
+            }
+        }));
+    }
+    let mut held = 0;
+    for t in tasks {
+        held += t.await.unwrap();
+    }
+    held
+}
+
+/// Least-squares slope of `points` (x, y).
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) =
+        points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + (x - mx) * (y - my), b + (x - mx) * (x - mx)));
+    if den > 0.0 { num / den } else { 0.0 }
+}
+
+/// Part (c): RSS before and after opening SESSIONS idle sessions, on one database.
+async fn idle_sessions(backend: &str, db_url: Option<&str>) {
+    let (n, openers, steps, settle) = (
+        env_or("SESSIONS", 10_000usize),
+        env_or("OPENERS", 16usize),
+        env_or("SESSION_STEPS", 10usize).max(1),
+        env_or("SETTLE_SECS", 5u64),
+    );
+    let gw = GatewayProcess::start(db_url, false, &[("SCOPEGATE_MCP__SESSION_IDLE_SECS", "86400")]);
+    // One keep-alive pool for the whole part: the connections it holds are there in the
+    // baseline too, so the difference is the sessions'.
+    let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(openers).build().unwrap();
+    let raw = RawSessions { http, url: gw.url.clone(), token: gw.token.clone() };
+    // Warm-up: the gateway's first sessions (pools, caches, buffers) are not the sessions'
+    // cost. They stay open, in the baseline.
+    let warm = open_sessions(&raw, 200, openers).await;
+    assert_eq!(still_held(&raw, &warm, openers).await, warm.len(), "the warm-up sessions answer");
+    tokio::time::sleep(Duration::from_secs(settle)).await;
+    let (base, _) = gw.rss();
+    println!("{backend:<9} {:>6} sessions | RSS {:>7.1} MiB (after warm-up)", 0, mib(base));
+    let mut points = vec![(0.0, base as f64)];
+    let mut sessions = Vec::with_capacity(n);
+    let started = Instant::now();
+    for step in 1..=steps {
+        let chunk = n * step / steps - n * (step - 1) / steps;
+        sessions.extend(open_sessions(&raw, chunk, openers).await);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (rss, _) = gw.rss();
+        points.push((sessions.len() as f64, rss as f64));
+        println!(
+            "{backend:<9} {:>6} sessions | RSS {:>7.1} MiB | {:>+7.1} MiB | {:>6.0} bytes per session so far",
+            sessions.len(),
+            mib(rss),
+            mib(rss) - mib(base),
+            rss.saturating_sub(base) as f64 / sessions.len() as f64
+        );
+    }
+    let opening = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(settle)).await;
+    let (after, _) = gw.rss();
+    // Checked after the last reading, so the pings' own cost is not in it.
+    let whoami = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#;
+    let first_call = raw.answers(&sessions[0], whoami).await;
+    let held = still_held(&raw, &sessions, openers).await;
+    println!(
+        "{backend:<9} {n} idle sessions (opened in {:.1} s, {:.0} per second): RSS {:.1} -> {:.1} MiB after {settle} s, \
+         {:.0} bytes per idle session (least squares over the {} readings: {:.0}); held at the end: {held} of {n} \
+         answer a ping, a tools/call in the first one {}",
+        opening.as_secs_f64(),
+        n as f64 / opening.as_secs_f64(),
+        mib(base),
+        mib(after),
+        after.saturating_sub(base) as f64 / n as f64,
+        points.len(),
+        slope(&points),
+        if first_call { "answered" } else { "FAILED" }
+    );
+    assert_eq!(held, n, "every session was still held");
+    assert!(first_call, "the first session still serves calls");
+    gw.stop();
+}
+
+/// A fresh database of `backend` for one part: SQLite (`None`: the gateway's own file in its
+/// folder) or a new PostgreSQL database, dropped afterwards.
+async fn on_fresh_database(backend: &str, part: impl AsyncFnOnce(Option<&str>)) {
+    if backend != "postgres" {
+        return part(None).await;
+    }
+    let pg_server =
+        std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
+    sqlx::any::install_default_drivers();
+    let name = format!("sg_bench_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    part(Some(&format!("{pg_server}/{name}"))).await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)"))).execute(&mut conn).await;
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -363,21 +552,19 @@ async fn main() {
             env_or("WARMUP", 20_000usize),
             env_or("CLIENTS", 16usize)
         );
-        let pg_server =
-            std::env::var("SCOPEGATE_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned());
         for backend in env_list("DATABASES", "sqlite,postgres") {
-            if backend == "postgres" {
-                sqlx::any::install_default_drivers();
-                let name = format!("sg_bench_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = sqlx::PgConnection::connect(&format!("{pg_server}/postgres")).await.unwrap();
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
-                creep("postgres", Some(&format!("{pg_server}/{name}"))).await;
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
-                    .execute(&mut conn)
-                    .await;
-            } else {
-                creep("sqlite", None).await;
-            }
+            on_fresh_database(&backend, async |url| creep(&backend, url).await).await;
+        }
+    }
+    if parts.iter().any(|p| p == "sessions") {
+        println!(
+            "(c) RSS per idle session: {} sessions (initialize + notifications/initialized over raw HTTP, then \
+             idle; no GET stream), {} opened at a time, one user (acme's owner), mcp.session_idle_secs = 86400",
+            env_or("SESSIONS", 10_000usize),
+            env_or("OPENERS", 16usize)
+        );
+        for backend in env_list("DATABASES", "sqlite,postgres") {
+            on_fresh_database(&backend, async |url| idle_sessions(&backend, url).await).await;
         }
     }
 }

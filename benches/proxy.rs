@@ -44,7 +44,7 @@ use scopegate::model::Role;
 use scopegate::store::{demo, entities};
 use serde_json::json;
 use sqlx::Connection;
-use support::{Client, Row, Target, close, connect, connect_all_as};
+use support::{Client, Row, Target, client_runtime, close, connect, connect_all_as, on_clients};
 use tokio::io::AsyncBufReadExt;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
@@ -90,25 +90,6 @@ async fn bare_forwarder(upstream: &str) -> String {
     let service =
         StreamableHttpService::new(move || Ok(forwarder.clone()), Arc::new(LocalSessionManager::default()), config);
     support::serve_on_loopback(axum::Router::new().route_service("/mcp", service)).await
-}
-
-/// The load generator's own runtime (threads named `bench-client`), so the clients don't run
-/// on the gateway's worker threads and a profile can tell the two apart.
-fn client_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("bench-client")
-        .enable_all()
-        .build()
-        .expect("the client runtime")
-}
-
-/// Runs `work` on the clients' runtime.
-async fn on_clients<T: Send + 'static>(
-    clients_rt: &tokio::runtime::Runtime,
-    work: impl Future<Output = T> + Send + 'static,
-) -> T {
-    clients_rt.spawn(work).await.expect("client work")
 }
 
 fn gateway_config(db_url: &str, cache_ms: u64, reuse_ms: Option<u64>) -> Config {

@@ -43,6 +43,25 @@ pub async fn serve_on_loopback(app: axum::Router) -> String {
     url
 }
 
+/// The load generator's own runtime (threads named `bench-client`), so the clients don't run
+/// on the gateway's worker threads and a profile can tell the two apart.
+pub fn client_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .expect("the client runtime")
+}
+
+/// Runs `work` on the clients' runtime.
+pub async fn on_clients<T: Send + 'static>(
+    clients_rt: &tokio::runtime::Runtime,
+    work: impl Future<Output = T> + Send + 'static,
+) -> T {
+    clients_rt.spawn(work).await.expect("client work")
+}
+
 /// `auth.identity_cache_ms` for a bench's gateway: IDENTITY_CACHE_MS, or the shipped default.
 pub fn identity_cache_ms() -> u64 {
     std::env::var("IDENTITY_CACHE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {

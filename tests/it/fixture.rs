@@ -75,6 +75,31 @@ fn text(result: &rmcp::model::CallToolResult) -> String {
     result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect()
 }
 
+/// FIXTURE_TOOLS=N (the catalog bench's upstreams): its own tools, then generated ones up to
+/// N in all, each answering its text; unset or at most its own count, its own tools only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_tools_pads_the_list_with_generated_tools() {
+    let names =
+        |tools: Vec<rmcp::model::Tool>| -> Vec<String> { tools.into_iter().map(|t| t.name.into_owned()).collect() };
+    for (why, setting, listed) in [("unset", None, 5), ("fewer than its own", Some("3"), 5), ("twenty", Some("20"), 20)]
+    {
+        let env: Vec<(&str, &str)> = setting.map(|n| ("FIXTURE_TOOLS", n)).into_iter().collect();
+        let client = stdio(Recorder::default(), &env).await;
+        let tools = names(client.list_all_tools().await.unwrap());
+        assert_eq!(tools.len(), listed, "{why}: {tools:?}");
+        assert!(tools.iter().any(|t| t == "echo"), "{why}: its own tools stay: {tools:?}");
+        let generated: Vec<&String> = tools.iter().filter(|t| t.starts_with("generated_")).collect();
+        assert_eq!(generated.len(), listed - 5, "{why}: {tools:?}");
+        if listed > 5 {
+            let last = format!("generated_{}", listed - 5);
+            let call = json!({"name": last, "arguments": {"text": "ab", "repeat": 2}});
+            let result = client.call_tool(args(call)).await.unwrap();
+            assert_eq!(text(&result), "abab", "{why}");
+        }
+        let _ = client.cancel().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixture_echo_and_progress_over_stdio() {
     let recorder = Recorder::default();
