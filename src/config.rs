@@ -129,6 +129,8 @@ pub struct McpConfig {
     pub call_timeout_secs: u64,
     /// Idle sessions are closed after this long.
     pub session_idle_secs: u64,
+    /// The most sessions one user may hold open in this replica; 0: no limit.
+    pub max_sessions_per_user: usize,
     /// SSE keep-alive interval.
     pub sse_keep_alive_secs: u64,
     /// Serve a session's calls of tools on local Streamable HTTP servers on the lean relay

@@ -18,7 +18,7 @@ pub(crate) use cache::IdentityCache;
 pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
 pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate};
 pub use resolver::IdentityError;
-pub use sessions::{InFlight, Principal, SessionRegistry};
+pub use sessions::{InFlight, Principal, SessionRegistry, Slot};
 
 use rmcp::model::RequestId;
 

@@ -19,9 +19,44 @@ pub struct Principal {
 /// Session id -> the principal that created the session.
 #[derive(Debug, Default)]
 pub struct SessionRegistry {
-    sessions: RwLock<HashMap<String, Principal>>,
+    sessions: RwLock<Sessions>,
     /// (session id, request id) of every request whose answer is still being sent.
     in_flight: Mutex<HashSet<(String, RequestId)>>,
+}
+
+#[derive(Debug, Default)]
+struct Sessions {
+    owners: HashMap<String, Principal>,
+    /// How many sessions each principal holds, places held for sessions being created included.
+    counts: HashMap<Principal, usize>,
+}
+
+impl Sessions {
+    fn release(&mut self, principal: Principal) {
+        if let Some(n) = self.counts.get_mut(&principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.counts.remove(&principal);
+            }
+        }
+    }
+}
+
+/// A place held for one more session of a principal while its `initialize` runs: given to the
+/// session it creates ([`SessionRegistry::bind_slot`]), or given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    registry: Arc<SessionRegistry>,
+    principal: Principal,
+    taken: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.registry.write().release(self.principal);
+        }
+    }
 }
 
 /// A request id held in flight for its session; released when dropped (the answer was sent,
@@ -43,21 +78,60 @@ impl SessionRegistry {
         Self::default()
     }
 
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Sessions> {
+        self.sessions.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Sessions> {
+        self.sessions.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Binds a new session to its creator. A session id is bound once: rebinding an id to
     /// another principal is refused (returns false).
     pub fn bind(&self, session_id: &str, principal: Principal) -> bool {
-        let mut map = self.sessions.write().unwrap_or_else(|p| p.into_inner());
-        match map.get(session_id) {
+        let mut sessions = self.write();
+        match sessions.owners.get(session_id) {
             Some(existing) => *existing == principal,
             None => {
-                map.insert(session_id.to_owned(), principal);
+                sessions.owners.insert(session_id.to_owned(), principal);
+                *sessions.counts.entry(principal).or_default() += 1;
+                true
+            }
+        }
+    }
+
+    /// Holds a place for one more session of `principal`, unless it holds `cap` already
+    /// (0: no cap). Counted at once, so concurrent `initialize`s can't pass the cap together.
+    pub fn reserve(self: &Arc<Self>, principal: Principal, cap: usize) -> Option<Slot> {
+        let mut sessions = self.write();
+        let held = sessions.counts.entry(principal).or_default();
+        if cap > 0 && *held >= cap {
+            return None;
+        }
+        *held += 1;
+        Some(Slot { registry: Arc::clone(self), principal, taken: false })
+    }
+
+    /// [`SessionRegistry::bind`], counted in the place `slot` holds.
+    pub fn bind_slot(&self, session_id: &str, mut slot: Slot) -> bool {
+        let mut sessions = self.write();
+        match sessions.owners.get(session_id) {
+            Some(_) => false,
+            None => {
+                sessions.owners.insert(session_id.to_owned(), slot.principal);
+                slot.taken = true;
                 true
             }
         }
     }
 
     pub fn principal(&self, session_id: &str) -> Option<Principal> {
-        self.sessions.read().unwrap_or_else(|p| p.into_inner()).get(session_id).copied()
+        self.read().owners.get(session_id).copied()
+    }
+
+    /// How many sessions `principal` holds (places being created included).
+    pub fn held_by(&self, principal: Principal) -> usize {
+        self.read().counts.get(&principal).copied().unwrap_or(0)
     }
 
     /// Holds `request` in flight for `session_id`, or `None` when a request with that id is
@@ -70,16 +144,19 @@ impl SessionRegistry {
     }
 
     pub fn unbind(&self, session_id: &str) {
-        self.sessions.write().unwrap_or_else(|p| p.into_inner()).remove(session_id);
+        let mut sessions = self.write();
+        if let Some(principal) = sessions.owners.remove(session_id) {
+            sessions.release(principal);
+        }
     }
 
     /// Every bound session id (for sweeping sessions the transport has closed).
     pub fn session_ids(&self) -> Vec<String> {
-        self.sessions.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+        self.read().owners.keys().cloned().collect()
     }
 
     pub fn len(&self) -> usize {
-        self.sessions.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.read().owners.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -98,6 +98,7 @@ pub(crate) fn service(
         sessions: Arc::clone(state.sessions),
         audit: state.audit.clone(),
         leeway_secs: i64::try_from(config.auth.leeway_secs).unwrap_or(i64::MAX),
+        max_sessions_per_user: config.mcp.max_sessions_per_user,
     });
     session::spawn_sweeper(Arc::clone(state.sessions), manager, Arc::clone(&shared), shutdown);
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned

@@ -35,6 +35,8 @@ pub(crate) struct Binding {
     pub audit: AuditWriter,
     /// `auth.leeway_secs`: a token is honoured until `exp` plus this.
     pub leeway_secs: i64,
+    /// `mcp.max_sessions_per_user` (0: no limit).
+    pub max_sessions_per_user: usize,
 }
 
 fn no_such_session() -> Response {
@@ -107,6 +109,26 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
         }
     }
 
+    // An `initialize` outside a session may create one: a place is held for it first, and
+    // none is left once the user holds as many sessions as allowed.
+    let mut slot = None;
+    if presented.is_none()
+        && request.extensions().get::<Inspection>().is_some_and(|i| i.method() == Some("initialize"))
+    {
+        match binding.sessions.reserve(principal, binding.max_sessions_per_user) {
+            Some(held) => slot = Some(held),
+            None => {
+                metrics::denial("too_many_sessions");
+                tracing::info!(limit = binding.max_sessions_per_user, "session limit of a user reached; initialize refused");
+                return json_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_sessions",
+                    "this user holds as many sessions as allowed: end one (DELETE) or let an idle one expire",
+                );
+            }
+        }
+    }
+
     let response = next.run(request).await;
     // A stream outlives no token: it ends when the token that opened it stops being honoured.
     // The request id stays in flight until the answer's body is done (or dropped).
@@ -123,11 +145,15 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
         }
         None => {
             // A new session (the initialize of a stateful client): bind it to its creator.
-            if let Some(created) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
-                && !binding.sessions.bind(created, principal)
-            {
-                tracing::error!("a new session id was already bound to someone else; refusing it");
-                return no_such_session();
+            if let Some(created) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+                let bound = match slot.take() {
+                    Some(slot) => binding.sessions.bind_slot(created, slot),
+                    None => binding.sessions.bind(created, principal),
+                };
+                if !bound {
+                    tracing::error!("a new session id was already bound; refusing it");
+                    return no_such_session();
+                }
             }
         }
     }

@@ -440,6 +440,40 @@ async fn mcp_rate_limit_answers_429_with_retry_after() {
     assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE outcome = 'ok'").await, 4);
 }
 
+/// `mcp.max_sessions_per_user`: a user holds at most that many sessions. Ten `initialize`s
+/// at once with room for three open three sessions, and the other seven answer 429 and leave
+/// nothing behind; another user is not held back; a session ended with DELETE makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sessions_per_user_are_capped() {
+    let live = Live::start(Backend::Sqlite, Mode::Session, &[("mcp.max_sessions_per_user", json!(3))]).await;
+    let olivia = live.token_for("olivia@acme.test");
+    let replies = futures_util::future::join_all((0..10).map(|_| post(&live, &olivia, None, INIT, &[]))).await;
+    let opened: Vec<String> = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::OK)
+        .map(|r| r.headers.get("mcp-session-id").expect("a session id").to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(opened.len(), 3, "{:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
+    for refused in replies.iter().filter(|r| r.status != StatusCode::OK) {
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.message["error"], "too_many_sessions", "{}", refused.message);
+        assert!(refused.headers.get("mcp-session-id").is_none(), "a refused initialize opens no session");
+    }
+    for session in &opened {
+        assert_eq!(post(&live, &olivia, Some(session), INITIALIZED, &[]).await.status, StatusCode::ACCEPTED);
+    }
+    assert_eq!(post(&live, &olivia, None, INIT, &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    // Another user has sessions of her own to open.
+    let wanda = live.token_for("wanda@acme.test");
+    assert!(open_session(&live, &wanda).await.is_some());
+    // Calls in the open sessions go on; one ended makes room for one more.
+    let call = post(&live, &olivia, Some(&opened[0]), &tool_call(2, "whoami", json!({})), &[]).await;
+    assert_eq!(call.status, StatusCode::OK);
+    assert_eq!(other_method(&live, reqwest::Method::DELETE, &olivia, &opened[0]).await, StatusCode::OK);
+    assert!(open_session(&live, &olivia).await.is_some(), "room for one after a DELETE");
+    assert_eq!(post(&live, &olivia, None, INIT, &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_metrics_have_no_tenant_or_user_labels_by_default() {
     let live = Live::start(Backend::Sqlite, Mode::Session, &[]).await;
