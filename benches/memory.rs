@@ -23,9 +23,9 @@
 //!   SESSION_STEPS steps with an RSS reading after each (default 10), after 200 warm-up
 //!   sessions that stay open (in the baseline); SETTLE_SECS before the baseline and the last
 //!   reading (default 5). All are acme's owner's. The gateway runs with
-//!   `mcp.session_idle_secs` raised to a day so that none expires during the run (there is no
-//!   cap on the number of sessions, per user or at all, to raise). Every session is pinged
-//!   after the last reading, and all must answer.
+//!   `mcp.session_idle_secs` raised to a day so that none expires during the run, and without
+//!   the per-user session cap (`mcp.max_sessions_per_user = 0`). Every session is pinged after
+//!   the last reading, and all must answer.
 //! - WRAP: a command to run the gateway under, e.g. `heaptrack -o FILE` (the RSS is then the
 //!   gateway's own process, found among the wrapper's descendants, heaptrack's preload
 //!   included); STOP=kill ends it with SIGKILL rather than SIGTERM. The gateway inherits this process's environment, so allocator settings such as
@@ -458,7 +458,11 @@ async fn idle_sessions(backend: &str, db_url: Option<&str>) {
         env_or("SESSION_STEPS", 10usize).max(1),
         env_or("SETTLE_SECS", 5u64),
     );
-    let gw = GatewayProcess::start(db_url, false, &[("SCOPEGATE_MCP__SESSION_IDLE_SECS", "86400")]);
+    let gw = GatewayProcess::start(
+        db_url,
+        false,
+        &[("SCOPEGATE_MCP__SESSION_IDLE_SECS", "86400"), ("SCOPEGATE_MCP__MAX_SESSIONS_PER_USER", "0")],
+    );
     // One keep-alive pool for the whole part: the connections it holds are there in the
     // baseline too, so the difference is the sessions'.
     let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(openers).build().unwrap();
@@ -559,7 +563,8 @@ async fn main() {
     if parts.iter().any(|p| p == "sessions") {
         println!(
             "(c) RSS per idle session: {} sessions (initialize + notifications/initialized over raw HTTP, then \
-             idle; no GET stream), {} opened at a time, one user (acme's owner), mcp.session_idle_secs = 86400",
+             idle; no GET stream), {} opened at a time, one user (acme's owner), mcp.session_idle_secs = 86400, \
+             mcp.max_sessions_per_user = 0",
             env_or("SESSIONS", 10_000usize),
             env_or("OPENERS", 16usize)
         );
