@@ -22,6 +22,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 
 pub use super::oauth::AUTHORIZATION_META_KEY;
+use crate::telemetry::trace::CONTEXT_FIELDS as TRACE_CONTEXT_FIELDS;
 
 /// Where a proxied request carries its identity assertion (stdio upstreams read it there).
 pub const ASSERTION_META_KEY: &str = "io.scopegate/identity";
@@ -156,7 +157,10 @@ impl WireSlot {
                 return true;
             }
             let name = name.as_str();
-            name == "mcp-method" || name == "mcp-name" || name.starts_with("mcp-param-")
+            name == "mcp-method"
+                || name == "mcp-name"
+                || name.starts_with("mcp-param-")
+                || TRACE_CONTEXT_FIELDS.contains(&name)
         };
         let mut kept = http::HeaderMap::new();
         for (name, value) in headers.iter().filter(|(name, _)| !per_request(name)) {
@@ -164,6 +168,9 @@ impl WireSlot {
         }
         let mut meta = request.request.get_meta().0.0.clone();
         for key in ["progressToken", ASSERTION_META_KEY, AUTHORIZATION_META_KEY, RELATED_META_KEY] {
+            meta.remove(key);
+        }
+        for key in TRACE_CONTEXT_FIELDS {
             meta.remove(key);
         }
         let Ok(url) = reqwest::Url::parse(uri) else { return };
@@ -228,8 +235,8 @@ impl AssertingClient {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone().or(passed)
     }
 
-    /// Takes the assertion out of a request's `_meta` (calls, prompts, resources, completions)
-    /// and into `headers`.
+    /// Takes the assertion and the trace context out of a request's `_meta` (calls, prompts,
+    /// resources, completions) and into `headers`.
     fn lift(&self, message: &mut ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
         let ClientJsonRpcMessage::Request(request) = message else {
             return;
@@ -239,6 +246,13 @@ impl AssertingClient {
             && let Ok(value) = HeaderValue::from_str(&token)
         {
             headers.insert(self.header.clone(), value);
+        }
+        for field in TRACE_CONTEXT_FIELDS {
+            if let Some(Value::String(text)) = meta.0.0.remove(field)
+                && let Ok(value) = HeaderValue::from_str(&text)
+            {
+                headers.insert(HeaderName::from_static(field), value);
+            }
         }
     }
 }

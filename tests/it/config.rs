@@ -27,6 +27,7 @@ fn defaults_then_file_then_environment() {
         assert_eq!(config.auth.leeway_secs, 7, "the environment overrides the file");
         assert_eq!(config.database.url.expose(), "postgres://u@db:5432/sg");
         assert_eq!(config.auth.tenant_claim, "tid", "untouched defaults stay");
+        assert_eq!(config.telemetry.otlp_endpoint, "", "traces are off unless an endpoint is set");
         Ok(())
     });
 }
@@ -88,6 +89,13 @@ fn other_refusals_name_their_key() {
         // Only `full` and `normal`: `off` would lose commits even when only the process dies.
         ("SCOPEGATE_DATABASE__SQLITE_SYNCHRONOUS", "off", "database.sqlite_synchronous"),
         ("SCOPEGATE_DATABASE__SQLITE_SYNCHRONOUS", "extra", "database.sqlite_synchronous"),
+        // Traces: an endpoint that is no http(s) base URL, no service name, a ratio out of range.
+        ("SCOPEGATE_TELEMETRY__OTLP_ENDPOINT", "localhost:4318", "telemetry.otlp_endpoint"),
+        ("SCOPEGATE_TELEMETRY__OTLP_ENDPOINT", "grpc://localhost:4317", "telemetry.otlp_endpoint"),
+        ("SCOPEGATE_TELEMETRY__OTLP_ENDPOINT", "http://", "telemetry.otlp_endpoint"),
+        ("SCOPEGATE_TELEMETRY__SERVICE_NAME", " ", "telemetry.service_name"),
+        ("SCOPEGATE_TELEMETRY__SAMPLE_RATIO", "1.5", "telemetry.sample_ratio"),
+        ("SCOPEGATE_TELEMETRY__SAMPLE_RATIO", "-0.1", "telemetry.sample_ratio"),
     ];
     for (var, value, key) in cases {
         Jail::expect_with(|jail| {
