@@ -333,6 +333,9 @@ async fn spans_of_proxied_calls(backend: Backend) {
     ok(&warm, "web__whoami_upstream", json!({})).await;
     warm.cancel().await.ok();
     let olivia = client(&served.addr, &token, plain, trace_headers()).await;
+    // The relay takes a session's calls once its `initialized` has been handled (rmcp answers
+    // the notification first): a listing, behind it, leaves it time to be.
+    olivia.list_all_tools().await.unwrap();
     let over_lean = ok(&olivia, "web__whoami_upstream", json!({})).await;
     let over_stdio = ok(&olivia, "fx__whoami_upstream", json!({})).await;
     olivia.cancel().await.ok();
