@@ -384,6 +384,12 @@ mod tests {
         meta.0.0.insert("progressToken".to_owned(), serde_json::json!(3));
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), serde_json::json!("jws"));
         meta.0.0.insert("io.modelcontextprotocol/protocolVersion".to_owned(), serde_json::json!("2026-07-28"));
+        // One call's trace context: never replayed on another call.
+        meta.0.0.insert(
+            "traceparent".to_owned(),
+            serde_json::json!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        meta.0.0.insert("tracestate".to_owned(), serde_json::json!("v=1"));
         let message = ClientJsonRpcMessage::request(request, RequestId::Number(1));
         let assertion = HeaderName::from_static("x-scopegate-identity");
         let headers: HashMap<HeaderName, HeaderValue> = [
@@ -393,6 +399,8 @@ mod tests {
             ("mcp-name", "x"),
             ("mcp-param-region", "eu"),
             ("x-scopegate-identity", "jws"),
+            ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            ("tracestate", "v=1"),
         ]
         .into_iter()
         .map(|(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v)))
