@@ -266,6 +266,11 @@ fn check_call(tree: &Tree<'_>, tool: &str, relay: &str) -> String {
     let audit = tree.under(call, "audit.commit");
     assert_eq!(audit.len(), 1, "{tool}: one audit span under the tool span");
     assert_eq!(attribute(audit[0], "audit.outcome").as_deref(), Some("ok"));
+    // The tool span ends with its call: nothing the call started (an upstream connection)
+    // holds it open (the gateway runs a second longer before it stops).
+    let last_child = upstream[0].end_time_unix_nano.max(audit[0].end_time_unix_nano);
+    let held = Duration::from_nanos(call.end_time_unix_nano.saturating_sub(last_child));
+    assert!(held < Duration::from_millis(500), "{tool} on {relay}: the tool span ended {held:?} after its call");
     hex(&upstream[0].span_id)
 }
 
@@ -354,6 +359,8 @@ async fn spans_of_proxied_calls(backend: Backend) {
     for me in [&over_lean, &over_stdio, &over_rmcp, &over_garbled] {
         assert_eq!(me["user"], "olivia@acme.test", "the calls were made as olivia");
     }
+    // A second for anything a call left open to show: it would end only with the gateway.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     served.stop().await;
 
     let spans = std::mem::take(&mut *receiver.spans.lock().unwrap());
