@@ -344,6 +344,9 @@ pub(crate) fn tool_span(request: Option<&TraceParent>) -> tracing::Span {
 /// Names the tool of the current tool span: `tool` when the gateway knows it (a name the
 /// caller chose is never recorded), and whether it is native or proxied.
 pub(crate) fn record_tool(tool: Option<&str>, proxied: bool) {
+    if !enabled() {
+        return;
+    }
     let span = tracing::Span::current();
     span.record("mcp.tool.name", tool.unwrap_or("(unknown)"));
     span.record("mcp.call.kind", if proxied { "proxied" } else { "native" });
