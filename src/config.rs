@@ -273,6 +273,25 @@ pub enum LogFormat {
 pub struct TelemetryConfig {
     pub format: LogFormat,
     pub filter: String,
+    /// The base URL of an OTLP/HTTP receiver (traces go to `<url>/v1/traces`); empty: no traces.
+    pub otlp_endpoint: String,
+    /// The `service.name` of exported spans.
+    pub service_name: String,
+    /// Share of new traces recorded, 0 to 1; a request with a trace context follows its sampling.
+    pub sample_ratio: f64,
+}
+
+impl TelemetryConfig {
+    /// The log alone, in `format` through `filter` (for the commands that serve nothing).
+    pub fn log_only(format: LogFormat, filter: &str) -> Self {
+        Self {
+            format,
+            filter: filter.to_owned(),
+            otlp_endpoint: String::new(),
+            service_name: "scopegate".to_owned(),
+            sample_ratio: 1.0,
+        }
+    }
 }
 
 impl Config {
@@ -404,6 +423,26 @@ impl Config {
         }
         if self.audit.checkpoint_interval_secs == 0 {
             return Err(ConfigError::invalid("audit.checkpoint_interval_secs", "must be greater than 0"));
+        }
+        let t = &self.telemetry;
+        if !t.otlp_endpoint.is_empty() {
+            let uri = t.otlp_endpoint.parse::<http::Uri>().ok();
+            let shaped = uri.as_ref().is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() && u.query().is_none()
+            });
+            if !shaped {
+                return Err(ConfigError::invalid(
+                    "telemetry.otlp_endpoint",
+                    "must be empty (no traces) or the http(s) base URL of an OTLP/HTTP receiver, \
+                     e.g. http://localhost:4318",
+                ));
+            }
+        }
+        if t.service_name.trim().is_empty() {
+            return Err(ConfigError::invalid("telemetry.service_name", "must not be empty"));
+        }
+        if !(0.0..=1.0).contains(&t.sample_ratio) {
+            return Err(ConfigError::invalid("telemetry.sample_ratio", "must be a number from 0.0 to 1.0"));
         }
         let l = &self.limits;
         for (key, value) in [

@@ -75,7 +75,7 @@ impl ExecutorArgs {
 
 pub async fn run(args: ExecutorArgs) -> Result<(), CliError> {
     let config = args.config()?;
-    crate::telemetry::init(&TelemetryConfig { format: LogFormat::Pretty, filter: "info".to_owned() });
+    crate::telemetry::init(&TelemetryConfig::log_only(LogFormat::Pretty, "info"));
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {

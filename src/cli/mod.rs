@@ -68,6 +68,8 @@ pub enum CliError {
     Agent(#[from] crate::agent::AgentError),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TraceSetupError),
 }
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {

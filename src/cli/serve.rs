@@ -28,14 +28,21 @@ pub async fn run(config_file: Option<&Path>, args: ServeArgs) -> Result<(), CliE
         figment = figment.merge(Serialized::default("server.listen", listen));
     }
     let config = Config::from_figment(figment)?;
-    crate::telemetry::init(&config.telemetry);
     if args.demo && config.auth.hs256_secret.is_empty() {
         return Err(CliError::Usage(
             "--demo needs a development secret (auth.hs256_secret) to mint the demo tokens".into(),
         ));
     }
+    let telemetry = crate::telemetry::start(&config.telemetry)?;
+    let served = serve(config, args.demo).await;
+    // After the last request: the spans still buffered are sent before the process ends.
+    telemetry.shutdown().await;
+    served
+}
+
+async fn serve(config: Config, demo: bool) -> Result<(), CliError> {
     let gateway = Gateway::build(config).await?;
-    if args.demo {
+    if demo {
         print_demo(&gateway).await?;
     }
     let addr = gateway.local_addr();

@@ -408,6 +408,8 @@ where
                 user = tracing::field::Empty,
             )
         }))
+        // The request's trace span (traces on), beside the log's span, never in it.
+        .layer(crate::telemetry::trace::RequestTraceLayer)
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,

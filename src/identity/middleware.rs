@@ -9,12 +9,14 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use http::{HeaderValue, StatusCode, header};
+use tracing::Instrument;
 
 use super::{MessageBinding, resolver};
 use crate::auth::{AuthError, Authenticator};
 use crate::error_body::json_error;
 use crate::mcp::Inspection;
 use crate::store::Db;
+use crate::telemetry::trace;
 
 /// The header MCP uses for its session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -34,7 +36,8 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
         Ok(token) => token,
         Err(e) => return unauthorized(&gate, e),
     };
-    let claims = match gate.authenticator.verify(token).await {
+    let traced = trace::parent_in(request.extensions()).cloned();
+    let claims = match gate.authenticator.verify(token).instrument(trace::auth_span(traced.as_ref())).await {
         Ok(claims) => claims,
         Err(e) => return unauthorized(&gate, e),
     };
@@ -57,18 +60,18 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     let session_id = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let message = MessageBinding { request_id, session_id };
 
-    let identity =
-        match resolver::resolve(&gate.db, gate.cache.as_deref(), &claims, &gate.service_subjects, message).await {
-            Ok(identity) => identity,
-            Err(resolver::IdentityError::Store(e)) => {
-                tracing::error!(error = %e, "identity resolution failed; refusing the request");
-                return json_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "identity could not be resolved");
-            }
-            Err(e) => {
-                tracing::info!(reason = e.reason(), tenant = %claims.tenant, "identity refused");
-                return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
-            }
-        };
+    let resolving = resolver::resolve(&gate.db, gate.cache.as_deref(), &claims, &gate.service_subjects, message);
+    let identity = match resolving.instrument(trace::identity_span(traced.as_ref())).await {
+        Ok(identity) => identity,
+        Err(resolver::IdentityError::Store(e)) => {
+            tracing::error!(error = %e, "identity resolution failed; refusing the request");
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "identity could not be resolved");
+        }
+        Err(e) => {
+            tracing::info!(reason = e.reason(), tenant = %claims.tenant, "identity refused");
+            return json_error(StatusCode::FORBIDDEN, "forbidden", "access denied");
+        }
+    };
 
     let span = tracing::Span::current();
     span.record("tenant", claims.tenant.as_str());

@@ -37,13 +37,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::jsonrpc::{Inspection, id_text};
 use super::server::Shared;
 use crate::audit::{CallAudit, Outcome, digest};
 use crate::context::{CallSite, McpCallContext};
 use crate::identity::SESSION_HEADER;
-use crate::telemetry::metrics;
+use crate::telemetry::{metrics, trace};
 use crate::upstream::runtime::{
     CallOrigin, Downstream, Exchange, LeanResult, LogLevel, ProxyError, RelayCaps, Sink, split_tool_name,
 };
@@ -184,7 +185,10 @@ impl Relay {
             false if self.plain(request.headers()) => {
                 let (parts, body) = request.into_parts();
                 match self.accept(&parts, &session, &inspection).await {
-                    Some(accepted) => Ok(self.relay(accepted, &session).await),
+                    Some(accepted) => {
+                        let span = trace::tool_span(trace::parent_in(&parts.extensions));
+                        Ok(self.relay(accepted, &session, span).await)
+                    }
                     None => Err(Request::from_parts(parts, body)),
                 }
             }
@@ -308,7 +312,7 @@ impl Relay {
     /// Runs an accepted call in a task of its own (it is audited and its upstream told to
     /// cancel even when the caller goes away) and answers with what it sends: the answer alone
     /// as JSON, or, when a notification comes first, an event stream.
-    async fn relay(self: &Arc<Self>, accepted: Accepted, session: &str) -> Response {
+    async fn relay(self: &Arc<Self>, accepted: Accepted, session: &str, span: tracing::Span) -> Response {
         let (notes, mut noted) = mpsc::channel::<Bytes>(64);
         let (answer, mut answered) = oneshot::channel::<Bytes>();
         let cancelled = CancellationToken::new();
@@ -318,15 +322,18 @@ impl Relay {
         let number = self.next_call.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.calls().insert(key.clone(), (number, cancelled.clone()));
         let relay = Arc::clone(self);
-        tokio::spawn(async move {
-            let bytes = relay.run(accepted, notes, &cancelled).await;
-            let mut calls = relay.calls();
-            if calls.get(&key).is_some_and(|(n, _)| *n == number) {
-                calls.remove(&key);
+        tokio::spawn(
+            async move {
+                let bytes = relay.run(accepted, notes, &cancelled).await;
+                let mut calls = relay.calls();
+                if calls.get(&key).is_some_and(|(n, _)| *n == number) {
+                    calls.remove(&key);
+                }
+                drop(calls);
+                let _ = answer.send(bytes);
             }
-            drop(calls);
-            let _ = answer.send(bytes);
-        });
+            .instrument(span),
+        );
         // A notification queued before the answer is taken first.
         tokio::select! {
             biased;
@@ -385,8 +392,10 @@ impl Relay {
         };
         let tenant_label = if shared.label_tenant { ctx.tenant_slug() } else { "" };
         metrics::tool_call(&tool, outcome.as_str(), tenant_label, call.started.elapsed());
+        trace::record_tool(Some(&tool), true);
         // Fail closed: without its audit event the call's answer is withheld.
-        if let Err(e) = shared.audit.record(call.event(outcome, class.as_deref())).await {
+        let audited = shared.audit.record(call.event(outcome, class.as_deref()));
+        if let Err(e) = audited.instrument(trace::audit_span(outcome.as_str())).await {
             tracing::error!(error = %e, %tool, "audit failed; the call fails");
             metrics::denial("audit_unavailable");
             return message(&request_id, Err(&rmcp::ErrorData::internal_error("internal error", None)));

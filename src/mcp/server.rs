@@ -18,6 +18,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use tracing::Instrument;
 
 use super::cursor::{self, CursorKey};
 use super::registry::ToolSet;
@@ -27,7 +28,7 @@ use crate::context::{CallSite, ContextError, McpCallContext};
 use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
 use crate::store::Db;
-use crate::telemetry::metrics;
+use crate::telemetry::{metrics, trace};
 use crate::upstream::routing::by_rounds;
 use crate::upstream::runtime::{
     CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Sink, Snapshot, UpstreamCall,
@@ -346,10 +347,13 @@ impl GatewayServer {
                 let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
                 let exchange = Exchange { downstream, timeout: self.shared.call_timeout, cancelled: cancel.clone() };
                 let work = start(exchange);
-                tokio::spawn(async move {
-                    let result = work.await.map_err(|e| e.unwrap_or(ProxyError::NotFound));
-                    let _ = sender.send(Round::Done(result)).await;
-                });
+                tokio::spawn(
+                    async move {
+                        let result = work.await.map_err(|e| e.unwrap_or(ProxyError::NotFound));
+                        let _ = sender.send(Round::Done(result)).await;
+                    }
+                    .in_current_span(),
+                );
                 rounds::Running { rounds: receiver, call: cancel.drop_guard() }
             }
         };
@@ -831,6 +835,20 @@ impl ServerHandler for GatewayServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let span = trace::tool_span(parts.and_then(|p| trace::parent_in(&p.extensions)));
+        self.serve_call(request, context).instrument(span).await
+    }
+}
+
+impl GatewayServer {
+    /// A `tools/call`, native or proxied: the caller's context (fail closed), the decision,
+    /// the call, and its audit event before the answer.
+    async fn serve_call(
+        &self,
+        request: CallToolRequestParams,
         mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let shared = &self.shared;
@@ -920,9 +938,14 @@ impl ServerHandler for GatewayServer {
             call.started.elapsed(),
         );
 
+        trace::record_tool(known.then_some(tool.as_str()), !shared.tools.has(&tool));
         // Fail closed: without its audit event the call's answer is withheld.
         if !call.is_recorded()
-            && let Err(e) = shared.audit.record(call.event(outcome, class.as_deref())).await
+            && let Err(e) = shared
+                .audit
+                .record(call.event(outcome, class.as_deref()))
+                .instrument(trace::audit_span(outcome.as_str()))
+                .await
         {
             tracing::error!(error = %e, %tool, "audit failed; the call fails");
             metrics::denial("audit_unavailable");

@@ -22,6 +22,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 
 pub use super::oauth::AUTHORIZATION_META_KEY;
+use crate::telemetry::trace::CONTEXT_FIELDS as TRACE_CONTEXT_FIELDS;
 
 /// Where a proxied request carries its identity assertion (stdio upstreams read it there).
 pub const ASSERTION_META_KEY: &str = "io.scopegate/identity";
@@ -156,7 +157,10 @@ impl WireSlot {
                 return true;
             }
             let name = name.as_str();
-            name == "mcp-method" || name == "mcp-name" || name.starts_with("mcp-param-")
+            name == "mcp-method"
+                || name == "mcp-name"
+                || name.starts_with("mcp-param-")
+                || TRACE_CONTEXT_FIELDS.contains(&name)
         };
         let mut kept = http::HeaderMap::new();
         for (name, value) in headers.iter().filter(|(name, _)| !per_request(name)) {
@@ -164,6 +168,9 @@ impl WireSlot {
         }
         let mut meta = request.request.get_meta().0.0.clone();
         for key in ["progressToken", ASSERTION_META_KEY, AUTHORIZATION_META_KEY, RELATED_META_KEY] {
+            meta.remove(key);
+        }
+        for key in TRACE_CONTEXT_FIELDS {
             meta.remove(key);
         }
         let Ok(url) = reqwest::Url::parse(uri) else { return };
@@ -228,8 +235,8 @@ impl AssertingClient {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone().or(passed)
     }
 
-    /// Takes the assertion out of a request's `_meta` (calls, prompts, resources, completions)
-    /// and into `headers`.
+    /// Takes the assertion and the trace context out of a request's `_meta` (calls, prompts,
+    /// resources, completions) and into `headers`.
     fn lift(&self, message: &mut ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
         let ClientJsonRpcMessage::Request(request) = message else {
             return;
@@ -239,6 +246,13 @@ impl AssertingClient {
             && let Ok(value) = HeaderValue::from_str(&token)
         {
             headers.insert(self.header.clone(), value);
+        }
+        for field in TRACE_CONTEXT_FIELDS {
+            if let Some(Value::String(text)) = meta.0.0.remove(field)
+                && let Ok(value) = HeaderValue::from_str(&text)
+            {
+                headers.insert(HeaderName::from_static(field), value);
+            }
         }
     }
 }
@@ -370,6 +384,12 @@ mod tests {
         meta.0.0.insert("progressToken".to_owned(), serde_json::json!(3));
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), serde_json::json!("jws"));
         meta.0.0.insert("io.modelcontextprotocol/protocolVersion".to_owned(), serde_json::json!("2026-07-28"));
+        // One call's trace context: never replayed on another call.
+        meta.0.0.insert(
+            "traceparent".to_owned(),
+            serde_json::json!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        meta.0.0.insert("tracestate".to_owned(), serde_json::json!("v=1"));
         let message = ClientJsonRpcMessage::request(request, RequestId::Number(1));
         let assertion = HeaderName::from_static("x-scopegate-identity");
         let headers: HashMap<HeaderName, HeaderValue> = [
@@ -379,6 +399,8 @@ mod tests {
             ("mcp-name", "x"),
             ("mcp-param-region", "eu"),
             ("x-scopegate-identity", "jws"),
+            ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            ("tracestate", "v=1"),
         ]
         .into_iter()
         .map(|(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v)))

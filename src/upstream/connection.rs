@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rmcp::model::{Prompt, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
+use tracing::Instrument;
 
 use super::catalog::{Catalog, Listed, UpstreamSubscription};
 use super::client::WireSlot;
@@ -17,7 +18,7 @@ use super::routing::{ProxyClient, RelayCaps, Routes};
 use super::runtime::NAME_SEPARATOR;
 use super::{ResolvedServer, ServerName};
 use crate::store::now_millis;
-use crate::telemetry::metrics;
+use crate::telemetry::{metrics, trace};
 
 /// A started upstream connection, found to have the tool about to be called.
 pub struct Upstream(pub(super) Peer<RoleClient>);
@@ -105,6 +106,17 @@ impl Connection {
             tracing::warn!(server = %self.server.name, "upstream connection closed; restarting it");
             metrics::upstream_restart(self.server.name.as_str());
         }
+        // The connection outlives the call that starts it: it must not hold that call's trace
+        // spans open (rmcp's service keeps the span it started in for its whole life).
+        self.start(&mut live, timeout).instrument(trace::lasting()).await
+    }
+
+    /// Starts the connection into `live` (see [`Connection::ready`]).
+    async fn start(
+        &self,
+        live: &mut Option<Live>,
+        timeout: Duration,
+    ) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
         // Dropping the old service kills its child process.
         *live = None;
         self.catalog.invalidate_all();

@@ -22,6 +22,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::client::ASSERTION_META_KEY;
 use super::executor::{Executor, LocalExecutor, UpstreamError};
@@ -33,6 +34,7 @@ use crate::context::{FlockAccess, McpCallContext};
 use crate::identity::SessionRegistry;
 use crate::model::Role;
 use crate::store::{Db, StoreError, TenantId, UserId, now_millis};
+use crate::telemetry::trace;
 
 pub use super::connection::{Connection, ConnectionAuth, Upstream};
 use super::routing::forward_progress;
@@ -446,14 +448,19 @@ impl Upstreams {
         ctx: &McpCallContext,
         call: UpstreamCall<'_>,
     ) -> Result<CallToolResult, ProxyError> {
-        connection.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = match self.call_inner(connection, upstream.0, ctx, call).await {
-            Err(e) => Err(self.recheck_login(connection, ctx, e).await),
-            ok => ok,
-        };
-        connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
-        connection.in_flight.fetch_sub(1, Ordering::AcqRel);
-        result
+        let span = trace::upstream_span(connection.server().as_str(), call.tool, "rmcp");
+        async move {
+            connection.in_flight.fetch_add(1, Ordering::AcqRel);
+            let result = match self.call_inner(connection, upstream.0, ctx, call).await {
+                Err(e) => Err(self.recheck_login(connection, ctx, e).await),
+                ok => ok,
+            };
+            connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
+            connection.in_flight.fetch_sub(1, Ordering::AcqRel);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     async fn call_inner(
@@ -522,6 +529,9 @@ impl Upstreams {
             .map_err(|_| ProxyError::Assertion)?;
         let mut meta = RequestMetaObject::new();
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), Value::String(assertion));
+        // The trace context, in `_meta` like the assertion (an HTTP upstream's client moves it
+        // into headers): the current span's `traceparent` and `tracestate`, nothing else.
+        trace::inject_meta(&mut meta.0.0);
         let options = PeerRequestOptions::with_timeout(timeout).with_meta(meta);
         // Announced before it is sent: whatever the upstream sends back at once finds its caller.
         let mut route = connection.routes.announce(downstream.clone());

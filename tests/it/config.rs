@@ -27,6 +27,7 @@ fn defaults_then_file_then_environment() {
         assert_eq!(config.auth.leeway_secs, 7, "the environment overrides the file");
         assert_eq!(config.database.url.expose(), "postgres://u@db:5432/sg");
         assert_eq!(config.auth.tenant_claim, "tid", "untouched defaults stay");
+        assert_eq!(config.telemetry.otlp_endpoint, "", "traces are off unless an endpoint is set");
         Ok(())
     });
 }
@@ -91,6 +92,13 @@ fn other_refusals_name_their_key() {
         ("SCOPEGATE_LIMITS__REPLICAS", "0", "limits.replicas"),
         // 400 tenant requests of burst over 500 replicas: under one each, every request refused.
         ("SCOPEGATE_LIMITS__REPLICAS", "500", "limits.tenant_burst"),
+        // Traces: an endpoint that is no http(s) base URL, no service name, a ratio out of range.
+        ("SCOPEGATE_TELEMETRY__OTLP_ENDPOINT", "localhost:4318", "telemetry.otlp_endpoint"),
+        ("SCOPEGATE_TELEMETRY__OTLP_ENDPOINT", "grpc://localhost:4317", "telemetry.otlp_endpoint"),
+        ("SCOPEGATE_TELEMETRY__OTLP_ENDPOINT", "http://", "telemetry.otlp_endpoint"),
+        ("SCOPEGATE_TELEMETRY__SERVICE_NAME", " ", "telemetry.service_name"),
+        ("SCOPEGATE_TELEMETRY__SAMPLE_RATIO", "1.5", "telemetry.sample_ratio"),
+        ("SCOPEGATE_TELEMETRY__SAMPLE_RATIO", "-0.1", "telemetry.sample_ratio"),
     ];
     for (var, value, key) in cases {
         Jail::expect_with(|jail| {

@@ -24,6 +24,7 @@ mod mcp_shutdown;
 mod mcp_timeout;
 mod oauth;
 mod oauth_fixture;
+mod otel;
 mod proxy;
 mod readme;
 mod remote;

@@ -38,12 +38,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{
     Connection, Downstream, Exchange, MAX_UPSTREAM_ROUNDS, ProxyError, Upstreams, asserted_caller, unavailable,
 };
 use crate::context::McpCallContext;
 use crate::store::now_millis;
+use crate::telemetry::trace;
 use crate::upstream::catalog::ListKind;
 use crate::upstream::client::Wire;
 use crate::upstream::routing::{Asked, forward_log, forward_progress, relay_to};
@@ -180,7 +182,9 @@ impl Upstreams {
     ) -> Result<LeanResult, ProxyError> {
         let connection = &target.connection;
         connection.in_flight.fetch_add(1, Ordering::AcqRel);
-        let result = self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, &cancelled).await;
+        let span = trace::upstream_span(connection.server().as_str(), tool, "lean");
+        let result =
+            self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, &cancelled).instrument(span).await;
         connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
         connection.in_flight.fetch_sub(1, Ordering::AcqRel);
         match result {
@@ -301,6 +305,10 @@ impl Upstreams {
     ) -> Result<Ended, ProxyError> {
         let mut request = self.lean_post(&target.wire, "tools/call", body);
         request = request.header(&self.local.assertion_header, assertion);
+        // The call's trace context (its upstream span's): `traceparent` and `tracestate` only.
+        for (name, value) in trace::outgoing() {
+            request = request.header(name, value);
+        }
         if target.wire.standard_headers {
             request = request.header("mcp-name", tool);
         }
