@@ -402,7 +402,8 @@ where
             tracing::info_span!(
                 "request",
                 method = %req.method(),
-                path = req.uri().path(),
+                // A start link's path is its secret: logged as its route.
+                path = crate::telemetry::trace::loggable_path(req.uri().path()),
                 request_id,
                 tenant = tracing::field::Empty,
                 user = tracing::field::Empty,

@@ -112,14 +112,16 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
     // An `initialize` outside a session may create one: a place is held for it first, and
     // none is left once the user holds as many sessions as allowed.
     let mut slot = None;
-    if presented.is_none()
-        && request.extensions().get::<Inspection>().is_some_and(|i| i.method() == Some("initialize"))
+    if presented.is_none() && request.extensions().get::<Inspection>().is_some_and(|i| i.method() == Some("initialize"))
     {
         match binding.sessions.reserve(principal, binding.max_sessions_per_user) {
             Some(held) => slot = Some(held),
             None => {
                 metrics::denial("too_many_sessions");
-                tracing::info!(limit = binding.max_sessions_per_user, "session limit of a user reached; initialize refused");
+                tracing::info!(
+                    limit = binding.max_sessions_per_user,
+                    "session limit of a user reached; initialize refused"
+                );
                 return json_error(
                     StatusCode::TOO_MANY_REQUESTS,
                     "too_many_sessions",

@@ -272,6 +272,15 @@ fn request_span<B>(request: &http::Request<B>) -> tracing::Span {
 }
 
 /// The route of a path, from a fixed set (a path can hold a secret: the OAuth start links do).
+/// A request's path as the log may hold it: an OAuth start link's path names its route, never
+/// its secret; any other path as it came.
+pub(crate) fn loggable_path(path: &str) -> &str {
+    match path.strip_prefix(crate::upstream::oauth::START_PATH) {
+        Some(rest) if rest.starts_with('/') => "/oauth/start/{secret}",
+        _ => path,
+    }
+}
+
 fn route(path: &str) -> &'static str {
     use crate::upstream::oauth::{CALLBACK_PATH, START_PATH};
     const FIXED: &[&str] = &[

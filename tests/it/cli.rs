@@ -181,6 +181,39 @@ fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
     }
 }
 
+/// The log, at its most verbose, never holds an upstream OAuth start link's secret: the
+/// request's path is logged as its route.
+#[test]
+fn the_log_never_holds_a_start_links_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = scopegate(dir.path())
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the gateway exited: {log}");
+        if let Some(rest) = line.strip_prefix("scopegate listening on http://") {
+            break rest.trim().to_owned();
+        }
+        log.push_str(&line);
+    };
+    let secret = "S3cretStartLinkValue-0123456789abcdefghij";
+    let out =
+        Command::new("curl").args(["-s", "-o", "/dev/null", &format!("http://{addr}/oauth/start/{secret}")]).output();
+    assert!(out.is_ok_and(|o| o.status.success()), "curl reached the gateway");
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    std::io::Read::read_to_string(&mut stderr, &mut log).unwrap();
+    assert!(!log.contains(secret), "the secret reached the log");
+    assert!(log.contains("/oauth/start/{secret}"), "the request was logged: {log}");
+}
+
 /// Runs `scopegate admin ARGS` against the database at `url`, in `dir`: (success, stdout, stderr).
 pub fn admin(dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, String, String) {
     let out = scopegate(dir).env("SCOPEGATE_DATABASE__URL", url).arg("admin").args(args).output().unwrap();
