@@ -37,9 +37,6 @@ use scopegate::store::{Db, demo, entities};
 use serde_json::json;
 use sqlx::Connection;
 use support::{Client, client_runtime, connect, on_clients};
-use tokio::io::AsyncBufReadExt;
-
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -57,17 +54,7 @@ fn gateway_config(db_url: &str) -> Config {
 
 /// A fixture upstream on Streamable HTTP listing `tools` tools; the child and its `/mcp` URL.
 async fn fixture(tools: usize) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(FIXTURE)
-        .args(["http", "127.0.0.1:0"])
-        .env("FIXTURE_TOOLS", tools.to_string())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the fixture starts");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
-    (child, format!("http://{addr}/mcp"))
+    support::fixture_http(&[("FIXTURE_TOOLS", &tools.to_string())]).await
 }
 
 /// A database for one row: a SQLite file in `dir`, or a new PostgreSQL database (its name).

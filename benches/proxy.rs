@@ -45,9 +45,7 @@ use scopegate::store::{demo, entities};
 use serde_json::json;
 use sqlx::Connection;
 use support::{Client, Row, Target, client_runtime, close, connect, connect_all_as, on_clients};
-use tokio::io::AsyncBufReadExt;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
 
 /// The floor for any proxy built on rmcp: a bare rmcp server whose `tools/call` forwards to
@@ -109,19 +107,8 @@ fn gateway_config(db_url: &str, cache_ms: u64, reuse_ms: Option<u64>) -> Config 
 
 /// The fixture's Streamable HTTP server, verifying assertions against `gateway`'s keys.
 async fn fixture(gateway: &str, issuer: &str) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(FIXTURE)
-        .args(["http", "127.0.0.1:0"])
-        .env("FIXTURE_JWKS_URL", format!("http://{gateway}/.well-known/jwks.json"))
-        .env("FIXTURE_SERVER_ID", "fx")
-        .env("FIXTURE_ISSUER", issuer)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the fixture starts");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
-    (child, format!("http://{addr}/mcp"))
+    let jwks = format!("http://{gateway}/.well-known/jwks.json");
+    support::fixture_http(&[("FIXTURE_JWKS_URL", &jwks), ("FIXTURE_SERVER_ID", "fx"), ("FIXTURE_ISSUER", issuer)]).await
 }
 
 /// Waits (bounded) until the gateway lists `tool`: the agent has connected.

@@ -12,6 +12,26 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
+/// The test fixture upstream (an MCP server on stdio or Streamable HTTP).
+pub const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+
+/// The fixture on Streamable HTTP on a loopback port, with `env` set: the child (killed when
+/// dropped) and its `/mcp` URL.
+pub async fn fixture_http(env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut child = tokio::process::Command::new(FIXTURE)
+        .args(["http", "127.0.0.1:0"])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the fixture starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
+    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
+    (child, format!("http://{addr}/mcp"))
+}
+
 /// An rmcp client of one of the benches.
 pub type Client = RunningService<RoleClient, ClientConfig>;
 

@@ -15,13 +15,13 @@ use futures_util::TryStreamExt as _;
 use serde::Deserialize;
 use sqlx::Row as _;
 
-use super::digest::{chain_hash, chain_line};
-use super::verify::{EVENT_COLUMNS, event_from_row};
-use super::{AuditEvent, GENESIS, Outcome};
+use super::digest::chain_line;
+use super::verify::{EVENT_COLUMNS, event_from_row, link_problem};
+use super::{AuditEvent, Outcome};
 use crate::store::{AuditEventId, Db, StoreError, TenantId, UserId};
 
 /// How an export is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Jsonl,
     Csv,
@@ -54,10 +54,14 @@ pub const COLUMNS: [&str; 19] = [
 pub enum ExportError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
     #[error("writing the export: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl From<sqlx::Error> for ExportError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(e.into())
+    }
 }
 
 /// What an export wrote, and whether the rows it read hold together as a chain.
@@ -132,75 +136,48 @@ pub async fn export(
     Ok(done)
 }
 
-/// Why a row does not hold: its hash is not that of its fields, or it does not follow the row
-/// before it (`before`: that row's seq and hash).
-fn link_problem(
-    before: Option<&(i64, String)>,
-    seq: i64,
-    prev_hash: &str,
-    hash: &str,
-    event: &AuditEvent,
-) -> Option<String> {
-    match before {
-        Some((before_seq, _)) if seq != before_seq + 1 => {
-            return Some(format!("sequence gap: expected {}, found {seq}", before_seq + 1));
-        }
-        Some((_, before_hash)) if prev_hash != before_hash => {
-            return Some("prev_hash does not match the previous event's hash".to_owned());
-        }
-        None if seq == 1 && prev_hash != GENESIS => {
-            return Some("the chain's first event does not follow the genesis hash".to_owned());
-        }
-        None if seq < 1 => return Some(format!("seq {seq} is not a chain position")),
-        _ => {}
-    }
-    (chain_hash(prev_hash, seq, event) != hash).then(|| "hash does not match the event's contents".to_owned())
-}
-
 /// One CSV field: text is always quoted (a quote doubled inside), a number is bare, an absent
 /// value is empty.
-fn csv_field(out: &mut dyn Write, text: Option<&str>) -> std::io::Result<()> {
-    match text {
-        None => Ok(()),
-        Some(text) => {
-            out.write_all(b"\"")?;
-            for (i, part) in text.split('"').enumerate() {
-                if i > 0 {
-                    out.write_all(b"\"\"")?;
-                }
-                out.write_all(part.as_bytes())?;
-            }
-            out.write_all(b"\"")
-        }
-    }
+enum Cell<'a> {
+    Number(i64),
+    Text(Option<&'a str>),
 }
 
 fn write_csv_row(out: &mut dyn Write, seq: i64, prev_hash: &str, hash: &str, e: &AuditEvent) -> std::io::Result<()> {
-    write!(out, "{seq},")?;
-    for text in [Some(e.id.to_string()), Some(e.tenant.to_string())] {
-        csv_field(out, text.as_deref())?;
-        out.write_all(b",")?;
+    use Cell::{Number, Text};
+    let (id, tenant, user) = (e.id.to_string(), e.tenant.to_string(), e.user.to_string());
+    // In `COLUMNS` order.
+    let cells = [
+        Number(seq),
+        Text(Some(&id)),
+        Text(Some(&tenant)),
+        Number(e.occurred_at),
+        Text(Some(&user)),
+        Text(e.session_id.as_deref()),
+        Text(e.request_id.as_deref()),
+        Text(e.client_name.as_deref()),
+        Text(e.client_version.as_deref()),
+        Text(Some(&e.action)),
+        Text(e.tool.as_deref()),
+        Text(e.args_digest.as_deref()),
+        Text(e.args_raw.as_deref()),
+        Text(Some(e.outcome.as_str())),
+        Text(e.error_class.as_deref()),
+        Number(e.duration_us),
+        Number(e.calls),
+        Text(Some(prev_hash)),
+        Text(Some(hash)),
+    ];
+    for (i, cell) in cells.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        match cell {
+            Number(n) => write!(out, "{n}")?,
+            Text(None) => {}
+            Text(Some(text)) => write!(out, "\"{}\"", text.replace('"', "\"\""))?,
+        }
     }
-    write!(out, "{},", e.occurred_at)?;
-    csv_field(out, Some(&e.user.to_string()))?;
-    for text in [&e.session_id, &e.request_id, &e.client_name, &e.client_version] {
-        out.write_all(b",")?;
-        csv_field(out, text.as_deref())?;
-    }
-    out.write_all(b",")?;
-    csv_field(out, Some(&e.action))?;
-    for text in [&e.tool, &e.args_digest, &e.args_raw] {
-        out.write_all(b",")?;
-        csv_field(out, text.as_deref())?;
-    }
-    out.write_all(b",")?;
-    csv_field(out, Some(e.outcome.as_str()))?;
-    out.write_all(b",")?;
-    csv_field(out, e.error_class.as_deref())?;
-    write!(out, ",{},{},", e.duration_us, e.calls)?;
-    csv_field(out, Some(prev_hash))?;
-    out.write_all(b",")?;
-    csv_field(out, Some(hash))?;
     out.write_all(b"\n")
 }
 
@@ -366,26 +343,20 @@ fn csv_row(cells: Vec<Option<String>>) -> Result<ReadRow, String> {
         return Err(format!("{} fields, not {}", cells.len(), COLUMNS.len()));
     }
     let mut cells = cells.into_iter().zip(COLUMNS);
-    let mut text = move || {
-        let (cell, name) = cells.next().expect("counted above");
-        (cell, name)
-    };
+    let mut text = move || cells.next().expect("counted above");
     fn required((cell, name): (Option<String>, &str)) -> Result<String, String> {
         cell.ok_or_else(|| format!("`{name}` is empty"))
     }
-    fn number(cell: (Option<String>, &str)) -> Result<i64, String> {
+    fn parsed<T: std::str::FromStr>(cell: (Option<String>, &str), what: &str) -> Result<T, String> {
         let name = cell.1;
-        required(cell)?.parse().map_err(|_| format!("`{name}` is not a number"))
+        required(cell)?.parse().map_err(|_| format!("`{name}` is not {what}"))
     }
-    fn parsed_id<T: std::str::FromStr>(cell: (Option<String>, &str)) -> Result<T, String> {
-        let name = cell.1;
-        required(cell)?.parse().map_err(|_| format!("`{name}` is not an id"))
-    }
+    let number = |cell| parsed::<i64>(cell, "a number");
     let seq = number(text())?;
-    let id: AuditEventId = parsed_id(text())?;
-    let tenant: TenantId = parsed_id(text())?;
+    let id: AuditEventId = parsed(text(), "an id")?;
+    let tenant: TenantId = parsed(text(), "an id")?;
     let occurred_at = number(text())?;
-    let user: UserId = parsed_id(text())?;
+    let user: UserId = parsed(text(), "an id")?;
     let (session_id, request_id, client_name, client_version) = (text().0, text().0, text().0, text().0);
     let action = required(text())?;
     let (tool, args_digest, args_raw) = (text().0, text().0, text().0);
@@ -475,6 +446,8 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::GENESIS;
+    use crate::audit::digest::chain_hash;
 
     fn event(n: i64, raw: Option<&str>) -> AuditEvent {
         AuditEvent {

@@ -100,31 +100,23 @@ pub async fn verify_with_checkpoints(
         .bind(&tenant_id)
         .fetch_all(&mut *tx)
         .await?;
-        let mut prev = GENESIS.to_owned();
+        // The whole chain: its first event follows seq 0 and the genesis hash.
+        let mut before = (0, GENESIS.to_owned());
         let mut broken = None;
         let mut count = 0;
         let mut hashes: HashMap<i64, String> = HashMap::new();
-        for (i, row) in rows.iter().enumerate() {
+        for row in &rows {
             count += 1;
             let seq: i64 = row.try_get("seq")?;
-            let id: String = row.try_get("id")?;
             let stored_prev: String = row.try_get("prev_hash")?;
             let stored_hash: String = row.try_get("hash")?;
-            let reason = if seq != i as i64 + 1 {
-                Some(format!("sequence gap: expected {}, found {seq}", i + 1))
-            } else if stored_prev != prev {
-                Some("prev_hash does not match the previous event's hash".to_owned())
-            } else {
-                let event = event_from_row(row)?;
-                (chain_hash(&prev, seq, &event) != stored_hash)
-                    .then(|| "hash does not match the event's contents".to_owned())
-            };
-            if let Some(reason) = reason {
-                broken = Some(BrokenLink { seq, event_id: id, reason });
+            let event = event_from_row(row)?;
+            if let Some(reason) = link_problem(Some(&before), seq, &stored_prev, &stored_hash, &event) {
+                broken = Some(BrokenLink { seq, event_id: event.id.to_string(), reason });
                 break;
             }
             hashes.insert(seq, stored_hash.clone());
-            prev = stored_hash;
+            before = (seq, stored_hash);
         }
         let mut report = ChainReport {
             tenant: slug,
@@ -184,6 +176,32 @@ fn held_by_chain(cp: &Checkpoint, keys: &[VerifyingKey], hashes: &HashMap<i64, S
             ))
         }
     }
+}
+
+/// Why a chain link does not hold: its hash is not that of its fields, or it does not follow the
+/// link before it (`before`: that link's seq and hash; `None` for the first of an export, which
+/// may start anywhere in the chain).
+pub(crate) fn link_problem(
+    before: Option<&(i64, String)>,
+    seq: i64,
+    prev_hash: &str,
+    hash: &str,
+    event: &AuditEvent,
+) -> Option<String> {
+    match before {
+        Some((before_seq, _)) if seq != before_seq + 1 => {
+            return Some(format!("sequence gap: expected {}, found {seq}", before_seq + 1));
+        }
+        Some((_, before_hash)) if prev_hash != before_hash => {
+            return Some("prev_hash does not match the previous event's hash".to_owned());
+        }
+        None if seq == 1 && prev_hash != GENESIS => {
+            return Some("the chain's first event does not follow the genesis hash".to_owned());
+        }
+        None if seq < 1 => return Some(format!("seq {seq} is not a chain position")),
+        _ => {}
+    }
+    (chain_hash(prev_hash, seq, event) != hash).then(|| "hash does not match the event's contents".to_owned())
 }
 
 /// The columns [`event_from_row`] reads, with `seq`, `prev_hash` and `hash`.

@@ -10,10 +10,10 @@ use clap::{Args, Subcommand};
 
 use super::CliError;
 use crate::audit::checkpoint::{self, CheckpointKey, Checkpointer, VerifyingKey};
-use crate::audit::export::{self, Anchors, ExportError, Format};
+use crate::audit::export::{self, Anchors, Format};
 use crate::audit::verify::{Checkpoints, verify_with_checkpoints};
 use crate::config::Config;
-use crate::store::{Db, StoreError};
+use crate::store::Db;
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -49,7 +49,7 @@ pub enum AuditCommand {
         #[arg(long, value_name = "TIME")]
         since: Option<String>,
         #[arg(long, value_enum, default_value = "jsonl")]
-        format: ExportFormat,
+        format: Format,
     },
     /// Check an export (JSON lines or CSV) without the database: every row's hash against its
     /// fields and its link to the row before. Prints where it joins the chain and its head.
@@ -74,12 +74,6 @@ pub enum AuditCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum ExportFormat {
-    Jsonl,
-    Csv,
 }
 
 pub async fn run(config: &Config, args: AuditArgs) -> Result<(), CliError> {
@@ -156,23 +150,14 @@ fn since_millis(text: &str) -> Result<i64, CliError> {
     Ok(i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MIN))
 }
 
-async fn export(config: &Config, tenant: &str, since: Option<&str>, format: ExportFormat) -> Result<(), CliError> {
+async fn export(config: &Config, tenant: &str, since: Option<&str>, format: Format) -> Result<(), CliError> {
     let since = since.map(since_millis).transpose()?;
-    let format = match format {
-        ExportFormat::Jsonl => Format::Jsonl,
-        ExportFormat::Csv => Format::Csv,
-    };
     let db = Db::connect(&config.database).await?;
     db.migrate().await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let done = export::export(&db, tenant, since, format, &mut out).await;
     db.close().await;
-    let done = match done {
-        Ok(done) => done,
-        Err(ExportError::Store(e)) => return Err(e.into()),
-        Err(ExportError::Db(e)) => return Err(StoreError::from(e).into()),
-        Err(ExportError::Io(e)) => return Err(e.into()),
-    };
+    let done = done?;
     std::io::Write::flush(&mut out)?;
     match (&done.first, &done.head) {
         (Some((first, _)), Some((seq, hash))) => {

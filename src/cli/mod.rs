@@ -70,6 +70,8 @@ pub enum CliError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TraceSetupError),
+    #[error(transparent)]
+    Export(#[from] crate::audit::export::ExportError),
 }
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {

@@ -29,9 +29,17 @@ struct Bucket {
     at: Instant,
 }
 
+/// A bucket's refill rate (per second; 0: no limit) and size: this replica's share.
+#[derive(Clone, Copy)]
+struct Budget {
+    rate: f64,
+    burst: f64,
+}
+
 /// Token buckets keyed by tenant and by (tenant, user).
 pub(crate) struct RateLimiter {
-    config: LimitsConfig,
+    user: Budget,
+    tenant: Budget,
     tenants: Mutex<HashMap<TenantId, Bucket>>,
     users: Mutex<HashMap<(TenantId, UserId), Bucket>>,
     audit: Arc<RateLimitAudit>,
@@ -71,18 +79,23 @@ fn check<K: std::hash::Hash + Eq>(
 }
 
 impl RateLimiter {
-    pub fn new(config: LimitsConfig, audit: Arc<RateLimitAudit>) -> Self {
-        Self { config, tenants: Mutex::default(), users: Mutex::default(), audit }
+    pub fn new(config: &LimitsConfig, audit: Arc<RateLimitAudit>) -> Self {
+        // This replica's share of each budget (see `limits.replicas`).
+        let share = |rate, burst| Budget { rate: config.share(rate), burst: config.share(burst) };
+        Self {
+            user: share(config.user_per_sec, config.user_burst),
+            tenant: share(config.tenant_per_sec, config.tenant_burst),
+            tenants: Mutex::default(),
+            users: Mutex::default(),
+            audit,
+        }
     }
 
     fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
-        let c = &self.config;
+        let (u, t) = (self.user, self.tenant);
         let now = Instant::now();
-        // This replica's share of each budget (see `limits.replicas`).
-        let (user_rate, user_burst) = (c.share(c.user_per_sec), c.share(c.user_burst));
-        let (tenant_rate, tenant_burst) = (c.share(c.tenant_per_sec), c.share(c.tenant_burst));
-        check(&self.users, (tenant, user), user_rate, user_burst, now).map_err(|w| ("user", w))?;
-        check(&self.tenants, tenant, tenant_rate, tenant_burst, now).map_err(|w| ("tenant", w))
+        check(&self.users, (tenant, user), u.rate, u.burst, now).map_err(|w| ("user", w))?;
+        check(&self.tenants, tenant, t.rate, t.burst, now).map_err(|w| ("tenant", w))
     }
 }
 

@@ -361,7 +361,7 @@ where
 {
     let server = &state.config.server;
     let refusals = crate::audit::refusal::RateLimitAudit::start(state.audit.clone(), state.shutdown.clone());
-    let limiter = Arc::new(limits::RateLimiter::new(state.config.limits.clone(), refusals));
+    let limiter = Arc::new(limits::RateLimiter::new(&state.config.limits, refusals));
     let gate = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(Arc::clone(&state.gate), authenticate))
         .layer(middleware::from_fn_with_state(limiter, limits::limit));

@@ -129,11 +129,6 @@ impl SessionRegistry {
         self.read().owners.get(session_id).copied()
     }
 
-    /// How many sessions `principal` holds (places being created included).
-    pub fn held_by(&self, principal: Principal) -> usize {
-        self.read().counts.get(&principal).copied().unwrap_or(0)
-    }
-
     /// Holds `request` in flight for `session_id`, or `None` when a request with that id is
     /// in flight there already (JSON-RPC ids must be unique among a session's pending
     /// requests: a second one would run and never get its answer).

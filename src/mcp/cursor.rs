@@ -1,8 +1,8 @@
 //! Pagination cursors of the aggregated lists (`prompts/list`, `resources/list`,
 //! `resources/templates/list`): opaque to the client, sealed (HMAC-SHA256) with a key that
 //! every replica on the database shares, so a page minted by one replica is good on another
-//! (stateless requests go to any of them), and bound to the list, the tenant, the user and the session (or, outside a
-//! session, to the tenant and user alone), with an expiry. A cursor that was altered, minted
+//! (stateless requests go to any of them), and bound to the list, the tenant, the user and the
+//! session (or, outside a session, to the tenant and user alone), with an expiry. A cursor that was altered, minted
 //! for another caller or another list, or that expired is refused (-32602): it can never
 //! reach another tenant's items, and a forged offset reads nothing.
 

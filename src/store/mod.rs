@@ -236,9 +236,12 @@ impl Db {
     pub async fn shared_key(&self, name: &str) -> Result<[u8; 32], StoreError> {
         use base64::Engine as _;
         use base64::engine::general_purpose::STANDARD;
+        use ring::rand::{SecureRandom as _, SystemRandom};
         let mut fresh = [0u8; 32];
-        fresh[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        fresh[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        SystemRandom::new().fill(&mut fresh).map_err(|_| StoreError::Invalid {
+            field: "shared_keys.secret",
+            message: "the system random source failed".into(),
+        })?;
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO shared_keys (name, secret, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",

@@ -271,18 +271,21 @@ fn request_span<B>(request: &http::Request<B>) -> tracing::Span {
     span
 }
 
-/// The route of a path, from a fixed set (a path can hold a secret: the OAuth start links do).
+/// The route of an OAuth start link, whose path is its secret.
+const START_ROUTE: &str = "/oauth/start/{secret}";
+
 /// A request's path as the log may hold it: an OAuth start link's path names its route, never
 /// its secret; any other path as it came.
 pub(crate) fn loggable_path(path: &str) -> &str {
     match path.strip_prefix(crate::upstream::oauth::START_PATH) {
-        Some(rest) if rest.starts_with('/') => "/oauth/start/{secret}",
+        Some(rest) if rest.starts_with('/') => START_ROUTE,
         _ => path,
     }
 }
 
+/// The route of a path, from a fixed set (a path can hold a secret: the OAuth start links do).
 fn route(path: &str) -> &'static str {
-    use crate::upstream::oauth::{CALLBACK_PATH, START_PATH};
+    use crate::upstream::oauth::CALLBACK_PATH;
     const FIXED: &[&str] = &[
         "/mcp",
         "/healthz",
@@ -294,12 +297,9 @@ fn route(path: &str) -> &'static str {
         crate::tunnel::CONNECT_PATH,
         CALLBACK_PATH,
     ];
-    if let Some(fixed) = FIXED.iter().find(|fixed| **fixed == path) {
-        return fixed;
-    }
-    match path.strip_prefix(START_PATH) {
-        Some(rest) if rest.starts_with('/') => "/oauth/start/{secret}",
-        _ => "(other)",
+    match loggable_path(path) {
+        START_ROUTE => START_ROUTE,
+        path => FIXED.iter().find(|fixed| **fixed == path).copied().unwrap_or("(other)"),
     }
 }
 

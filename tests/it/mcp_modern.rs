@@ -104,7 +104,7 @@ pub async fn message(response: reqwest::Response) -> Value {
     })
 }
 
-fn modern_call(id: i64, tool: &str, client: Option<(&str, &str)>) -> Value {
+pub(crate) fn modern_call(id: i64, tool: &str, client: Option<(&str, &str)>) -> Value {
     let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},

@@ -92,12 +92,7 @@ async fn two_replicas_append_to_one_chain(backend: Backend) {
     let mut tasks = Vec::new();
     for (r, replica) in replicas.iter().enumerate() {
         for c in 0..CLIENTS_PER_REPLICA {
-            let transport = StreamableHttpClientTransport::with_client(
-                reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-                StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", replica.addr))
-                    .auth_header(token.clone()),
-            );
-            let client = ().serve(transport).await.expect("client connects");
+            let client = session_client(&format!("http://{}/mcp", replica.addr), &token).await;
             let writer = r * CLIENTS_PER_REPLICA + c;
             tasks.push(tokio::spawn(async move {
                 let mut failures = Vec::new();
@@ -460,7 +455,6 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         logs()
     );
     // A call can fail only if it was in flight on the killed replica: one per moved client.
-    eprintln!("failed: {failed:?}");
     for (writer, failures) in &failed {
         assert!(moved.contains(writer) && failures.len() == 1, "writer {writer} lost calls: {failures:?}\n{}", logs());
     }
@@ -552,12 +546,7 @@ async fn a_revocation_applies_on_every_replica() {
             .header("authorization", format!("Bearer {token}"))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .body(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"}}})
-                .to_string(),
-            )
+            .body(crate::mcp_http::INIT)
             .send()
             .await
             .unwrap()
@@ -590,10 +579,7 @@ async fn rate_limits_hold_for_the_cluster() {
     let started = std::time::Instant::now();
     let (mut admitted, mut limited) = (0, 0);
     for id in 0..2 * BURST {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-            "name": "whoami", "arguments": {},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let body = crate::mcp_modern::modern_call(id as i64, "whoami", None);
         let response = http
             .post(cluster.balancer.mcp())
             .header("authorization", format!("Bearer {token}"))
