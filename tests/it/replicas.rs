@@ -386,7 +386,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         let done = Arc::clone(&done);
         let killed = Arc::clone(&killed);
         tasks.push(tokio::spawn(async move {
-            let (mut answered, mut failures) = (0, Vec::new());
+            let (mut answered, mut failures, mut recovered) = (0, Vec::new(), false);
             for round in 0..LB_ROUNDS {
                 let calls = [
                     ("record_egg_count", json!({"flock": "north-barn", "day": day_of(writer, round), "eggs": round})),
@@ -394,11 +394,20 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
                 ];
                 for (tool, args) in calls {
                     match try_call(&client, tool, args).await {
+                        // Once a client is served after a failure, it has its new session: no
+                        // later call of it may fail.
+                        Ok(result) if result.is_error != Some(true) && !failures.is_empty() => {
+                            answered += 1;
+                            recovered = true;
+                        }
                         Ok(result) if result.is_error != Some(true) => answered += 1,
                         Ok(result) => panic!("writer {writer}: {tool} answered an error: {result:?}"),
                         // Before the kill, under the load of all three replicas, no call fails.
                         Err(e) if !killed.load(std::sync::atomic::Ordering::SeqCst) => {
                             panic!("writer {writer}, round {round}, {tool} failed before any replica was killed: {e}")
+                        }
+                        Err(e) if recovered => {
+                            panic!("writer {writer}, round {round}, {tool} failed after recovering: {e}")
                         }
                         Err(e) => failures.push(format!("round {round} {tool}: {e}")),
                     }
@@ -454,9 +463,11 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         "the killed replica's clients, and only they, moved: {moved:?}\n{}",
         logs()
     );
-    // A call can fail only if it was in flight on the killed replica: one per moved client.
+    // Only the killed replica's clients lose calls, and only until they are in a new session
+    // (checked as they ran): the call in flight when it died, and any sent to it before HAProxy
+    // marked it down (502 on a connection HAProxy had kept open to it).
     for (writer, failures) in &failed {
-        assert!(moved.contains(writer) && failures.len() == 1, "writer {writer} lost calls: {failures:?}\n{}", logs());
+        assert!(moved.contains(writer), "writer {writer} lost calls: {failures:?}\n{}", logs());
     }
 
     // A session of the killed replica, sent through the balancer: 404 from a live replica.
