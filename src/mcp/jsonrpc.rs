@@ -270,10 +270,45 @@ fn unparsable(bytes: &[u8]) -> Malformed {
     }
 }
 
+/// The revisions without an `initialize` (SEP-2575): requests are self-contained and served
+/// statelessly, with none of the methods the revision removed.
+const MODERN_REVISIONS: [&str; 1] = ["2026-07-28"];
+
+/// The methods the gateway serves to a caller on a modern revision. Anything else (the
+/// methods the revision removed: `initialize`, `ping`, `logging/setLevel`,
+/// `resources/subscribe`, `resources/unsubscribe`; and any unknown method) answers 404 with
+/// -32601, as the revision's HTTP binding requires.
+const MODERN_METHODS: [&str; 10] = [
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+    "subscriptions/listen",
+];
+
+/// Whether the request declares a modern revision in its `MCP-Protocol-Version` header.
+fn is_modern(request: &Request) -> bool {
+    request
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| MODERN_REVISIONS.contains(&v.trim()))
+}
+
 pub(crate) async fn check(request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
+        // A modern revision has no standalone event stream and no session to end.
+        if is_modern(&request) && matches!(*request.method(), Method::GET | Method::DELETE) {
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
         return next.run(request).await;
     }
+    let modern = is_modern(&request);
     let json_body = declares_json(&request);
     let (mut parts, body) = request.into_parts();
     // The gate has buffered the body already; this only takes it back.
@@ -291,6 +326,15 @@ pub(crate) async fn check(request: Request, next: Next) -> Response {
     };
     if let Err(malformed) = inspection.shape {
         return error(malformed);
+    }
+    if modern && inspection.is_request() && inspection.method().is_some_and(|m| !MODERN_METHODS.contains(&m)) {
+        let method = inspection.method().unwrap_or_default();
+        let body = ErrorBody {
+            jsonrpc: "2.0",
+            id: inspection.request_id(),
+            error: ErrorObject { code: -32601, message: &format!("Method not found: {method}") },
+        };
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
     }
     let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE && json_body {

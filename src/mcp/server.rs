@@ -9,6 +9,7 @@ use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ConstString,
     ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
@@ -16,7 +17,7 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use tracing::Instrument;
 
@@ -336,7 +337,10 @@ impl GatewayServer {
         F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
     {
         let Some(binding) = binding else {
-            return start(self.exchange(ctx, context)).await.map(|done| rounds::Next::Done(Box::new(done)));
+            return start(self.exchange(ctx, context)).await.map(|mut done| {
+                completed(&mut done);
+                rounds::Next::Done(Box::new(done))
+            });
         };
         let key = &self.shared.rounds_key;
         let running = match state {
@@ -358,11 +362,29 @@ impl GatewayServer {
             }
         };
         match self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await {
+            Ok(rounds::Next::Done(mut done)) => {
+                completed(&mut done);
+                Ok(rounds::Next::Done(done))
+            }
             Ok(next) => Ok(next),
             Err(ProxyError::NotFound) => Err(None),
             Err(e) => Err(Some(e)),
         }
     }
+}
+
+/// Marks an upstream's final result `resultType: "complete"` where it left it out: a
+/// 2026-07-28 caller must find it on every result (rmcp takes it off again for a caller on an
+/// older revision).
+fn completed(result: &mut ServerResult) {
+    let result_type = match result {
+        ServerResult::CallToolResult(r) => &mut r.result_type,
+        ServerResult::GetPromptResult(r) => &mut r.result_type,
+        ServerResult::ReadResourceResult(r) => &mut r.result_type,
+        ServerResult::CompleteResult(r) => &mut r.result_type,
+        _ => return,
+    };
+    result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
 }
 
 /// How long a user has to complete a login the gateway asked for by elicitation (a start link
@@ -744,10 +766,42 @@ impl ServerHandler for GatewayServer {
             };
             let snapshot =
                 self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            self.shared.upstreams.complete(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await
+            let mut result =
+                self.shared.upstreams.complete(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await?;
+            result.result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+            Ok(result)
         }
         .await;
         self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await
+    }
+
+    /// Every kind of notification the gateway relays is accepted (and every resource URI, seen
+    /// or not, unknown or forbidden alike); what each caller hears is scoped in [`Self::listen`].
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    /// A 2026-07-28 caller's `subscriptions/listen` stream: list changes of the servers (and
+    /// kinds) it holds grants for, updates of the resources it may read, until the caller ends
+    /// the stream or its token expires (the gateway no longer knows who listens after that).
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        let context = subscription.request_context();
+        let ctx = context_for(context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let snapshot = self.snapshot(&ctx, context).await?;
+        let key = format!("listen:{}", uuid::Uuid::new_v4());
+        let ended = tokio_util::sync::CancellationToken::new();
+        let _end_on_drop = ended.clone().drop_guard();
+        let listening = self.shared.upstreams.listen(&snapshot, &ctx, &key, subscription.sink(), &ended).await;
+        let left = u64::try_from(ctx.token_expires_at().saturating_sub(crate::store::now_millis() / 1000)).unwrap_or(0);
+        tokio::select! {
+            () = subscription.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_secs(left)) => {
+                tracing::debug!("a listen stream ended with its caller's token");
+            }
+        }
+        ended.cancel();
+        self.shared.upstreams.unlisten(listening, &key).await;
+        Ok(())
     }
 
     #[allow(deprecated)]

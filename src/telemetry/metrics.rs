@@ -89,6 +89,17 @@ pub fn upstream_restart(server: &str) {
     metrics::counter!("scopegate_upstream_restarts_total", "server" => server.to_owned()).increment(1);
 }
 
+/// An upstream connection completed its handshake on protocol `revision` (the one negotiated,
+/// or the one its declaration pins).
+pub fn upstream_connected(server: &str, revision: &str) {
+    metrics::counter!(
+        "scopegate_upstream_connections_total",
+        "server" => server.to_owned(),
+        "revision" => revision.to_owned()
+    )
+    .increment(1);
+}
+
 /// An executor agent connected (`returning`: its executor had connected to this replica
 /// before, so this is a reconnect).
 pub fn executor_connected(returning: bool) {

@@ -7,8 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use rmcp::RoleServer;
-use rmcp::model::{Prompt, Resource, ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities, Tool};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::model::{
+    Prompt, PromptListChangedNotification, Resource, ResourceListChangedNotification, ResourceTemplate,
+    ResourceUpdatedNotification, ResourceUpdatedNotificationParam, ServerCapabilities, ServerNotification, Tool,
+    ToolListChangedNotification,
+};
+use rmcp::service::{Peer, RoleClient, ServiceError, SubscriptionSink};
+use tokio_util::sync::CancellationToken;
 
 use crate::store::entities::GrantKind;
 
@@ -125,9 +130,98 @@ impl<T> Slot<T> {
     }
 }
 
-/// A session that subscribed to a resource: where its updates go, under the URI it knows.
+/// Where a caller hears of changes: its session (protocol revisions with `initialize`), or one
+/// of its `subscriptions/listen` streams (2026-07-28), which carries only what its filter
+/// accepted and, of the lists, only the kinds the caller holds a grant for.
+#[derive(Clone)]
+pub enum Notifier {
+    Session(Peer<RoleServer>),
+    Listen {
+        sink: SubscriptionSink,
+        /// The lists this caller may hear of on this connection.
+        kinds: Kinds,
+        /// Cancelled when the stream ends.
+        ended: CancellationToken,
+    },
+}
+
+/// A set of [`ListKind`]s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kinds {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl Kinds {
+    fn has(self, kind: ListKind) -> bool {
+        match kind {
+            ListKind::Tools => self.tools,
+            ListKind::Prompts => self.prompts,
+            ListKind::Resources | ListKind::Templates => self.resources,
+        }
+    }
+}
+
+impl Notifier {
+    fn is_closed(&self) -> bool {
+        match self {
+            Self::Session(peer) => peer.is_transport_closed(),
+            Self::Listen { ended, .. } => ended.is_cancelled(),
+        }
+    }
+
+    /// Tells the caller that a list changed (a listen stream: only of a kind it may see and
+    /// its filter accepted).
+    pub async fn list_changed(&self, kind: ListKind) {
+        let delivered = match self {
+            Self::Session(peer) => match kind {
+                ListKind::Tools => peer.notify_tool_list_changed().await,
+                ListKind::Prompts => peer.notify_prompt_list_changed().await,
+                ListKind::Resources | ListKind::Templates => peer.notify_resource_list_changed().await,
+            }
+            .map_err(|e| e.to_string()),
+            Self::Listen { sink, kinds, .. } => {
+                if !kinds.has(kind) {
+                    return;
+                }
+                let notification = match kind {
+                    ListKind::Tools => {
+                        ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default())
+                    }
+                    ListKind::Prompts => {
+                        ServerNotification::PromptListChangedNotification(PromptListChangedNotification::default())
+                    }
+                    ListKind::Resources | ListKind::Templates => {
+                        ServerNotification::ResourceListChangedNotification(ResourceListChangedNotification::default())
+                    }
+                };
+                sink.send(notification).await.map_err(|e| e.to_string())
+            }
+        };
+        if let Err(e) = delivered {
+            tracing::debug!(error = %e, "list change not delivered");
+        }
+    }
+
+    /// Tells the caller that a resource it subscribed to changed.
+    pub async fn resource_updated(&self, update: ResourceUpdatedNotificationParam) {
+        let delivered = match self {
+            Self::Session(peer) => peer.notify_resource_updated(update).await.map_err(|e| e.to_string()),
+            Self::Listen { sink, .. } => sink
+                .send(ServerNotification::ResourceUpdatedNotification(ResourceUpdatedNotification::new(update)))
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(e) = delivered {
+            tracing::debug!(error = %e, "resource update not delivered");
+        }
+    }
+}
+
+/// A caller that subscribed to a resource: where its updates go, under the URI it knows.
 struct Subscriber {
-    peer: Peer<RoleServer>,
+    to: Notifier,
     exposed: String,
 }
 
@@ -137,8 +231,9 @@ pub(super) struct State {
     prompts: Slot<Prompt>,
     resources: Slot<Resource>,
     templates: Slot<ResourceTemplate>,
-    /// Sessions that listed through this connection, by session id: told when a list changes.
-    watchers: HashMap<String, Peer<RoleServer>>,
+    /// Sessions that listed through this connection (by session id) and listen streams (by
+    /// their own key): told when a list changes.
+    watchers: HashMap<String, Notifier>,
     /// Upstream URI -> subscribed sessions, by session id.
     subscriptions: BTreeMap<String, HashMap<String, Subscriber>>,
 }
@@ -197,27 +292,32 @@ impl Catalog {
         }
     }
 
-    /// Tells `session` when a list of this connection changes.
-    pub fn watch(&self, session: &str, peer: &Peer<RoleServer>) {
+    /// Tells `key` (a session, or a listen stream) when a list of this connection changes.
+    pub fn watch(&self, key: &str, to: &Notifier) {
         let mut state = self.lock();
-        if !state.watchers.contains_key(session) {
-            state.watchers.insert(session.to_owned(), peer.clone());
+        if !state.watchers.contains_key(key) {
+            state.watchers.insert(key.to_owned(), to.clone());
         }
     }
 
-    /// The sessions to tell of a changed list (those whose transport closed are forgotten).
-    pub fn watchers(&self) -> Vec<Peer<RoleServer>> {
+    /// Forgets `key` as a watcher (a listen stream that ended).
+    pub fn unwatch(&self, key: &str) {
+        self.lock().watchers.remove(key);
+    }
+
+    /// Whom to tell of a changed list (those whose transport closed are forgotten).
+    pub fn watchers(&self) -> Vec<Notifier> {
         let mut state = self.lock();
-        state.watchers.retain(|_, peer| !peer.is_transport_closed());
+        state.watchers.retain(|_, to| !to.is_closed());
         state.watchers.values().cloned().collect()
     }
 
-    /// Records `session`'s subscription to upstream `uri` (known to it as `exposed`).
-    pub fn subscribe(&self, uri: &str, session: &str, peer: &Peer<RoleServer>, exposed: &str) -> UpstreamSubscription {
+    /// Records `key`'s subscription to upstream `uri` (known to it as `exposed`).
+    pub fn subscribe(&self, uri: &str, key: &str, to: &Notifier, exposed: &str) -> UpstreamSubscription {
         let mut state = self.lock();
         let subscribers = state.subscriptions.entry(uri.to_owned()).or_default();
         let first = subscribers.is_empty();
-        subscribers.insert(session.to_owned(), Subscriber { peer: peer.clone(), exposed: exposed.to_owned() });
+        subscribers.insert(key.to_owned(), Subscriber { to: to.clone(), exposed: exposed.to_owned() });
         if first { UpstreamSubscription::Subscribe } else { UpstreamSubscription::Unchanged }
     }
 
@@ -239,23 +339,20 @@ impl Catalog {
     }
 
     /// Where an update of upstream `uri` goes: each subscribed session, with the URI it knows.
-    pub fn updated(&self, uri: &str) -> Vec<(Peer<RoleServer>, ResourceUpdatedNotificationParam)> {
+    pub fn updated(&self, uri: &str) -> Vec<(Notifier, ResourceUpdatedNotificationParam)> {
         let state = self.lock();
         let Some(subscribers) = state.subscriptions.get(uri) else { return Vec::new() };
-        subscribers
-            .values()
-            .map(|s| (s.peer.clone(), ResourceUpdatedNotificationParam::new(s.exposed.clone())))
-            .collect()
+        subscribers.values().map(|s| (s.to.clone(), ResourceUpdatedNotificationParam::new(s.exposed.clone()))).collect()
     }
 
     /// Forgets the watchers and subscriptions of sessions `live` says are gone; returns the
     /// upstream URIs no session is subscribed to any more.
     pub fn retain_sessions(&self, live: impl Fn(&str) -> bool) -> Vec<String> {
         let mut state = self.lock();
-        state.watchers.retain(|session, peer| live(session) && !peer.is_transport_closed());
+        state.watchers.retain(|key, to| !to.is_closed() && (matches!(to, Notifier::Listen { .. }) || live(key)));
         let mut dropped = Vec::new();
         state.subscriptions.retain(|uri, subscribers| {
-            subscribers.retain(|session, s| live(session) && !s.peer.is_transport_closed());
+            subscribers.retain(|key, s| !s.to.is_closed() && (matches!(s.to, Notifier::Listen { .. }) || live(key)));
             if subscribers.is_empty() {
                 dropped.push(uri.clone());
             }

@@ -10,7 +10,7 @@ use rmcp::model::{Prompt, SubscribeRequestParams, Tool, UnsubscribeRequestParams
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use tracing::Instrument;
 
-use super::catalog::{Catalog, Listed, UpstreamSubscription};
+use super::catalog::{Catalog, Listed, Notifier, UpstreamSubscription};
 use super::client::WireSlot;
 use super::executor::{Executor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
@@ -86,6 +86,7 @@ impl Connection {
             caps: self.caps,
             wire: Arc::clone(&self.wire),
             trust_related: matches!(self.server.transport, super::ResolvedTransport::Http { .. }),
+            offered: rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE,
         }
     }
 
@@ -138,6 +139,9 @@ impl Connection {
             }
         };
         let peer = service.peer().clone();
+        let revision = peer.peer_info().map(|i| i.protocol_version.to_string()).unwrap_or_default();
+        tracing::info!(server = %self.server.name, %revision, "upstream connected");
+        metrics::upstream_connected(self.server.name.as_str(), &revision);
         let tools = self.fetch_list::<Tool>(&peer, timeout).await?;
         self.after_start(&peer).await;
         *live = Some(Live { service });
@@ -173,6 +177,10 @@ impl Connection {
     #[allow(deprecated)]
     async fn after_start(&self, peer: &Peer<RoleClient>) {
         let Some(info) = peer.peer_info() else { return };
+        // A modern upstream has neither: its log level travels in each request's `_meta`.
+        if !info.protocol_version.has_initialize() {
+            return;
+        }
         if info.capabilities.logging.is_some() {
             let params = rmcp::model::SetLevelRequestParams::new(rmcp::model::LoggingLevel::Debug);
             if let Err(e) = peer.set_level(params).await {
@@ -201,20 +209,21 @@ impl Connection {
         peer.peer_info().and_then(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe)).unwrap_or(false)
     }
 
-    /// Subscribes `session` to upstream `uri` (the upstream is asked once, for the first).
+    /// Subscribes `key` (a session or a listen stream) to upstream `uri` (the upstream is
+    /// asked once, for the first).
     #[allow(deprecated)]
     pub(super) async fn subscribe(
         &self,
         peer: &Peer<RoleClient>,
         uri: &str,
-        session: &str,
-        downstream: &Peer<rmcp::RoleServer>,
+        key: &str,
+        to: &Notifier,
         exposed: &str,
     ) -> Result<(), ServiceError> {
-        if self.catalog.subscribe(uri, session, downstream, exposed) == UpstreamSubscription::Subscribe
+        if self.catalog.subscribe(uri, key, to, exposed) == UpstreamSubscription::Subscribe
             && let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await
         {
-            self.catalog.unsubscribe(uri, session);
+            self.catalog.unsubscribe(uri, key);
             return Err(e);
         }
         Ok(())

@@ -114,9 +114,41 @@ pub struct OAuthSpec {
 pub struct ServerDeclaration {
     pub name: ServerName,
     pub transport: Transport,
-    /// `"protocolVersion": "2026-07-28"`: the server speaks that version (`server/discover`,
-    /// self-contained requests, multi round-trip) rather than the `initialize` handshake.
-    pub modern: bool,
+    /// The protocol revision the gateway speaks with it: negotiated, or pinned by the
+    /// declaration's `protocolVersion`.
+    pub revision: Revision,
+}
+
+/// The protocol revision of an upstream, as its declaration sets it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Revision {
+    /// No `protocolVersion`: negotiated at connection, modern first (`server/discover` on
+    /// 2026-07-28, retried on a version the server names in `UnsupportedProtocolVersionError`),
+    /// falling back to `initialize` on the newest legacy revision when the answer is no
+    /// recognised modern error (the 2026-07-28 "Backward Compatibility" rules).
+    #[default]
+    Negotiated,
+    /// `"protocolVersion": "2026-07-28"` (or a later modern revision): `server/discover` and
+    /// self-contained requests only, never an `initialize`.
+    Modern(&'static str),
+    /// `"protocolVersion"` naming a revision with the `initialize` handshake: only that
+    /// handshake, offering that revision.
+    Legacy(&'static str),
+}
+
+impl Revision {
+    /// The declaration's value for `protocolVersion` (`None`: negotiated).
+    pub fn pinned(self) -> Option<&'static str> {
+        match self {
+            Self::Negotiated => None,
+            Self::Modern(v) | Self::Legacy(v) => Some(v),
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        let known = |list: &'static [&'static str]| list.iter().copied().find(|v| *v == value);
+        known(&MODERN_PROTOCOLS).map(Self::Modern).or_else(|| known(&LEGACY_PROTOCOLS).map(Self::Legacy))
+    }
 }
 
 /// What a declaration file holds: its valid servers in file order, and one error per problem
@@ -178,8 +210,8 @@ pub struct ResolvedServer {
     pub name: ServerName,
     pub executor: ExecutorId,
     pub transport: ResolvedTransport,
-    /// Connected on protocol 2026-07-28 (see [`ServerDeclaration::modern`]).
-    pub modern: bool,
+    /// The revision spoken with it (see [`ServerDeclaration::revision`]).
+    pub revision: Revision,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,8 +235,8 @@ impl ResolvedServer {
         let mut canonical = json!({
             "version": 1, "name": self.name.as_str(), "executor": self.executor.as_str(), "transport": transport,
         });
-        if self.modern {
-            canonical["protocolVersion"] = json!(MODERN_PROTOCOL);
+        if let Some(version) = self.revision.pinned() {
+            canonical["protocolVersion"] = json!(version);
         }
         // serde_json writes BTreeMap and `json!` keys in a fixed order, so the text is canonical.
         let digest = Sha256::digest(canonical.to_string().as_bytes());
@@ -242,8 +274,8 @@ impl ServerDeclaration {
     /// `mcp-server` entity. `parse_declarations` reads it back unchanged.
     pub fn to_json(&self) -> Value {
         let mut out = self.transport_json();
-        if self.modern {
-            out["protocolVersion"] = Value::String(MODERN_PROTOCOL.to_owned());
+        if let Some(version) = self.revision.pinned() {
+            out["protocolVersion"] = Value::String(version.to_owned());
         }
         out
     }
@@ -326,7 +358,9 @@ impl ServerDeclaration {
             }
         };
         match transport {
-            Some(transport) => Ok(ResolvedServer { name: self.name.clone(), executor, transport, modern: self.modern }),
+            Some(transport) => {
+                Ok(ResolvedServer { name: self.name.clone(), executor, transport, revision: self.revision })
+            }
             None => Err(errors),
         }
     }
@@ -334,8 +368,10 @@ impl ServerDeclaration {
 
 const FIELDS: [&str; 9] = ["type", "command", "args", "env", "cwd", "url", "headers", "oauth", "protocolVersion"];
 
-/// The one value `protocolVersion` takes: the version spoken without an `initialize`.
-pub const MODERN_PROTOCOL: &str = "2026-07-28";
+/// The revisions without an `initialize` handshake that `protocolVersion` may pin.
+pub const MODERN_PROTOCOLS: [&str; 1] = ["2026-07-28"];
+/// The revisions with an `initialize` handshake that `protocolVersion` may pin.
+pub const LEGACY_PROTOCOLS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 const STDIO_ONLY: [&str; 4] = ["command", "args", "env", "cwd"];
 const HTTP_ONLY: [&str; 3] = ["url", "headers", "oauth"];
 
@@ -427,18 +463,26 @@ fn parse_server(name: &str, value: &Value) -> Result<ServerDeclaration, Vec<Serv
             }
         }
     };
-    let modern = match fields.get("protocolVersion") {
-        None => Some(false),
-        Some(Value::String(v)) if v == MODERN_PROTOCOL => Some(true),
+    let revision = match fields.get("protocolVersion") {
+        None => Some(Revision::Negotiated),
+        Some(Value::String(v)) if Revision::parse(v).is_some() => Revision::parse(v),
         Some(_) => keep(
             &mut errors,
             name,
             "protocolVersion",
-            Err(format!("only \"{MODERN_PROTOCOL}\" (absent: the initialize handshake)")),
+            Err(format!(
+                "one of {} (absent: negotiated)",
+                MODERN_PROTOCOLS
+                    .iter()
+                    .chain(&LEGACY_PROTOCOLS)
+                    .map(|v| format!("\"{v}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
         ),
     };
-    match modern {
-        Some(modern) if errors.is_empty() => Ok(ServerDeclaration { name: server_name, transport, modern }),
+    match revision {
+        Some(revision) if errors.is_empty() => Ok(ServerDeclaration { name: server_name, transport, revision }),
         _ => Err(errors),
     }
 }
@@ -1159,16 +1203,25 @@ mod tests {
     }
 
     #[test]
-    fn protocol_version_is_2026_or_absent_and_round_trips() {
+    fn protocol_version_pins_a_known_revision_or_is_negotiated_and_round_trips() {
         let modern = one(r#"{"m": {"command": "x", "protocolVersion": "2026-07-28"}}"#);
-        assert!(modern.modern);
+        assert_eq!(modern.revision, Revision::Modern("2026-07-28"));
         assert_eq!(modern.to_json()["protocolVersion"], "2026-07-28");
-        assert!(!one(r#"{"m": {"command": "x"}}"#).modern);
-        let stored = serde_json::json!({ "m": modern.to_json() });
-        assert!(parse_declarations(&stored.to_string()).unwrap().servers[0].modern, "parses back");
-        let bad = parse_declarations(r#"{"m": {"command": "x", "protocolVersion": "2025-06-18"}}"#).unwrap();
-        assert!(bad.servers.is_empty());
-        assert_eq!(bad.errors[0].field.as_deref(), Some("protocolVersion"), "{:?}", bad.errors);
+        let legacy = one(r#"{"m": {"command": "x", "protocolVersion": "2025-06-18"}}"#);
+        assert_eq!(legacy.revision, Revision::Legacy("2025-06-18"));
+        assert_eq!(one(r#"{"m": {"command": "x"}}"#).revision, Revision::Negotiated);
+        assert!(one(r#"{"m": {"command": "x"}}"#).to_json().get("protocolVersion").is_none());
+        for pinned in [&modern, &legacy] {
+            let stored = serde_json::json!({ "m": pinned.to_json() });
+            let back = parse_declarations(&stored.to_string()).unwrap();
+            assert_eq!(back.servers[0].revision, pinned.revision, "parses back");
+        }
+        for value in [r#""2026-07-29""#, r#""1900-01-01""#, "20260728", r#""""#, "null"] {
+            let file = format!(r#"{{"m": {{"command": "x", "protocolVersion": {value}}}}}"#);
+            let bad = parse_declarations(&file).unwrap();
+            assert!(bad.servers.is_empty(), "{value}");
+            assert_eq!(bad.errors[0].field.as_deref(), Some("protocolVersion"), "{value}: {:?}", bad.errors);
+        }
     }
 
     #[test]

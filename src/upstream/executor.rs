@@ -220,7 +220,7 @@ impl Executor {
         let started = match &server.transport {
             ResolvedTransport::Stdio { command, args, env, cwd } => {
                 let transport = handler.counted(host.spawn(server.name.as_str(), command, args, env, cwd)?);
-                tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
+                tokio::time::timeout(timeout, handler.start(server.revision, transport)).await
             }
             ResolvedTransport::Http { url, headers, .. } => {
                 let mut custom = HashMap::new();
@@ -237,12 +237,12 @@ impl Executor {
                     Some(manager) => {
                         let client = AuthClient::new(client, manager);
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                        tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
+                        tokio::time::timeout(timeout, handler.start(server.revision, transport)).await
                     }
                     None => {
                         let client = client.recording(Arc::clone(&handler.wire));
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                        tokio::time::timeout(timeout, handler.start(server.modern, transport)).await
+                        tokio::time::timeout(timeout, handler.start(server.revision, transport)).await
                     }
                 }
             }

@@ -32,6 +32,7 @@ use serde_json::Value;
 
 use super::catalog::{Catalog, ListKind};
 use super::client::RELATED_META_KEY;
+use super::declaration::Revision;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::store::{TenantId, UserId};
 use crate::telemetry::metrics;
@@ -582,27 +583,41 @@ pub struct ProxyClient {
     /// The upstream speaks Streamable HTTP: what it sends on a request's event stream is
     /// marked with that request (see `client::RELATED_META_KEY`).
     pub(super) trust_related: bool,
+    /// The revision offered in an `initialize` (one that has the handshake).
+    pub(super) offered: rmcp::model::ProtocolVersion,
 }
 
 impl ProxyClient {
-    /// Starts the MCP lifecycle on `transport`: the `initialize` handshake, or, for a server
-    /// declared on protocol 2026-07-28 (`modern`), `server/discover`.
+    /// Starts the MCP lifecycle on `transport` for a server declared on `revision`:
+    /// negotiated (a modern `server/discover` first, retried on a version the server names in
+    /// `UnsupportedProtocolVersionError`, and `initialize` on the newest legacy revision when
+    /// the answer is anything but a recognised modern error), or pinned to one revision.
+    /// A revision without an `initialize` handshake is never offered in one.
     pub async fn start<T, E, A>(
-        self,
-        modern: bool,
+        mut self,
+        revision: Revision,
         transport: T,
     ) -> Result<rmcp::service::RunningService<RoleClient, Self>, rmcp::service::ClientInitializeError>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
-        if modern {
-            let preferred_versions = vec![rmcp::model::ProtocolVersion::V_2026_07_28];
-            self.serve_with_lifecycle(transport, ClientLifecycleMode::Discover { preferred_versions }).await
-        } else {
-            self.serve(transport).await
-        }
+        use rmcp::model::ProtocolVersion;
+        use rmcp::{ClientLifecycleMode, ClientServiceExt};
+        let modern = || vec![ProtocolVersion::V_2026_07_28];
+        let lifecycle = match revision {
+            Revision::Negotiated => ClientLifecycleMode::Auto {
+                preferred_versions: modern(),
+                legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+            },
+            Revision::Modern(_) => ClientLifecycleMode::Discover { preferred_versions: modern() },
+            Revision::Legacy(version) => {
+                self.offered = serde_json::from_value(Value::String(version.to_owned()))
+                    .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE);
+                ClientLifecycleMode::Initialize
+            }
+        };
+        self.serve_with_lifecycle(transport, lifecycle).await
     }
 
     /// `transport`, with this connection's progress and log notifications counted.
@@ -617,7 +632,10 @@ impl ProxyClient {
 
 impl ClientHandler for ProxyClient {
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(self.caps.declared(), Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
+        let mut config =
+            ClientConfig::new(self.caps.declared(), Implementation::new("scopegate", env!("CARGO_PKG_VERSION")));
+        config.protocol_version = self.offered.clone();
+        config
     }
 
     async fn create_message(
@@ -716,21 +734,15 @@ impl ProxyClient {
         if kind == ListKind::Resources {
             self.catalog.invalidate(ListKind::Templates);
         }
-        for peer in self.catalog.watchers() {
-            let _ = match kind {
-                ListKind::Tools => peer.notify_tool_list_changed().await,
-                ListKind::Prompts => peer.notify_prompt_list_changed().await,
-                ListKind::Resources | ListKind::Templates => peer.notify_resource_list_changed().await,
-            };
+        for to in self.catalog.watchers() {
+            to.list_changed(kind).await;
         }
     }
 
     /// An update goes to the sessions subscribed to that resource, and to no other.
     pub(super) async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
-        for (peer, update) in self.catalog.updated(&params.uri) {
-            if let Err(e) = peer.notify_resource_updated(update).await {
-                tracing::debug!(server = %self.server, error = %e, "resource update not delivered");
-            }
+        for (to, update) in self.catalog.updated(&params.uri) {
+            to.resource_updated(update).await;
         }
     }
 

@@ -43,7 +43,7 @@ pub use super::snapshot::Snapshot;
 
 mod features;
 mod lean;
-pub use features::Watch;
+pub use features::{Listening, Watch};
 pub use lean::{LeanResult, LeanTarget};
 
 /// Separates the server from the tool in an upstream tool's name: `server__tool`.
@@ -356,7 +356,7 @@ impl Upstreams {
                 continue;
             }
             if let Some(watch) = &watch {
-                connection.catalog.watch(watch.session, watch.peer);
+                connection.catalog.watch(watch.session, &watch.notifier());
             }
             let connection = Arc::clone(connection);
             let timeout = self.connect_timeout;

@@ -141,7 +141,7 @@ impl RemoteHostHandler {
         let refused = transport.refused_flag();
         let transport = handler.counted(transport);
         let left = timeout.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, handler.start(server.modern, transport)).await {
+        match tokio::time::timeout(left, handler.start(server.revision, transport)).await {
             Ok(Ok(service)) => Ok(service),
             Ok(Err(_)) if refused.is_some_and(|r| r.load(std::sync::atomic::Ordering::Acquire)) => {
                 Err(UpstreamError::Unauthorized { server: server.name.to_string() })

@@ -12,19 +12,33 @@ use rmcp::model::{
     GetPromptResult, Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Reference, Resource,
     ResourceContents, ResourceTemplate, ServerResult,
 };
-use rmcp::service::Peer;
+use rmcp::service::{Peer, SubscriptionSink};
+use tokio_util::sync::CancellationToken;
 
 use super::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams, unavailable};
 use crate::context::McpCallContext;
 use crate::model::Role;
 use crate::store::entities::GrantKind;
-use crate::upstream::catalog::Listed;
+use crate::upstream::catalog::{Kinds, Listed, Notifier};
 use crate::upstream::surface;
+
+/// What one `subscriptions/listen` stream follows (see [`Upstreams::listen`]).
+#[derive(Default)]
+pub struct Listening {
+    watched: Vec<Arc<Connection>>,
+    subscribed: Vec<(Arc<Connection>, String)>,
+}
 
 /// A session to tell when a list it was given changes.
 pub struct Watch<'a> {
     pub session: &'a str,
     pub peer: &'a Peer<RoleServer>,
+}
+
+impl Watch<'_> {
+    pub(super) fn notifier(&self) -> Notifier {
+        Notifier::Session(self.peer.clone())
+    }
 }
 
 /// Each server's items as the caller sees them: `item` gives the exposed item (named for its
@@ -107,7 +121,7 @@ impl Upstreams {
                 continue;
             }
             if let Some(watch) = &watch {
-                connection.catalog.watch(watch.session, watch.peer);
+                connection.catalog.watch(watch.session, &watch.notifier());
             }
             let (server, connection, timeout) = (server.clone(), Arc::clone(connection), self.connect_timeout);
             tasks.spawn(async move { (server, connection.listed::<T>(timeout).await) });
@@ -261,8 +275,68 @@ impl Upstreams {
         if !Connection::offers_subscriptions(&peer) {
             return Ok(false);
         }
-        connection.subscribe(&peer, uri, watch.session, watch.peer, exposed).await.map_err(|e| Some(unavailable(e)))?;
+        connection
+            .subscribe(&peer, uri, watch.session, &watch.notifier(), exposed)
+            .await
+            .map_err(|e| Some(unavailable(e)))?;
         Ok(true)
+    }
+
+    /// Follows, for one `subscriptions/listen` stream (`key`), the list changes of every
+    /// server of the snapshot, each kind only where the caller holds a grant of it (and its
+    /// filter asked for it), and the updates of the resources in the filter that the caller may
+    /// read; a URI it may not read (or that does not exist) is followed by nothing, silently,
+    /// so the stream never tells one from the other. Returns what [`Upstreams::unlisten`] undoes.
+    pub async fn listen(
+        &self,
+        snapshot: &Snapshot,
+        ctx: &McpCallContext,
+        key: &str,
+        sink: &SubscriptionSink,
+        ended: &CancellationToken,
+    ) -> Listening {
+        let filter = sink.accepted().clone();
+        let mut listening = Listening::default();
+        for (server, connection) in &snapshot.servers {
+            let grant = |kind| snapshot.any_grant_kind(server, kind, ctx.roles());
+            let kinds = Kinds {
+                tools: filter.tools_list_changed == Some(true) && grant(GrantKind::Tool),
+                prompts: filter.prompts_list_changed == Some(true) && grant(GrantKind::Prompt),
+                resources: filter.resources_list_changed == Some(true) && grant(GrantKind::Resource),
+            };
+            if kinds != Kinds::default() {
+                let to = Notifier::Listen { sink: sink.clone(), kinds, ended: ended.clone() };
+                connection.catalog.watch(key, &to);
+                listening.watched.push(Arc::clone(connection));
+            }
+        }
+        let to = Notifier::Listen { sink: sink.clone(), kinds: Kinds::default(), ended: ended.clone() };
+        for exposed in filter.resource_subscriptions.iter().flatten() {
+            let Some((server, uri)) = surface::route_uri(snapshot, exposed) else { continue };
+            let Ok((connection, peer)) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await else {
+                continue;
+            };
+            if !Connection::offers_subscriptions(&peer) {
+                continue;
+            }
+            match connection.subscribe(&peer, uri, key, &to, exposed).await {
+                Ok(()) => listening.subscribed.push((connection, uri.to_owned())),
+                Err(e) => tracing::debug!(server, error = %e, "upstream subscription for a listen stream failed"),
+            }
+        }
+        listening
+    }
+
+    /// Undoes [`Upstreams::listen`] for the stream `key` when it ends.
+    pub async fn unlisten(&self, listening: Listening, key: &str) {
+        for connection in listening.watched {
+            connection.catalog.unwatch(key);
+        }
+        for (connection, uri) in listening.subscribed {
+            if let Ok((peer, _)) = connection.ready(self.connect_timeout).await {
+                connection.unsubscribe(&peer, &uri, key).await;
+            }
+        }
     }
 
     /// `resources/unsubscribe`; `Err(None)`: the session was not subscribed to it.
