@@ -382,7 +382,7 @@ impl Relay {
                 &ctx,
                 &upstream_tool,
                 arguments.as_deref(),
-                Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone() },
+                Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None },
             )
             .await;
         let (outcome, class) = match &result {

@@ -17,6 +17,13 @@
 //! arguments, or one already used, is refused (-32602) and changes nothing; a waiting exchange
 //! nobody resumes ends at its expiry (the upstream's request fails, and so its call). An
 //! exchange lives in the replica that started it: a retry that reaches another is refused.
+//!
+//! When the upstream speaks 2026-07-28 too, nothing waits: the upstream's `input_required`
+//! passes through as it is (every request, under the upstream's own keys, in one round), its
+//! `requestState` wrapped in the gateway's, sealed with the replicas' shared key and bound to
+//! the same caller, tool and arguments and an expiry ([`seal_passed`], [`open_passed`]). The
+//! retry carries the caller's `inputResponses` and the upstream's own state back upstream, from
+//! whichever replica it reaches.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -51,6 +58,39 @@ struct State {
     #[serde(flatten)]
     binding: Binding,
     exp: i64,
+}
+
+/// The gateway's `requestState` around an upstream's own (multi round-trip passed through).
+#[derive(Serialize, Deserialize)]
+struct Passed {
+    /// Tells this state apart from anything else sealed with the same key.
+    passed: bool,
+    #[serde(flatten)]
+    binding: Binding,
+    /// The upstream's own `requestState`, if it sent one.
+    upstream: Option<String>,
+    exp: i64,
+}
+
+/// The gateway's `requestState` for an upstream's `input_required` passed through to the
+/// caller: bound to `binding`, good for `ttl`.
+pub fn seal_passed(key: &CursorKey, binding: &Binding, upstream: Option<String>, ttl: Duration) -> String {
+    let exp = now_millis() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
+    key.seal(&Passed { passed: true, binding: binding.clone(), upstream, exp })
+}
+
+/// The upstream's own `requestState` inside the gateway's `state`, if that is intact,
+/// unexpired and issued to this caller for this tool and these arguments; refused (-32602)
+/// otherwise.
+pub fn open_passed(key: &CursorKey, binding: &Binding, state: &str) -> Result<Option<String>, ProxyError> {
+    let passed: Passed = key.unseal(state).filter(|p: &Passed| p.passed).ok_or_else(|| refused("not one the gateway issued"))?;
+    if passed.exp <= now_millis() {
+        return Err(refused("expired"));
+    }
+    if &passed.binding != binding {
+        return Err(refused("issued for another caller, tool or arguments"));
+    }
+    Ok(passed.upstream)
 }
 
 /// A call waiting for its caller's answer.

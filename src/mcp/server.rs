@@ -32,7 +32,7 @@ use crate::store::Db;
 use crate::telemetry::{metrics, trace};
 use crate::upstream::routing::by_rounds;
 use crate::upstream::runtime::{
-    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, ProxyError, RelayCaps, Round, Sink, Snapshot, UpstreamCall,
+    CallOrigin, Downstream, Exchange, LOGIN_TOOL, PassedInput, LogLevel, ProxyError, RelayCaps, Round, Sink, Snapshot, UpstreamCall,
     Upstreams, Watch, split_tool_name,
 };
 use crate::upstream::selected::{self, Selection};
@@ -122,7 +122,12 @@ impl GatewayServer {
             owner: ctx.session_id().map_or_else(|| upstreams.stateless_owner(), str::to_owned),
             sink: Sink::Peer(context.peer.clone()),
             progress: context.meta.get_progress_token(),
-            log_level: Arc::clone(&self.log_level),
+            // A 2026-07-28 request names its own level (none: no log lines); a session has one.
+            log_level: if by_rounds(context) {
+                Arc::new(LogLevel::of_request(context.meta.log_level()))
+            } else {
+                Arc::clone(&self.log_level)
+            },
             rounds: None,
             origin: Some(Arc::new(CallOrigin {
                 audit: self.shared.audit.clone(),
@@ -141,6 +146,7 @@ impl GatewayServer {
             downstream: self.downstream(ctx, context),
             timeout: self.shared.call_timeout,
             cancelled: context.ct.clone(),
+            passed: None,
         }
     }
 
@@ -288,13 +294,13 @@ impl GatewayServer {
         let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
         let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
         let (tool, arguments) = (tool.to_owned(), request.arguments);
+        let modern = connection.speaks_modern();
         let start = move |exchange: Exchange| async move {
-            let Exchange { downstream, timeout, cancelled } = exchange;
-            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled };
-            let result = upstreams.call(&connection, upstream, &call_ctx, call).await;
-            result.map(ServerResult::CallToolResult).map_err(Some)
+            let Exchange { downstream, timeout, cancelled, passed } = exchange;
+            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
+            upstreams.call(&connection, upstream, &call_ctx, call).await.map_err(Some)
         };
-        match self.proxied(ctx, context, binding, state.as_deref(), responses.as_ref(), start).await? {
+        match self.proxied(ctx, context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
             rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
             rounds::Next::Done(done) => match *done {
                 ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
@@ -320,15 +326,19 @@ impl GatewayServer {
     }
 
     /// Runs a proxied request: `start` with this request's exchange; or, for a 2026-07-28
-    /// caller (`binding` is what binds its `requestState`), in a task of its own (it outlives
-    /// this request when the upstream asks the caller something; it ends when its exchange is
-    /// dropped), or, with a `requestState`, resumes the exchange it names. Returns what happens
-    /// next. `Err(None)`: nothing of that name for this caller.
+    /// caller (`binding` is what binds its `requestState`) of a 2026-07-28 upstream
+    /// (`modern_upstream`), with the multi round-trip passed through (see `rounds`); or, for a
+    /// 2026-07-28 caller of an older upstream, in a task of its own (it outlives this request
+    /// when the upstream asks the caller something; it ends when its exchange is dropped), or,
+    /// with a `requestState`, resumes the exchange it names. Returns what happens next.
+    /// `Err(None)`: nothing of that name for this caller.
+    #[allow(clippy::too_many_arguments)]
     async fn proxied<F>(
         &self,
         ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
         binding: Option<rounds::Binding>,
+        modern_upstream: bool,
         state: Option<&str>,
         responses: Option<&rmcp::model::InputResponses>,
         start: impl FnOnce(Exchange) -> F,
@@ -336,6 +346,24 @@ impl GatewayServer {
     where
         F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
     {
+        if let Some(binding) = binding.as_ref().filter(|_| modern_upstream) {
+            let key = &self.shared.cursors;
+            let upstream_state = state.map(|s| rounds::open_passed(key, binding, s)).transpose().map_err(Some)?.flatten();
+            let mut exchange = self.exchange(ctx, context);
+            exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state });
+            return match start(exchange).await? {
+                ServerResult::InputRequiredResult(mut input) => {
+                    let upstream = input.request_state.take();
+                    let sealed = rounds::seal_passed(key, binding, upstream, self.shared.call_timeout);
+                    input.request_state = Some(sealed);
+                    Ok(rounds::Next::Input(input))
+                }
+                mut done => {
+                    completed(&mut done);
+                    Ok(rounds::Next::Done(Box::new(done)))
+                }
+            };
+        }
         let Some(binding) = binding else {
             return start(self.exchange(ctx, context)).await.map(|mut done| {
                 completed(&mut done);
@@ -349,7 +377,8 @@ impl GatewayServer {
                 let (sender, receiver) = tokio::sync::mpsc::channel(2);
                 let cancel = tokio_util::sync::CancellationToken::new();
                 let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
-                let exchange = Exchange { downstream, timeout: self.shared.call_timeout, cancelled: cancel.clone() };
+                let exchange =
+                    Exchange { downstream, timeout: self.shared.call_timeout, cancelled: cancel.clone(), passed: None };
                 let work = start(exchange);
                 tokio::spawn(
                     async move {
@@ -692,13 +721,16 @@ impl ServerHandler for GatewayServer {
             let snapshot =
                 self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
             let binding = by_rounds(&context).then(|| self.binding(&ctx, item.clone(), arguments.as_ref()));
+            let server = surface::route_name(&*snapshot, &request.name).map(|(server, _)| server.to_owned());
+            let modern = binding.is_some()
+                && match &server {
+                    Some(server) => self.shared.upstreams.serves_modern(&snapshot, server).await,
+                    None => false,
+                };
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
-            let start = move |exchange| async move {
-                let result = upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await;
-                result.map(ServerResult::GetPromptResult)
-            };
-            match self.proxied(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
+            let start = move |exchange| async move { upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await };
+            match self.proxied(&ctx, &context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
@@ -724,13 +756,17 @@ impl ServerHandler for GatewayServer {
             let snapshot =
                 self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
             let binding = by_rounds(&context).then(|| self.binding(&ctx, format!("resources/read {uri}"), None));
+            let server = surface::route_uri(&*snapshot, &uri).map(|(server, _)| server.to_owned());
+            let modern = binding.is_some()
+                && match &server {
+                    Some(server) => self.shared.upstreams.serves_modern(&snapshot, server).await,
+                    None => false,
+                };
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
-            let start = move |exchange| async move {
-                let result = upstreams.read_resource(&snapshot, request, &call_ctx, exchange).await;
-                result.map(ServerResult::ReadResourceResult)
-            };
-            match self.proxied(&ctx, &context, binding, state.as_deref(), responses.as_ref(), start).await? {
+            let start =
+                move |exchange| async move { upstreams.read_resource(&snapshot, request, &call_ctx, exchange).await };
+            match self.proxied(&ctx, &context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),

@@ -62,12 +62,21 @@ fn mark_related(data: &mut Option<String>, related: Option<&Value>) {
 }
 
 /// The event stream of one POSTed request: every request or notification on it is marked
-/// with that request's id.
-fn related_to(response: StreamableHttpPostResponse, id: Option<Value>) -> StreamableHttpPostResponse {
+/// with that request's id, and each event id it carries is remembered in `resumable` (a
+/// server may end the stream early and have the client resume it with `Last-Event-ID`).
+fn related_to(
+    response: StreamableHttpPostResponse,
+    id: Option<Value>,
+    resumable: &Resumable,
+) -> StreamableHttpPostResponse {
     match response {
         StreamableHttpPostResponse::Sse(stream, session) => {
+            let resumable = resumable.clone();
             let marked = stream.map(move |event| {
                 event.map(|mut sse| {
+                    if let (Some(event), Some(id)) = (sse.id.as_deref(), id.as_ref()) {
+                        resumable.remember(event, id);
+                    }
                     mark_related(&mut sse.data, id.as_ref());
                     sse
                 })
@@ -76,6 +85,56 @@ fn related_to(response: StreamableHttpPostResponse, id: Option<Value>) -> Stream
         }
         other => other,
     }
+}
+
+/// Which request's event stream each recent SSE event id belongs to: a `GET` with
+/// `Last-Event-ID` resumes that request's stream (the 2025-11-25 SSE polling), and what comes
+/// on it is that request's, as it would have been on the original stream.
+#[derive(Clone, Default)]
+struct Resumable(Arc<Mutex<ResumableIds>>);
+
+#[derive(Default)]
+struct ResumableIds {
+    by_event: HashMap<String, Value>,
+    order: std::collections::VecDeque<String>,
+}
+
+/// The most event ids remembered per connection (the oldest are forgotten first).
+const RESUMABLE_IDS: usize = 1024;
+
+impl Resumable {
+    fn remember(&self, event: &str, request: &Value) {
+        let mut ids = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.by_event.insert(event.to_owned(), request.clone()).is_none() {
+            ids.order.push_back(event.to_owned());
+        }
+        while ids.order.len() > RESUMABLE_IDS {
+            if let Some(old) = ids.order.pop_front() {
+                ids.by_event.remove(&old);
+            }
+        }
+    }
+
+    fn request_of(&self, event: Option<&str>) -> Option<Value> {
+        let ids = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        event.and_then(|e| ids.by_event.get(e).cloned())
+    }
+}
+
+/// A `GET` stream: resuming a request's stream (its `Last-Event-ID` is one of that stream's
+/// events), it is that request's; otherwise the session's own, where no message may claim one.
+fn resumed(stream: BoxedSseResponse, last_event_id: Option<&str>, resumable: &Resumable) -> BoxedSseResponse {
+    let Some(id) = resumable.request_of(last_event_id) else { return unrelated(stream) };
+    let resumable = resumable.clone();
+    Box::pin(stream.map(move |event| {
+        event.map(|mut sse| {
+            if let Some(event) = sse.id.as_deref() {
+                resumable.remember(event, &id);
+            }
+            mark_related(&mut sse.data, Some(&id));
+            sse
+        })
+    }))
 }
 
 /// The session's own event stream: no message on it may claim a request.
@@ -186,6 +245,21 @@ const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// The headers rmcp hands its HTTP client with each message.
 type Headers = HashMap<HeaderName, HeaderValue>;
 
+/// Takes an empty `_meta` off a message (what was in it moved to headers): an empty `_meta` is
+/// never sent, as a 2026-07-28 server reads a message that has one as a modern request.
+fn drop_empty_meta(message: &mut ClientJsonRpcMessage) {
+    use rmcp::model::{GetExtensions, NotificationMetaObject, RequestMetaObject};
+    match message {
+        ClientJsonRpcMessage::Request(r) if r.request.get_meta().0.is_empty() => {
+            r.request.extensions_mut().remove::<RequestMetaObject>();
+        }
+        ClientJsonRpcMessage::Notification(n) if n.notification.get_meta().0.is_empty() => {
+            n.notification.extensions_mut().remove::<NotificationMetaObject>();
+        }
+        _ => {}
+    }
+}
+
 /// rmcp's reqwest client, with each call's assertion moved from `_meta` to a header.
 #[derive(Clone)]
 pub struct AssertingClient {
@@ -195,11 +269,13 @@ pub struct AssertingClient {
     token: Arc<Mutex<Option<String>>>,
     /// Where how requests are sent is recorded, for the lean relay (gateway side only).
     wire: Option<Arc<WireSlot>>,
+    /// The event ids of the requests' streams, for their resumption.
+    resumable: Resumable,
 }
 
 impl AssertingClient {
     pub fn new(inner: reqwest::Client, header: HeaderName) -> Self {
-        Self { inner, header, token: Arc::default(), wire: None }
+        Self { inner, header, token: Arc::default(), wire: None, resumable: Resumable::default() }
     }
 
     /// Records how each request is sent in `wire` (for a connection without credentials).
@@ -219,15 +295,25 @@ impl AssertingClient {
     /// The bearer token for a request: the one the gateway put in this message's `_meta`
     /// (taken out of it), else the last one it sent, else what rmcp passed.
     fn bearer(&self, message: &mut ClientJsonRpcMessage, passed: Option<String>) -> Option<String> {
+        // `get_meta_mut` adds an empty `_meta` to a message that had none (and an empty
+        // `_meta` makes a 2026-07-28 server read the message as a modern one): only a message
+        // that carries the key is touched.
         let meta = match message {
-            ClientJsonRpcMessage::Request(r) => Some(&mut r.request.get_meta_mut().0.0),
-            ClientJsonRpcMessage::Notification(n) => Some(&mut n.notification.get_meta_mut().0.0),
+            ClientJsonRpcMessage::Request(r) if r.request.get_meta().0.contains_key(AUTHORIZATION_META_KEY) => {
+                Some(&mut r.request.get_meta_mut().0.0)
+            }
+            ClientJsonRpcMessage::Notification(n)
+                if n.notification.get_meta().0.contains_key(AUTHORIZATION_META_KEY) =>
+            {
+                Some(&mut n.notification.get_meta_mut().0.0)
+            }
             _ => None,
         };
         let mut last = self.token.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(Value::String(token)) = meta.and_then(|m| m.remove(AUTHORIZATION_META_KEY)) {
             *last = Some(token);
         }
+        drop_empty_meta(message);
         last.clone().or(passed)
     }
 
@@ -241,6 +327,10 @@ impl AssertingClient {
         let ClientJsonRpcMessage::Request(request) = message else {
             return;
         };
+        let carried = request.request.get_meta();
+        if !carried.0.contains_key(ASSERTION_META_KEY) && !TRACE_CONTEXT_FIELDS.iter().any(|f| carried.0.contains_key(*f)) {
+            return;
+        }
         let meta = request.request.get_meta_mut();
         if let Some(Value::String(token)) = meta.0.0.remove(ASSERTION_META_KEY)
             && let Ok(value) = HeaderValue::from_str(&token)
@@ -254,6 +344,7 @@ impl AssertingClient {
                 headers.insert(HeaderName::from_static(field), value);
             }
         }
+        drop_empty_meta(message);
     }
 }
 
@@ -273,7 +364,7 @@ impl StreamableHttpClient for AssertingClient {
         self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
         let response = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
-        Ok(related_to(response, id))
+        Ok(related_to(response, id, &self.resumable))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -300,7 +391,7 @@ impl StreamableHttpClient for AssertingClient {
                 max_sse_event_size,
             )
             .await?;
-        Ok(related_to(response, id))
+        Ok(related_to(response, id, &self.resumable))
     }
 
     async fn post_message_with_response_limits(
@@ -320,7 +411,7 @@ impl StreamableHttpClient for AssertingClient {
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
             .await?;
-        Ok(related_to(response, id))
+        Ok(related_to(response, id, &self.resumable))
     }
 
     async fn delete_session(
@@ -341,11 +432,12 @@ impl StreamableHttpClient for AssertingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
+        let resuming = last_event_id.clone();
         let stream = self
             .inner
             .get_stream(uri, session_id, last_event_id, self.last_bearer(auth_header), custom_headers)
             .await?;
-        Ok(unrelated(stream))
+        Ok(resumed(stream, resuming.as_deref(), &self.resumable))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -357,6 +449,7 @@ impl StreamableHttpClient for AssertingClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
+        let resuming = last_event_id.clone();
         let stream = self
             .inner
             .get_stream_with_max_sse_event_size(
@@ -368,7 +461,7 @@ impl StreamableHttpClient for AssertingClient {
                 max_sse_event_size,
             )
             .await?;
-        Ok(unrelated(stream))
+        Ok(resumed(stream, resuming.as_deref(), &self.resumable))
     }
 }
 

@@ -3,7 +3,7 @@
 //! call it (the snapshot's grants do).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{Prompt, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
@@ -14,7 +14,8 @@ use super::catalog::{Catalog, Listed, Notifier, UpstreamSubscription};
 use super::client::WireSlot;
 use super::executor::{Executor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
-use super::routing::{ProxyClient, RelayCaps, Routes};
+use super::declaration::Revision;
+use super::routing::{Lifecycle, ProxyClient, RelayCaps, Routes};
 use super::runtime::NAME_SEPARATOR;
 use super::{ResolvedServer, ServerName};
 use crate::store::now_millis;
@@ -25,6 +26,8 @@ pub struct Upstream(pub(super) Peer<RoleClient>);
 
 pub(super) struct Live {
     service: RunningService<RoleClient, ProxyClient>,
+    /// Ends the `subscriptions/listen` stream kept open to a 2026-07-28 upstream.
+    _follow: Option<tokio_util::sync::DropGuard>,
 }
 
 /// How an OAuth-protected server's connection is authorized: whose credential it carries.
@@ -32,6 +35,10 @@ pub struct ConnectionAuth {
     pub oauth: Arc<UpstreamOAuth>,
     pub owner: TokenOwner,
 }
+
+/// The revision offered first to a server whose declaration pins none, for callers on a
+/// legacy revision: the newest with an `initialize`.
+const LEGACY_PREFERRED: &str = "2025-11-25";
 
 /// One upstream server for one tenant and one resolved declaration (and, for a server whose
 /// OAuth tokens are per user, one user).
@@ -50,6 +57,11 @@ pub struct Connection {
     pub(super) live: tokio::sync::Mutex<Option<Live>>,
     pub(super) last_used_ms: AtomicI64,
     pub(super) in_flight: AtomicUsize,
+    /// The running connection speaks a revision without `initialize` (2026-07-28).
+    modern: AtomicBool,
+    /// Told when the set of upstream resources sessions follow changes (a 2026-07-28
+    /// upstream's listen stream is then opened again with the new set).
+    subscriptions_changed: Arc<tokio::sync::Notify>,
 }
 
 impl Connection {
@@ -70,7 +82,15 @@ impl Connection {
             live: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicI64::new(now_millis()),
             in_flight: AtomicUsize::new(0),
+            modern: AtomicBool::new(false),
+            subscriptions_changed: Arc::default(),
         }
+    }
+
+    /// Whether the running connection speaks a revision without `initialize` (2026-07-28): its
+    /// multi round-trip can pass through to a caller on the same revision.
+    pub fn speaks_modern(&self) -> bool {
+        self.modern.load(Ordering::Acquire)
     }
 
     pub fn server(&self) -> &ServerName {
@@ -122,30 +142,68 @@ impl Connection {
         *live = None;
         self.catalog.invalidate_all();
         self.wire.clear();
+        let service = match self.lifecycles() {
+            (only, None) => self.connect(only, timeout).await?,
+            (first, Some(then)) => match self.connect(first, timeout).await {
+                // A legacy handshake the server answered and refused: a modern-only server.
+                Err(UpstreamError::Connect(legacy)) => {
+                    tracing::debug!(server = %self.server.name, error = %legacy, "initialize refused; trying server/discover");
+                    self.connect(then, timeout).await.map_err(|modern| {
+                        UpstreamError::Connect(format!("initialize: {legacy}; server/discover: {modern}"))
+                    })?
+                }
+                other => other?,
+            },
+        };
+        let peer = service.peer().clone();
+        let version = peer.peer_info().map(|i| i.protocol_version.clone());
+        self.modern.store(version.as_ref().is_some_and(|v| !v.has_initialize()), Ordering::Release);
+        let revision = version.map(|v| v.to_string()).unwrap_or_default();
+        tracing::info!(server = %self.server.name, %revision, "upstream connected");
+        metrics::upstream_connected(self.server.name.as_str(), &revision);
+        let tools = self.fetch_list::<Tool>(&peer, timeout).await?;
+        let follow = self.after_start(&peer).await;
+        *live = Some(Live { service, _follow: follow });
+        Ok((peer, tools))
+    }
+
+    /// The lifecycles to try, in order: what the declaration pins; else, for callers on a
+    /// modern revision, modern first with a legacy fallback (the 2026-07-28 rules); for callers
+    /// on a legacy revision, `initialize` first (a dual-era server then serves them in their own
+    /// era, server-to-client requests, log levels and subscriptions included) and
+    /// `server/discover` for a server that refuses it (a modern-only server, bridged).
+    fn lifecycles(&self) -> (Lifecycle, Option<Lifecycle>) {
+        match self.server.revision {
+            Revision::Modern(_) => (Lifecycle::Modern, None),
+            Revision::Legacy(version) => (Lifecycle::Legacy(version), None),
+            Revision::Negotiated if self.caps.modern => (Lifecycle::ModernFirst, None),
+            Revision::Negotiated => (Lifecycle::Legacy(LEGACY_PREFERRED), Some(Lifecycle::Modern)),
+        }
+    }
+
+    /// One attempt at the handshake in `lifecycle`. An OAuth-protected server's credential is
+    /// refreshed once when the handshake is refused for it.
+    async fn connect(
+        &self,
+        lifecycle: Lifecycle,
+        timeout: Duration,
+    ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
         let handler = self.handler();
-        let service = match &self.auth {
-            None => self.executor.connect(&self.server, handler, timeout, None).await?,
+        match &self.auth {
+            None => self.executor.connect(&self.server, handler, lifecycle, timeout, None).await,
             Some(auth) => {
                 let manager = auth.oauth.manager(&auth.owner, &self.server, &self.executor).await?;
-                match self.executor.connect(&self.server, handler.clone(), timeout, Some(manager)).await {
+                match self.executor.connect(&self.server, handler.clone(), lifecycle, timeout, Some(manager)).await {
                     // Refused during the handshake (a revoked token that has not expired):
                     // once more with a refreshed one.
                     Err(UpstreamError::Unauthorized { .. }) => {
                         let manager = auth.oauth.refreshed(&auth.owner, &self.server, &self.executor).await?;
-                        self.executor.connect(&self.server, handler, timeout, Some(manager)).await?
+                        self.executor.connect(&self.server, handler, lifecycle, timeout, Some(manager)).await
                     }
-                    other => other?,
+                    other => other,
                 }
             }
-        };
-        let peer = service.peer().clone();
-        let revision = peer.peer_info().map(|i| i.protocol_version.to_string()).unwrap_or_default();
-        tracing::info!(server = %self.server.name, %revision, "upstream connected");
-        metrics::upstream_connected(self.server.name.as_str(), &revision);
-        let tools = self.fetch_list::<Tool>(&peer, timeout).await?;
-        self.after_start(&peer).await;
-        *live = Some(Live { service });
-        Ok((peer, tools))
+        }
     }
 
     /// Fetches the upstream's list of `T` (none when it does not offer it) and keeps it until
@@ -175,11 +233,12 @@ impl Connection {
     /// own `logging/setLevel` asks for), and it is told again of the resources sessions are
     /// subscribed to.
     #[allow(deprecated)]
-    async fn after_start(&self, peer: &Peer<RoleClient>) {
-        let Some(info) = peer.peer_info() else { return };
-        // A modern upstream has neither: its log level travels in each request's `_meta`.
+    async fn after_start(&self, peer: &Peer<RoleClient>) -> Option<tokio_util::sync::DropGuard> {
+        let info = peer.peer_info()?;
+        // A modern upstream has neither: its log level travels in each request's `_meta`, and
+        // list changes and resource updates come on a `subscriptions/listen` stream.
         if !info.protocol_version.has_initialize() {
-            return;
+            return Some(self.follow(peer, &info.capabilities));
         }
         if info.capabilities.logging.is_some() {
             let params = rmcp::model::SetLevelRequestParams::new(rmcp::model::LoggingLevel::Debug);
@@ -192,6 +251,82 @@ impl Connection {
                 tracing::warn!(server = %self.server.name, error = %e, "subscribing again after a restart failed");
             }
         }
+        None
+    }
+
+    /// Keeps a `subscriptions/listen` stream open to a 2026-07-28 upstream for what it offers
+    /// (list changes; updates of the resources sessions subscribed to), opened again with the
+    /// new set whenever that set changes, and hands what arrives to the connection's handler
+    /// as a legacy upstream's notifications would be. Ends with the returned guard.
+    fn follow(&self, peer: &Peer<RoleClient>, caps: &rmcp::model::ServerCapabilities) -> tokio_util::sync::DropGuard {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (peer, handler, catalog, changed) =
+            (peer.clone(), self.handler(), Arc::clone(&self.catalog), Arc::clone(&self.subscriptions_changed));
+        let server = self.server.name.to_string();
+        let (tools, prompts) = (
+            caps.tools.as_ref().and_then(|t| t.list_changed).unwrap_or(false),
+            caps.prompts.as_ref().and_then(|p| p.list_changed).unwrap_or(false),
+        );
+        let resources = caps.resources.as_ref();
+        let (resources_changed, subscribe) = (
+            resources.and_then(|r| r.list_changed).unwrap_or(false),
+            resources.and_then(|r| r.subscribe).unwrap_or(false),
+        );
+        let ended = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let mut filter = rmcp::model::SubscriptionFilter::new();
+                filter.tools_list_changed = tools.then_some(true);
+                filter.prompts_list_changed = prompts.then_some(true);
+                filter.resources_list_changed = resources_changed.then_some(true);
+                let uris = if subscribe { catalog.subscribed() } else { Vec::new() };
+                filter.resource_subscriptions = (!uris.is_empty()).then_some(uris);
+                if filter == rmcp::model::SubscriptionFilter::new() {
+                    // Nothing to follow until a session subscribes to something.
+                    tokio::select! {
+                        () = ended.cancelled() => return,
+                        () = changed.notified() => continue,
+                    }
+                }
+                let mut subscription = tokio::select! {
+                    () = ended.cancelled() => return,
+                    opened = peer.listen(filter) => match opened {
+                        Ok(subscription) => subscription,
+                        Err(e) => {
+                            tracing::debug!(%server, error = %e, "the upstream refused subscriptions/listen");
+                            tokio::select! {
+                                () = ended.cancelled() => return,
+                                () = changed.notified() => continue,
+                            }
+                        }
+                    },
+                };
+                loop {
+                    tokio::select! {
+                        () = ended.cancelled() => {
+                            let _ = subscription.cancel().await;
+                            return;
+                        }
+                        () = changed.notified() => {
+                            let _ = subscription.cancel().await;
+                            break;
+                        }
+                        next = subscription.next() => match next {
+                            Ok(Some(notification)) => handler.followed(notification).await,
+                            Ok(None) | Err(_) => {
+                                if peer.is_transport_closed() {
+                                    return;
+                                }
+                                tracing::debug!(%server, "the upstream ended its subscriptions/listen stream; opening it again");
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                                break;
+                            }
+                        },
+                    }
+                }
+            }
+        });
+        stop.drop_guard()
     }
 
     /// The upstream's list of `T`: prompts, resources or resource templates (none when it
@@ -220,11 +355,13 @@ impl Connection {
         to: &Notifier,
         exposed: &str,
     ) -> Result<(), ServiceError> {
-        if self.catalog.subscribe(uri, key, to, exposed) == UpstreamSubscription::Subscribe
-            && let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await
-        {
-            self.catalog.unsubscribe(uri, key);
-            return Err(e);
+        if self.catalog.subscribe(uri, key, to, exposed) == UpstreamSubscription::Subscribe {
+            if self.speaks_modern() {
+                self.subscriptions_changed.notify_one();
+            } else if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await {
+                self.catalog.unsubscribe(uri, key);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -234,6 +371,10 @@ impl Connection {
     pub(super) async fn unsubscribe(&self, peer: &Peer<RoleClient>, uri: &str, session: &str) -> bool {
         match self.catalog.unsubscribe(uri, session) {
             None => false,
+            Some(UpstreamSubscription::Unsubscribe) if self.speaks_modern() => {
+                self.subscriptions_changed.notify_one();
+                true
+            }
             Some(UpstreamSubscription::Unsubscribe) => {
                 if let Err(e) = peer.unsubscribe(UnsubscribeRequestParams::new(uri.to_owned())).await {
                     tracing::debug!(server = %self.server.name, error = %e, "upstream unsubscribe failed");
@@ -256,6 +397,10 @@ impl Connection {
             Ok(live) => live.as_ref().map(|l| l.service.peer().clone()),
             Err(_) => None,
         };
+        if self.speaks_modern() {
+            self.subscriptions_changed.notify_one();
+            return;
+        }
         if let Some(peer) = peer {
             for uri in dropped {
                 let _ = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;

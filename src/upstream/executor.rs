@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use super::client::AssertingClient;
 use super::oauth_http::ExecutorHttp;
 use super::remote::{RemoteEnv, RemoteHostHandler};
+use super::routing::Lifecycle;
 use super::runtime::ProxyClient;
 use super::{ExecutorEnv, ExecutorId, PathUri, Placement, ResolvedServer, ResolvedTransport};
 use crate::store::entities::Executor as ExecutorRow;
@@ -194,6 +195,7 @@ impl Executor {
         &self,
         server: &ResolvedServer,
         handler: ProxyClient,
+        lifecycle: Lifecycle,
         timeout: Duration,
         auth: Option<AuthorizationManager>,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
@@ -207,7 +209,7 @@ impl Executor {
                         bound: id.to_string(),
                     });
                 }
-                return host.open(server, handler, timeout, auth).await;
+                return host.open(server, handler, lifecycle, timeout, auth).await;
             }
         };
         if &server.executor != id {
@@ -220,7 +222,7 @@ impl Executor {
         let started = match &server.transport {
             ResolvedTransport::Stdio { command, args, env, cwd } => {
                 let transport = handler.counted(host.spawn(server.name.as_str(), command, args, env, cwd)?);
-                tokio::time::timeout(timeout, handler.start(server.revision, transport)).await
+                tokio::time::timeout(timeout, handler.start(lifecycle, transport)).await
             }
             ResolvedTransport::Http { url, headers, .. } => {
                 let mut custom = HashMap::new();
@@ -237,12 +239,12 @@ impl Executor {
                     Some(manager) => {
                         let client = AuthClient::new(client, manager);
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                        tokio::time::timeout(timeout, handler.start(server.revision, transport)).await
+                        tokio::time::timeout(timeout, handler.start(lifecycle, transport)).await
                     }
                     None => {
                         let client = client.recording(Arc::clone(&handler.wire));
                         let transport = handler.counted(StreamableHttpClientTransport::with_client(client, config));
-                        tokio::time::timeout(timeout, handler.start(server.revision, transport)).await
+                        tokio::time::timeout(timeout, handler.start(lifecycle, transport)).await
                     }
                 }
             }

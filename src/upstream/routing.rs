@@ -32,7 +32,6 @@ use serde_json::Value;
 
 use super::catalog::{Catalog, ListKind};
 use super::client::RELATED_META_KEY;
-use super::declaration::Revision;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::store::{TenantId, UserId};
 use crate::telemetry::metrics;
@@ -122,7 +121,16 @@ impl Default for LogLevel {
     }
 }
 
+/// The severity above every level: nothing passes.
+const OFF: u8 = 8;
+
 impl LogLevel {
+    /// The level of one 2026-07-28 request: what its `_meta` names
+    /// (`io.modelcontextprotocol/logLevel`), and without one no log line at all.
+    pub fn of_request(level: Option<LoggingLevel>) -> Self {
+        Self(AtomicU8::new(level.map_or(OFF, severity)))
+    }
+
     #[allow(deprecated)]
     pub fn set(&self, level: LoggingLevel) {
         self.0.store(severity(level), Ordering::Relaxed);
@@ -131,6 +139,22 @@ impl LogLevel {
     #[allow(deprecated)]
     pub fn allows(&self, level: LoggingLevel) -> bool {
         severity(level) >= self.0.load(Ordering::Relaxed)
+    }
+
+    /// The least severe level that passes (`None`: nothing passes), for a 2026-07-28
+    /// upstream's request `_meta`.
+    pub fn level(&self) -> Option<LoggingLevel> {
+        const LEVELS: [LoggingLevel; 8] = [
+            LoggingLevel::Debug,
+            LoggingLevel::Info,
+            LoggingLevel::Notice,
+            LoggingLevel::Warning,
+            LoggingLevel::Error,
+            LoggingLevel::Critical,
+            LoggingLevel::Alert,
+            LoggingLevel::Emergency,
+        ];
+        LEVELS.get(usize::from(self.0.load(Ordering::Relaxed))).copied()
     }
 }
 
@@ -148,6 +172,19 @@ fn severity(level: LoggingLevel) -> u8 {
     }
 }
 
+/// How one connection attempt starts the MCP lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// The 2026-07-28 "Backward Compatibility" rules: a modern `server/discover` first
+    /// (retried with a version the server names in `UnsupportedProtocolVersionError`), and
+    /// `initialize` on the newest legacy revision when the answer is no recognised modern error.
+    ModernFirst,
+    /// `server/discover` only.
+    Modern,
+    /// `initialize` offering this revision only.
+    Legacy(&'static str),
+}
+
 /// What a connection tells its upstream the client can answer. A connection is shared only by
 /// sessions whose clients declared the same (it is part of the pool's key), so an upstream is
 /// never told of a capability its caller lacks, nor denied one its caller has.
@@ -157,6 +194,11 @@ pub struct RelayCaps {
     pub elicitation_form: bool,
     pub elicitation_url: bool,
     pub roots: bool,
+    /// The callers are on a modern revision (2026-07-28). A server whose declaration pins no
+    /// revision is spoken to in the callers' era where it serves that era (a dual-era server
+    /// serves both, each on its own connection), so nothing is lost in translation; a
+    /// single-era server is bridged.
+    pub modern: bool,
 }
 
 impl RelayCaps {
@@ -171,7 +213,8 @@ impl RelayCaps {
         } else {
             None
         };
-        declared.map_or_else(Self::default, |caps| Self::declared_by(&caps))
+        let caps = declared.map_or_else(Self::default, |caps| Self::declared_by(&caps));
+        Self { modern: by_rounds(context), ..caps }
     }
 
     /// What a client's capabilities let an upstream ask it.
@@ -187,17 +230,19 @@ impl RelayCaps {
             elicitation_form: form,
             elicitation_url: url,
             roots: caps.roots.is_some(),
+            modern: false,
         }
     }
 
     /// The pool key's part for these capabilities.
     pub fn key(self) -> String {
         format!(
-            "caps:{}{}{}{}",
+            "caps:{}{}{}{}/{}",
             u8::from(self.sampling),
             u8::from(self.elicitation_form),
             u8::from(self.elicitation_url),
-            u8::from(self.roots)
+            u8::from(self.roots),
+            if self.modern { "modern" } else { "legacy" }
         )
     }
 
@@ -588,14 +633,11 @@ pub struct ProxyClient {
 }
 
 impl ProxyClient {
-    /// Starts the MCP lifecycle on `transport` for a server declared on `revision`:
-    /// negotiated (a modern `server/discover` first, retried on a version the server names in
-    /// `UnsupportedProtocolVersionError`, and `initialize` on the newest legacy revision when
-    /// the answer is anything but a recognised modern error), or pinned to one revision.
-    /// A revision without an `initialize` handshake is never offered in one.
+    /// Starts the MCP lifecycle on `transport` in `lifecycle` (see [`Lifecycle`]). A revision
+    /// without an `initialize` handshake is never offered in one.
     pub async fn start<T, E, A>(
         mut self,
-        revision: Revision,
+        lifecycle: Lifecycle,
         transport: T,
     ) -> Result<rmcp::service::RunningService<RoleClient, Self>, rmcp::service::ClientInitializeError>
     where
@@ -605,19 +647,19 @@ impl ProxyClient {
         use rmcp::model::ProtocolVersion;
         use rmcp::{ClientLifecycleMode, ClientServiceExt};
         let modern = || vec![ProtocolVersion::V_2026_07_28];
-        let lifecycle = match revision {
-            Revision::Negotiated => ClientLifecycleMode::Auto {
+        let mode = match lifecycle {
+            Lifecycle::ModernFirst => ClientLifecycleMode::Auto {
                 preferred_versions: modern(),
                 legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
             },
-            Revision::Modern(_) => ClientLifecycleMode::Discover { preferred_versions: modern() },
-            Revision::Legacy(version) => {
+            Lifecycle::Modern => ClientLifecycleMode::Discover { preferred_versions: modern() },
+            Lifecycle::Legacy(version) => {
                 self.offered = serde_json::from_value(Value::String(version.to_owned()))
                     .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE);
                 ClientLifecycleMode::Initialize
             }
         };
-        self.serve_with_lifecycle(transport, lifecycle).await
+        self.serve_with_lifecycle(transport, mode).await
     }
 
     /// `transport`, with this connection's progress and log notifications counted.
@@ -711,7 +753,20 @@ impl ClientHandler for ProxyClient {
         context: NotificationContext<RoleClient>,
     ) {
         let _handled = self.handled(&context);
-        let target = match self.routes.marked(&context.meta.0.0) {
+        // rmcp keeps a log line's `_meta` in its params, where the gateway's client put the
+        // mark: taken out there (it is the gateway's, never the caller's) and read with the
+        // notification's own.
+        let mut params = params;
+        let mut meta = context.meta.0.0.clone();
+        if let Some(own) = params.meta.as_mut() {
+            if let Some(mark) = own.0.remove(RELATED_META_KEY) {
+                meta.insert(RELATED_META_KEY.to_owned(), mark);
+            }
+            if own.0.is_empty() {
+                params.meta = None;
+            }
+        }
+        let target = match self.routes.marked(&meta) {
             Marked::Call(call) => Some(call),
             Marked::Unknown => None,
             Marked::No => self.routes.single_owner(),
@@ -736,6 +791,18 @@ impl ProxyClient {
         }
         for to in self.catalog.watchers() {
             to.list_changed(kind).await;
+        }
+    }
+
+    /// A notification that came on the `subscriptions/listen` stream the connection keeps open
+    /// to a 2026-07-28 upstream: handled as the same notification from a legacy upstream.
+    pub(super) async fn followed(&self, notification: ServerNotification) {
+        match notification {
+            ServerNotification::ToolListChangedNotification(_) => self.list_changed(ListKind::Tools).await,
+            ServerNotification::PromptListChangedNotification(_) => self.list_changed(ListKind::Prompts).await,
+            ServerNotification::ResourceListChangedNotification(_) => self.list_changed(ListKind::Resources).await,
+            ServerNotification::ResourceUpdatedNotification(n) => self.resource_updated(n.params).await,
+            _ => {}
         }
     }
 
@@ -900,6 +967,62 @@ pub(super) async fn relay_to(
         return Err(ErrorData::internal_error("internal error", None));
     }
     outcome.map_err(|(e, _)| e)
+}
+
+/// The requests of a 2026-07-28 upstream's `input_required`, passed through to a 2026-07-28
+/// caller as its request's answer: each is audited as asked of the caller (the method, the
+/// digest of its params), and one the caller's client did not declare fails the request
+/// (audited as such) instead of reaching it.
+pub(super) async fn audit_passed(
+    server: &str,
+    target: &Downstream,
+    caps: RelayCaps,
+    input: &rmcp::model::InputRequiredResult,
+) -> Result<(), ErrorData> {
+    let Some(origin) = target.origin.as_ref() else {
+        return Err(ErrorData::invalid_request("the request has no client to ask", None));
+    };
+    let mut refused = None;
+    for asked in input.input_requests.iter().flat_map(|r| r.values()) {
+        let request = match asked {
+            InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r.clone()),
+            InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r.clone()),
+            InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r.clone()),
+            _ => return Err(ErrorData::invalid_request("an input request of an unknown kind", None)),
+        };
+        let Asked { method, declared, arguments, .. } = Asked::of(&request, caps)?;
+        let audit = CallAudit::new(
+            origin.tenant,
+            origin.user,
+            origin.session.clone(),
+            origin.request_id.clone(),
+            origin.client.clone(),
+            format!("{server}:{method}"),
+            match &arguments {
+                Value::Object(map) => digest::arguments_digest(Some(map)),
+                _ => digest::arguments_digest(None),
+            },
+            None,
+        );
+        let event = if declared {
+            audit.event(Outcome::Ok, None)
+        } else {
+            metrics::denial("upstream_request_not_declared");
+            refused = Some(method);
+            audit.event(Outcome::Failed, Some("not_declared"))
+        };
+        if let Err(e) = origin.audit.record(event).await {
+            tracing::error!(error = %e, %method, "audit failed; the request fails");
+            metrics::denial("audit_unavailable");
+            return Err(ErrorData::internal_error("internal error", None));
+        }
+    }
+    match refused {
+        Some(method) => {
+            Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None))
+        }
+        None => Ok(()),
+    }
 }
 
 /// Asks a 2026-07-28 caller through the multi round-trip: the request goes out in the call's

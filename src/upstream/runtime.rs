@@ -16,7 +16,7 @@ use std::time::Duration;
 use http::HeaderName;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
     ClientRequest, JsonObject, RequestMetaObject, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
@@ -117,6 +117,8 @@ pub struct UpstreamCall<'a> {
     pub timeout: Duration,
     /// Cancelled when the client cancels the call.
     pub cancelled: CancellationToken,
+    /// See [`Exchange::passed`].
+    pub passed: Option<PassedInput>,
 }
 
 /// Where an exchange's side traffic goes and when it ends.
@@ -125,6 +127,19 @@ pub struct Exchange {
     pub timeout: Duration,
     /// Cancelled when the client cancels the request.
     pub cancelled: CancellationToken,
+    /// A 2026-07-28 caller and a 2026-07-28 upstream: the multi round-trip passes through.
+    /// The request carries the caller's `inputResponses` and the upstream's own `requestState`
+    /// (unsealed from the gateway's), and an `input_required` answer is returned as it is (all
+    /// of its requests, under the upstream's keys) instead of being asked here. `None`: the
+    /// gateway asks the caller itself (see [`Upstreams::exchange`]).
+    pub passed: Option<PassedInput>,
+}
+
+/// What a passed-through retry carries to the upstream (see [`Exchange::passed`]).
+#[derive(Debug, Clone, Default)]
+pub struct PassedInput {
+    pub responses: Option<rmcp::model::InputResponses>,
+    pub state: Option<String>,
 }
 
 /// Every upstream connection of the gateway, and the sessions' snapshots.
@@ -441,13 +456,15 @@ impl Upstreams {
     /// Calls `tool` on the upstream for the caller: the call carries an identity assertion
     /// (audience: the server id) and nothing of the client's own credentials. It ends at
     /// `timeout` or when the client cancels; either way the upstream is told to cancel.
+    /// The answer is the call's result, or (passed through, see [`Exchange::passed`]) the
+    /// upstream's `input_required`.
     pub async fn call(
         &self,
         connection: &Connection,
         upstream: Upstream,
         ctx: &McpCallContext,
         call: UpstreamCall<'_>,
-    ) -> Result<CallToolResult, ProxyError> {
+    ) -> Result<ServerResult, ProxyError> {
         let span = trace::upstream_span(connection.server().as_str(), call.tool, "rmcp");
         async move {
             connection.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -468,14 +485,14 @@ impl Upstreams {
         connection: &Connection,
         peer: Peer<RoleClient>,
         ctx: &McpCallContext,
-        UpstreamCall { tool, arguments, downstream, timeout, cancelled }: UpstreamCall<'_>,
-    ) -> Result<CallToolResult, ProxyError> {
+        UpstreamCall { tool, arguments, downstream, timeout, cancelled, passed }: UpstreamCall<'_>,
+    ) -> Result<ServerResult, ProxyError> {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let exchange = Exchange { downstream, timeout, cancelled };
+        let exchange = Exchange { downstream, timeout, cancelled, passed };
         match self.exchange(connection, peer, ctx, request, exchange).await? {
-            ServerResult::CallToolResult(result) => Ok(result),
+            answer @ (ServerResult::CallToolResult(_) | ServerResult::InputRequiredResult(_)) => Ok(answer),
             _ => Err(ProxyError::Unavailable("the upstream answered a call with something else".to_owned())),
         }
     }
@@ -491,8 +508,21 @@ impl Upstreams {
         peer: Peer<RoleClient>,
         ctx: &McpCallContext,
         mut request: ClientRequest,
-        Exchange { downstream, timeout, cancelled }: Exchange,
+        Exchange { downstream, timeout, cancelled, passed }: Exchange,
     ) -> Result<ServerResult, ProxyError> {
+        if let Some(PassedInput { responses, state }) = passed {
+            if responses.is_some() || state.is_some() {
+                request = with_responses(request, responses, state)
+                    .ok_or_else(|| unavailable("a request that takes no multi round-trip"))?;
+            }
+            let answer = self.send_once(connection, &peer, ctx, request, &downstream, timeout, &cancelled).await?;
+            if let ServerResult::InputRequiredResult(input) = &answer {
+                super::routing::audit_passed(connection.server().as_str(), &downstream, connection.caps, input)
+                    .await
+                    .map_err(ProxyError::Upstream)?;
+            }
+            return Ok(answer);
+        }
         // An upstream on protocol 2026-07-28 asks its client by answering `input_required`:
         // the gateway asks the caller (the way the caller takes it) and sends the request again
         // with the answers and the upstream's `requestState`, a bounded number of times.
@@ -505,7 +535,7 @@ impl Upstreams {
                 let answer = ask_for_upstream(connection, &downstream, asked, &cancelled).await;
                 responses.insert(key, answer.map_err(ProxyError::Upstream)?);
             }
-            request = with_responses(request, responses, input.request_state)
+            request = with_responses(request, Some(responses), input.request_state)
                 .ok_or_else(|| unavailable("the upstream answered input_required to a request that can't take it"))?;
         }
         Err(ProxyError::Unavailable(format!("the upstream asked more than {MAX_UPSTREAM_ROUNDS} rounds of input")))
@@ -529,6 +559,13 @@ impl Upstreams {
             .map_err(|_| ProxyError::Assertion)?;
         let mut meta = RequestMetaObject::new();
         meta.0.0.insert(ASSERTION_META_KEY.to_owned(), Value::String(assertion));
+        // A 2026-07-28 upstream logs to a request only at the level the request names: the
+        // caller's (its session's `logging/setLevel`, or its own request's), none without one.
+        if connection.speaks_modern()
+            && let Some(level) = downstream.log_level.level()
+        {
+            meta.set_log_level(level);
+        }
         // The trace context, in `_meta` like the assertion (an HTTP upstream's client moves it
         // into headers): the current span's `traceparent` and `tracestate`, nothing else.
         trace::inject_meta(&mut meta.0.0);
@@ -644,20 +681,20 @@ async fn ask_for_upstream(
 /// for a request that takes no multi round-trip.
 fn with_responses(
     request: ClientRequest,
-    responses: rmcp::model::InputResponses,
+    responses: Option<rmcp::model::InputResponses>,
     state: Option<String>,
 ) -> Option<ClientRequest> {
     Some(match request {
         ClientRequest::CallToolRequest(mut r) => {
-            (r.params.input_responses, r.params.request_state) = (Some(responses), state);
+            (r.params.input_responses, r.params.request_state) = (responses, state);
             ClientRequest::CallToolRequest(r)
         }
         ClientRequest::GetPromptRequest(mut r) => {
-            (r.params.input_responses, r.params.request_state) = (Some(responses), state);
+            (r.params.input_responses, r.params.request_state) = (responses, state);
             ClientRequest::GetPromptRequest(r)
         }
         ClientRequest::ReadResourceRequest(mut r) => {
-            (r.params.input_responses, r.params.request_state) = (Some(responses), state);
+            (r.params.input_responses, r.params.request_state) = (responses, state);
             ClientRequest::ReadResourceRequest(r)
         }
         _ => return None,

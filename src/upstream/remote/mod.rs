@@ -24,7 +24,7 @@ pub use file::ReadFileError;
 pub use transport::ChannelTransport;
 
 use super::executor::{Executor, UpstreamError};
-use super::routing::ProxyClient;
+use super::routing::{Lifecycle, ProxyClient};
 use super::{ExecutorEnv, ExecutorId, ResolvedServer, ResolvedTransport};
 use crate::store::entities::Executor as ExecutorRow;
 use crate::store::{Db, StoreError, TenantId};
@@ -104,6 +104,7 @@ impl RemoteHostHandler {
         &self,
         server: &ResolvedServer,
         handler: ProxyClient,
+        lifecycle: Lifecycle,
         timeout: Duration,
         auth: Option<rmcp::transport::auth::AuthorizationManager>,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
@@ -141,7 +142,7 @@ impl RemoteHostHandler {
         let refused = transport.refused_flag();
         let transport = handler.counted(transport);
         let left = timeout.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, handler.start(server.revision, transport)).await {
+        match tokio::time::timeout(left, handler.start(lifecycle, transport)).await {
             Ok(Ok(service)) => Ok(service),
             Ok(Err(_)) if refused.is_some_and(|r| r.load(std::sync::atomic::Ordering::Acquire)) => {
                 Err(UpstreamError::Unauthorized { server: server.name.to_string() })

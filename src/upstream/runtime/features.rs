@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rmcp::RoleServer;
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
-    GetPromptResult, Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Reference, Resource,
+    Prompt, ReadResourceRequest, ReadResourceRequestParams, Reference, Resource,
     ResourceContents, ResourceTemplate, ServerResult,
 };
 use rmcp::service::{Peer, SubscriptionSink};
@@ -166,7 +166,7 @@ impl Upstreams {
         mut params: GetPromptRequestParams,
         ctx: &McpCallContext,
         exchange: Exchange,
-    ) -> Result<GetPromptResult, Option<ProxyError>> {
+    ) -> Result<ServerResult, Option<ProxyError>> {
         let (server, name) = surface::route_name(snapshot, &params.name).ok_or(None)?;
         let name = name.to_owned();
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
@@ -179,9 +179,17 @@ impl Upstreams {
         (params.request_state, params.input_responses) = (None, None);
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         match self.proxied(&connection, peer, ctx, request, exchange).await? {
-            ServerResult::GetPromptResult(result) => Ok(result),
+            answer @ (ServerResult::GetPromptResult(_) | ServerResult::InputRequiredResult(_)) => Ok(answer),
             _ => Err(Some(ProxyError::Unavailable("the upstream answered prompts/get with something else".into()))),
         }
+    }
+
+    /// Whether `server` of the snapshot (started if need be) speaks a revision without
+    /// `initialize`, so a 2026-07-28 caller's multi round-trip passes through to it. A server
+    /// that can't be started answers false (the request itself then reports why).
+    pub async fn serves_modern(&self, snapshot: &Snapshot, server: &str) -> bool {
+        let Some(connection) = snapshot.connection(server) else { return false };
+        connection.ready(self.connect_timeout).await.is_ok() && connection.speaks_modern()
     }
 
     /// `resources/read` of an exposed URI: the contents come back under exposed URIs too.
@@ -193,7 +201,7 @@ impl Upstreams {
         mut params: ReadResourceRequestParams,
         ctx: &McpCallContext,
         exchange: Exchange,
-    ) -> Result<ReadResourceResult, Option<ProxyError>> {
+    ) -> Result<ServerResult, Option<ProxyError>> {
         let exposed = params.uri.clone();
         let (server, uri) = surface::route_uri(snapshot, &exposed).ok_or(None)?;
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
@@ -207,10 +215,14 @@ impl Upstreams {
             }
             other => other?,
         };
-        let ServerResult::ReadResourceResult(mut result) = answer else {
-            return Err(Some(ProxyError::Unavailable(
-                "the upstream answered resources/read with something else".into(),
-            )));
+        let mut result = match answer {
+            ServerResult::ReadResourceResult(result) => result,
+            input @ ServerResult::InputRequiredResult(_) => return Ok(input),
+            _ => {
+                return Err(Some(ProxyError::Unavailable(
+                    "the upstream answered resources/read with something else".into(),
+                )));
+            }
         };
         for contents in &mut result.contents {
             if let ResourceContents::TextResourceContents { uri, .. }
@@ -219,7 +231,7 @@ impl Upstreams {
                 *uri = surface::exposed_uri(server, prefixed, uri).unwrap_or_else(|| exposed.clone());
             }
         }
-        Ok(result)
+        Ok(ServerResult::ReadResourceResult(result))
     }
 
     /// `completion/complete` for a prompt's argument or a resource template's variable,

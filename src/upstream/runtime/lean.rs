@@ -178,7 +178,7 @@ impl Upstreams {
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
-        Exchange { downstream, timeout, cancelled }: Exchange,
+        Exchange { downstream, timeout, cancelled, .. }: Exchange,
     ) -> Result<LeanResult, ProxyError> {
         let connection = &target.connection;
         connection.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -200,8 +200,13 @@ impl Upstreams {
                     downstream,
                     timeout,
                     cancelled,
+                    passed: None,
                 };
-                let result = self.call(connection, super::Upstream(target.peer.clone()), ctx, call).await?;
+                let rmcp::model::ServerResult::CallToolResult(result) =
+                    self.call(connection, super::Upstream(target.peer.clone()), ctx, call).await?
+                else {
+                    return Err(unavailable("the upstream answered a call with something else"));
+                };
                 let error_class =
                     (result.is_error == Some(true)).then(|| crate::tools::error_class(result.meta.as_ref()));
                 let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
