@@ -404,8 +404,13 @@ impl GatewayServer {
 
 /// Marks an upstream's final result `resultType: "complete"` where it left it out: a
 /// 2026-07-28 caller must find it on every result (rmcp takes it off again for a caller on an
-/// older revision).
+/// older revision); and a cacheable one `cacheScope: "private"`.
 fn completed(result: &mut ServerResult) {
+    // What the gateway answers depends on who asks (grants, tenant): a shared cache must never
+    // keep it, whatever the upstream said of its own answer.
+    if let ServerResult::ReadResourceResult(r) = result {
+        r.cache_scope = Some(rmcp::model::CacheScope::Private);
+    }
     let result_type = match result {
         ServerResult::CallToolResult(r) => &mut r.result_type,
         ServerResult::GetPromptResult(r) => &mut r.result_type,

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use http::{HeaderName, HeaderValue};
@@ -62,29 +63,102 @@ fn mark_related(data: &mut Option<String>, related: Option<&Value>) {
 }
 
 /// The event stream of one POSTed request: every request or notification on it is marked
-/// with that request's id, and each event id it carries is remembered in `resumable` (a
-/// server may end the stream early and have the client resume it with `Last-Event-ID`).
+/// with that request's id, and each event id it carries is remembered in `resumable`. A server
+/// may end the stream before it answers (SEP-1699 polling: an event id first, the stream
+/// closed mid-call): the stream is then resumed with a `GET` and `Last-Event-ID` (at once, then
+/// after the server's `retry` interval), a bounded number of times, and goes on as the same
+/// stream.
 fn related_to(
     response: StreamableHttpPostResponse,
     id: Option<Value>,
     resumable: &Resumable,
+    resume: Resume,
 ) -> StreamableHttpPostResponse {
-    match response {
-        StreamableHttpPostResponse::Sse(stream, session) => {
-            let resumable = resumable.clone();
-            let marked = stream.map(move |event| {
-                event.map(|mut sse| {
-                    if let (Some(event), Some(id)) = (sse.id.as_deref(), id.as_ref()) {
-                        resumable.remember(event, id);
+    let StreamableHttpPostResponse::Sse(stream, session) = response else { return response };
+    let Some(request) = id else {
+        return StreamableHttpPostResponse::Sse(stream, session);
+    };
+    let state = Resuming {
+        resume,
+        request,
+        resumable: resumable.clone(),
+        last_event: None,
+        retry: Duration::from_secs(1),
+        answered: false,
+        resumes_left: MAX_RESUMES,
+    };
+    let continued = futures_util::stream::unfold((stream, state), |(mut stream, mut state)| async move {
+        loop {
+            match stream.next().await {
+                Some(Ok(mut sse)) => {
+                    if let Some(event) = sse.id.as_deref() {
+                        state.resumable.remember(event, &state.request);
+                        state.last_event = Some(event.to_owned());
                     }
-                    mark_related(&mut sse.data, id.as_ref());
-                    sse
-                })
-            });
-            StreamableHttpPostResponse::Sse(Box::pin(marked), session)
+                    if let Some(ms) = sse.retry {
+                        state.retry = Duration::from_millis(ms).min(MAX_RETRY);
+                    }
+                    state.answered |= answers(sse.data.as_deref(), &state.request);
+                    mark_related(&mut sse.data, Some(&state.request));
+                    return Some((Ok(sse), (stream, state)));
+                }
+                Some(Err(e)) => return Some((Err(e), (stream, state))),
+                None => {
+                    let Some(last) = state.last_event.clone().filter(|_| !state.answered && state.resumes_left > 0)
+                    else {
+                        return None;
+                    };
+                    // The first resumption at once (a caller is waiting on this call, and a
+                    // server that closes a stream to be polled may send its answer right after);
+                    // the later ones after the server's `retry` interval.
+                    if state.resumes_left < MAX_RESUMES {
+                        tokio::time::sleep(state.retry).await;
+                    }
+                    state.resumes_left -= 1;
+                    let Resume { client, uri, session, auth, headers } = &state.resume;
+                    match client.get_stream(uri.clone(), session.clone(), Some(last), auth.clone(), headers.clone()).await {
+                        Ok(next) => stream = next,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "resuming a request's event stream failed");
+                            return None;
+                        }
+                    }
+                }
+            }
         }
-        other => other,
-    }
+    });
+    StreamableHttpPostResponse::Sse(Box::pin(continued), session)
+}
+
+/// How often one request's event stream is resumed at most, and the longest wait before each.
+const MAX_RESUMES: u8 = 8;
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// What resuming a request's event stream needs: the request's own endpoint, session and
+/// headers.
+pub(crate) struct Resume {
+    client: reqwest::Client,
+    uri: Arc<str>,
+    session: Option<Arc<str>>,
+    auth: Option<String>,
+    headers: HashMap<HeaderName, HeaderValue>,
+}
+
+struct Resuming {
+    resume: Resume,
+    request: Value,
+    resumable: Resumable,
+    last_event: Option<String>,
+    retry: Duration,
+    answered: bool,
+    resumes_left: u8,
+}
+
+/// Whether an SSE event's data is the answer (result or error) to `request`.
+fn answers(data: Option<&str>, request: &Value) -> bool {
+    let Some(text) = data.filter(|t| t.contains("\"id\"")) else { return false };
+    let Ok(Value::Object(message)) = serde_json::from_str::<Value>(text) else { return false };
+    message.get("id") == Some(request) && (message.contains_key("result") || message.contains_key("error"))
 }
 
 /// Which request's event stream each recent SSE event id belongs to: a `GET` with
@@ -321,6 +395,23 @@ impl AssertingClient {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone().or(passed)
     }
 
+    /// What resuming the event stream of a request sent with these needs. The headers that
+    /// belong to that one request (its assertion, its trace context) are not sent again.
+    fn resume(
+        &self,
+        uri: &Arc<str>,
+        session: &Option<Arc<str>>,
+        auth: &Option<String>,
+        headers: &HashMap<HeaderName, HeaderValue>,
+    ) -> Resume {
+        let headers = headers
+            .iter()
+            .filter(|(name, _)| **name != self.header && !TRACE_CONTEXT_FIELDS.contains(&name.as_str()))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        Resume { client: self.inner.clone(), uri: Arc::clone(uri), session: session.clone(), auth: auth.clone(), headers }
+    }
+
     /// Takes the assertion and the trace context out of a request's `_meta` (calls, prompts,
     /// resources, completions) and into `headers`.
     fn lift(&self, message: &mut ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
@@ -363,8 +454,9 @@ impl StreamableHttpClient for AssertingClient {
         let auth_header = self.bearer(&mut message, auth_header);
         self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
+        let resume = self.resume(&uri, &session_id, &auth_header, &custom_headers);
         let response = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
-        Ok(related_to(response, id, &self.resumable))
+        Ok(related_to(response, id, &self.resumable, resume))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -380,6 +472,7 @@ impl StreamableHttpClient for AssertingClient {
         let auth_header = self.bearer(&mut message, auth_header);
         self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
+        let resume = self.resume(&uri, &session_id, &auth_header, &custom_headers);
         let response = self
             .inner
             .post_message_with_max_sse_event_size(
@@ -391,7 +484,7 @@ impl StreamableHttpClient for AssertingClient {
                 max_sse_event_size,
             )
             .await?;
-        Ok(related_to(response, id, &self.resumable))
+        Ok(related_to(response, id, &self.resumable, resume))
     }
 
     async fn post_message_with_response_limits(
@@ -407,11 +500,12 @@ impl StreamableHttpClient for AssertingClient {
         let auth_header = self.bearer(&mut message, auth_header);
         self.record(&uri, session_id.as_ref(), &custom_headers, &message);
         let id = request_id(&message);
+        let resume = self.resume(&uri, &session_id, &auth_header, &custom_headers);
         let response = self
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
             .await?;
-        Ok(related_to(response, id, &self.resumable))
+        Ok(related_to(response, id, &self.resumable, resume))
     }
 
     async fn delete_session(

@@ -758,6 +758,11 @@ impl ClientHandler for ProxyClient {
         // notification's own.
         let mut params = params;
         let mut meta = context.meta.0.0.clone();
+        // rmcp 3.11 hands a notification's `_meta` over in the context's extensions (it moves the
+        // extensions out before it takes the meta from them).
+        if let Some(own) = context.extensions.get::<rmcp::model::NotificationMetaObject>() {
+            meta.extend(own.0.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         if let Some(own) = params.meta.as_mut() {
             if let Some(mark) = own.0.remove(RELATED_META_KEY) {
                 meta.insert(RELATED_META_KEY.to_owned(), mark);
@@ -766,6 +771,7 @@ impl ClientHandler for ProxyClient {
                 params.meta = None;
             }
         }
+        let mark = meta.get(RELATED_META_KEY).cloned();
         let target = match self.routes.marked(&meta) {
             Marked::Call(call) => Some(call),
             Marked::Unknown => None,
@@ -775,7 +781,7 @@ impl ClientHandler for ProxyClient {
             Some(target) => forward_log(&self.server, &target, params).await,
             None => {
                 metrics::denial("upstream_log_unroutable");
-                tracing::debug!(server = %self.server, "upstream log message with no single calling session; dropped");
+                tracing::debug!(server = %self.server, ?mark, "upstream log message with no single calling session; dropped");
             }
         }
     }
