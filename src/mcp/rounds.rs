@@ -83,7 +83,8 @@ pub fn seal_passed(key: &CursorKey, binding: &Binding, upstream: Option<String>,
 /// unexpired and issued to this caller for this tool and these arguments; refused (-32602)
 /// otherwise.
 pub fn open_passed(key: &CursorKey, binding: &Binding, state: &str) -> Result<Option<String>, ProxyError> {
-    let passed: Passed = key.unseal(state).filter(|p: &Passed| p.passed).ok_or_else(|| refused("not one the gateway issued"))?;
+    let passed: Passed =
+        key.unseal(state).filter(|p: &Passed| p.passed).ok_or_else(|| refused("not one the gateway issued"))?;
     if passed.exp <= now_millis() {
         return Err(refused("expired"));
     }

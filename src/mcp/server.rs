@@ -32,8 +32,8 @@ use crate::store::Db;
 use crate::telemetry::{metrics, trace};
 use crate::upstream::routing::by_rounds;
 use crate::upstream::runtime::{
-    CallOrigin, Downstream, Exchange, LOGIN_TOOL, PassedInput, LogLevel, ProxyError, RelayCaps, Round, Sink, Snapshot, UpstreamCall,
-    Upstreams, Watch, split_tool_name,
+    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink, Snapshot,
+    UpstreamCall, Upstreams, Watch, split_tool_name,
 };
 use crate::upstream::selected::{self, Selection};
 use crate::upstream::surface;
@@ -348,7 +348,8 @@ impl GatewayServer {
     {
         if let Some(binding) = binding.as_ref().filter(|_| modern_upstream) {
             let key = &self.shared.cursors;
-            let upstream_state = state.map(|s| rounds::open_passed(key, binding, s)).transpose().map_err(Some)?.flatten();
+            let upstream_state =
+                state.map(|s| rounds::open_passed(key, binding, s)).transpose().map_err(Some)?.flatten();
             let mut exchange = self.exchange(ctx, context);
             exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state });
             return match start(exchange).await? {
@@ -734,7 +735,8 @@ impl ServerHandler for GatewayServer {
                 };
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
-            let start = move |exchange| async move { upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await };
+            let start =
+                move |exchange| async move { upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await };
             match self.proxied(&ctx, &context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {

@@ -116,7 +116,10 @@ fn related_to(
                     }
                     state.resumes_left -= 1;
                     let Resume { client, uri, session, auth, headers } = &state.resume;
-                    match client.get_stream(uri.clone(), session.clone(), Some(last), auth.clone(), headers.clone()).await {
+                    match client
+                        .get_stream(uri.clone(), session.clone(), Some(last), auth.clone(), headers.clone())
+                        .await
+                    {
                         Ok(next) => stream = next,
                         Err(e) => {
                             tracing::debug!(error = %e, "resuming a request's event stream failed");
@@ -409,7 +412,13 @@ impl AssertingClient {
             .filter(|(name, _)| **name != self.header && !TRACE_CONTEXT_FIELDS.contains(&name.as_str()))
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();
-        Resume { client: self.inner.clone(), uri: Arc::clone(uri), session: session.clone(), auth: auth.clone(), headers }
+        Resume {
+            client: self.inner.clone(),
+            uri: Arc::clone(uri),
+            session: session.clone(),
+            auth: auth.clone(),
+            headers,
+        }
     }
 
     /// Takes the assertion and the trace context out of a request's `_meta` (calls, prompts,
@@ -419,7 +428,9 @@ impl AssertingClient {
             return;
         };
         let carried = request.request.get_meta();
-        if !carried.0.contains_key(ASSERTION_META_KEY) && !TRACE_CONTEXT_FIELDS.iter().any(|f| carried.0.contains_key(*f)) {
+        if !carried.0.contains_key(ASSERTION_META_KEY)
+            && !TRACE_CONTEXT_FIELDS.iter().any(|f| carried.0.contains_key(*f))
+        {
             return;
         }
         let meta = request.request.get_meta_mut();

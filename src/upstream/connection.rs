@@ -12,9 +12,9 @@ use tracing::Instrument;
 
 use super::catalog::{Catalog, Listed, Notifier, UpstreamSubscription};
 use super::client::WireSlot;
+use super::declaration::Revision;
 use super::executor::{Executor, UpstreamError};
 use super::oauth::{TokenOwner, UpstreamOAuth};
-use super::declaration::Revision;
 use super::routing::{Lifecycle, ProxyClient, RelayCaps, Routes};
 use super::runtime::NAME_SEPARATOR;
 use super::{ResolvedServer, ServerName};

@@ -22,6 +22,7 @@ mod mcp_http;
 mod mcp_modern;
 mod mcp_shutdown;
 mod mcp_timeout;
+mod negotiation;
 mod oauth;
 mod oauth_fixture;
 mod otel;

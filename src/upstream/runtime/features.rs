@@ -9,8 +9,8 @@ use std::sync::Arc;
 use rmcp::RoleServer;
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
-    Prompt, ReadResourceRequest, ReadResourceRequestParams, Reference, Resource,
-    ResourceContents, ResourceTemplate, ServerResult,
+    Prompt, ReadResourceRequest, ReadResourceRequestParams, Reference, Resource, ResourceContents, ResourceTemplate,
+    ServerResult,
 };
 use rmcp::service::{Peer, SubscriptionSink};
 use tokio_util::sync::CancellationToken;
