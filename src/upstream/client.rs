@@ -104,10 +104,7 @@ fn related_to(
                 }
                 Some(Err(e)) => return Some((Err(e), (stream, state))),
                 None => {
-                    let Some(last) = state.last_event.clone().filter(|_| !state.answered && state.resumes_left > 0)
-                    else {
-                        return None;
-                    };
+                    let last = state.last_event.clone().filter(|_| !state.answered && state.resumes_left > 0)?;
                     // The first resumption at once (a caller is waiting on this call, and a
                     // server that closes a stream to be polled may send its answer right after);
                     // the later ones after the server's `retry` interval.
