@@ -670,6 +670,14 @@ impl ProxyClient {
     fn handled(&self, context: &NotificationContext<RoleClient>) -> Handled<'_> {
         Handled(&self.routes.dispatch, context.extensions.get::<Seq>().copied())
     }
+
+    /// Waits until the notifications that came before this one are handled (rmcp runs handlers
+    /// concurrently: a burst of progress would otherwise reach the caller out of order).
+    async fn in_turn(&self, context: &NotificationContext<RoleClient>) {
+        if let Some(Seq(seq)) = context.extensions.get::<Seq>().copied() {
+            self.routes.dispatch.settle(seq).await;
+        }
+    }
 }
 
 impl ClientHandler for ProxyClient {
@@ -732,6 +740,7 @@ impl ClientHandler for ProxyClient {
 
     async fn on_progress(&self, params: ProgressNotificationParam, context: NotificationContext<RoleClient>) {
         let _handled = self.handled(&context);
+        self.in_turn(&context).await;
         if let Some(target) = self.routes.progress_target(&params) {
             forward_progress(&self.server, target, params).await;
         }
@@ -753,6 +762,7 @@ impl ClientHandler for ProxyClient {
         context: NotificationContext<RoleClient>,
     ) {
         let _handled = self.handled(&context);
+        self.in_turn(&context).await;
         // rmcp keeps a log line's `_meta` in its params, where the gateway's client put the
         // mark: taken out there (it is the gateway's, never the caller's) and read with the
         // notification's own.
