@@ -144,9 +144,12 @@ find_reference() {
     *) origin="$repo/$origin" ;;
   esac
   if [ -n "$origin" ] && [ -d "$origin" ]; then
-    printf '%s\n' "$origin/../shared/conformance-reference"; return
+    origin="${origin%/}"
+    for candidate in "$origin/../shared/conformance-reference" "${origin%/.git}/../shared/conformance-reference"; do
+      if [ -f "$candidate/everything-server.ts" ]; then printf '%s\n' "$candidate"; return; fi
+    done
   fi
-  printf '%s\n' "$candidate"
+  printf '%s\n' "$repo/../shared/conformance-reference"
 }
 ref_src="$(find_reference)"
 for f in everything-server.ts package.json package-lock.json; do
