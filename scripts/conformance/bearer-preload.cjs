@@ -7,11 +7,12 @@
 //   SCOPEGATE_CONFORMANCE_ORIGIN  e.g. http://127.0.0.1:8080; only requests to this origin
 //                                 get the header, so the token never leaves for another host
 //
-// The suite's server scenarios reach the server in two ways, both covered here:
+// The suite's server scenarios reach the server in three ways, all covered here:
 //   - the global fetch (the MCP SDK's Streamable HTTP client transport, and the raw
 //     requests of the SSE scenarios);
 //   - `request` from the npm package undici (the dns-rebinding scenario, which needs to
-//     send its own Host header).
+//     send its own Host header);
+//   - node:http's `request` (the header scenarios, which send exact header names and values).
 // A header the caller already set is left alone.
 
 const path = require('node:path');
@@ -91,6 +92,36 @@ if (token) {
       return originalRequest.call(this, url, opts, ...rest);
     };
   }
+
+  // 3. node:http's request(), which the header scenarios use to send exact header names and
+  // values (fetch would normalise them).
+  const http = require('node:http');
+  const originalHttpRequest = http.request;
+  const originOf = (options) => {
+    if (!options || typeof options !== 'object') return '';
+    const host = options.hostname || (options.host || '').replace(/:\d+$/, '');
+    const port = options.port || (options.protocol === 'https:' ? 443 : 80);
+    return `${options.protocol || 'http:'}//${host}:${port}`;
+  };
+  http.request = function requestWithBearer(...args) {
+    // request(options[, cb]) or request(url[, options][, cb])
+    let [first, second] = args;
+    const url = typeof first === 'string' || first instanceof URL ? new URL(String(first)) : null;
+    const options = url ? (second && typeof second === 'object' ? second : null) : first;
+    const target = url ? url.origin : originOf(options);
+    if (targetsGateway(target)) {
+      const headers = { ...((options && options.headers) || {}) };
+      if (!Object.keys(headers).some((k) => k.toLowerCase() === 'authorization')) headers.authorization = value;
+      log(`http.request ${(options && options.method) || 'GET'} ${target}`);
+      if (url) {
+        if (second && typeof second === 'object') args[1] = { ...second, headers };
+        else args.splice(1, 0, { headers });
+      } else {
+        args[0] = { ...options, headers };
+      }
+    }
+    return originalHttpRequest.apply(this, args);
+  };
 } else {
   log('SCOPEGATE_CONFORMANCE_TOKEN is not set: requests go out without a bearer token');
 }
