@@ -308,3 +308,82 @@ async fn modern_surface(backend: Backend) {
 }
 
 both_dbs!(modern_callers_get_404_for_removed_methods_and_private_cache_hints, modern_surface);
+
+/// A legacy session's client that records the log lines and resource updates it is sent.
+#[derive(Clone, Default)]
+struct Heard(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Heard {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[allow(deprecated)]
+impl rmcp::ClientHandler for Heard {
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(format!("log {}", params.data.as_str().unwrap_or_default()));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(format!("updated {}", params.uri));
+    }
+}
+
+/// A legacy session in front of a modern-only upstream: its `logging/setLevel` reaches the
+/// upstream as each request's level (`_meta`), and `resources/subscribe` rides the connection's
+/// `subscriptions/listen` stream to that upstream (updates reach the subscribed session under
+/// the URI it knows; after `unsubscribe`, none).
+#[allow(deprecated)]
+async fn bridged_to_modern(backend: Backend) {
+    use rmcp::model::{LoggingLevel, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams};
+    let live = gateway(backend).await;
+    let (_child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[("FIXTURE_ERA", "modern")]).await;
+    bind(&live, "mod", json!({"url": format!("http://{addr}/mcp")}), OWNER_ALL).await;
+    let heard = Heard::default();
+    let session = heard.clone().serve(transport(&live, "olivia@acme.test")).await.expect("connects");
+    let call = |tool: &str| session.call_tool(CallToolRequestParams::new(tool.to_owned()));
+
+    // The session's level (default info) travels with the request: the upstream logs.
+    call("mod__test_tool_with_logging").await.expect("call");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = heard.take();
+    assert_eq!(logs.iter().filter(|l| l.starts_with("log Tool")).count(), 3, "{logs:?}");
+    // warning and above: the upstream's info lines are not even sent.
+    session.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await.expect("setLevel");
+    call("mod__test_tool_with_logging").await.expect("call");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(heard.take().iter().all(|l| !l.starts_with("log")), "no line below warning");
+
+    // Subscribed: an update of the resource reaches the session (once the connection's listen
+    // stream to the upstream names the URI).
+    let uri = "scopegate://mod/test://watched-resource";
+    session.subscribe(SubscribeRequestParams::new(uri)).await.expect("subscribe");
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        call("mod__update_watched_resource").await.expect("update");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        got = heard.take();
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert!(got.iter().any(|h| h == &format!("updated {uri}")), "{got:?}");
+    session.unsubscribe(UnsubscribeRequestParams::new(uri)).await.expect("unsubscribe");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    heard.take();
+    call("mod__update_watched_resource").await.expect("update");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(heard.take(), Vec::<String>::new(), "no update after unsubscribe");
+    session.cancel().await.unwrap();
+}
+
+both_dbs!(legacy_sessions_are_bridged_to_a_modern_upstream, bridged_to_modern);

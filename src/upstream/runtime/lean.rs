@@ -132,11 +132,16 @@ struct OutParams<'a> {
 }
 
 #[derive(Serialize)]
+#[allow(deprecated)]
 struct OutMeta<'a> {
     #[serde(flatten)]
     protocol: &'a Map<String, Value>,
     #[serde(rename = "progressToken")]
     progress_token: &'a str,
+    /// Towards a 2026-07-28 upstream, the caller's log level (its session's): the upstream
+    /// logs to a request only at the level it names.
+    #[serde(rename = "io.modelcontextprotocol/logLevel", skip_serializing_if = "Option::is_none")]
+    log_level: Option<rmcp::model::LoggingLevel>,
 }
 
 /// How one exchange with the upstream ended.
@@ -234,6 +239,7 @@ impl Upstreams {
         let assertion =
             self.signer.assertion(&asserted_caller(ctx), server).map_err(|_| Some(ProxyError::Assertion))?;
         let deadline = tokio::time::Instant::now() + timeout;
+        let log_level = downstream.log_level.level();
         let (mut responses, mut state) = (None::<Value>, None::<String>);
         for round in 0..=MAX_UPSTREAM_ROUNDS {
             let id = format!("scopegate-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
@@ -244,7 +250,11 @@ impl Upstreams {
                 params: OutParams {
                     name: tool,
                     arguments,
-                    meta: OutMeta { protocol: &target.wire.meta, progress_token: &id },
+                    meta: OutMeta {
+                        protocol: &target.wire.meta,
+                        progress_token: &id,
+                        log_level: log_level.filter(|_| target.wire.standard_headers),
+                    },
                     input_responses: responses.as_ref(),
                     request_state: state.as_deref(),
                 },
