@@ -36,6 +36,10 @@ pub struct ConnectionAuth {
     pub owner: TokenOwner,
 }
 
+/// How long rmcp waits for an answer to its `server/discover` probe before it falls back to
+/// `initialize` (`ClientLifecycleMode::Auto`).
+const MODERN_PROBE_WAIT: Duration = Duration::from_secs(10);
+
 /// The revision offered first to a server whose declaration pins none, for callers on a
 /// legacy revision: the newest with an `initialize`.
 const LEGACY_PREFERRED: &str = "2025-11-25";
@@ -189,6 +193,12 @@ impl Connection {
         timeout: Duration,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
         let handler = self.handler();
+        // A legacy server may leave the modern probe unanswered: rmcp falls back to
+        // `initialize` after its own wait, which the handshake's time must leave room for.
+        let timeout = match lifecycle {
+            Lifecycle::ModernFirst => timeout + MODERN_PROBE_WAIT,
+            _ => timeout,
+        };
         match &self.auth {
             None => self.executor.connect(&self.server, handler, lifecycle, timeout, None).await,
             Some(auth) => {

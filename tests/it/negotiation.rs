@@ -387,3 +387,26 @@ async fn bridged_to_modern(backend: Backend) {
 }
 
 both_dbs!(legacy_sessions_are_bridged_to_a_modern_upstream, bridged_to_modern);
+
+/// A legacy stdio server that leaves the modern probe unanswered (it never sees it: a filter
+/// in front of it drops `server/discover`): a 2026-07-28 caller's connection waits for the
+/// probe, falls back to `initialize` (the 2026-07-28 rules: "the probe ... times out, and the
+/// client falls back"), and is served.
+async fn silent_probe(backend: Backend) {
+    // The handshake's time as configured by default (the probe's wait comes on top of it).
+    let live = Live::start(backend, Mode::Session, &[("upstream.connect_timeout_secs", json!(5))]).await;
+    let mut tx = live.db.begin().await.unwrap();
+    entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    let script = format!("grep --line-buffered -v server/discover | exec {FIXTURE} everything stdio");
+    let declaration = json!({"command": "/bin/sh", "args": ["-c", script], "env": {"PATH": "/usr/bin:/bin"}});
+    bind(&live, "quiet", declaration, OWNER_ALL).await;
+    let caller = modern(&live, "olivia@acme.test").await;
+    let started = std::time::Instant::now();
+    let text = simple_text(&caller, "quiet__test_simple_text").await;
+    assert_eq!(text, "This is a simple text response for testing.");
+    assert!(started.elapsed() >= Duration::from_secs(9), "the probe was waited for: {:?}", started.elapsed());
+    caller.cancel().await.unwrap();
+}
+
+both_dbs!(an_unanswered_probe_falls_back_to_initialize, silent_probe);
