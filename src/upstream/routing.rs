@@ -111,6 +111,27 @@ pub struct CallOrigin {
     pub timeout: Duration,
 }
 
+impl CallOrigin {
+    /// The audit of a request `server`'s upstream makes of this caller (`ID:method`, the
+    /// digest of its params).
+    fn audit_of(&self, server: &str, method: &str, arguments: &Value) -> CallAudit {
+        let digest = match arguments {
+            Value::Object(map) => digest::arguments_digest(Some(map)),
+            _ => digest::arguments_digest(None),
+        };
+        CallAudit::new(
+            self.tenant,
+            self.user,
+            self.session.clone(),
+            self.request_id.clone(),
+            self.client.clone(),
+            format!("{server}:{method}"),
+            digest,
+            None,
+        )
+    }
+}
+
 /// A session's logging level (`logging/setLevel`); until it sets one, `info` and above.
 pub struct LogLevel(AtomicU8);
 
@@ -926,19 +947,7 @@ pub(super) async fn relay_to(
         refuse("upstream_request_unroutable");
         return Err(ErrorData::invalid_request(format!("{method} refused: the call has no client to ask"), None));
     };
-    let audit = CallAudit::new(
-        origin.tenant,
-        origin.user,
-        origin.session.clone(),
-        origin.request_id.clone(),
-        origin.client.clone(),
-        format!("{server}:{method}"),
-        match &arguments {
-            Value::Object(map) => digest::arguments_digest(Some(map)),
-            _ => digest::arguments_digest(None),
-        },
-        None,
-    );
+    let audit = origin.audit_of(server, method, &arguments);
     let outcome = if !declared {
         refuse("upstream_request_not_declared");
         Err((
@@ -1007,19 +1016,7 @@ pub(super) async fn audit_passed(
             _ => return Err(ErrorData::invalid_request("an input request of an unknown kind", None)),
         };
         let Asked { method, declared, arguments, .. } = Asked::of(&request, caps)?;
-        let audit = CallAudit::new(
-            origin.tenant,
-            origin.user,
-            origin.session.clone(),
-            origin.request_id.clone(),
-            origin.client.clone(),
-            format!("{server}:{method}"),
-            match &arguments {
-                Value::Object(map) => digest::arguments_digest(Some(map)),
-                _ => digest::arguments_digest(None),
-            },
-            None,
-        );
+        let audit = origin.audit_of(server, method, &arguments);
         let event = if declared {
             audit.event(Outcome::Ok, None)
         } else {
