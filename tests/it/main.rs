@@ -16,6 +16,7 @@ mod grants;
 mod guards;
 mod hardening;
 mod identity;
+mod interop;
 mod lean;
 mod mcp;
 mod mcp_http;

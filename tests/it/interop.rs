@@ -1,0 +1,401 @@
+//! Interop beyond the suite (issue 27): third-party MCP servers behind the gateway, each
+//! listed and called through it by rmcp's client over real HTTP, as a legacy caller (rmcp's
+//! default handshake, 2025-11-25) and as a 2026-07-28 caller (`server/discover`):
+//!
+//! - the published `@modelcontextprotocol/server-everything` (TypeScript SDK) over stdio and
+//!   over Streamable HTTP;
+//! - a server written with the official Python SDK (`mcp` on PyPI,
+//!   tests/fixtures/python/interop_server.py) over stdio and over Streamable HTTP.
+//!
+//! The servers are installed by the tests themselves, pinned, once, into `<target>/interop/`
+//! (npm and a Python venv; a file lock keeps concurrent test binaries from racing). A missing
+//! `node`, `npm` or `python3` fails the tests, it never skips them. On SQLite and PostgreSQL.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use scopegate::model::Role;
+use scopegate::store::entities::{self, GrantKind};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+
+use crate::mcp::{Live, Mode};
+use crate::support::*;
+
+/// The newest release that runs on Node 20 (no `engines` constraint), and the TypeScript SDK
+/// it resolves to, pinned as well so a new SDK release does not change what is tested.
+const EVERYTHING_VERSION: &str = "2026.8.31";
+const TS_SDK_VERSION: &str = "1.32.2";
+/// The official Python SDK (2.x: `MCPServer`, Python >= 3.10).
+const PY_MCP_VERSION: &str = "2.3.0";
+
+/// `<target>/interop`: the fixture binary lives in `<target>/<profile>/`.
+fn cache_dir() -> PathBuf {
+    let fixture = Path::new(env!("CARGO_BIN_EXE_scopegate-fixture-upstream"));
+    fixture.parent().and_then(Path::parent).expect("the target directory").join("interop")
+}
+
+/// `program` by its absolute path on PATH (the gateway starts stdio upstreams with a cleared
+/// environment), or a failure that says what the interop tests need.
+fn required_tool(program: &str) -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| format!("`{program}` is required by the interop tests (tests/it/interop.rs) and is not on PATH"))
+}
+
+/// Runs `cmd` to completion, its output in the error when it fails.
+fn run(cmd: &mut std::process::Command) -> Result<(), String> {
+    let what = format!("{cmd:?}");
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// Installs once per cache (marker file `marker` under `dir`), under an exclusive lock on
+/// `<dir>.lock` so that concurrent test binaries do not install over each other.
+fn install_once(dir: &Path, marker: &str, install: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    std::fs::create_dir_all(cache_dir()).map_err(|e| format!("create {}: {e}", cache_dir().display()))?;
+    let lock_path = dir.with_extension("lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    let marker = dir.join(marker);
+    if marker.is_file() {
+        return Ok(());
+    }
+    install()?;
+    std::fs::write(&marker, b"").map_err(|e| format!("{}: {e}", marker.display()))
+}
+
+/// Node and the entry point of the pinned server-everything.
+struct NodeServer {
+    node: PathBuf,
+    entry: PathBuf,
+}
+
+fn everything_install() -> Result<NodeServer, String> {
+    let node = required_tool("node")?;
+    let npm = required_tool("npm")?;
+    let dir = cache_dir().join("npm");
+    install_once(&dir, &format!(".installed-{EVERYTHING_VERSION}-{TS_SDK_VERSION}"), || {
+        run(std::process::Command::new(&npm)
+            .args(["install", "--prefix"])
+            .arg(&dir)
+            .args(["--no-audit", "--no-fund", "--no-save", "--loglevel=error"])
+            .arg(format!("@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"))
+            .arg(format!("@modelcontextprotocol/sdk@{TS_SDK_VERSION}")))
+    })?;
+    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !entry.is_file() {
+        return Err(format!("{} is missing after npm install", entry.display()));
+    }
+    Ok(NodeServer { node, entry })
+}
+
+async fn everything() -> &'static NodeServer {
+    static INSTALLED: OnceLock<Result<NodeServer, String>> = OnceLock::new();
+    let installed = tokio::task::spawn_blocking(|| INSTALLED.get_or_init(everything_install).as_ref()).await.unwrap();
+    installed.unwrap_or_else(|e| panic!("installing @modelcontextprotocol/server-everything: {e}"))
+}
+
+/// The venv's Python with the pinned `mcp`.
+fn python_install() -> Result<PathBuf, String> {
+    let python3 = required_tool("python3")?;
+    let dir = cache_dir().join("py");
+    let python = dir.join("bin/python");
+    install_once(&dir, &format!(".installed-mcp-{PY_MCP_VERSION}"), || {
+        run(std::process::Command::new(&python3).args(["-m", "venv", "--clear"]).arg(&dir))?;
+        run(std::process::Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet"])
+            .arg(format!("mcp=={PY_MCP_VERSION}")))
+    })?;
+    Ok(python)
+}
+
+async fn python() -> &'static Path {
+    static INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let installed = tokio::task::spawn_blocking(|| INSTALLED.get_or_init(python_install).as_ref()).await.unwrap();
+    installed.map(PathBuf::as_path).unwrap_or_else(|e| panic!("installing the Python SDK (mcp=={PY_MCP_VERSION}): {e}"))
+}
+
+fn python_fixture() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/interop_server.py").display().to_string()
+}
+
+/// A Node preload for server-everything's Streamable HTTP mode, which listens on `PORT` on
+/// every interface: on 127.0.0.1 instead, and the port it got reported on stderr (`PORT=0`
+/// takes a free one without a race).
+const LISTEN_ON_LOOPBACK: &str = r#"import net from "node:net";
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (port, ...rest) {
+  if (typeof port === "number" || typeof port === "string") {
+    this.once("listening", () => process.stderr.write(`listening on 127.0.0.1:${this.address().port}\n`));
+    return listen.call(this, Number(port), "127.0.0.1", rest.find((a) => typeof a === "function"));
+  }
+  return listen.call(this, port, ...rest);
+};
+"#;
+
+/// Starts an HTTP upstream (killed when dropped) and waits for its `listening on ADDR` line on
+/// stdout or stderr; the rest of its output is drained.
+async fn http_upstream(mut cmd: tokio::process::Command, on_stderr: bool) -> (tokio::process::Child, String) {
+    let (out, err) = if on_stderr { (Stdio::null(), Stdio::piped()) } else { (Stdio::piped(), Stdio::null()) };
+    let mut child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).kill_on_drop(true).spawn().unwrap();
+    let pipe: Box<dyn AsyncRead + Unpin + Send> =
+        if on_stderr { Box::new(child.stderr.take().unwrap()) } else { Box::new(child.stdout.take().unwrap()) };
+    let mut lines = BufReader::new(pipe).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                return Some(addr.trim().to_owned());
+            }
+            seen.push(line);
+        }
+        None
+    })
+    .await;
+    let Ok(Some(addr)) = found else { panic!("{cmd:?} did not report its address: {found:?}, output {seen:?}") };
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+/// A gateway with the demo data and the local executor.
+struct Gateway {
+    live: Live,
+    _root: tempfile::TempDir,
+}
+
+impl Gateway {
+    async fn start(backend: Backend) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
+        let overrides = [("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(30))];
+        let live = Live::start(backend, Mode::Session, &overrides).await;
+        let mut tx = live.db.begin().await.unwrap();
+        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+        tx.commit().await.unwrap();
+        Self { live, _root: root }
+    }
+
+    /// `declaration` as acme's `server`, bound (prefixed) to the local executor; the owner may
+    /// use all of it.
+    async fn bind(&self, server: &str, declaration: Value) {
+        let mut tx = self.live.db.begin().await.unwrap();
+        entities::create_entity(&mut tx, "acme", &format!("defaults/mcp-servers/{server}"), &declaration)
+            .await
+            .unwrap();
+        entities::bind_server_with_prefix(&mut tx, "acme", server, "local", true).await.unwrap();
+        for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
+            entities::grant(&mut tx, "acme", server, Role::Owner, kind, "*").await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+
+    fn transport(&self, subject: &str) -> StreamableHttpClientTransport<reqwest::Client> {
+        StreamableHttpClientTransport::with_client(
+            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+            StreamableHttpClientTransportConfig::with_uri(self.live.url()).auth_header(self.live.token_for(subject)),
+        )
+    }
+
+    /// rmcp's client as `subject`: its default handshake (`initialize`, 2025-11-25) or, when
+    /// `modern`, `server/discover` on 2026-07-28.
+    async fn client(&self, subject: &str, modern: bool) -> RunningService<RoleClient, ()> {
+        let transport = self.transport(subject);
+        let connected = if modern {
+            let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+            ().serve_with_lifecycle(transport, lifecycle).await
+        } else {
+            ().serve(transport).await
+        };
+        connected.unwrap_or_else(|e| panic!("{subject} connects (modern: {modern}): {e}"))
+    }
+
+    /// Audit rows of acme's calls of `tool`: (outcome, error class).
+    async fn audited(&self, tool: &str, expected: usize) -> Vec<(String, Option<String>)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut tx = self.live.db.begin().await.unwrap();
+            let rows: Vec<(String, Option<String>)> =
+                sqlx::query_as("SELECT outcome, error_class FROM audit_events WHERE tool = $1 ORDER BY seq")
+                    .bind(tool)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .unwrap();
+            if rows.len() >= expected || Instant::now() > deadline {
+                return rows;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect()
+}
+
+/// What one third-party server must show through the gateway.
+struct Expected {
+    /// Tools it is known to have (unprefixed).
+    tools: &'static [&'static str],
+    /// A tool, its arguments, and the text its result must be; `{caller}` in either is the
+    /// caller's kind (`legacy` or `modern`; `{CALLER}` in capitals), so each call is told apart.
+    tool: &'static str,
+    args: &'static str,
+    text: &'static str,
+    /// The revision the gateway settles with the upstream for a legacy caller and for a
+    /// 2026-07-28 caller.
+    upstream: [&'static str; 2],
+}
+
+/// The revisions the gateway has connected to upstream `server` on (its metrics, which are
+/// process-wide: each test binds its own server id).
+async fn upstream_revisions(gateway: &Gateway, server: &str) -> Vec<String> {
+    let url = format!("http://{}/metrics", gateway.live.addr);
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    let label = format!("scopegate_upstream_connections_total{{server=\"{server}\",revision=\"");
+    text.lines().filter_map(|l| l.strip_prefix(&label)?.split('"').next().map(str::to_owned)).collect()
+}
+
+/// As a legacy caller and as a 2026-07-28 caller: the server's tools listed under its prefix,
+/// one called with arguments, its answer relayed, on the upstream revision expected for that
+/// caller; both calls audited.
+async fn list_and_call(gateway: &Gateway, server: &str, expected: &Expected) {
+    let prefixed = |name: &str| format!("{server}__{name}");
+    for (i, (caller, modern)) in [("legacy", false), ("modern", true)].into_iter().enumerate() {
+        let olivia = gateway.client("olivia@acme.test", modern).await;
+        let version = olivia.peer_info().map(|info| info.protocol_version.clone());
+        let era = if modern { ProtocolVersion::V_2026_07_28 } else { ProtocolVersion::V_2025_11_25 };
+        assert_eq!(version, Some(era), "{caller} caller's revision");
+
+        let tools: Vec<String> = olivia
+            .list_all_tools()
+            .await
+            .unwrap_or_else(|e| panic!("{caller} caller lists tools: {e}"))
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        for tool in expected.tools {
+            assert!(tools.contains(&prefixed(tool)), "{caller} caller: {} in {tools:?}", prefixed(tool));
+        }
+        assert!(
+            !tools.iter().any(|t| t == expected.tool),
+            "{caller} caller: no unprefixed {} in {tools:?}",
+            expected.tool
+        );
+
+        let args: Value = serde_json::from_str(&expected.args.replace("{caller}", caller)).unwrap();
+        let params =
+            CallToolRequestParams::new(prefixed(expected.tool)).with_arguments(args.as_object().cloned().unwrap());
+        let result = olivia
+            .call_tool(params)
+            .await
+            .unwrap_or_else(|e| panic!("{caller} caller calls {}: {e}", prefixed(expected.tool)));
+        assert_ne!(result.is_error, Some(true), "{caller} caller: {result:?}");
+        let text = expected.text.replace("{caller}", caller).replace("{CALLER}", &caller.to_uppercase());
+        assert_eq!(text_of(&result), text, "{caller} caller: {result:?}");
+
+        let revisions = upstream_revisions(gateway, server).await;
+        let revision = expected.upstream[i];
+        assert!(revisions.iter().any(|r| r == revision), "{caller} caller: upstream on {revision}: {revisions:?}");
+        olivia.cancel().await.unwrap();
+    }
+    let revisions = upstream_revisions(gateway, server).await;
+    assert!(revisions.iter().all(|r| expected.upstream.contains(&r.as_str())), "{revisions:?}");
+    let rows = gateway.audited(&prefixed(expected.tool), 2).await;
+    assert_eq!(rows, vec![("ok".to_owned(), None), ("ok".to_owned(), None)], "the two calls' audit rows");
+}
+
+/// Legacy only (TypeScript SDK 1.x: up to 2025-11-25): `initialize` for either caller.
+const EVERYTHING: Expected = Expected {
+    tools: &["echo", "get-sum", "get-tiny-image"],
+    tool: "echo",
+    args: r#"{"message": "hello from the {caller} caller"}"#,
+    text: "Echo: hello from the {caller} caller",
+    upstream: ["2025-11-25", "2025-11-25"],
+};
+
+/// Both eras (Python SDK 2.x): each caller's own.
+const PYTHON: Expected = Expected {
+    tools: &["shout", "add"],
+    tool: "shout",
+    args: r#"{"text": "hello from the {caller} caller"}"#,
+    text: "HELLO FROM THE {CALLER} CALLER!",
+    upstream: ["2025-11-25", "2026-07-28"],
+};
+
+/// server-everything over stdio, started by the gateway.
+async fn everything_over_stdio(backend: Backend) {
+    let server = everything().await;
+    let gateway = Gateway::start(backend).await;
+    let declaration = json!({
+        "command": server.node.display().to_string(),
+        "args": [server.entry.display().to_string(), "stdio"],
+        "env": {},
+    });
+    gateway.bind("everything", declaration).await;
+    list_and_call(&gateway, "everything", &EVERYTHING).await;
+}
+
+both_dbs!(interop_everything_over_stdio, everything_over_stdio);
+
+/// server-everything over Streamable HTTP (`streamableHttp`, path /mcp), on 127.0.0.1.
+async fn everything_over_http(backend: Backend) {
+    let server = everything().await;
+    let preload = base64::engine::general_purpose::STANDARD.encode(LISTEN_ON_LOOPBACK);
+    let mut cmd = tokio::process::Command::new(&server.node);
+    cmd.arg("--import").arg(format!("data:text/javascript;base64,{preload}"));
+    cmd.arg(&server.entry).arg("streamableHttp").env("PORT", "0");
+    let (_child, addr) = http_upstream(cmd, true).await;
+    let gateway = Gateway::start(backend).await;
+    gateway.bind("everything-http", json!({"url": format!("http://{addr}/mcp")})).await;
+    list_and_call(&gateway, "everything-http", &EVERYTHING).await;
+}
+
+both_dbs!(interop_everything_over_http, everything_over_http);
+
+/// The Python SDK fixture over stdio, started by the gateway.
+async fn python_over_stdio(backend: Backend) {
+    let python = python().await;
+    let gateway = Gateway::start(backend).await;
+    let declaration = json!({
+        "command": python.display().to_string(),
+        "args": [python_fixture(), "stdio"],
+        "env": {},
+    });
+    gateway.bind("py", declaration).await;
+    list_and_call(&gateway, "py", &PYTHON).await;
+}
+
+both_dbs!(interop_python_sdk_over_stdio, python_over_stdio);
+
+/// The Python SDK fixture over Streamable HTTP, on 127.0.0.1.
+async fn python_over_http(backend: Backend) {
+    let python = python().await;
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(python_fixture()).arg("http");
+    let (_child, addr) = http_upstream(cmd, false).await;
+    let gateway = Gateway::start(backend).await;
+    gateway.bind("py-http", json!({"url": format!("http://{addr}/mcp")})).await;
+    list_and_call(&gateway, "py-http", &PYTHON).await;
+}
+
+both_dbs!(interop_python_sdk_over_http, python_over_http);
