@@ -1,6 +1,8 @@
 //! JSON-RPC shape of POST bodies: invalid JSON gets -32700 and a body that is not one
 //! JSON-RPC 2.0 object gets -32600, as JSON-RPC errors (the transport alone would answer
-//! 415 with plain text). Nothing behind it runs.
+//! 415 with plain text). Nothing behind it runs. A request on a revision without `initialize`
+//! (2026-07-28) for a method that revision does not serve gets 404 / -32601, and its `GET` or
+//! `DELETE` 405, before rmcp sees it.
 //!
 //! The body is parsed once per request: the gate, which must learn the message's id to bind
 //! the identity to it, inspects the body with [`Inspection::of`] and leaves the inspection in

@@ -1,7 +1,8 @@
 //! What a connection knows of its upstream besides the call path: its lists (tools, prompts,
 //! resources, resource templates), fetched on first use and again after the upstream says one
-//! changed; the sessions to tell when one does; and which sessions subscribed to which of its
-//! resources. Shared by the connection and its client handler; holds no caller.
+//! changed; the sessions and `subscriptions/listen` streams to tell when one does; and which of
+//! them subscribed to which of its resources. Shared by the connection and its client handler;
+//! holds no caller's identity (a listen stream is held with the kinds its caller may hear of).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
