@@ -22,6 +22,10 @@ pub struct ChannelTransport {
     tx: ChannelSender,
     rx: ChannelReceiver,
     auth: Option<ChannelAuth>,
+    /// The 401 answers whose request could not be sent again (the refresh failed): handed to
+    /// rmcp as the request's answer. The refresh runs beside `receive`, which rmcp races
+    /// against its other work and drops mid-way: nothing may be half-done inside it.
+    unsent: (tokio::sync::mpsc::Sender<ServerJsonRpcMessage>, tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>),
 }
 
 /// The access token side of a channel to an OAuth-protected server.
@@ -39,7 +43,7 @@ struct ChannelAuth {
 impl ChannelTransport {
     pub fn new(server: &str, channel: Channel) -> Self {
         let (tx, rx) = channel.split();
-        Self { server: server.to_owned(), tx, rx, auth: None }
+        Self { server: server.to_owned(), tx, rx, auth: None, unsent: tokio::sync::mpsc::channel(16) }
     }
 
     /// Every message carries `manager`'s access token in `_meta` (under
@@ -146,9 +150,15 @@ impl Transport<RoleClient> for ChannelTransport {
         }
     }
 
+    /// Cancel-safe (rmcp drops it when another of its events comes first): it only reads, from
+    /// the channel and from the failed refreshes; a refresh and the request sent again run in
+    /// a task of their own.
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            let message = self.rx.recv().await?;
+            let message = tokio::select! {
+                message = self.rx.recv() => message?,
+                Some(refused) = self.unsent.1.recv() => return Some(refused),
+            };
             let message: ServerJsonRpcMessage = match serde_json::from_slice(&message) {
                 Ok(message) => message,
                 // A server's stdout line that is not JSON-RPC (a stray print): skipped, as the
@@ -165,11 +175,18 @@ impl Transport<RoleClient> for ChannelTransport {
                 if let Some(request) = first {
                     tracing::info!(server = %self.server, "the upstream refused the token (401); refreshing it once");
                     auth.remember(&request, true);
-                    if let Ok(encoded) = auth.with_token(request, true).await
-                        && self.tx.send(Bytes::from(encoded)).await.is_ok()
-                    {
-                        continue;
-                    }
+                    let (auth, tx, unsent) = (auth.clone(), self.tx.clone(), self.unsent.0.clone());
+                    tokio::spawn(async move {
+                        let sent = match auth.with_token(request, true).await {
+                            Ok(encoded) => tx.send(Bytes::from(encoded)).await.is_ok(),
+                            Err(_) => false,
+                        };
+                        if !sent {
+                            // The caller gets the 401 rather than waiting for its timeout.
+                            let _ = unsent.send(message).await;
+                        }
+                    });
+                    continue;
                 }
             } else if let Some(id) = answered(&message) {
                 lock(&auth.sent).remove(id);
