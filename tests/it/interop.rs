@@ -25,15 +25,15 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use scopegate::model::Role;
 use scopegate::store::entities::{self, GrantKind};
 use serde_json::{Value, json};
+use sha2::Digest;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::mcp::{Live, Mode};
 use crate::support::*;
 
-/// The newest release that runs on Node 20 (no `engines` constraint), and the TypeScript SDK
-/// it resolves to, pinned as well so a new SDK release does not change what is tested.
-const EVERYTHING_VERSION: &str = "2026.8.31";
-const TS_SDK_VERSION: &str = "1.32.2";
+// @modelcontextprotocol/server-everything (2026.8.31, the newest release, which runs on Node 20)
+// and everything below it, the TypeScript SDK (1.32.2) included, are pinned by
+// tests/fixtures/npm/package-lock.json.
 /// The official Python SDK (2.x: `MCPServer`, Python >= 3.10).
 const PY_MCP_VERSION: &str = "2.3.0";
 
@@ -93,13 +93,21 @@ fn everything_install() -> Result<NodeServer, String> {
     let node = required_tool("node")?;
     let npm = required_tool("npm")?;
     let dir = cache_dir().join("npm");
-    install_once(&dir, &format!(".installed-{EVERYTHING_VERSION}-{TS_SDK_VERSION}"), || {
-        run(std::process::Command::new(&npm)
-            .args(["install", "--prefix"])
-            .arg(&dir)
-            .args(["--no-audit", "--no-fund", "--no-save", "--loglevel=error"])
-            .arg(format!("@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"))
-            .arg(format!("@modelcontextprotocol/sdk@{TS_SDK_VERSION}")))
+    // The whole tree pinned by the lock file beside the fixtures, installed with `npm ci`;
+    // a new lock file installs again.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/npm");
+    let lock = std::fs::read(fixtures.join("package-lock.json")).map_err(|e| format!("the npm lock file: {e}"))?;
+    let marker = format!(".installed-{:x}", sha2::Sha256::digest(&lock));
+    install_once(&dir, &marker, || {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(fixtures.join(file), dir.join(file)).map_err(|e| format!("{file}: {e}"))?;
+        }
+        run(std::process::Command::new(&npm).args(["ci", "--prefix"]).arg(&dir).args([
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+        ]))
     })?;
     let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     if !entry.is_file() {
