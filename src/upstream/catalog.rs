@@ -175,47 +175,37 @@ impl Notifier {
     /// Tells the caller that a list changed (a listen stream: only of a kind it may see and
     /// its filter accepted).
     pub async fn list_changed(&self, kind: ListKind) {
-        let delivered = match self {
-            Self::Session(peer) => match kind {
-                ListKind::Tools => peer.notify_tool_list_changed().await,
-                ListKind::Prompts => peer.notify_prompt_list_changed().await,
-                ListKind::Resources | ListKind::Templates => peer.notify_resource_list_changed().await,
+        if let Self::Listen { kinds, .. } = self
+            && !kinds.has(kind)
+        {
+            return;
+        }
+        let notification = match kind {
+            ListKind::Tools => ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default()),
+            ListKind::Prompts => {
+                ServerNotification::PromptListChangedNotification(PromptListChangedNotification::default())
             }
-            .map_err(|e| e.to_string()),
-            Self::Listen { sink, kinds, .. } => {
-                if !kinds.has(kind) {
-                    return;
-                }
-                let notification = match kind {
-                    ListKind::Tools => {
-                        ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default())
-                    }
-                    ListKind::Prompts => {
-                        ServerNotification::PromptListChangedNotification(PromptListChangedNotification::default())
-                    }
-                    ListKind::Resources | ListKind::Templates => {
-                        ServerNotification::ResourceListChangedNotification(ResourceListChangedNotification::default())
-                    }
-                };
-                sink.send(notification).await.map_err(|e| e.to_string())
+            ListKind::Resources | ListKind::Templates => {
+                ServerNotification::ResourceListChangedNotification(ResourceListChangedNotification::default())
             }
         };
-        if let Err(e) = delivered {
-            tracing::debug!(error = %e, "list change not delivered");
-        }
+        self.send(notification, "list change").await;
     }
 
     /// Tells the caller that a resource it subscribed to changed.
     pub async fn resource_updated(&self, update: ResourceUpdatedNotificationParam) {
+        let notification = ServerNotification::ResourceUpdatedNotification(ResourceUpdatedNotification::new(update));
+        self.send(notification, "resource update").await;
+    }
+
+    async fn send(&self, notification: ServerNotification, what: &str) {
         let delivered = match self {
-            Self::Session(peer) => peer.notify_resource_updated(update).await.map_err(|e| e.to_string()),
-            Self::Listen { sink, .. } => sink
-                .send(ServerNotification::ResourceUpdatedNotification(ResourceUpdatedNotification::new(update)))
-                .await
-                .map_err(|e| e.to_string()),
+            Self::Session(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
+            // The sink checks its filter and tags the subscription id.
+            Self::Listen { sink, .. } => sink.send(notification).await.map_err(|e| e.to_string()),
         };
         if let Err(e) = delivered {
-            tracing::debug!(error = %e, "resource update not delivered");
+            tracing::debug!(error = %e, "{what} not delivered");
         }
     }
 }

@@ -63,25 +63,19 @@ fn mark_related(data: &mut Option<String>, related: Option<&Value>) {
 }
 
 /// The event stream of one POSTed request: every request or notification on it is marked
-/// with that request's id, and each event id it carries is remembered in `resumable`. A server
+/// with that request's id (the stream of a POST that is no request is [`unrelated`]). A server
 /// may end the stream before it answers (SEP-1699 polling: an event id first, the stream
-/// closed mid-call): the stream is then resumed with a `GET` and `Last-Event-ID` (at once, then
-/// after the server's `retry` interval), a bounded number of times, and goes on as the same
-/// stream.
-fn related_to(
-    response: StreamableHttpPostResponse,
-    id: Option<Value>,
-    resumable: &Resumable,
-    resume: Resume,
-) -> StreamableHttpPostResponse {
+/// closed mid-call), or the connection may break: the stream is then resumed with a `GET` and
+/// `Last-Event-ID` (at once, then after the server's `retry` interval), a bounded number of
+/// times, and goes on as the same stream, still that request's.
+fn related_to(response: StreamableHttpPostResponse, request: Option<(Value, Resume)>) -> StreamableHttpPostResponse {
     let StreamableHttpPostResponse::Sse(stream, session) = response else { return response };
-    let Some(request) = id else {
-        return StreamableHttpPostResponse::Sse(stream, session);
+    let Some((request, resume)) = request else {
+        return StreamableHttpPostResponse::Sse(unrelated(stream), session);
     };
     let state = Resuming {
         resume,
         request,
-        resumable: resumable.clone(),
         last_event: None,
         retry: Duration::from_secs(1),
         answered: false,
@@ -89,11 +83,10 @@ fn related_to(
     };
     let continued = futures_util::stream::unfold((stream, state), |(mut stream, mut state)| async move {
         loop {
-            match stream.next().await {
+            let ended = match stream.next().await {
                 Some(Ok(mut sse)) => {
-                    if let Some(event) = sse.id.as_deref() {
-                        state.resumable.remember(event, &state.request);
-                        state.last_event = Some(event.to_owned());
+                    if let Some(event) = &sse.id {
+                        state.last_event = Some(event.clone());
                     }
                     if let Some(ms) = sse.retry {
                         state.retry = Duration::from_millis(ms).min(MAX_RETRY);
@@ -102,27 +95,27 @@ fn related_to(
                     mark_related(&mut sse.data, Some(&state.request));
                     return Some((Ok(sse), (stream, state)));
                 }
-                Some(Err(e)) => return Some((Err(e), (stream, state))),
-                None => {
-                    let last = state.last_event.clone().filter(|_| !state.answered && state.resumes_left > 0)?;
-                    // The first resumption at once (a caller is waiting on this call, and a
-                    // server that closes a stream to be polled may send its answer right after);
-                    // the later ones after the server's `retry` interval.
-                    if state.resumes_left < MAX_RESUMES {
-                        tokio::time::sleep(state.retry).await;
-                    }
-                    state.resumes_left -= 1;
-                    let Resume { client, uri, session, auth, headers } = &state.resume;
-                    match client
-                        .get_stream(uri.clone(), session.clone(), Some(last), auth.clone(), headers.clone())
-                        .await
-                    {
-                        Ok(next) => stream = next,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "resuming a request's event stream failed");
-                            return None;
-                        }
-                    }
+                Some(Err(e)) => Some(e),
+                None => None,
+            };
+            let resumable = state.last_event.clone().filter(|_| !state.answered && state.resumes_left > 0);
+            let Some(last) = resumable else {
+                // Nothing to resume: the stream ends as it ended.
+                return ended.map(|e| (Err(e), (stream, state)));
+            };
+            // The first resumption at once (a caller is waiting on this call, and a server that
+            // closes a stream to be polled may send its answer right after); the later ones
+            // after the server's `retry` interval.
+            if state.resumes_left < MAX_RESUMES {
+                tokio::time::sleep(state.retry).await;
+            }
+            state.resumes_left -= 1;
+            let Resume { client, uri, session, auth, headers } = &state.resume;
+            match client.get_stream(uri.clone(), session.clone(), Some(last), auth.clone(), headers.clone()).await {
+                Ok(next) => stream = next,
+                Err(e) => {
+                    tracing::debug!(error = %e, "resuming a request's event stream failed");
+                    return ended.map(|e| (Err(e), (stream, state)));
                 }
             }
         }
@@ -147,7 +140,6 @@ pub(crate) struct Resume {
 struct Resuming {
     resume: Resume,
     request: Value,
-    resumable: Resumable,
     last_event: Option<String>,
     retry: Duration,
     answered: bool,
@@ -159,56 +151,6 @@ fn answers(data: Option<&str>, request: &Value) -> bool {
     let Some(text) = data.filter(|t| t.contains("\"id\"")) else { return false };
     let Ok(Value::Object(message)) = serde_json::from_str::<Value>(text) else { return false };
     message.get("id") == Some(request) && (message.contains_key("result") || message.contains_key("error"))
-}
-
-/// Which request's event stream each recent SSE event id belongs to: a `GET` with
-/// `Last-Event-ID` resumes that request's stream (the 2025-11-25 SSE polling), and what comes
-/// on it is that request's, as it would have been on the original stream.
-#[derive(Clone, Default)]
-struct Resumable(Arc<Mutex<ResumableIds>>);
-
-#[derive(Default)]
-struct ResumableIds {
-    by_event: HashMap<String, Value>,
-    order: std::collections::VecDeque<String>,
-}
-
-/// The most event ids remembered per connection (the oldest are forgotten first).
-const RESUMABLE_IDS: usize = 1024;
-
-impl Resumable {
-    fn remember(&self, event: &str, request: &Value) {
-        let mut ids = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if ids.by_event.insert(event.to_owned(), request.clone()).is_none() {
-            ids.order.push_back(event.to_owned());
-        }
-        while ids.order.len() > RESUMABLE_IDS {
-            if let Some(old) = ids.order.pop_front() {
-                ids.by_event.remove(&old);
-            }
-        }
-    }
-
-    fn request_of(&self, event: Option<&str>) -> Option<Value> {
-        let ids = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        event.and_then(|e| ids.by_event.get(e).cloned())
-    }
-}
-
-/// A `GET` stream: resuming a request's stream (its `Last-Event-ID` is one of that stream's
-/// events), it is that request's; otherwise the session's own, where no message may claim one.
-fn resumed(stream: BoxedSseResponse, last_event_id: Option<&str>, resumable: &Resumable) -> BoxedSseResponse {
-    let Some(id) = resumable.request_of(last_event_id) else { return unrelated(stream) };
-    let resumable = resumable.clone();
-    Box::pin(stream.map(move |event| {
-        event.map(|mut sse| {
-            if let Some(event) = sse.id.as_deref() {
-                resumable.remember(event, &id);
-            }
-            mark_related(&mut sse.data, Some(&id));
-            sse
-        })
-    }))
 }
 
 /// The session's own event stream: no message on it may claim a request.
@@ -343,13 +285,11 @@ pub struct AssertingClient {
     token: Arc<Mutex<Option<String>>>,
     /// Where how requests are sent is recorded, for the lean relay (gateway side only).
     wire: Option<Arc<WireSlot>>,
-    /// The event ids of the requests' streams, for their resumption.
-    resumable: Resumable,
 }
 
 impl AssertingClient {
     pub fn new(inner: reqwest::Client, header: HeaderName) -> Self {
-        Self { inner, header, token: Arc::default(), wire: None, resumable: Resumable::default() }
+        Self { inner, header, token: Arc::default(), wire: None }
     }
 
     /// Records how each request is sent in `wire` (for a connection without credentials).
@@ -395,27 +335,37 @@ impl AssertingClient {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone().or(passed)
     }
 
-    /// What resuming the event stream of a request sent with these needs. The headers that
-    /// belong to that one request (its assertion, its trace context) are not sent again.
-    fn resume(
+    /// Prepares a message for the upstream (the assertion and trace context into headers, the
+    /// credential out of `_meta`, the wire recorded): the bearer token to send, and for a
+    /// request its id and what resuming its event stream would need (the headers that belong to
+    /// that one request, its assertion and trace context, are not sent again).
+    fn outgoing(
         &self,
         uri: &Arc<str>,
+        message: &mut ClientJsonRpcMessage,
         session: &Option<Arc<str>>,
-        auth: &Option<String>,
-        headers: &HashMap<HeaderName, HeaderValue>,
-    ) -> Resume {
-        let headers = headers
-            .iter()
-            .filter(|(name, _)| **name != self.header && !TRACE_CONTEXT_FIELDS.contains(&name.as_str()))
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
-        Resume {
-            client: self.inner.clone(),
-            uri: Arc::clone(uri),
-            session: session.clone(),
-            auth: auth.clone(),
-            headers,
-        }
+        auth: Option<String>,
+        headers: &mut HashMap<HeaderName, HeaderValue>,
+    ) -> (Option<String>, Option<(Value, Resume)>) {
+        self.lift(message, headers);
+        let auth = self.bearer(message, auth);
+        self.record(uri, session.as_ref(), headers, message);
+        let request = request_id(message).map(|id| {
+            let headers = headers
+                .iter()
+                .filter(|(name, _)| **name != self.header && !TRACE_CONTEXT_FIELDS.contains(&name.as_str()))
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+            let resume = Resume {
+                client: self.inner.clone(),
+                uri: Arc::clone(uri),
+                session: session.clone(),
+                auth: auth.clone(),
+                headers,
+            };
+            (id, resume)
+        });
+        (auth, request)
     }
 
     /// Takes the assertion and the trace context out of a request's `_meta` (calls, prompts,
@@ -458,13 +408,9 @@ impl StreamableHttpClient for AssertingClient {
         auth_header: Option<String>,
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.lift(&mut message, &mut custom_headers);
-        let auth_header = self.bearer(&mut message, auth_header);
-        self.record(&uri, session_id.as_ref(), &custom_headers, &message);
-        let id = request_id(&message);
-        let resume = self.resume(&uri, &session_id, &auth_header, &custom_headers);
+        let (auth_header, request) = self.outgoing(&uri, &mut message, &session_id, auth_header, &mut custom_headers);
         let response = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
-        Ok(related_to(response, id, &self.resumable, resume))
+        Ok(related_to(response, request))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -476,11 +422,7 @@ impl StreamableHttpClient for AssertingClient {
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.lift(&mut message, &mut custom_headers);
-        let auth_header = self.bearer(&mut message, auth_header);
-        self.record(&uri, session_id.as_ref(), &custom_headers, &message);
-        let id = request_id(&message);
-        let resume = self.resume(&uri, &session_id, &auth_header, &custom_headers);
+        let (auth_header, request) = self.outgoing(&uri, &mut message, &session_id, auth_header, &mut custom_headers);
         let response = self
             .inner
             .post_message_with_max_sse_event_size(
@@ -492,7 +434,7 @@ impl StreamableHttpClient for AssertingClient {
                 max_sse_event_size,
             )
             .await?;
-        Ok(related_to(response, id, &self.resumable, resume))
+        Ok(related_to(response, request))
     }
 
     async fn post_message_with_response_limits(
@@ -504,16 +446,12 @@ impl StreamableHttpClient for AssertingClient {
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.lift(&mut message, &mut custom_headers);
-        let auth_header = self.bearer(&mut message, auth_header);
-        self.record(&uri, session_id.as_ref(), &custom_headers, &message);
-        let id = request_id(&message);
-        let resume = self.resume(&uri, &session_id, &auth_header, &custom_headers);
+        let (auth_header, request) = self.outgoing(&uri, &mut message, &session_id, auth_header, &mut custom_headers);
         let response = self
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
             .await?;
-        Ok(related_to(response, id, &self.resumable, resume))
+        Ok(related_to(response, request))
     }
 
     async fn delete_session(
@@ -534,12 +472,11 @@ impl StreamableHttpClient for AssertingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        let resuming = last_event_id.clone();
         let stream = self
             .inner
             .get_stream(uri, session_id, last_event_id, self.last_bearer(auth_header), custom_headers)
             .await?;
-        Ok(resumed(stream, resuming.as_deref(), &self.resumable))
+        Ok(unrelated(stream))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -551,7 +488,6 @@ impl StreamableHttpClient for AssertingClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        let resuming = last_event_id.clone();
         let stream = self
             .inner
             .get_stream_with_max_sse_event_size(
@@ -563,7 +499,7 @@ impl StreamableHttpClient for AssertingClient {
                 max_sse_event_size,
             )
             .await?;
-        Ok(resumed(stream, resuming.as_deref(), &self.resumable))
+        Ok(unrelated(stream))
     }
 }
 

@@ -403,14 +403,14 @@ impl Connection {
         if dropped.is_empty() {
             return;
         }
-        let peer = match self.live.try_lock() {
-            Ok(live) => live.as_ref().map(|l| l.service.peer().clone()),
-            Err(_) => None,
-        };
         if self.speaks_modern() {
             self.subscriptions_changed.notify_one();
             return;
         }
+        let peer = match self.live.try_lock() {
+            Ok(live) => live.as_ref().map(|l| l.service.peer().clone()),
+            Err(_) => None,
+        };
         if let Some(peer) = peer {
             for uri in dropped {
                 let _ = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;

@@ -193,6 +193,27 @@ fn severity(level: LoggingLevel) -> u8 {
     }
 }
 
+/// A received notification's `_meta`. rmcp 3.11 moves the notification's extensions into the
+/// handler's context before it takes the meta out of them, so `context.meta` is always empty
+/// and the meta (with the gateway's related-request mark) is found in `context.extensions`.
+fn notification_meta(context: &NotificationContext<RoleClient>) -> &serde_json::Map<String, Value> {
+    match context.extensions.get::<rmcp::model::NotificationMetaObject>() {
+        Some(meta) => &meta.0.0,
+        None => &context.meta.0.0,
+    }
+}
+
+/// The request of the client an upstream's `input_required` names, as the request the gateway
+/// relays or audits; `None` for a kind the gateway does not know.
+pub(super) fn asked_request(asked: InputRequest) -> Option<ServerRequest> {
+    match asked {
+        InputRequest::CreateMessage(r) => Some(ServerRequest::CreateMessageRequest(r)),
+        InputRequest::Elicitation(r) => Some(ServerRequest::ElicitRequest(r)),
+        InputRequest::ListRoots(r) => Some(ServerRequest::ListRootsRequest(r)),
+        _ => None,
+    }
+}
+
 /// How one connection attempt starts the MCP lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lifecycle {
@@ -784,26 +805,7 @@ impl ClientHandler for ProxyClient {
     ) {
         let _handled = self.handled(&context);
         self.in_turn(&context).await;
-        // rmcp keeps a log line's `_meta` in its params, where the gateway's client put the
-        // mark: taken out there (it is the gateway's, never the caller's) and read with the
-        // notification's own.
-        let mut params = params;
-        let mut meta = context.meta.0.0.clone();
-        // rmcp 3.11 hands a notification's `_meta` over in the context's extensions (it moves the
-        // extensions out before it takes the meta from them).
-        if let Some(own) = context.extensions.get::<rmcp::model::NotificationMetaObject>() {
-            meta.extend(own.0.0.iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        if let Some(own) = params.meta.as_mut() {
-            if let Some(mark) = own.0.remove(RELATED_META_KEY) {
-                meta.insert(RELATED_META_KEY.to_owned(), mark);
-            }
-            if own.0.is_empty() {
-                params.meta = None;
-            }
-        }
-        let mark = meta.get(RELATED_META_KEY).cloned();
-        let target = match self.routes.marked(&meta) {
+        let target = match self.routes.marked(notification_meta(&context)) {
             Marked::Call(call) => Some(call),
             Marked::Unknown => None,
             Marked::No => self.routes.single_owner(),
@@ -812,7 +814,7 @@ impl ClientHandler for ProxyClient {
             Some(target) => forward_log(&self.server, &target, params).await,
             None => {
                 metrics::denial("upstream_log_unroutable");
-                tracing::debug!(server = %self.server, ?mark, "upstream log message with no single calling session; dropped");
+                tracing::debug!(server = %self.server, "upstream log message with no single calling session; dropped");
             }
         }
     }
@@ -1009,11 +1011,8 @@ pub(super) async fn audit_passed(
     };
     let mut refused = None;
     for asked in input.input_requests.iter().flat_map(|r| r.values()) {
-        let request = match asked {
-            InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r.clone()),
-            InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r.clone()),
-            InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r.clone()),
-            _ => return Err(ErrorData::invalid_request("an input request of an unknown kind", None)),
+        let Some(request) = asked_request(asked.clone()) else {
+            return Err(ErrorData::invalid_request("an input request of an unknown kind", None));
         };
         let Asked { method, declared, arguments, .. } = Asked::of(&request, caps)?;
         let audit = origin.audit_of(server, method, &arguments);

@@ -664,12 +664,8 @@ async fn ask_for_upstream(
     asked: rmcp::model::InputRequest,
     cancelled: &CancellationToken,
 ) -> Result<Value, ErrorData> {
-    use rmcp::model::{InputRequest, ServerRequest};
-    let request = match asked {
-        InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
-        InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
-        InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
-        _ => return Err(ErrorData::invalid_request("an input request of an unknown kind", None)),
+    let Some(request) = super::routing::asked_request(asked) else {
+        return Err(ErrorData::invalid_request("an input request of an unknown kind", None));
     };
     let asked = super::routing::Asked::of(&request, connection.caps)?;
     let server = connection.server().as_str();
