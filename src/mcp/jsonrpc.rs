@@ -1,8 +1,8 @@
 //! JSON-RPC shape of POST bodies: invalid JSON gets -32700 and a body that is not one
 //! JSON-RPC 2.0 object gets -32600, as JSON-RPC errors (the transport alone would answer
 //! 415 with plain text). Nothing behind it runs. A request on a revision without `initialize`
-//! (2026-07-28) for a method that revision does not serve gets 404 / -32601, and its `GET` or
-//! `DELETE` 405, before rmcp sees it.
+//! (2026-07-28) for a method that revision does not serve gets 404 / -32601 before rmcp sees
+//! it.
 //!
 //! The body is parsed once per request: the gate, which must learn the message's id to bind
 //! the identity to it, inspects the body with [`Inspection::of`] and leaves the inspection in
@@ -303,11 +303,8 @@ fn is_modern(request: &Request) -> bool {
 }
 
 pub(crate) async fn check(request: Request, next: Next) -> Response {
+    // (rmcp answers a 2026-07-28 `GET` or `DELETE` 405 itself.)
     if request.method() != Method::POST {
-        // A modern revision has no standalone event stream and no session to end.
-        if is_modern(&request) && matches!(*request.method(), Method::GET | Method::DELETE) {
-            return StatusCode::METHOD_NOT_ALLOWED.into_response();
-        }
         return next.run(request).await;
     }
     let modern = is_modern(&request);
