@@ -410,3 +410,49 @@ async fn silent_probe(backend: Backend) {
 }
 
 both_dbs!(an_unanswered_probe_falls_back_to_initialize, silent_probe);
+
+/// An upstream that sends its progress in a burst: the caller gets every step, in the order
+/// the upstream sent them (rmcp runs the gateway's notification handlers concurrently). Read
+/// off the wire (a client library's own handlers may run concurrently too).
+async fn progress_in_order(backend: Backend) {
+    let live = gateway(backend).await;
+    let env = [("FIXTURE_PROGRESS_BURST", "40")];
+    let (_child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &env).await;
+    bind(&live, "burst", json!({"url": format!("http://{addr}/mcp")}), OWNER_ALL).await;
+    let client = reqwest::Client::new();
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(live.url())
+            .bearer_auth(live.token_for("olivia@acme.test"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    // Sampling declared: the call takes rmcp's path (the lean relay reads progress itself).
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "1"}}});
+    let response = post(None, init).await.unwrap();
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    response.text().await.unwrap();
+    post(Some(&session), json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await.unwrap();
+    for id in 2..7 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "burst__test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": id}}});
+        let body = post(Some(&session), call).await.unwrap().text().await.unwrap();
+        let got: Vec<f64> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .filter(|m| m["method"] == "notifications/progress")
+            .filter_map(|m| m["params"]["progress"].as_f64())
+            .collect();
+        assert_eq!(got.len(), 40, "every step: {got:?}");
+        assert!(got.windows(2).all(|w| w[0] <= w[1]), "in order: {got:?}");
+    }
+}
+
+both_dbs!(progress_reaches_the_caller_in_order, progress_in_order);
