@@ -456,3 +456,34 @@ async fn progress_in_order(backend: Backend) {
 }
 
 both_dbs!(progress_reaches_the_caller_in_order, progress_in_order);
+
+/// A `subscriptions/listen` stream lives no longer than its caller's token: after `exp` the
+/// gateway no longer knows who listens, and ends the stream.
+async fn listen_ends_with_the_token(backend: Backend) {
+    let live = gateway(backend).await;
+    let mut claims = claims(&live.config, "acme", "olivia@acme.test");
+    claims["exp"] = json!(now() + 3);
+    let token = Signer::dev().sign(&claims);
+    let transport = StreamableHttpClientTransport::with_client(
+        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+        StreamableHttpClientTransportConfig::with_uri(live.url()).auth_header(token),
+    );
+    let lifecycle =
+        ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
+    let caller = ().serve_with_lifecycle(transport, lifecycle).await.expect("connects");
+    let mut filter = SubscriptionFilter::new();
+    filter.tools_list_changed = Some(true);
+    let mut stream = caller.peer().listen(filter).await.expect("listens");
+    let started = std::time::Instant::now();
+    let ended =
+        tokio::time::timeout(Duration::from_secs(10), async { while let Ok(Some(_)) = stream.next().await {} }).await;
+    assert!(ended.is_ok(), "the stream outlived the token");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "it ended with the token, not at once: {:?}",
+        started.elapsed()
+    );
+    caller.cancel().await.unwrap();
+}
+
+both_dbs!(a_listen_stream_ends_with_its_callers_token, listen_ends_with_the_token);
