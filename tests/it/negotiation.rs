@@ -487,3 +487,26 @@ async fn listen_ends_with_the_token(backend: Backend) {
 }
 
 both_dbs!(a_listen_stream_ends_with_its_callers_token, listen_ends_with_the_token);
+
+/// A 2026-07-28 upstream that asks a 2026-07-28 caller something the caller did not declare
+/// (here sampling, of a client that declared nothing): the question is not passed on, the call
+/// fails as "does not support", and the refusal is audited.
+async fn undeclared_question(backend: Backend) {
+    let live = gateway(backend).await;
+    bind(&live, "asks", json!({"command": FIXTURE, "args": ["everything", "stdio"]}), OWNER_ALL).await;
+    let caller = modern(&live, "olivia@acme.test").await;
+    let params = CallToolRequestParams::new("asks__test_sampling")
+        .with_arguments(json!({"prompt": "nobody declared this"}).as_object().cloned().unwrap());
+    let refused = caller.peer().call_tool(params).await.expect_err("refused");
+    assert!(refused.to_string().contains("does not support sampling/createMessage"), "{refused}");
+    let mut tx = live.db.begin().await.unwrap();
+    let rows: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT outcome, error_class FROM audit_events WHERE tool = 'asks:sampling/createMessage'")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(rows, [("failed".to_owned(), Some("not_declared".to_owned()))]);
+    caller.cancel().await.unwrap();
+}
+
+both_dbs!(an_undeclared_question_is_not_passed_through, undeclared_question);
