@@ -5,10 +5,13 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use syn::spanned::Spanned;
+use syn::visit::Visit;
 
 use crate::GuardError;
 
 pub(crate) type ModId = usize;
+/// `use` bindings: local name -> every path bound to it.
+pub(crate) type Uses = HashMap<String, Vec<Vec<String>>>;
 pub(crate) type DefId = usize;
 
 /// How deep `use` chains and globs are followed before giving up (cycles, pathological code).
@@ -31,6 +34,12 @@ pub(crate) struct Crate {
     pub def_twins: HashMap<DefId, Vec<DefId>>,
     /// The same for free fns.
     pub fn_twins: HashMap<usize, Vec<usize>>,
+    /// `include!("x.rs")` written where an expression goes: (file, line, column of the macro's
+    /// path) -> the included file and the expression it holds.
+    pub included_exprs: HashMap<(String, usize, usize), (String, syn::Expr)>,
+    /// `include!(..)` of items whose file the walk cannot name (a path computed at build time):
+    /// whatever it writes is unseen.
+    pub opaque_includes: Vec<(ModId, ItemMacro)>,
 }
 
 /// A macro invoked where items are written (`make!(Name);`): it may define names the walk
@@ -50,7 +59,9 @@ pub(crate) struct Module {
     pub children: HashMap<String, ModId>,
     pub types: HashMap<String, DefId>,
     pub values: HashMap<String, Value>,
-    pub uses: HashMap<String, Vec<String>>,
+    /// Local name -> every path a `use` binds it to (more than one when `#[cfg(..)]` arms
+    /// import the same name; anonymous imports, `use Trait as _`, are kept under `_`).
+    pub uses: Uses,
     pub globs: Vec<Vec<String>>,
     /// Macros invoked at item level in this module.
     pub item_macros: Vec<ItemMacro>,
@@ -121,6 +132,9 @@ pub(crate) struct StaticInfo {
     pub file: String,
     pub line: usize,
     pub ty: syn::Type,
+    /// The initialiser: it runs when the item is first touched (a `static`, a `LazyLock`), or
+    /// is copied where a `const` is used.
+    pub expr: syn::Expr,
 }
 
 /// What a path names.
@@ -236,6 +250,8 @@ impl Crate {
             files: Vec::new(),
             externs,
             macro_defs: HashMap::new(),
+            included_exprs: HashMap::new(),
+            opaque_includes: Vec::new(),
             def_twins: HashMap::new(),
             fn_twins: HashMap::new(),
         };
@@ -281,20 +297,78 @@ impl Crate {
         self.modules.len() - 1
     }
 
-    fn load_file(&mut self, root: &Path, file: &Path, module: ModId, child_dir: &Path) -> Result<(), GuardError> {
+    /// Reads and parses one source file, noting it among the files read. `from`: the file and
+    /// line that named it (for the error when it is missing).
+    fn read(
+        &mut self,
+        root: &Path,
+        file: &Path,
+        from: Option<(&str, usize)>,
+    ) -> Result<(String, syn::File), GuardError> {
         let rel = relative(root, file);
-        let text =
-            std::fs::read_to_string(file).map_err(|e| GuardError::Io { path: rel.clone(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(file).map_err(|e| GuardError::Io {
+            path: rel.clone(),
+            message: match from {
+                Some((f, l)) => format!("{e} (named at {f}:{l})"),
+                None => e.to_string(),
+            },
+        })?;
         let parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
             path: rel.clone(),
             line: e.span().start().line,
             message: e.to_string(),
         })?;
-        self.files.push(rel.clone());
-        self.modules[module].file = rel.clone();
-        self.collect(root, module, parsed.items, &rel, file, child_dir)
+        if !self.files.contains(&rel) {
+            self.files.push(rel.clone());
+        }
+        let mut found = ExprIncludes::default();
+        found.visit_file(&parsed);
+        self.read_expr_includes(root, file, &rel, found.0, 0)?;
+        Ok((rel, parsed))
     }
 
+    /// `include!("x.rs")` written where an expression goes, anywhere in `parsed`: each file is
+    /// read and parsed as the expression it stands for, kept by where the macro is written.
+    fn read_expr_includes(
+        &mut self,
+        root: &Path,
+        file: &Path,
+        rel: &str,
+        found: Vec<(usize, usize, String)>,
+        depth: usize,
+    ) -> Result<(), GuardError> {
+        for (line, column, lit) in found {
+            let f = file.parent().unwrap_or(Path::new("")).join(&lit);
+            let frel = relative(root, &f);
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| GuardError::Io { path: frel.clone(), message: format!("{e} (named at {rel}:{line})") })?;
+            let expr: syn::Expr = syn::parse_str(&text).map_err(|e| GuardError::Parse {
+                path: frel.clone(),
+                line: e.span().start().line,
+                message: format!("{e} (included as an expression at {rel}:{line})"),
+            })?;
+            if !self.files.contains(&frel) {
+                self.files.push(frel.clone());
+            }
+            if depth < MAX_DEPTH {
+                let mut inner = ExprIncludes::default();
+                inner.visit_expr(&expr);
+                self.read_expr_includes(root, &f, &frel, inner.0, depth + 1)?;
+            }
+            self.included_exprs.insert((rel.to_string(), line, column), (frel, expr));
+        }
+        Ok(())
+    }
+
+    fn load_file(&mut self, root: &Path, file: &Path, module: ModId, child_dir: &Path) -> Result<(), GuardError> {
+        let (rel, parsed) = self.read(root, file, None)?;
+        self.modules[module].file = rel.clone();
+        self.collect(root, module, parsed.items, &rel, file, child_dir, false)
+    }
+
+    /// Reads a module's items. `child_dir`: where its file modules live; `inline`: the items
+    /// are inside an inline `mod x { .. }` (a `#[path]` there is taken from `child_dir`).
+    #[allow(clippy::too_many_arguments)]
     fn collect(
         &mut self,
         root: &Path,
@@ -303,6 +377,7 @@ impl Crate {
         rel: &str,
         file_abs: &Path,
         child_dir: &Path,
+        inline: bool,
     ) -> Result<(), GuardError> {
         for item in items {
             let attrs_skip = match &item {
@@ -350,6 +425,25 @@ impl Crate {
                         self.fn_twins.insert(id, twins);
                     }
                 }
+                syn::Item::Macro(m) if is_include(&m.mac.path) => {
+                    let line = line_of(&m.mac.path);
+                    match m.mac.parse_body::<syn::LitStr>() {
+                        // `include!("x.rs")` of items: read where it is written, as if written there.
+                        Ok(lit) => {
+                            let f = file_abs.parent().unwrap_or(Path::new("")).join(lit.value());
+                            let (frel, parsed) = self.read(root, &f, Some((rel, line)))?;
+                            self.collect(root, module, parsed.items, &frel, &f, child_dir, inline)?;
+                        }
+                        // A path computed at build time (`concat!(env!("OUT_DIR"), ..)`): unread;
+                        // whatever it writes is unresolved where a tool names it.
+                        Err(_) => {
+                            let path = m.mac.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>();
+                            let mac = ItemMacro { path: path.join("::"), file: rel.to_string(), line };
+                            self.modules[module].item_macros.push(mac.clone());
+                            self.opaque_includes.push((module, mac));
+                        }
+                    }
+                }
                 syn::Item::Macro(m) => {
                     let line = line_of(&m.mac.path);
                     match &m.ident {
@@ -368,10 +462,10 @@ impl Crate {
                     }
                 }
                 syn::Item::Static(s) => {
-                    self.add_static(module, &s.ident, *s.ty, rel);
+                    self.add_static(module, &s.ident, *s.ty, *s.expr, rel);
                 }
                 syn::Item::Const(c) => {
-                    self.add_static(module, &c.ident, *c.ty, rel);
+                    self.add_static(module, &c.ident, *c.ty, *c.expr, rel);
                 }
                 syn::Item::Impl(i) => self.impls.push(ImplInfo {
                     module,
@@ -390,55 +484,72 @@ impl Crate {
                 }
                 syn::Item::ExternCrate(e) => {
                     if let Some((_, alias)) = &e.rename {
-                        self.modules[module].uses.insert(alias.to_string(), vec![e.ident.to_string()]);
+                        bind(&mut self.modules[module].uses, alias.to_string(), vec![e.ident.to_string()]);
                     }
                 }
                 syn::Item::Mod(m) => {
                     let name = m.ident.to_string();
-                    let mut path = self.modules[module].path.clone();
-                    path.push(name.clone());
-                    let path_attr = m.attrs.iter().find_map(|a| match &a.meta {
-                        syn::Meta::NameValue(nv) if nv.path.is_ident("path") => match &nv.value {
-                            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
-                            _ => None,
-                        },
-                        _ => None,
-                    });
-                    let sub = self.new_module(path, Some(module), rel.to_string());
-                    self.modules[module].children.insert(name.clone(), sub);
+                    // Two `#[cfg]` arms of one module name are one module to the walk: both read.
+                    let sub = match self.modules[module].children.get(&name) {
+                        Some(&sub) => sub,
+                        None => {
+                            let mut path = self.modules[module].path.clone();
+                            path.push(name.clone());
+                            let sub = self.new_module(path, Some(module), rel.to_string());
+                            self.modules[module].children.insert(name.clone(), sub);
+                            sub
+                        }
+                    };
+                    let (direct, conditional) = path_attrs(&m.attrs);
+                    // rustc takes a `#[path]` from the file's directory, or inside an inline
+                    // module from that module's directory.
+                    let base = if inline {
+                        child_dir.to_path_buf()
+                    } else {
+                        file_abs.parent().map(Path::to_path_buf).unwrap_or_default()
+                    };
+                    let line = line_of(&m.ident);
                     match m.content {
                         Some((_, items)) => {
-                            let dir = child_dir.join(&name);
-                            self.collect(root, sub, items, rel, file_abs, &dir)?;
+                            let dir = match &direct {
+                                Some(p) => base.join(p),
+                                None => child_dir.join(&name),
+                            };
+                            self.collect(root, sub, items, rel, file_abs, &dir, true)?;
                         }
                         None => {
-                            let (file, dir) = match path_attr {
+                            // Every file the module may be read from: the one rustc takes with no
+                            // cfg on, and each one a `cfg_attr(.., path = ..)` names.
+                            let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
+                            match &direct {
                                 Some(p) => {
-                                    let base = file_abs.parent().unwrap_or(Path::new(""));
                                     let f = base.join(p);
                                     let d = f.parent().map(Path::to_path_buf).unwrap_or_default();
-                                    (f, d)
+                                    files.push((f, d));
                                 }
                                 None => {
                                     let flat = child_dir.join(format!("{name}.rs"));
-                                    if flat.is_file() {
-                                        (flat, child_dir.join(&name))
-                                    } else {
-                                        let nested = child_dir.join(&name).join("mod.rs");
-                                        (nested, child_dir.join(&name))
+                                    let nested = child_dir.join(&name).join("mod.rs");
+                                    let f = if flat.is_file() { flat } else { nested };
+                                    if f.is_file() || conditional.is_empty() {
+                                        files.push((f, child_dir.join(&name)));
                                     }
                                 }
-                            };
-                            if !file.is_file() {
-                                return Err(GuardError::Io {
-                                    path: relative(root, &file),
-                                    message: format!(
-                                        "module `{name}` declared in {rel}:{} has no file",
-                                        line_of(&m.ident)
-                                    ),
-                                });
                             }
-                            self.load_file(root, &file, sub, &dir)?;
+                            for p in &conditional {
+                                let f = base.join(p);
+                                let d = f.parent().map(Path::to_path_buf).unwrap_or_default();
+                                files.push((f, d));
+                            }
+                            for (file, dir) in files {
+                                if !file.is_file() {
+                                    return Err(GuardError::Io {
+                                        path: relative(root, &file),
+                                        message: format!("module `{name}` declared in {rel}:{line} has no file"),
+                                    });
+                                }
+                                self.load_file(root, &file, sub, &dir)?;
+                            }
                         }
                     }
                 }
@@ -458,13 +569,14 @@ impl Crate {
         }
     }
 
-    fn add_static(&mut self, module: ModId, ident: &syn::Ident, ty: syn::Type, file: &str) {
+    fn add_static(&mut self, module: ModId, ident: &syn::Ident, ty: syn::Type, expr: syn::Expr, file: &str) {
         self.statics.push(StaticInfo {
             name: ident.to_string(),
             module,
             file: file.to_string(),
             line: line_of(ident),
             ty,
+            expr,
         });
         let id = self.statics.len() - 1;
         self.modules[module].values.insert(ident.to_string(), Value::Static(id));
@@ -491,72 +603,138 @@ impl Crate {
         self.resolve(m, &segs, 0)
     }
 
-    /// Resolves path segments in module `m`.
+    /// Resolves path segments in module `m` (when `#[cfg]` arms bind a name to several paths:
+    /// the last arm; [`Crate::resolve_all_with`] gives every arm).
     pub fn resolve(&self, m: ModId, segs: &[String], depth: usize) -> Res {
-        self.resolve_with(m, segs, depth, &HashMap::new())
+        self.resolve_with(m, segs, depth, &Uses::new())
     }
 
     /// Like [`Crate::resolve`], with extra `use` items in scope (those of a fn body).
-    pub fn resolve_with(
-        &self,
-        m: ModId,
-        segs: &[String],
-        depth: usize,
-        local_uses: &HashMap<String, Vec<String>>,
-    ) -> Res {
+    pub fn resolve_with(&self, m: ModId, segs: &[String], depth: usize, local_uses: &Uses) -> Res {
+        let mut all = self.resolve_all_with(m, segs, depth, local_uses);
+        all.pop().unwrap_or_else(|| self.unresolved(m, segs.first().map(String::as_str).unwrap_or_default()))
+    }
+
+    /// Every item a path may name in module `m`: one, or one per `#[cfg(..)]` arm of a `use`
+    /// the path goes through (rustc keeps one arm per build; the walk reads them all).
+    pub fn resolve_all_with(&self, m: ModId, segs: &[String], depth: usize, local_uses: &Uses) -> Vec<Res> {
         if segs.is_empty() {
-            return Res::Module(m);
+            return vec![Res::Module(m)];
         }
         if depth > MAX_DEPTH {
-            return self.unresolved(m, &segs[0]);
+            return vec![self.unresolved(m, &segs[0])];
         }
         let first = segs[0].as_str();
-        let (mut cur, rest) = match first {
+        let starts = match first {
             "::" => {
-                return match segs.get(1) {
+                return vec![match segs.get(1) {
                     Some(c) if is_extern_root(&self.externs, c) => Res::External(segs[1..].to_vec()),
                     // `::name` where `name` is no crate this one depends on.
                     _ => self.unresolved(0, segs.get(1).map(String::as_str).unwrap_or("::")),
-                };
+                }];
             }
-            "crate" | "$crate" => (Res::Module(0), &segs[1..]),
-            "self" => (Res::Module(m), &segs[1..]),
-            "super" => (Res::Module(self.modules[m].parent.unwrap_or(0)), &segs[1..]),
-            _ => {
-                let found = match local_uses.get(first) {
-                    Some(target) if target.as_slice() != [first.to_string()] => self.resolve(m, target, depth + 1),
-                    // A body's `use tokio;`.
-                    Some(_) if is_extern_root(&self.externs, first) => Res::External(vec![first.to_string()]),
-                    Some(_) => self.unresolved(m, first),
-                    None => match self.lookup(m, first, depth) {
-                        Some(r) => r,
-                        None if is_extern_root(&self.externs, first) => return Res::External(segs.to_vec()),
-                        None => self.fallback(m, first, depth),
-                    },
-                };
-                (found, &segs[1..])
+            "crate" | "$crate" => vec![Res::Module(0)],
+            "self" => vec![Res::Module(m)],
+            "super" => vec![Res::Module(self.modules[m].parent.unwrap_or(0))],
+            _ => match local_uses.get(first) {
+                Some(targets) => targets.iter().flat_map(|t| self.use_target(m, first, t, depth)).collect(),
+                None => {
+                    let found = self.lookup_seen(m, first, depth, &mut Vec::new());
+                    if !found.is_empty() {
+                        found
+                    } else if is_extern_root(&self.externs, first) {
+                        return vec![Res::External(segs.to_vec())];
+                    } else {
+                        vec![self.fallback(m, first, depth)]
+                    }
+                }
+            },
+        };
+        let mut out = Vec::new();
+        for start in starts {
+            for r in self.descend(m, start, &segs[1..], depth, first) {
+                if !out.contains(&r) {
+                    out.push(r);
+                }
+            }
+        }
+        out
+    }
+
+    /// What a `use` binding `name` -> `target` names from module `m`.
+    fn use_target(&self, m: ModId, name: &str, target: &[String], depth: usize) -> Vec<Res> {
+        // `use tokio;` names the extern crate, not itself.
+        if target.len() == 1 && target[0] == name {
+            return vec![if is_extern_root(&self.externs, name) {
+                Res::External(target.to_vec())
+            } else {
+                self.unresolved(m, name)
+            }];
+        }
+        self.resolve_all_with(m, target, depth + 1, &Uses::new())
+    }
+
+    /// The rest of a path's segments, below what its first segments named.
+    fn descend(&self, m: ModId, cur: Res, rest: &[String], depth: usize, first: &str) -> Vec<Res> {
+        let Some((seg, more)) = rest.split_first() else { return vec![cur] };
+        let next = match cur {
+            Res::Module(mm) if seg == "super" => vec![Res::Module(self.modules[mm].parent.unwrap_or(0))],
+            Res::Module(mm) if seg == "self" => vec![Res::Module(mm)],
+            Res::Module(mm) => {
+                let found = self.lookup_seen(mm, seg, depth, &mut Vec::new());
+                if found.is_empty() { vec![self.fallback(mm, seg, depth)] } else { found }
+            }
+            Res::Def(d) | Res::Assoc(d, _) => vec![Res::Assoc(d, seg.clone())],
+            Res::External(mut p) => {
+                p.push(seg.clone());
+                vec![Res::External(p)]
+            }
+            // Whatever follows an unresolved item is under it.
+            Res::Unresolved(..) => return vec![cur],
+            Res::Fn(_) | Res::Static(_) => return vec![self.unresolved(m, first)],
+        };
+        next.into_iter().flat_map(|n| self.descend(m, n, more, depth, first)).collect()
+    }
+
+    /// Every crate trait in scope in module `m` with a body's `local_uses`: defined there,
+    /// imported by any `use` (renamed or `as _`), or brought by a glob. Only these traits'
+    /// methods can be called with method syntax there (besides those of a bound or `dyn`).
+    pub fn traits_in_scope(&self, m: ModId, local_uses: &Uses) -> HashSet<DefId> {
+        let mut out = HashSet::new();
+        let is_trait = |d: DefId| matches!(self.defs[d].kind, DefKind::Trait(_));
+        let add = |r: Res, out: &mut HashSet<DefId>| {
+            if let Res::Def(d) = r
+                && is_trait(d)
+            {
+                out.insert(d);
             }
         };
-        for seg in rest {
-            cur = match cur {
-                Res::Module(mm) if seg == "super" => Res::Module(self.modules[mm].parent.unwrap_or(0)),
-                Res::Module(mm) if seg == "self" => Res::Module(mm),
-                Res::Module(mm) => match self.lookup(mm, seg, depth) {
-                    Some(r) => r,
-                    None => self.fallback(mm, seg, depth),
-                },
-                Res::Def(d) => Res::Assoc(d, seg.clone()),
-                Res::Assoc(d, _) => Res::Assoc(d, seg.clone()),
-                Res::External(mut p) => {
-                    p.push(seg.clone());
-                    Res::External(p)
-                }
-                // Whatever follows an unresolved item is under it.
-                Res::Unresolved(..) => return cur,
-                Res::Fn(_) | Res::Static(_) => return self.unresolved(m, &segs[0]),
-            };
+        let module = &self.modules[m];
+        for &d in module.types.values() {
+            add(Res::Def(d), &mut out);
         }
-        cur
+        for targets in module.uses.values().chain(local_uses.values()) {
+            for t in targets {
+                for r in self.resolve_all_with(m, t, 1, &Uses::new()) {
+                    add(r, &mut out);
+                }
+            }
+        }
+        for g in &module.globs {
+            if let Res::Module(gm) = self.resolve(m, g, 1) {
+                for &d in self.modules[gm].types.values() {
+                    add(Res::Def(d), &mut out);
+                }
+                for targets in self.modules[gm].uses.values() {
+                    for t in targets {
+                        for r in self.resolve_all_with(gm, t, 1, &Uses::new()) {
+                            add(r, &mut out);
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// `name`, looked up in module `m` and found nowhere in the crate.
@@ -612,37 +790,26 @@ impl Crate {
         out
     }
 
-    /// Looks a single name up in a module's namespace: types, modules, `use`s, values, and the
-    /// crate's own globs. `None`: nothing in the crate answers it (see [`Crate::fallback`]).
-    fn lookup(&self, m: ModId, name: &str, depth: usize) -> Option<Res> {
-        self.lookup_seen(m, name, depth, &mut Vec::new())
-    }
-
-    fn lookup_seen(&self, m: ModId, name: &str, depth: usize, seen: &mut Vec<ModId>) -> Option<Res> {
+    /// Looks a single name up in a module's namespace: types, modules, `use`s (every cfg arm),
+    /// values, and the crate's own globs. Empty: nothing in the crate answers it (see
+    /// [`Crate::fallback`]).
+    fn lookup_seen(&self, m: ModId, name: &str, depth: usize, seen: &mut Vec<ModId>) -> Vec<Res> {
         seen.push(m);
         let module = &self.modules[m];
         if let Some(&d) = module.types.get(name) {
-            return Some(Res::Def(d));
+            return vec![Res::Def(d)];
         }
         if let Some(&c) = module.children.get(name) {
-            return Some(Res::Module(c));
+            return vec![Res::Module(c)];
         }
-        if let Some(target) = module.uses.get(name) {
-            // `use tokio;` names the extern crate, not itself.
-            if target.len() == 1 && target[0] == name {
-                return Some(if is_extern_root(&self.externs, name) {
-                    Res::External(target.clone())
-                } else {
-                    self.unresolved(m, name)
-                });
-            }
-            return Some(self.resolve(m, target, depth + 1));
+        if let Some(targets) = module.uses.get(name) {
+            return targets.iter().flat_map(|t| self.use_target(m, name, t, depth)).collect();
         }
         if let Some(v) = module.values.get(name) {
-            return Some(match *v {
+            return vec![match *v {
                 Value::Fn(f) => Res::Fn(f),
                 Value::Static(s) => Res::Static(s),
-            });
+            }];
         }
         for g in &module.globs {
             if depth > MAX_DEPTH {
@@ -650,8 +817,9 @@ impl Crate {
             }
             match self.resolve(m, g, depth + 1) {
                 Res::Module(gm) if !seen.contains(&gm) => {
-                    if let Some(r) = self.lookup_seen(gm, name, depth + 1, seen) {
-                        return Some(r);
+                    let found = self.lookup_seen(gm, name, depth + 1, seen);
+                    if !found.is_empty() {
+                        return found;
                     }
                 }
                 // `use Enum::*`: its variants.
@@ -659,13 +827,13 @@ impl Crate {
                     if let DefKind::Enum(e) = &self.defs[d].kind
                         && e.variants.iter().any(|v| v.ident == name)
                     {
-                        return Some(Res::Assoc(d, name.to_string()));
+                        return vec![Res::Assoc(d, name.to_string())];
                     }
                 }
                 _ => {}
             }
         }
-        None
+        Vec::new()
     }
 }
 
@@ -674,11 +842,70 @@ fn relative(root: &Path, file: &Path) -> String {
     rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
 }
 
+/// `include!`, `std::include!`, `core::include!`.
+pub(crate) fn is_include(path: &syn::Path) -> bool {
+    let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    matches!(segs.iter().map(String::as_str).collect::<Vec<_>>().as_slice(), ["include"] | ["std" | "core", "include"])
+}
+
+/// A module's `#[path = ..]` and the paths its `#[cfg_attr(.., path = ..)]` (nested too) name.
+fn path_attrs(attrs: &[syn::Attribute]) -> (Option<String>, Vec<String>) {
+    use syn::punctuated::Punctuated;
+    fn cfg_attr_paths(list: &syn::MetaList, out: &mut Vec<String>) {
+        let Ok(metas) = list.parse_args_with(Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated) else {
+            return;
+        };
+        // The first is the predicate; the rest are the attributes it applies.
+        for meta in metas.iter().skip(1) {
+            match meta {
+                syn::Meta::NameValue(nv) if nv.path.is_ident("path") => out.extend(lit_str(&nv.value)),
+                syn::Meta::List(l) if l.path.is_ident("cfg_attr") => cfg_attr_paths(l, out),
+                _ => {}
+            }
+        }
+    }
+    let mut direct = None;
+    let mut conditional = Vec::new();
+    for a in attrs {
+        match &a.meta {
+            syn::Meta::NameValue(nv) if nv.path.is_ident("path") => direct = lit_str(&nv.value),
+            syn::Meta::List(l) if l.path.is_ident("cfg_attr") => cfg_attr_paths(l, &mut conditional),
+            _ => {}
+        }
+    }
+    (direct, conditional)
+}
+
+pub(crate) fn lit_str(e: &syn::Expr) -> Option<String> {
+    match e {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+        _ => None,
+    }
+}
+
+/// `include!("x.rs")` macros written where expressions go: (line, column, path).
+#[derive(Default)]
+struct ExprIncludes(Vec<(usize, usize, String)>);
+
+impl<'ast> syn::visit::Visit<'ast> for ExprIncludes {
+    fn visit_item_macro(&mut self, _: &'ast syn::ItemMacro) {
+        // Items: read by `collect`.
+    }
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        if is_include(&m.path)
+            && let Ok(lit) = m.parse_body::<syn::LitStr>()
+        {
+            let at = m.path.span().start();
+            self.0.push((at.line, at.column, lit.value()));
+        }
+    }
+}
+
 /// Flattens a `use` tree into local name -> written path, and glob prefixes.
 pub(crate) fn flatten_use(
     tree: &syn::UseTree,
     prefix: &mut Vec<String>,
-    uses: &mut HashMap<String, Vec<String>>,
+    uses: &mut Uses,
     globs: &mut Vec<Vec<String>>,
 ) {
     match tree {
@@ -691,24 +918,22 @@ pub(crate) fn flatten_use(
             let name = n.ident.to_string();
             if name == "self" {
                 if let Some(last) = prefix.last().cloned() {
-                    uses.insert(last, prefix.clone());
+                    bind(uses, last, prefix.clone());
                 }
             } else {
                 let mut full = prefix.clone();
                 full.push(name.clone());
-                uses.insert(name, full);
+                bind(uses, name, full);
             }
         }
         syn::UseTree::Rename(r) => {
+            // `as _` too: it brings a trait's methods into scope; kept under `_`.
             let alias = r.rename.to_string();
-            if alias == "_" {
-                return;
-            }
             let mut full = prefix.clone();
             if r.ident != "self" {
                 full.push(r.ident.to_string());
             }
-            uses.insert(alias, full);
+            bind(uses, alias, full);
         }
         syn::UseTree::Glob(_) => globs.push(prefix.clone()),
         syn::UseTree::Group(g) => {
@@ -716,5 +941,13 @@ pub(crate) fn flatten_use(
                 flatten_use(t, prefix, uses, globs);
             }
         }
+    }
+}
+
+/// Adds a `use` binding (a second `#[cfg]` arm of a name is kept beside the first).
+pub(crate) fn bind(uses: &mut Uses, name: String, path: Vec<String>) {
+    let targets = uses.entry(name).or_default();
+    if !targets.contains(&path) {
+        targets.push(path);
     }
 }

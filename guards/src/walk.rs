@@ -8,7 +8,9 @@ use std::rc::Rc;
 use quote::ToTokens;
 use syn::visit::Visit;
 
-use crate::model::{Crate, DefId, DefKind, ModId, Res, flatten_use, line_of};
+use syn::spanned::Spanned;
+
+use crate::model::{Crate, DefId, DefKind, ModId, Res, Uses, bind, flatten_use, is_include, line_of};
 use crate::report::{
     BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, Residue, Site, ToolKind, ToolReport, TreeNode,
 };
@@ -21,9 +23,10 @@ struct Scope {
     file: String,
     generics: Vec<String>,
     self_def: Option<DefId>,
-    uses: Rc<HashMap<String, Vec<String>>>,
-    /// Names bound in the body being read (parameters, `let`s, closure and match bindings,
-    /// items declared inside it): a one-segment path naming one is a local, not an item.
+    uses: Rc<Uses>,
+    /// Items declared inside the body being read (`struct`, `type`, `fn` ..): a path starting
+    /// at one names what the body itself declares (and is read as part of it). Value bindings
+    /// are told apart where they are written (see [`Collector`]).
     locals: Rc<HashSet<String>>,
 }
 
@@ -487,30 +490,31 @@ impl<'a> Walk<'a> {
             file: def.file.clone(),
             generics: generic_names(def.generics()),
             self_def: Some(d),
-            uses: Rc::new(HashMap::new()),
+            uses: Rc::default(),
             locals: Rc::default(),
         }
     }
 
-    fn resolve(&self, path: &syn::Path, sc: &Scope) -> Res {
+    /// Every item a written path may name (more than one through `#[cfg]` arms of a `use`).
+    fn resolve(&self, path: &syn::Path, sc: &Scope) -> Vec<Res> {
         let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
         if path.leading_colon.is_none()
             && let Some(first) = segs.first()
             && first == "Self"
         {
-            return match sc.self_def {
+            return vec![match sc.self_def {
                 Some(d) if segs.len() == 1 => Res::Def(d),
                 Some(d) => Res::Assoc(d, segs[segs.len() - 1].clone()),
                 // The self type of an impl for another crate's type (`impl Local for u8`), whose
                 // own type is walked where the impl is: `Self` adds nothing more here.
                 None => Res::External(segs),
-            };
+            }];
         }
         let mut segs = segs;
         if path.leading_colon.is_some() {
             segs.insert(0, "::".into());
         }
-        self.krate.resolve_with(sc.module, &segs, 0, &sc.uses)
+        self.krate.resolve_all_with(sc.module, &segs, 0, &sc.uses)
     }
 
     // -------------------------------------------------------------- types
@@ -599,7 +603,19 @@ impl<'a> Walk<'a> {
             // `T`, or `S::Ok`: a generic parameter (its bounds are walked where it is declared).
             return vec![leaf(HopKind::GenericParam, tokens(path), &sc.file, line, None)];
         }
-        match self.resolve(path, sc) {
+        if path.leading_colon.is_none() && sc.locals.contains(&path.segments[0].ident.to_string()) {
+            // A type the body declares: read as part of the body; its generic arguments here.
+            return self.path_args(path, sc);
+        }
+        let mut out = Vec::new();
+        for res in self.resolve(path, sc) {
+            out.extend(self.walk_resolved_type(res, path, sc, line));
+        }
+        out
+    }
+
+    fn walk_resolved_type(&mut self, res: Res, path: &syn::Path, sc: &Scope, line: usize) -> Vec<TreeNode> {
+        match res {
             Res::Def(d) | Res::Assoc(d, _) => self.def_node(d, Some(path), sc),
             Res::External(p) => vec![self.external_node(p.join("::"), Some(path), sc, line)],
             Res::Unresolved(m, item) => {
@@ -874,7 +890,7 @@ impl<'a> Walk<'a> {
             file: imp.file.clone(),
             generics: generic_names(&imp.item.generics),
             self_def: Some(d),
-            uses: Rc::new(HashMap::new()),
+            uses: Rc::default(),
             locals: Rc::default(),
         };
         match &imp.item.trait_ {
@@ -995,7 +1011,7 @@ impl<'a> Walk<'a> {
                     file: f.file.clone(),
                     generics: generic_names(&f.item.sig.generics),
                     self_def: None,
-                    uses: Rc::new(HashMap::new()),
+                    uses: Rc::default(),
                     locals: Rc::default(),
                 };
                 let mut ch = w.sig_nodes(&f.item.sig, &sc, true, false);
@@ -1055,7 +1071,7 @@ impl<'a> Walk<'a> {
             file: imp.file.clone(),
             generics: generic_names(&imp.item.generics),
             self_def: imp.self_def,
-            uses: Rc::new(HashMap::new()),
+            uses: Rc::default(),
             locals: Rc::default(),
         }
     }
@@ -1124,21 +1140,38 @@ impl<'a> Walk<'a> {
     /// Reads a fn body: every path, type, method call and macro it writes.
     fn scan_body(&mut self, sig: &syn::Signature, block: &syn::Block, sc: &Scope) -> Vec<TreeNode> {
         let mut c = Collector::default();
+        c.scopes.push(HashSet::new());
         for input in &sig.inputs {
             if let syn::FnArg::Typed(pt) = input {
-                c.bind_names(&pt.pat);
+                c.bind_pat(&pt.pat);
             }
         }
         c.visit_block(block);
+        self.scan_events(c, sc)
+    }
+
+    /// Reads an expression (an initialiser, an included file) as a body.
+    fn scan_expr(&mut self, e: &syn::Expr, sc: &Scope) -> Vec<TreeNode> {
+        let mut c = Collector::default();
+        c.visit_expr(e);
+        self.scan_events(c, sc)
+    }
+
+    fn scan_events(&mut self, c: Collector, sc: &Scope) -> Vec<TreeNode> {
         let mut uses = (*sc.uses).clone();
-        uses.extend(c.uses);
+        for (name, targets) in c.uses {
+            for t in targets {
+                bind(&mut uses, name.clone(), t);
+            }
+        }
         let mut locals = (*sc.locals).clone();
-        locals.extend(c.bound);
+        locals.extend(c.items);
         let sc = Scope { uses: Rc::new(uses), locals: Rc::new(locals), ..sc.clone() };
         let mut out = Vec::new();
         for ev in c.events {
             match ev {
-                Event::Path(p, line) => out.extend(self.body_path(&p, line, &sc)),
+                Event::Path(_, _, true) => {}
+                Event::Path(p, line, false) => out.extend(self.body_path(&p, line, &sc)),
                 Event::Method(name, line) => {
                     if let Some(rule) = self.rules.forbidden_method_call(&name) {
                         let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
@@ -1154,9 +1187,29 @@ impl<'a> Walk<'a> {
                     }
                 }
                 Event::Macro(name, line, idents) => out.push(self.opaque_macro(name, line, &idents, &sc)),
+                Event::Include(line, column) => out.push(self.include_expr(line, column, &sc)),
             }
         }
         out
+    }
+
+    /// `include!("x.rs")` in a body: the expression the file holds, read where it is written
+    /// (its hops name the included file). A file the walk could not name is unresolved.
+    fn include_expr(&mut self, line: usize, column: usize, sc: &Scope) -> TreeNode {
+        let krate = self.krate;
+        let Some((file, expr)) = krate.included_exprs.get(&(sc.file.clone(), line, column)) else {
+            let item = vec![krate.module_path(sc.module), "include!".to_string()];
+            return self.unresolved(sc.module, &item, HopKind::Macro, &sc.file, line);
+        };
+        let hop = Hop {
+            used_at: None,
+            kind: HopKind::Macro,
+            label: format!("include!(\"{file}\")"),
+            file: sc.file.clone(),
+            line,
+        };
+        let isc = Scope { file: file.clone(), ..sc.clone() };
+        self.node(hop, |w| w.scan_expr(expr, &isc))
     }
 
     /// A macro call in a body whose input is not Rust the walk can read (`select! { .. }`):
@@ -1188,14 +1241,21 @@ impl<'a> Walk<'a> {
 
     fn body_path(&mut self, p: &syn::Path, line: usize, sc: &Scope) -> Vec<TreeNode> {
         let first = p.segments[0].ident.to_string();
-        if p.leading_colon.is_none()
-            && (sc.generics.contains(&first) || (p.segments.len() == 1 && sc.locals.contains(&first)))
-        {
+        // A generic parameter, or an item declared in the body (read as part of it).
+        if p.leading_colon.is_none() && (sc.generics.contains(&first) || sc.locals.contains(&first)) {
             return Vec::new();
         }
+        let mut out = Vec::new();
+        for res in self.resolve(p, sc) {
+            out.extend(self.body_resolved(res, p, line, sc));
+        }
+        out
+    }
+
+    fn body_resolved(&mut self, res: Res, p: &syn::Path, line: usize, sc: &Scope) -> Vec<TreeNode> {
         let krate = self.krate;
         let site = Site { file: sc.file.clone(), line };
-        match self.resolve(p, sc) {
+        match res {
             Res::Unresolved(m, item) => {
                 let last = item.last().map(String::as_str).unwrap_or_default();
                 let kind = if last.starts_with(char::is_uppercase) { HopKind::Type } else { HopKind::Call };
@@ -1228,7 +1288,7 @@ impl<'a> Walk<'a> {
                     file: st.file.clone(),
                     generics: Vec::new(),
                     self_def: None,
-                    uses: Rc::new(HashMap::new()),
+                    uses: Rc::default(),
                     locals: Rc::default(),
                 };
                 let hop = Hop {
@@ -1267,7 +1327,7 @@ impl<'a> Walk<'a> {
             file: info.file.clone(),
             generics: generic_names(&info.item.sig.generics),
             self_def: None,
-            uses: Rc::new(HashMap::new()),
+            uses: Rc::default(),
             locals: Rc::default(),
         };
         let hop = Hop {
@@ -1398,29 +1458,67 @@ impl<'a> Walk<'a> {
 // ------------------------------------------------------------------ body collector
 
 enum Event {
-    Path(syn::Path, usize),
+    /// A path in an expression or pattern; `true`: its one segment names a local binding in
+    /// scope where it is written (a `let`, a parameter, a closure or match binding).
+    Path(syn::Path, usize, bool),
     Method(String, usize),
     Type(Box<syn::Type>),
     /// A macro call whose input does not parse: its path, line, and every identifier in it.
     Macro(String, usize, Vec<(String, usize)>),
+    /// `include!(..)` where an expression goes: the line and column of its path.
+    Include(usize, usize),
 }
 
+/// Reads a body in order, keeping lexical scopes: a binding hides an item of the same name
+/// only where it is in scope (after its `let`, inside its closure, match arm or loop).
 #[derive(Default)]
 struct Collector {
     events: Vec<Event>,
-    uses: HashMap<String, Vec<String>>,
+    uses: Uses,
     globs: Vec<Vec<String>>,
-    /// Names bound anywhere in the body (and its parameters): locals, not items. Scopes are
-    /// not tracked, so a name bound anywhere in the fn counts as a local everywhere in it.
-    bound: HashSet<String>,
+    /// Value bindings in scope, innermost last.
+    scopes: Vec<HashSet<String>>,
+    /// Items declared anywhere inside the body (`struct`, `type`, `fn` ..): read here as part of
+    /// the body, and their names are local to it.
+    items: HashSet<String>,
 }
 
 impl Collector {
-    /// Records the names a pattern binds (`x`, `(a, b)`, `S { f, .. }`, `ref mut y`).
-    fn bind_names(&mut self, p: &syn::Pat) {
+    fn with_scopes(scopes: &[HashSet<String>]) -> Self {
+        Collector { scopes: scopes.to_vec(), ..Collector::default() }
+    }
+
+    fn bound(&self, name: &str) -> bool {
+        self.scopes.iter().any(|s| s.contains(name))
+    }
+
+    /// Binds the names a pattern binds (`x`, `(a, b)`, `S { f, .. }`, `ref mut y`) in the
+    /// innermost scope, after reading what the pattern itself names (types, paths).
+    fn bind_pat(&mut self, p: &syn::Pat) {
         let mut names = PatNames::default();
         names.visit_pat(p);
-        self.bound.extend(names.0);
+        // Paths and types inside the pattern (`Enum::Variant(x)`, `x: Type`).
+        syn::visit::visit_pat(self, p);
+        if self.scopes.is_empty() {
+            self.scopes.push(HashSet::new());
+        }
+        if let Some(top) = self.scopes.last_mut() {
+            top.extend(names.0);
+        }
+    }
+
+    fn scoped(&mut self, f: impl FnOnce(&mut Self)) {
+        self.scopes.push(HashSet::new());
+        f(self);
+        self.scopes.pop();
+    }
+
+    /// An item inside the body: it sees no local binding of the body around it.
+    fn item_scope(&mut self, f: impl FnOnce(&mut Self)) {
+        let saved = std::mem::take(&mut self.scopes);
+        self.scopes.push(HashSet::new());
+        f(self);
+        self.scopes = saved;
     }
 }
 
@@ -1440,11 +1538,6 @@ impl<'ast> Visit<'ast> for Collector {
         flatten_use(&u.tree, &mut Vec::new(), &mut self.uses, &mut self.globs);
     }
 
-    fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
-        self.bound.insert(p.ident.to_string());
-        syn::visit::visit_pat_ident(self, p);
-    }
-
     /// Items declared inside the body: their names are local to it, and what they contain is
     /// read here as part of the body.
     fn visit_item(&mut self, i: &'ast syn::Item) {
@@ -1461,18 +1554,122 @@ impl<'ast> Visit<'ast> for Collector {
             _ => None,
         };
         if let Some(id) = ident {
-            self.bound.insert(id.to_string());
+            self.items.insert(id.to_string());
         }
-        syn::visit::visit_item(self, i);
+        self.item_scope(|c| syn::visit::visit_item(c, i));
+    }
+
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        for input in &f.sig.inputs {
+            if let syn::FnArg::Typed(pt) = input {
+                self.bind_pat(&pt.pat);
+            }
+        }
+        syn::visit::visit_item_fn(self, f);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.item_scope(|c| {
+            for input in &f.sig.inputs {
+                if let syn::FnArg::Typed(pt) = input {
+                    c.bind_pat(&pt.pat);
+                }
+            }
+            syn::visit::visit_impl_item_fn(c, f);
+        });
+    }
+
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        self.item_scope(|c| {
+            for input in &f.sig.inputs {
+                if let syn::FnArg::Typed(pt) = input {
+                    c.bind_pat(&pt.pat);
+                }
+            }
+            syn::visit::visit_trait_item_fn(c, f);
+        });
+    }
+
+    fn visit_block(&mut self, b: &'ast syn::Block) {
+        self.scoped(|c| syn::visit::visit_block(c, b));
+    }
+
+    /// `let p = init else { .. };`: the initialiser is read before `p` binds.
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        if let Some(init) = &l.init {
+            self.visit_expr(&init.expr);
+            if let Some((_, diverge)) = &init.diverge {
+                self.visit_expr(diverge);
+            }
+        }
+        self.bind_pat(&l.pat);
+    }
+
+    fn visit_expr_closure(&mut self, e: &'ast syn::ExprClosure) {
+        self.scoped(|c| {
+            for p in &e.inputs {
+                c.bind_pat(p);
+            }
+            if let syn::ReturnType::Type(_, t) = &e.output {
+                c.visit_type(t);
+            }
+            c.visit_expr(&e.body);
+        });
+    }
+
+    fn visit_arm(&mut self, a: &'ast syn::Arm) {
+        self.scoped(|c| {
+            c.bind_pat(&a.pat);
+            if let Some((_, g)) = &a.guard {
+                c.visit_expr(g);
+            }
+            c.visit_expr(&a.body);
+        });
+    }
+
+    /// `if let p = e { .. }` (and let chains): `p` binds in the condition's rest and the
+    /// `then` block, not in `else`.
+    fn visit_expr_if(&mut self, e: &'ast syn::ExprIf) {
+        self.scoped(|c| {
+            c.visit_expr(&e.cond);
+            c.visit_block(&e.then_branch);
+        });
+        if let Some((_, el)) = &e.else_branch {
+            self.visit_expr(el);
+        }
+    }
+
+    fn visit_expr_while(&mut self, e: &'ast syn::ExprWhile) {
+        self.scoped(|c| {
+            c.visit_expr(&e.cond);
+            c.visit_block(&e.body);
+        });
+    }
+
+    fn visit_expr_let(&mut self, e: &'ast syn::ExprLet) {
+        self.visit_expr(&e.expr);
+        self.bind_pat(&e.pat);
+    }
+
+    fn visit_expr_for_loop(&mut self, e: &'ast syn::ExprForLoop) {
+        self.visit_expr(&e.expr);
+        self.scoped(|c| {
+            c.bind_pat(&e.pat);
+            c.visit_block(&e.body);
+        });
     }
 
     fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
-        self.events.push(Event::Path(e.path.clone(), line_of(&e.path)));
+        let local = e.qself.is_none()
+            && e.path.leading_colon.is_none()
+            && e.path.segments.len() == 1
+            && self.bound(&e.path.segments[0].ident.to_string());
+        self.events.push(Event::Path(e.path.clone(), line_of(&e.path), local));
         syn::visit::visit_expr_path(self, e);
     }
 
     fn visit_expr_struct(&mut self, e: &'ast syn::ExprStruct) {
-        self.events.push(Event::Path(e.path.clone(), line_of(&e.path)));
+        self.events.push(Event::Path(e.path.clone(), line_of(&e.path), false));
         syn::visit::visit_expr_struct(self, e);
     }
 
@@ -1487,9 +1684,15 @@ impl<'ast> Visit<'ast> for Collector {
 
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
         use syn::punctuated::Punctuated;
+        if is_include(&m.path) {
+            let at = m.path.span().start();
+            self.events.push(Event::Include(at.line, at.column));
+            return;
+        }
         let parsed = m.parse_body_with(Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated);
-        // The parsed tokens live only here, so they go through a fresh collector.
-        let mut sub = Collector::default();
+        // The parsed tokens live only here, so they go through a fresh collector that sees the
+        // bindings in scope where the macro is written.
+        let mut sub = Collector::with_scopes(&self.scopes);
         match parsed {
             Ok(exprs) => {
                 for e in &exprs {
@@ -1497,11 +1700,11 @@ impl<'ast> Visit<'ast> for Collector {
                 }
             }
             Err(_) => match m.parse_body_with(syn::Block::parse_within) {
-                Ok(stmts) => {
+                Ok(stmts) => sub.scoped(|sub| {
                     for s in &stmts {
                         sub.visit_stmt(s);
                     }
-                }
+                }),
                 Err(_) => {
                     let mut idents = Vec::new();
                     token_idents(m.tokens.clone(), &mut idents);
@@ -1510,9 +1713,13 @@ impl<'ast> Visit<'ast> for Collector {
             },
         }
         self.events.extend(sub.events);
-        self.uses.extend(sub.uses);
+        for (k, v) in sub.uses {
+            for t in v {
+                bind(&mut self.uses, k.clone(), t);
+            }
+        }
         self.globs.extend(sub.globs);
-        self.bound.extend(sub.bound);
+        self.items.extend(sub.items);
     }
 }
 
