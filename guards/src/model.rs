@@ -118,6 +118,9 @@ pub(crate) struct ImplInfo {
     pub self_def: Option<DefId>,
     /// The crate trait it implements, when it is one.
     pub trait_def: Option<DefId>,
+    /// Crate types named in the trait's generic arguments (`impl From<Local> for String`):
+    /// code that holds one of them may call the impl's methods.
+    pub trait_arg_defs: Vec<DefId>,
 }
 
 pub(crate) struct FnInfo {
@@ -278,6 +281,23 @@ impl Crate {
                 None => None,
             };
             krate.impls[i].trait_def = trait_def;
+            let mut named = TypePaths::default();
+            if let Some((_, path, _)) = &krate.impls[i].item.trait_ {
+                for seg in &path.segments {
+                    named.visit_path_arguments(&seg.arguments);
+                }
+            }
+            let mut arg_defs = Vec::new();
+            for p in &named.0 {
+                for r in krate.resolve_all_with(krate.impls[i].module, &p.0, 0, &Uses::new()) {
+                    if let Res::Def(d) = r
+                        && !arg_defs.contains(&d)
+                    {
+                        arg_defs.push(d);
+                    }
+                }
+            }
+            krate.impls[i].trait_arg_defs = arg_defs;
         }
         Ok(krate)
     }
@@ -473,6 +493,7 @@ impl Crate {
                     item: i,
                     self_def: None,
                     trait_def: None,
+                    trait_arg_defs: Vec::new(),
                 }),
                 syn::Item::Use(u) => {
                     let mut prefix = Vec::new();
@@ -884,6 +905,23 @@ pub(crate) fn lit_str(e: &syn::Expr) -> Option<String> {
 }
 
 /// `include!("x.rs")` macros written where expressions go: (line, column, path).
+/// The paths of every type written in a syntax tree (as segments).
+#[derive(Default)]
+struct TypePaths(Vec<(Vec<String>,)>);
+
+impl<'ast> syn::visit::Visit<'ast> for TypePaths {
+    fn visit_type_path(&mut self, t: &'ast syn::TypePath) {
+        if t.qself.is_none() {
+            let mut segs: Vec<String> = t.path.segments.iter().map(|s| s.ident.to_string()).collect();
+            if t.path.leading_colon.is_some() {
+                segs.insert(0, "::".into());
+            }
+            self.0.push((segs,));
+        }
+        syn::visit::visit_type_path(self, t);
+    }
+}
+
 #[derive(Default)]
 struct ExprIncludes(Vec<(usize, usize, String)>);
 

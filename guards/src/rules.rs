@@ -61,6 +61,10 @@ pub struct Discovery {
     /// Attributes on a struct, enum or impl that make the type a tool root (`#[scopegate::tool_set]`).
     #[serde(default = "default_tool_set_attributes")]
     pub tool_set_attributes: Vec<String>,
+    /// Attributes on an impl that serve every fn in it as a tool (rmcp's `#[tool_router]`):
+    /// each of its fns is a root wherever the impl is written.
+    #[serde(default = "default_tool_router_attributes")]
+    pub tool_router_attributes: Vec<String>,
 }
 
 fn default_tool_attributes() -> Vec<String> {
@@ -72,11 +76,15 @@ fn default_handler_traits() -> Vec<String> {
 fn default_tool_set_attributes() -> Vec<String> {
     vec!["tool_set".into()]
 }
+fn default_tool_router_attributes() -> Vec<String> {
+    vec!["tool_router".into()]
+}
 
 impl Default for Discovery {
     fn default() -> Self {
         Discovery {
             tool_attributes: default_tool_attributes(),
+            tool_router_attributes: default_tool_router_attributes(),
             handler_traits: default_handler_traits(),
             tool_set_attributes: default_tool_set_attributes(),
         }
@@ -232,6 +240,7 @@ impl Rules {
         }
         let d = other.discovery;
         union(&mut self.discovery.tool_attributes, d.tool_attributes);
+        union(&mut self.discovery.tool_router_attributes, d.tool_router_attributes);
         union(&mut self.discovery.handler_traits, d.handler_traits);
         union(&mut self.discovery.tool_set_attributes, d.tool_set_attributes);
         self.guard_row.extend(other.guard_row);

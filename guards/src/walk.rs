@@ -874,6 +874,9 @@ impl<'a> Walk<'a> {
         for i in 0..krate.impls.len() {
             if krate.impls[i].self_def == Some(d) {
                 out.extend(self.impl_nodes(i, d));
+            } else if krate.impls[i].trait_arg_defs.contains(&d) && krate.impls[i].trait_def != Some(d) {
+                // `impl From<Local> for String`: reached with `Local`.
+                out.extend(self.trait_impl_node(i));
             }
         }
         out
@@ -938,24 +941,39 @@ impl<'a> Walk<'a> {
         if interesting(&n) { vec![n] } else { Vec::new() }
     }
 
-    /// The items of an impl of a reached type: associated types, constructors' parameters and
-    /// methods' return types; with `whole`, for an impl reached through its trait, every
-    /// method's parameters and return type and the associated consts too.
+    /// The items of an impl of a reached type: associated types, constructors' parameters,
+    /// methods' return types and every method's body (code that holds a value of the type can
+    /// call any of them, and `Drop::drop`, `Deref::deref`, `Future::poll` and the like run
+    /// without being named); with `whole`, for an impl reached through its trait, every
+    /// method's parameters and the associated consts too. Tools of the impl are their own roots.
     fn impl_items(&mut self, item: &syn::ItemImpl, name: &str, sc: &Scope, whole: bool) -> Vec<TreeNode> {
         let mut items = Vec::new();
+        let impl_item = item;
         for item in &item.items {
             match item {
                 syn::ImplItem::Fn(f) => {
+                    if self.is_root_fn(impl_item, f) {
+                        continue;
+                    }
                     let msc = Self::with_generics(sc, &f.sig.generics);
                     let ctor = f.sig.receiver().is_none() && returns_self(&f.sig.output, name);
+                    let line = line_of(&f.sig.ident);
                     let hop = Hop {
                         used_at: None,
                         kind: if ctor { HopKind::Constructor } else { HopKind::Method },
                         label: format!("{name}::{}", f.sig.ident),
                         file: sc.file.clone(),
-                        line: line_of(&f.sig.ident),
+                        line,
                     };
-                    let n = self.node(hop, |w| w.sig_nodes(&f.sig, &msc, ctor || whole, !ctor || whole));
+                    // A boundary's own bodies are its trusted code: its audit reads its types.
+                    let first = self.audit.is_none() && self.visited_fns.insert((sc.file.clone(), line));
+                    let n = self.node(hop, |w| {
+                        let mut ch = w.sig_nodes(&f.sig, &msc, ctor || whole, !ctor || whole);
+                        if first {
+                            ch.extend(w.scan_body(&f.sig, &f.block, &msc));
+                        }
+                        ch
+                    });
                     if interesting(&n) {
                         items.push(n);
                     }
@@ -970,11 +988,35 @@ impl<'a> Walk<'a> {
                     };
                     items.push(self.node(hop, |w| w.walk_type(&t.ty, sc)));
                 }
-                syn::ImplItem::Const(c) if whole => items.extend(self.walk_type(&c.ty, sc)),
+                syn::ImplItem::Const(c) => {
+                    let hop = Hop {
+                        used_at: None,
+                        kind: HopKind::Static,
+                        label: format!("{name}::{}", c.ident),
+                        file: sc.file.clone(),
+                        line: line_of(&c.ident),
+                    };
+                    let n = self.node(hop, |w| {
+                        let mut ch = w.walk_type(&c.ty, sc);
+                        if w.audit.is_none() {
+                            ch.extend(w.scan_expr(&c.expr, sc));
+                        }
+                        ch
+                    });
+                    if interesting(&n) {
+                        items.push(n);
+                    }
+                }
                 _ => {}
             }
         }
         items
+    }
+
+    /// A fn walked as a tool root of its own: `#[tool]`, or any fn of a `#[tool_router]` impl.
+    fn is_root_fn(&self, imp: &syn::ItemImpl, f: &syn::ImplItemFn) -> bool {
+        let d = &self.rules.discovery;
+        attr_matches(&f.attrs, &d.tool_attributes) || attr_matches(&imp.attrs, &d.tool_router_attributes)
     }
 
     // -------------------------------------------------------------- roots
@@ -995,10 +1037,10 @@ impl<'a> Walk<'a> {
                     return Vec::new();
                 };
                 let sc = w.impl_scope(*impl_idx);
+                w.visited_fns.insert((imp.file.clone(), line_of(&f.sig.ident)));
                 let mut ch = vec![w.receiver_node(*impl_idx)];
                 let fsc = Self::with_generics(&sc, &f.sig.generics);
                 ch.extend(w.sig_nodes(&f.sig, &fsc, true, false));
-                w.visited_fns.insert((imp.file.clone(), line_of(&f.sig.ident)));
                 let label = format!("{}::{}", self_ty_name(krate, imp), f.sig.ident);
                 ch.extend(w.body_node(label, (&f.sig, &f.block), &fsc));
                 ch.extend(w.receiver_methods(imp.self_def));
@@ -1298,7 +1340,16 @@ impl<'a> Walk<'a> {
                     file: st.file.clone(),
                     line: st.line,
                 };
-                vec![self.node(hop, |w| w.walk_type(&st.ty, &ssc))]
+                // Its initialiser runs when it is first touched (`LazyLock::new(|| ..)`), or is
+                // copied where a `const` is used (`const GO: fn(..) = tokio::spawn`).
+                let first = self.visited_fns.insert((st.file.clone(), st.line));
+                vec![self.node(hop, |w| {
+                    let mut ch = w.walk_type(&st.ty, &ssc);
+                    if first {
+                        ch.extend(w.scan_expr(&st.expr, &ssc));
+                    }
+                    ch
+                })]
             }
             Res::Def(d) => self.def_node(d, Some(p), sc).into_iter().filter(interesting).collect(),
             Res::Assoc(d, name) => {
@@ -1346,17 +1397,22 @@ impl<'a> Walk<'a> {
         vec![n]
     }
 
-    /// `.name(..)` in a body: without types, every crate trait that declares `name` (its
-    /// types, signatures, impls and the bodies of `name` in them), and `name` in the impls of
-    /// crate types this walk has reached.
+    /// `.name(..)` in a body. Without types, the method is looked for where Rust looks for it
+    /// by name: in every crate trait that declares `name` and is in scope where the call is
+    /// written (defined or imported there, renamed or `as _`, or brought by a glob), or that
+    /// this walk has reached (a bound, `dyn Trait`): its types, signatures, impls and the
+    /// bodies of `name` in them. Inherent methods are read with their type: every body of
+    /// every impl of a type the walk reaches is read (see [`Walk::impl_items`]); a receiver
+    /// whose type the walk never reaches is in the residue.
     fn method_reach(&mut self, name: &str, line: usize, sc: &Scope) -> Vec<TreeNode> {
         let krate = self.krate;
         let site = Site { file: sc.file.clone(), line };
+        let in_scope = krate.traits_in_scope(sc.module, &sc.uses);
         let mut out = Vec::new();
         for d in 0..krate.defs.len() {
             let DefKind::Trait(t) = &krate.defs[d].kind else { continue };
             let declares = t.items.iter().any(|it| matches!(it, syn::TraitItem::Fn(f) if f.sig.ident == name));
-            if !declares {
+            if !declares || !(in_scope.contains(&d) || self.visited_defs.contains(&d)) {
                 continue;
             }
             let hop =
@@ -1369,13 +1425,6 @@ impl<'a> Walk<'a> {
             if interesting(&n) {
                 out.push(n);
             }
-        }
-        for i in 0..krate.impls.len() {
-            let imp = &krate.impls[i];
-            if imp.trait_def.is_some() || !imp.self_def.is_some_and(|d| self.visited_defs.contains(&d)) {
-                continue;
-            }
-            out.extend(self.impl_method_body(i, name, &site, None).filter(interesting));
         }
         out
     }

@@ -264,13 +264,15 @@ fn spawn_in_tool_body() {
         hops(finding(&r, "tokio::spawn")),
         ["tool Farm::detach src/lib.rs:7", "body Farm::detach src/lib.rs:7", "call tokio::spawn src/lib.rs:8",]
     );
-    // A helper method of the receiver, called from the body, through `use std::thread`.
+    // A helper method of the receiver (every body of a reached type's impls is read), through
+    // `use std::thread`.
     assert_eq!(
         hops(finding(&r, "std::thread::spawn")),
         [
             "tool Farm::detach src/lib.rs:7",
-            "body Farm::detach src/lib.rs:7",
-            "call Farm::helper src/lib.rs:14",
+            "receiver Farm src/lib.rs:5",
+            "type crate::Farm src/lib.rs:3",
+            "method Farm::helper src/lib.rs:14",
             "call std::thread::spawn src/lib.rs:15",
         ]
     );
@@ -580,10 +582,17 @@ fn local_trait_implemented_for_foreign_types() {
         hops(finding_of(&r, "Farm::generic_self", "crate::identity::TenantContext"))[2..5],
         ["call .who() src/lib.rs:73", "trait crate::Whoami src/lib.rs:33", "method who src/lib.rs:34"]
     );
-    // The body of the foreign type's impl method, reached by the method call.
+    // The body of the foreign type's impl method, reached by the method call (a reached
+    // trait's impls are read whole).
     assert_eq!(
         hops(finding_of(&r, "Farm::detached", "tokio::spawn"))[2..],
-        ["call .go() src/lib.rs:78", "call u16::go src/lib.rs:48", "call tokio::spawn src/lib.rs:49"]
+        [
+            "call .go() src/lib.rs:78",
+            "trait crate::Go src/lib.rs:43",
+            "impl Go for u16 src/lib.rs:47",
+            "method u16::go src/lib.rs:48",
+            "call tokio::spawn src/lib.rs:49"
+        ]
     );
 }
 
