@@ -1304,10 +1304,6 @@ impl<'a> Walk<'a> {
                 vec![self.unresolved(m, &item, kind, &sc.file, line)]
             }
             Res::External(segs) => {
-                if let Some(rule) = self.rules.forbidden_path_call(&segs) {
-                    let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
-                    return vec![self.forbidden_call(segs.join("::"), &sc.file, line, &row, &reason)];
-                }
                 // `PgPool::connect(..)`, `Parts { .. }`: the body names a forbidden type.
                 for n in (1..=segs.len()).rev() {
                     let full = segs[..n].join("::");
@@ -1315,6 +1311,10 @@ impl<'a> Walk<'a> {
                         let hop = Hop { used_at: None, kind: HopKind::Type, label: full, file: sc.file.clone(), line };
                         return vec![self.forbidden_type(hop, rule, sc, line)];
                     }
+                }
+                if let Some(rule) = self.rules.forbidden_path_call(&segs) {
+                    let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
+                    return vec![self.forbidden_call(segs.join("::"), &sc.file, line, &row, &reason)];
                 }
                 Vec::new()
             }

@@ -524,7 +524,7 @@ fn detached_methods() {
         ("Farm::builders", vec![".spawn()", "std::thread::Builder", "tokio::runtime::Builder"]),
         ("Farm::scoped", vec![".spawn()", "std::thread::scope"]),
         ("Farm::renamed", vec!["tokio::spawn", "tokio::task::spawn_local"]),
-        ("Farm::process", vec![".spawn()"]),
+        ("Farm::process", vec![".spawn()", "std::process::Command"]),
         ("Keeper::held", vec!["tokio::task::JoinSet"]),
         // Inside a macro whose input is not Rust the walk can read: found by name.
         ("Selecting::inside_a_macro", vec!["spawn_blocking"]),
