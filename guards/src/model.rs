@@ -29,6 +29,8 @@ pub(crate) struct Crate {
     pub externs: HashSet<String>,
     /// `macro_rules!` definitions of the crate, by name: where each is written.
     pub macro_defs: HashMap<String, (String, usize)>,
+    /// The identifiers of each `macro_rules!` definition's rules.
+    pub macro_idents: HashMap<String, Vec<String>>,
     /// A definition shadowed in its module's namespace by a later one of the same name (the
     /// other arm of a `#[cfg(..)]` pair): the later def's id -> the earlier ones. Both are walked.
     pub def_twins: HashMap<DefId, Vec<DefId>>,
@@ -50,6 +52,8 @@ pub(crate) struct ItemMacro {
     pub path: String,
     pub file: String,
     pub line: usize,
+    /// The identifiers of its input.
+    pub idents: Vec<String>,
 }
 
 pub(crate) struct Module {
@@ -253,6 +257,7 @@ impl Crate {
             files: Vec::new(),
             externs,
             macro_defs: HashMap::new(),
+            macro_idents: HashMap::new(),
             included_exprs: HashMap::new(),
             opaque_includes: Vec::new(),
             def_twins: HashMap::new(),
@@ -458,7 +463,8 @@ impl Crate {
                         // whatever it writes is unresolved where a tool names it.
                         Err(_) => {
                             let path = m.mac.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>();
-                            let mac = ItemMacro { path: path.join("::"), file: rel.to_string(), line };
+                            let mac =
+                                ItemMacro { path: path.join("::"), file: rel.to_string(), line, idents: Vec::new() };
                             self.modules[module].item_macros.push(mac.clone());
                             self.opaque_includes.push((module, mac));
                         }
@@ -470,6 +476,7 @@ impl Crate {
                         // `macro_rules! name { .. }`
                         Some(name) if m.mac.path.is_ident("macro_rules") => {
                             self.macro_defs.insert(name.to_string(), (rel.to_string(), line));
+                            self.macro_idents.insert(name.to_string(), idents_of(m.mac.tokens.clone()));
                         }
                         _ => {
                             let path = m.mac.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>();
@@ -477,6 +484,7 @@ impl Crate {
                                 path: path.join("::"),
                                 file: rel.to_string(),
                                 line,
+                                idents: idents_of(m.mac.tokens.clone()),
                             });
                         }
                     }
@@ -861,6 +869,19 @@ impl Crate {
 fn relative(root: &Path, file: &Path) -> String {
     let rel: PathBuf = file.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| file.to_path_buf());
     rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
+}
+
+/// Every identifier in a token stream, groups included.
+fn idents_of(ts: proc_macro2::TokenStream) -> Vec<String> {
+    let mut out = Vec::new();
+    for tt in ts {
+        match tt {
+            proc_macro2::TokenTree::Ident(i) => out.push(i.to_string()),
+            proc_macro2::TokenTree::Group(g) => out.extend(idents_of(g.stream())),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// `include!`, `std::include!`, `core::include!`.

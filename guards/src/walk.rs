@@ -62,7 +62,8 @@ pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) 
     let mut tools = Vec::new();
     let mut findings = Vec::new();
     let mut crossings: HashMap<String, Vec<String>> = HashMap::new();
-    let mut allowed: Vec<(String, Hop)> = Vec::new();
+    let (unseen, mut allowed) = unseen_code(krate, rules);
+    findings.extend(unseen);
     for root in discover(krate, rules, tool_modules) {
         let mut w = Walk::new(krate, rules, root.name.clone(), None);
         let tree = w.walk_root(&root);
@@ -172,6 +173,19 @@ fn attr_matches(attrs: &[syn::Attribute], names: &[String]) -> bool {
     attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| names.iter().any(|n| s.ident == n)))
 }
 
+/// Like [`attr_matches`], and also an attribute imported under another name
+/// (`use rmcp::tool as expose; #[expose]`): its path is resolved in module `m`.
+fn attr_is(krate: &Crate, m: ModId, attrs: &[syn::Attribute], names: &[String]) -> bool {
+    attr_matches(attrs, names)
+        || attrs.iter().any(|a| {
+            let segs: Vec<String> = a.path().segments.iter().map(|s| s.ident.to_string()).collect();
+            krate.resolve_all_with(m, &segs, 0, &Uses::new()).into_iter().any(|r| match r {
+                Res::External(p) => p.last().is_some_and(|l| names.contains(l)),
+                _ => false,
+            })
+        })
+}
+
 fn in_filter(krate: &Crate, m: ModId, filter: &[String]) -> bool {
     if filter.is_empty() {
         return true;
@@ -187,18 +201,21 @@ fn self_ty_name(krate: &Crate, imp: &crate::model::ImplInfo) -> String {
     }
 }
 
+/// Tool roots. `#[tool]` fns, every fn of a `#[tool_router]` impl and `tool_set` items are
+/// roots wherever they are written in the crate (the server serves them wherever they are);
+/// `filter` (the tool modules) only limits which handler-trait impls are roots, so the
+/// dispatcher, the sanctioned bridge that implements `ServerHandler` outside them, is not one.
 fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
     let d = &rules.discovery;
     let mut roots = Vec::new();
     for (i, imp) in krate.impls.iter().enumerate() {
-        if !in_filter(krate, imp.module, filter) {
-            continue;
-        }
         let ty = self_ty_name(krate, imp);
         let handler = imp.item.trait_.as_ref().and_then(|(_, p, _)| {
             p.segments.last().filter(|s| d.handler_traits.iter().any(|h| s.ident == h)).map(|s| s.ident.to_string())
         });
-        if let Some(tr) = handler {
+        if let Some(tr) = handler
+            && in_filter(krate, imp.module, filter)
+        {
             roots.push(Root {
                 name: format!("{ty} as {tr}"),
                 kind: ToolKind::ServerHandler,
@@ -209,7 +226,7 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
             });
             continue;
         }
-        if attr_matches(&imp.item.attrs, &d.tool_set_attributes) {
+        if attr_is(krate, imp.module, &imp.item.attrs, &d.tool_set_attributes) {
             roots.push(Root {
                 name: format!("{ty} (tool_set)"),
                 kind: ToolKind::ToolSet,
@@ -220,9 +237,10 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
             });
             continue;
         }
+        let router = attr_is(krate, imp.module, &imp.item.attrs, &d.tool_router_attributes);
         for (j, item) in imp.item.items.iter().enumerate() {
             if let syn::ImplItem::Fn(f) = item
-                && attr_matches(&f.attrs, &d.tool_attributes)
+                && (router || attr_is(krate, imp.module, &f.attrs, &d.tool_attributes))
             {
                 roots.push(Root {
                     name: format!("{ty}::{}", f.sig.ident),
@@ -236,7 +254,7 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
         }
     }
     for (i, f) in krate.fns.iter().enumerate() {
-        if in_filter(krate, f.module, filter) && attr_matches(&f.item.attrs, &d.tool_attributes) {
+        if attr_is(krate, f.module, &f.item.attrs, &d.tool_attributes) {
             roots.push(Root {
                 name: format!("{}::{}", krate.module_path(f.module), f.item.sig.ident),
                 kind: ToolKind::Tool,
@@ -248,9 +266,8 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
         }
     }
     for (i, def) in krate.defs.iter().enumerate() {
-        if in_filter(krate, def.module, filter)
-            && !matches!(def.kind, DefKind::Trait(_) | DefKind::Alias(_))
-            && attr_matches(def.attrs(), &d.tool_set_attributes)
+        if !matches!(def.kind, DefKind::Trait(_) | DefKind::Alias(_))
+            && attr_is(krate, def.module, def.attrs(), &d.tool_set_attributes)
         {
             roots.push(Root {
                 name: format!("{} (tool_set)", def.name),
@@ -263,6 +280,51 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
         }
     }
     roots
+}
+
+/// What the walk cannot read and that may write a tool: an item-level macro whose input, or
+/// (for the crate's own `macro_rules!`) whose rules, name a tool attribute or a handler trait,
+/// and `include!` of a file it cannot name. The first fails the build outright (a tool the
+/// walk does not see would be served unchecked); the second is unresolved (G9), which the
+/// rules may allow item by item.
+fn unseen_code(krate: &Crate, rules: &Rules) -> (Vec<Finding>, Vec<(String, Hop)>) {
+    let d = &rules.discovery;
+    let marks: Vec<&String> = d
+        .tool_attributes
+        .iter()
+        .chain(&d.tool_router_attributes)
+        .chain(&d.tool_set_attributes)
+        .chain(&d.handler_traits)
+        .collect();
+    let mut w = Walk::new(krate, rules, String::new(), None);
+    for (m, module) in krate.modules.iter().enumerate() {
+        for mac in &module.item_macros {
+            let last = mac.path.rsplit("::").next().unwrap_or(&mac.path);
+            let in_input = mac.idents.iter().find(|i| marks.contains(i));
+            let in_rules = krate.macro_idents.get(last).and_then(|ids| ids.iter().find(|i| marks.contains(i)));
+            let Some(mark) = in_input.or(in_rules) else { continue };
+            let label = format!("{}::{}!", krate.module_path(m), last);
+            w.root = format!("macro {}! ({}:{})", mac.path, mac.file, mac.line);
+            let hop = Hop {
+                used_at: None,
+                kind: HopKind::Macro,
+                label: label.clone(),
+                file: mac.file.clone(),
+                line: mac.line,
+            };
+            let whose = if in_input.is_some() { "its input" } else { "its macro_rules! definition" };
+            let reason = format!(
+                "a macro writes tool code the walk cannot read (`{mark}` in {whose}): a tool it writes would be served without being walked; write the tool out (the walk reads every #[tool] fn and #[tool_router] impl wherever it is)"
+            );
+            w.record(FindingKind::Unresolved, hop, UNRESOLVED_ROW, &label, &reason);
+        }
+    }
+    for (m, mac) in &krate.opaque_includes {
+        w.root = format!("include! ({}:{})", mac.file, mac.line);
+        let item = vec![krate.module_path(*m), "include!".to_string()];
+        w.unresolved(*m, &item, HopKind::Macro, &mac.file, mac.line);
+    }
+    (w.findings, w.allowed)
 }
 
 // ------------------------------------------------------------------ helpers
