@@ -823,9 +823,113 @@ impl<'a> Walk<'a> {
                     None => (i.to_string(), line_of(&f.ty)),
                 };
                 let hop = Hop { used_at: None, kind: HopKind::Field, label, file: sc.file.clone(), line };
-                self.node(hop, |w| w.walk_type(&f.ty, sc))
+                self.node(hop, |w| {
+                    let mut ch = w.walk_type(&f.ty, sc);
+                    ch.extend(w.attr_code(&f.attrs, sc));
+                    ch
+                })
             })
             .collect()
+    }
+
+    /// Code a derive calls by the name an attribute gives it: serde's `with = "module"` (its
+    /// `serialize` and `deserialize`), `serialize_with`, `deserialize_with`, `default = ".."`,
+    /// `skip_serializing_if`, `getter`, and the types of `from`, `try_from`, `into`, `remote`
+    /// (schemars' alike, where `with` names a type and `schema_with` a fn).
+    fn attr_code(&mut self, attrs: &[syn::Attribute], sc: &Scope) -> Vec<TreeNode> {
+        const FNS: [&str; 6] =
+            ["serialize_with", "deserialize_with", "default", "skip_serializing_if", "getter", "schema_with"];
+        const TYPES: [&str; 4] = ["from", "try_from", "into", "remote"];
+        let mut out = Vec::new();
+        for a in attrs {
+            let Some(which) = a.path().segments.last().map(|s| s.ident.to_string()) else { continue };
+            if which != "serde" && which != "schemars" {
+                continue;
+            }
+            let line = line_of(a);
+            let mut pairs: Vec<(String, String)> = Vec::new();
+            let _ = a.parse_nested_meta(|meta| {
+                let key = meta.path.get_ident().map(ToString::to_string).unwrap_or_default();
+                if meta.input.peek(syn::Token![=]) {
+                    let value: syn::Expr = meta.value()?.parse()?;
+                    if let Some(v) = crate::model::lit_str(&value) {
+                        pairs.push((key, v));
+                    }
+                } else if meta.input.peek(syn::token::Paren) {
+                    // `rename(serialize = "..")`, `bound(..)`: nothing called by name.
+                    let _ = meta.parse_nested_meta(|inner| {
+                        if inner.input.peek(syn::Token![=]) {
+                            let _: syn::Expr = inner.value()?.parse()?;
+                        }
+                        Ok(())
+                    });
+                }
+                Ok(())
+            });
+            for (key, value) in pairs {
+                let hop = Hop {
+                    used_at: None,
+                    kind: HopKind::Call,
+                    label: format!("#[{which}({key} = \"{value}\")]"),
+                    file: sc.file.clone(),
+                    line,
+                };
+                let n = self.node(hop, |w| {
+                    if key == "with" && which == "serde" {
+                        w.with_module(&value, line, sc)
+                    } else if TYPES.contains(&key.as_str()) || (key == "with" && which == "schemars") {
+                        match syn::parse_str::<syn::Type>(&value) {
+                            Ok(t) => w.walk_type(&t, sc),
+                            Err(_) => Vec::new(),
+                        }
+                    } else if FNS.contains(&key.as_str()) {
+                        match syn::parse_str::<syn::Path>(&value) {
+                            Ok(p) => w.body_path(&p, line, sc),
+                            Err(_) => Vec::new(),
+                        }
+                    } else {
+                        Vec::new()
+                    }
+                });
+                if interesting(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        out
+    }
+
+    /// `#[serde(with = "m")]`: serde calls `m::serialize` and `m::deserialize`.
+    fn with_module(&mut self, value: &str, line: usize, sc: &Scope) -> Vec<TreeNode> {
+        let Ok(path) = syn::parse_str::<syn::Path>(value) else { return Vec::new() };
+        let mut out = Vec::new();
+        for res in self.resolve(&path, sc) {
+            match res {
+                Res::Module(m) => {
+                    for name in ["serialize", "deserialize"] {
+                        if self.krate.modules[m].values.contains_key(name) {
+                            let mut p = path.clone();
+                            p.segments
+                                .push(syn::PathSegment::from(syn::Ident::new(name, proc_macro2::Span::call_site())));
+                            out.extend(self.body_path(&p, line, sc));
+                        }
+                    }
+                }
+                Res::External(mut segs) => {
+                    for name in ["serialize", "deserialize"] {
+                        segs.push(name.to_string());
+                        if let Some(rule) = self.rules.forbidden_path_call(&segs) {
+                            let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
+                            out.push(self.forbidden_call(segs.join("::"), &sc.file, line, &row, &reason));
+                        }
+                        segs.pop();
+                    }
+                }
+                // A type with `serialize`/`deserialize` associated fns, or a name no module answers.
+                other => out.extend(self.body_resolved(other, &path, line, sc)),
+            }
+        }
+        out
     }
 
     /// Parameters (not `self`) and, when asked, the return type of a signature.
@@ -870,11 +974,13 @@ impl<'a> Walk<'a> {
         let def = &krate.defs[d];
         let sc = self.def_scope(d);
         let mut out = self.generics_nodes(def.generics(), &sc);
+        out.extend(self.attr_code(def.attrs(), &sc));
         match &def.kind {
             DefKind::Struct(s) => out.extend(self.fields_nodes(&s.fields, &sc)),
             DefKind::Union(u) => out.extend(self.fields_nodes(&syn::Fields::Named(u.fields.clone()), &sc)),
             DefKind::Enum(e) => {
                 for v in &e.variants {
+                    out.extend(self.attr_code(&v.attrs, &sc));
                     let hop = Hop {
                         used_at: None,
                         kind: HopKind::Variant,
