@@ -846,13 +846,12 @@ impl<'a> Walk<'a> {
             if which != "serde" && which != "schemars" {
                 continue;
             }
-            let line = line_of(a);
-            let mut pairs: Vec<(String, String)> = Vec::new();
+            let mut pairs: Vec<(String, syn::LitStr)> = Vec::new();
             let _ = a.parse_nested_meta(|meta| {
                 let key = meta.path.get_ident().map(ToString::to_string).unwrap_or_default();
                 if meta.input.peek(syn::Token![=]) {
                     let value: syn::Expr = meta.value()?.parse()?;
-                    if let Some(v) = crate::model::lit_str(&value) {
+                    if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(v), .. }) = value {
                         pairs.push((key, v));
                     }
                 } else if meta.input.peek(syn::token::Paren) {
@@ -866,7 +865,9 @@ impl<'a> Walk<'a> {
                 }
                 Ok(())
             });
-            for (key, value) in pairs {
+            for (key, lit) in pairs {
+                let value = lit.value();
+                let line = line_of(&lit);
                 let hop = Hop {
                     used_at: None,
                     kind: HopKind::Call,
@@ -875,15 +876,16 @@ impl<'a> Walk<'a> {
                     line,
                 };
                 let n = self.node(hop, |w| {
+                    // Parsed from the literal, so every span is the literal's.
                     if key == "with" && which == "serde" {
-                        w.with_module(&value, line, sc)
+                        w.with_module(&lit, line, sc)
                     } else if TYPES.contains(&key.as_str()) || (key == "with" && which == "schemars") {
-                        match syn::parse_str::<syn::Type>(&value) {
+                        match lit.parse::<syn::Type>() {
                             Ok(t) => w.walk_type(&t, sc),
                             Err(_) => Vec::new(),
                         }
                     } else if FNS.contains(&key.as_str()) {
-                        match syn::parse_str::<syn::Path>(&value) {
+                        match lit.parse::<syn::Path>() {
                             Ok(p) => w.body_path(&p, line, sc),
                             Err(_) => Vec::new(),
                         }
@@ -900,8 +902,8 @@ impl<'a> Walk<'a> {
     }
 
     /// `#[serde(with = "m")]`: serde calls `m::serialize` and `m::deserialize`.
-    fn with_module(&mut self, value: &str, line: usize, sc: &Scope) -> Vec<TreeNode> {
-        let Ok(path) = syn::parse_str::<syn::Path>(value) else { return Vec::new() };
+    fn with_module(&mut self, lit: &syn::LitStr, line: usize, sc: &Scope) -> Vec<TreeNode> {
+        let Ok(path) = lit.parse::<syn::Path>() else { return Vec::new() };
         let mut out = Vec::new();
         for res in self.resolve(&path, sc) {
             match res {
@@ -1120,7 +1122,7 @@ impl<'a> Walk<'a> {
         for item in &item.items {
             match item {
                 syn::ImplItem::Fn(f) => {
-                    if self.is_root_fn(impl_item, f) {
+                    if self.is_root_fn(sc.module, impl_item, f) {
                         continue;
                     }
                     let msc = Self::with_generics(sc, &f.sig.generics);
@@ -1182,9 +1184,10 @@ impl<'a> Walk<'a> {
     }
 
     /// A fn walked as a tool root of its own: `#[tool]`, or any fn of a `#[tool_router]` impl.
-    fn is_root_fn(&self, imp: &syn::ItemImpl, f: &syn::ImplItemFn) -> bool {
+    fn is_root_fn(&self, m: ModId, imp: &syn::ItemImpl, f: &syn::ImplItemFn) -> bool {
         let d = &self.rules.discovery;
-        attr_matches(&f.attrs, &d.tool_attributes) || attr_matches(&imp.attrs, &d.tool_router_attributes)
+        attr_is(self.krate, m, &f.attrs, &d.tool_attributes)
+            || attr_is(self.krate, m, &imp.attrs, &d.tool_router_attributes)
     }
 
     // -------------------------------------------------------------- roots
@@ -1305,7 +1308,6 @@ impl<'a> Walk<'a> {
     fn receiver_methods(&mut self, d: Option<DefId>) -> Vec<TreeNode> {
         let Some(d) = d else { return Vec::new() };
         let krate = self.krate;
-        let tool_attrs = &self.rules.discovery.tool_attributes;
         let mut out = Vec::new();
         for i in 0..krate.impls.len() {
             let imp = &krate.impls[i];
@@ -1316,7 +1318,7 @@ impl<'a> Walk<'a> {
             for item in &imp.item.items {
                 if let syn::ImplItem::Fn(f) = item {
                     let line = line_of(&f.sig.ident);
-                    if attr_matches(&f.attrs, tool_attrs) || !self.visited_fns.insert((imp.file.clone(), line)) {
+                    if self.is_root_fn(imp.module, &imp.item, f) || !self.visited_fns.insert((imp.file.clone(), line)) {
                         continue;
                     }
                     let fsc = Self::with_generics(&sc, &f.sig.generics);
