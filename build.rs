@@ -3,7 +3,8 @@
 //!
 //! It never skips the check: there is no switch to silence it.
 
-/// Where tools live. A module that does not exist yet holds no tools (not an error).
+/// Where handler-trait impls are tool roots (a tool written anywhere else is walked all the
+/// same: `#[tool]` fns and `#[tool_router]` impls are roots wherever they are).
 ///
 /// `crate::mcp` is not among them: it holds the dispatcher (rmcp's `ServerHandler` for the
 /// gateway's endpoint), which by its trait's signature receives rmcp's `RequestContext` and,

@@ -15,10 +15,12 @@
 //! can embed the report of the very sources it was built from:
 //! `include_str!(concat!(env!("OUT_DIR"), "/guards-report.md"))`.
 //!
-//! Tools are fns with an attribute ending in `tool` (`#[tool]`, `#[rmcp::tool(..)]`) in any
-//! impl, every `impl ServerHandler for X`, and any struct, enum or impl carrying an attribute
-//! ending in `tool_set` (`#[scopegate::tool_set]`). The walk, the rules file and what the walk
-//! cannot see are described in `rules.toml` and in the report's residue.
+//! Tools are fns with an attribute ending in `tool` (`#[tool]`, `#[rmcp::tool(..)]`, or one
+//! imported under another name), every fn of a `#[tool_router]` impl, and any struct, enum or
+//! impl carrying an attribute ending in `tool_set` (`#[scopegate::tool_set]`), wherever they
+//! are written in the crate; and every `impl ServerHandler for X` in the tool modules. An
+//! item-level macro of the crate that writes tool code fails the check. The walk, the rules
+//! file and what the walk cannot see are described in `rules.toml` and in the report's residue.
 
 #![forbid(unsafe_code)]
 
@@ -79,8 +81,9 @@ pub struct Options {
     pub crate_root: PathBuf,
     /// The entry file relative to the crate root; `None`: `src/lib.rs`, else `src/main.rs`.
     pub entry: Option<PathBuf>,
-    /// Module paths (`crate::tools`) whose items may be tools, with their submodules;
-    /// empty: the whole crate. Types are walked across the whole crate either way.
+    /// Module paths (`crate::tools`) whose handler-trait impls are tool roots, with their
+    /// submodules; empty: the whole crate. Tool-attributed fns, `#[tool_router]` impls and
+    /// tool sets are roots wherever they are; types are walked across the whole crate.
     pub tool_modules: Vec<String>,
     /// The base rules file; `None`: [`DEFAULT_RULES`].
     pub rules: Option<PathBuf>,

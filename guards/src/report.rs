@@ -315,19 +315,29 @@ fn residue_entry(title: &str, detail: &str, backstop: Vec<Enforcement>) -> Resid
     Residue { title: title.into(), detail: detail.into(), backstop, item: None, reached_at: Vec::new() }
 }
 
-/// What no run of the walk closes, whatever the sources (allowed unresolved items are added
-/// per run).
+/// What no run of the walk closes, whatever the sources, by class (items allowed unresolved
+/// and the macros of other crates met in the sources are added per run).
 pub(crate) fn residue() -> Vec<Residue> {
     use Enforcement::*;
     vec![
         residue_entry(
+            "Tools the walk does not see",
+            "Roots are every fn carrying a tool attribute (`#[tool]`, also imported under another name), every fn of a `#[tool_router]` impl, every `tool_set` item and every handler-trait impl in the tool modules, wherever in the crate they are written; every impl of a tool's type is read with it. An item-level macro of the crate whose input or `macro_rules!` rules name a tool attribute or handler trait fails the build (a tool it writes would not be walked), and so does `include!` of a file the walk cannot name unless the rules allow that exact item. Not seen: a tool written by another crate's item-level macro whose input names no tool attribute (each such macro of this build is listed in the next section), a tool router assembled inside another crate, and a handler-trait impl outside the tool modules (the dispatcher, the sanctioned bridge).",
+            vec![RuntimeFailClosedFactory, AuditBackstop],
+        ),
+        residue_entry(
             "Detached work the walk cannot see (G5)",
-            "Refused by name in tool bodies, the receiver's methods and every crate body they reach: every fn or method whose name starts with `spawn` (tokio, std::thread, task sets, runtime handles, thread builders, scoped threads, futures executors, process spawning), `block_on`, `std::thread::scope`, and the runtime, task-set and thread-builder types themselves (so building a runtime, holding a handle or storing one in a binding is refused), through `use` renames and local bindings alike. Not seen: work spawned inside another crate's function the tool calls, work handed to an executor behind a trait object or a generic parameter (`dyn Executor`, `E: Executor`), and work sent to a task started elsewhere (a channel, a queue).",
+            "Refused by name in tool bodies, every body of every impl of a type they reach, static and const initialisers, and every crate body they call: every fn or method whose name starts with `spawn` (tokio, std::thread, task sets, runtime handles, thread builders, scoped threads, futures executors), `block_on`, `std::thread::scope`, the runtime, task-set and thread-builder types themselves, and the process types (`std::process::Command` and `Child`, tokio's), whatever starts the process (`spawn`, `status`, `output`, a shell that backgrounds a worker), through `use` renames, every `#[cfg]` arm of a `use`, and local bindings alike. Not seen: work spawned or a process started inside another crate's function the tool calls, work handed to an executor behind a trait object or a generic parameter (`dyn Executor`, `E: Executor`), and work sent to a task started elsewhere (a channel, a queue).",
             vec![RuntimeFailClosedFactory, AuditBackstop],
         ),
         residue_entry(
             "Macro-generated code",
-            "Macro expansions are not walked. A name a tool reaches that no definition in the crate answers, and that is not provably another crate's, fails the build as unresolved (G9), naming the item-level macros that may have written it; `allow_unresolved` in the rules can let an exact item pass with a reason, and each such item is listed in this section. A type written by a macro call (`ty!()`) is unresolved too. Macro calls inside bodies are read when their input parses as expressions or statements; otherwise their tokens are scanned for the names of forbidden calls and types (found by name only), and the call is marked `macro` (opaque) when none is there. Attribute and derive macros (rmcp's #[tool], #[tool_router], #[tool_handler]) are not expanded: code they add is not seen.",
+            "Macro expansions are not walked. A name a tool reaches that no definition in the crate answers, and that is not provably another crate's, fails the build as unresolved (G9), naming the item-level macros that may have written it; `allow_unresolved` in the rules can let an exact item pass with a reason, and each such item is listed in this section. A type written by a macro call (`ty!()`) is unresolved too. Macro calls inside bodies are read when their input parses as expressions or statements; otherwise their tokens are scanned for the names of forbidden calls and types (found by name only), and the call is marked `macro` (opaque) when none is there. `include!` of a named file is read as if written in place. Attribute and derive macros (rmcp's #[tool], #[tool_router], #[tool_handler], serde's derives) are not expanded: code they add is not seen, except the functions and types serde's and schemars' attributes name (next sections).",
+            vec![RuntimeFailClosedFactory, AuditBackstop],
+        ),
+        residue_entry(
+            "Code named by attributes",
+            "serde's `with` (the module's `serialize` and `deserialize`), `serialize_with`, `deserialize_with`, `default = \"..\"`, `skip_serializing_if`, `getter` and the types of `from`, `try_from`, `into` and `remote`, and schemars' `with` and `schema_with`, on a reached type, its fields and variants, are walked as calls and types. Functions or types named in the attributes of other derive macros (a validator's `custom = \"..\"`, clap's `value_parser`) are not seen.",
             vec![RuntimeFailClosedFactory, AuditBackstop],
         ),
         residue_entry(
@@ -336,23 +346,23 @@ pub(crate) fn residue() -> Vec<Residue> {
             vec![TypePrivacy, RuntimeFailClosedFactory, AuditBackstop],
         ),
         residue_entry(
-            "Types from other crates are opaque",
-            "A type is called external only when it is provably another crate's: its path starts at a dependency of the manifest or a sysroot crate, it is a prelude name or a primitive, or another crate's glob brought it into a module no macro writes items into. It is matched against the forbidden list by its resolved path and last segment, never walked: another crate's type that privately holds a forbidden type is not seen unless its name or path is listed.",
+            "Types and functions from other crates are opaque",
+            "A type is called external only when it is provably another crate's: its path starts at a dependency of the manifest or a sysroot crate, it is a prelude name or a primitive, or another crate's glob brought it into a module no macro writes items into. It is matched against the forbidden list by its resolved path and last segment, never walked: another crate's type that privately holds a forbidden type, and another crate's function that opens a pool or connection or starts work inside, are not seen unless a name on the forbidden list is written (the pool and connect options, `.connect*()` and the process types are on it, so a pool or connection is refused whether or not its own type is ever written).",
             vec![TypePrivacy, AuditBackstop],
         ),
         residue_entry(
             "Sanctioned boundaries",
-            "The walk stops at each [[boundary]] type (McpCallContext): what it hands out is trusted. When the boundary is defined in the walked crate its own insides are audited against allowed_in; when it comes from another crate it is audited by that crate's build.",
+            "The walk stops at each [[boundary]] type (McpCallContext): what it hands out is trusted. When the boundary is defined in the walked crate its own fields and signatures are audited against allowed_in (its method bodies are its trusted code); when it comes from another crate it is audited by that crate's build.",
             vec![RuntimeFailClosedFactory, TypePrivacy],
         ),
         residue_entry(
-            "Method calls resolved by name",
-            "There is no type inference. A method call `.name()` reaches every crate trait that declares `name` (its associated types and signatures, and every impl of it, for any self type) and the body of `name` in each of those impls (and the trait's default body), and the body of `name` in the impls of every crate type the walk has reached by then; a method of a type reached only later in the walk is seen through its signature, not its body. The receiver's own methods are always read, bodies included. Names are matched on the last segment too, so a rename cannot hide a forbidden type.",
+            "Method calls resolved without type inference",
+            "There is no type inference; the walk reads code wherever a type is reached instead. Every body of every impl of a crate type the walk reaches is read (so `Drop::drop`, `Deref::deref`, `Future::poll`, `Default::default` and inherent methods run on it are seen whether or not they are named, and whatever its receiver's inferred type), and so is every impl that names a reached type in its trait's arguments (`impl From<Local> for String`). A method call `.name()` reaches the crate traits that declare `name` and are in scope where the call is written (defined, imported, renamed, `as _`, or by glob) or that the walk has reached (a bound, `dyn Trait`): their types, signatures, and the bodies of `name` in every impl and default. Not seen: a method of a crate type the walk never reaches, called on a value created inside another crate's code.",
             vec![RuntimeFailClosedFactory, AuditBackstop],
         ),
         residue_entry(
             "cfg-gated code is walked as if enabled",
-            "Every #[cfg(..)] item is read whatever the features and target: a feature-gated module, tool or type is checked as if the feature were on, and when two cfg arms define the same name both are walked. Only #[cfg(test)] modules, fns and impls are skipped (they are not in the built crate).",
+            "Every #[cfg(..)] item is read whatever the features and target: a feature-gated module, tool or type is checked as if the feature were on; when two cfg arms define the same name (an item, a module, a `use .. as`) both are walked; every file a `#[cfg_attr(.., path = ..)]` may put in place of a module is read besides the default one, and a `#[path]` inside an inline module is taken from that module's directory, as rustc does (the files read are compared with rustc's dep-info in the tests). Only #[cfg(test)] modules, fns and impls are skipped (they are not in the built crate).",
             vec![BuildTimeWalk],
         ),
     ]

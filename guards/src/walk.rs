@@ -112,7 +112,7 @@ pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) 
         }
         boundaries.push(report);
     }
-    let residue = rules
+    let residue: Vec<Residue> = rules
         .allow_unresolved
         .iter()
         .map(|a| {
@@ -136,7 +136,45 @@ pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) 
             }
         })
         .collect();
+    let mut residue = residue;
+    residue.push(foreign_item_macros(krate));
     Walked { tools, findings, boundaries, residue }
+}
+
+/// The item-level macros of other crates in this build (the walk does not expand them, and
+/// one could write a tool whose attributes its input does not name): listed per run.
+fn foreign_item_macros(krate: &Crate) -> Residue {
+    let mut reached_at = Vec::new();
+    for module in &krate.modules {
+        for mac in &module.item_macros {
+            let last = mac.path.rsplit("::").next().unwrap_or(&mac.path);
+            if krate.macro_defs.contains_key(last) || last == "include" {
+                continue;
+            }
+            reached_at.push(Hop {
+                used_at: None,
+                kind: HopKind::Macro,
+                label: format!("{}!", mac.path),
+                file: mac.file.clone(),
+                line: mac.line,
+            });
+        }
+    }
+    let detail = if reached_at.is_empty() {
+        "None in this build.".to_string()
+    } else {
+        format!(
+            "{} in this build, listed below: what they expand to is not walked; a tool one of them writes without naming a tool attribute in its input would be served unchecked.",
+            reached_at.len()
+        )
+    };
+    Residue {
+        title: "Item-level macros of other crates".into(),
+        detail,
+        backstop: vec![crate::rules::Enforcement::RuntimeFailClosedFactory, crate::rules::Enforcement::AuditBackstop],
+        item: None,
+        reached_at,
+    }
 }
 
 // ------------------------------------------------------------------ discovery
