@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use syn::spanned::Spanned;
 use syn::visit::Visit;
+use syn::visit_mut::VisitMut;
 
 use crate::GuardError;
 
@@ -42,6 +43,8 @@ pub(crate) struct Crate {
     /// `include!(..)` of items whose file the walk cannot name (a path computed at build time):
     /// whatever it writes is unseen.
     pub opaque_includes: Vec<(ModId, ItemMacro)>,
+    /// Macros invoked as items or statements inside fn bodies.
+    pub nested_macros: Vec<(ModId, ItemMacro)>,
 }
 
 /// A macro invoked where items are written (`make!(Name);`): it may define names the walk
@@ -122,8 +125,9 @@ pub(crate) struct ImplInfo {
     pub self_def: Option<DefId>,
     /// The crate trait it implements, when it is one.
     pub trait_def: Option<DefId>,
-    /// Crate types named in the trait's generic arguments (`impl From<Local> for String`):
-    /// code that holds one of them may call the impl's methods.
+    /// Crate types named in the trait's generic arguments or inside the self type, besides the
+    /// self type itself (`impl From<Local> for String`, `impl Display for &Local`): code that
+    /// holds one of them may call the impl's methods.
     pub trait_arg_defs: Vec<DefId>,
 }
 
@@ -260,6 +264,7 @@ impl Crate {
             macro_idents: HashMap::new(),
             included_exprs: HashMap::new(),
             opaque_includes: Vec::new(),
+            nested_macros: Vec::new(),
             def_twins: HashMap::new(),
             fn_twins: HashMap::new(),
         };
@@ -287,6 +292,8 @@ impl Crate {
             };
             krate.impls[i].trait_def = trait_def;
             let mut named = TypePaths::default();
+            // The self type's own paths too: `impl Display for &Local`, `impl dyn Local`.
+            named.visit_type(&krate.impls[i].item.self_ty);
             if let Some((_, path, _)) = &krate.impls[i].item.trait_ {
                 for seg in &path.segments {
                     named.visit_path_arguments(&seg.arguments);
@@ -297,6 +304,7 @@ impl Crate {
                 for r in krate.resolve_all_with(krate.impls[i].module, &p.0, 0, &Uses::new()) {
                     if let Res::Def(d) = r
                         && !arg_defs.contains(&d)
+                        && Some(d) != self_def
                     {
                         arg_defs.push(d);
                     }
@@ -338,13 +346,26 @@ impl Crate {
                 None => e.to_string(),
             },
         })?;
-        let parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
+        let mut parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
             path: rel.clone(),
             line: e.span().start().line,
             message: e.to_string(),
         })?;
         if !self.files.contains(&rel) {
             self.files.push(rel.clone());
+        }
+        // `fn f() { #[path = "x.rs"] mod m; .. }`: the file is read into the module, so the
+        // body reads it as its own.
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut block_mods = BlockModules { root, dirs: vec![dir], in_block: 0, read: Vec::new(), error: None };
+        syn::visit_mut::VisitMut::visit_file_mut(&mut block_mods, &mut parsed);
+        if let Some(e) = block_mods.error {
+            return Err(e);
+        }
+        for f in block_mods.read {
+            if !self.files.contains(&f) {
+                self.files.push(f);
+            }
         }
         let mut found = ExprIncludes::default();
         found.visit_file(&parsed);
@@ -405,6 +426,27 @@ impl Crate {
         inline: bool,
     ) -> Result<(), GuardError> {
         for item in items {
+            // Impls and macros written inside fn bodies: an impl there is global (a tool router
+            // may be written in one), and a macro there may write one.
+            let mut nested = NestedItems::default();
+            nested.visit_item(&item);
+            for imp in nested.impls {
+                self.impls.push(ImplInfo {
+                    module,
+                    file: rel.to_string(),
+                    item: imp,
+                    self_def: None,
+                    trait_def: None,
+                    trait_arg_defs: Vec::new(),
+                });
+            }
+            for (name, line, idents) in nested.macro_rules {
+                self.macro_defs.insert(name.clone(), (rel.to_string(), line));
+                self.macro_idents.insert(name, idents);
+            }
+            for (path, line, idents) in nested.macros {
+                self.nested_macros.push((module, ItemMacro { path, file: rel.to_string(), line, idents }));
+            }
             let attrs_skip = match &item {
                 syn::Item::Mod(m) => has_cfg_test(&m.attrs),
                 syn::Item::Fn(f) => has_cfg_test(&f.attrs),
@@ -666,6 +708,7 @@ impl Crate {
             "self" => vec![Res::Module(m)],
             "super" => vec![Res::Module(self.modules[m].parent.unwrap_or(0))],
             _ => match local_uses.get(first) {
+                // A block's `use` of the name, in force where the path is written.
                 Some(targets) => targets.iter().flat_map(|t| self.use_target(m, first, t, depth)).collect(),
                 None => {
                     let found = self.lookup_seen(m, first, depth, &mut Vec::new());
@@ -871,15 +914,40 @@ fn relative(root: &Path, file: &Path) -> String {
     rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
 }
 
-/// Every identifier in a token stream, groups included.
+/// Every identifier in a token stream, groups included; the path of each attribute written in
+/// it (`#[rmcp::tool(..)]`, `#![..]`) is added once more as `#` and its last segment (`#tool`).
 fn idents_of(ts: proc_macro2::TokenStream) -> Vec<String> {
+    use proc_macro2::{Delimiter, TokenTree};
     let mut out = Vec::new();
+    let mut after_pound = false;
     for tt in ts {
         match tt {
-            proc_macro2::TokenTree::Ident(i) => out.push(i.to_string()),
-            proc_macro2::TokenTree::Group(g) => out.extend(idents_of(g.stream())),
+            TokenTree::Punct(p) if p.as_char() == '#' => {
+                after_pound = true;
+                continue;
+            }
+            TokenTree::Punct(p) if p.as_char() == '!' && after_pound => continue,
+            TokenTree::Group(g) => {
+                if after_pound && g.delimiter() == Delimiter::Bracket {
+                    let last = g
+                        .stream()
+                        .into_iter()
+                        .take_while(|t| {
+                            !matches!(t, TokenTree::Group(_)) && !matches!(t, TokenTree::Punct(p) if p.as_char() == '=')
+                        })
+                        .filter_map(|t| match t {
+                            TokenTree::Ident(i) => Some(i.to_string()),
+                            _ => None,
+                        })
+                        .last();
+                    out.extend(last.map(|l| format!("#{l}")));
+                }
+                out.extend(idents_of(g.stream()));
+            }
+            TokenTree::Ident(i) => out.push(i.to_string()),
             _ => {}
         }
+        after_pound = false;
     }
     out
 }
@@ -926,6 +994,145 @@ pub(crate) fn lit_str(e: &syn::Expr) -> Option<String> {
 }
 
 /// `include!("x.rs")` macros written where expressions go: (line, column, path).
+/// What is written inside the blocks of an item: impls, `macro_rules!` definitions and macro
+/// calls in item or statement position.
+#[derive(Default)]
+struct NestedItems {
+    in_block: usize,
+    impls: Vec<syn::ItemImpl>,
+    macro_rules: Vec<(String, usize, Vec<String>)>,
+    macros: Vec<(String, usize, Vec<String>)>,
+}
+
+impl<'ast> syn::visit::Visit<'ast> for NestedItems {
+    fn visit_block(&mut self, b: &'ast syn::Block) {
+        self.in_block += 1;
+        syn::visit::visit_block(self, b);
+        self.in_block -= 1;
+    }
+
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        // A module outside any block is read by `collect`, with its own nested items.
+        if self.in_block > 0 {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if self.in_block > 0 && !has_cfg_test(&i.attrs) {
+            self.impls.push(i.clone());
+        }
+        syn::visit::visit_item_impl(self, i);
+    }
+
+    fn visit_item_macro(&mut self, m: &'ast syn::ItemMacro) {
+        if self.in_block > 0 {
+            let line = line_of(&m.mac.path);
+            match &m.ident {
+                Some(name) if m.mac.path.is_ident("macro_rules") => {
+                    self.macro_rules.push((name.to_string(), line, idents_of(m.mac.tokens.clone())))
+                }
+                _ => self.macros.push((tokens_path(&m.mac.path), line, idents_of(m.mac.tokens.clone()))),
+            }
+        }
+    }
+
+    fn visit_stmt_macro(&mut self, m: &'ast syn::StmtMacro) {
+        if self.in_block > 0 {
+            self.macros.push((tokens_path(&m.mac.path), line_of(&m.mac.path), idents_of(m.mac.tokens.clone())));
+        }
+    }
+}
+
+fn tokens_path(p: &syn::Path) -> String {
+    p.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>().join("::")
+}
+
+/// The attribute [`BlockModules`] puts on a module it read from a file (never in sources).
+pub(crate) const FILE_MARK: &str = "scopegate_guard_file";
+
+/// Reads the files of modules declared inside fn bodies (`#[path = "x.rs"] mod m;`, the only
+/// file module a block may declare, taken from the file's directory) into the modules, with the
+/// file modules those files declare in turn.
+struct BlockModules<'a> {
+    root: &'a Path,
+    /// The directory file modules are taken from, innermost last.
+    dirs: Vec<PathBuf>,
+    in_block: usize,
+    /// Files read, relative to the crate root.
+    read: Vec<String>,
+    error: Option<GuardError>,
+}
+
+impl BlockModules<'_> {
+    fn load(&mut self, m: &mut syn::ItemMod) -> Result<(), GuardError> {
+        let dir = self.dirs.last().cloned().unwrap_or_default();
+        let (direct, conditional) = path_attrs(&m.attrs);
+        let name = m.ident.to_string();
+        let mut files: Vec<PathBuf> = direct.iter().chain(&conditional).map(|p| dir.join(p)).collect();
+        if direct.is_none() {
+            let flat = dir.join(format!("{name}.rs"));
+            let nested = dir.join(&name).join("mod.rs");
+            let f = if flat.is_file() { flat } else { nested };
+            if f.is_file() || conditional.is_empty() {
+                files.push(f);
+            }
+        }
+        let mut items = Vec::new();
+        for f in files {
+            let rel = relative(self.root, &f);
+            let text = std::fs::read_to_string(&f).map_err(|e| GuardError::Io {
+                path: rel.clone(),
+                message: format!("{e} (module `{name}` declared in a fn body)"),
+            })?;
+            let mut parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
+                path: rel.clone(),
+                line: e.span().start().line,
+                message: e.to_string(),
+            })?;
+            self.read.push(rel);
+            // Its own file modules are taken from beside it.
+            self.dirs.push(f.parent().map(Path::to_path_buf).unwrap_or_default());
+            let depth = self.in_block;
+            self.in_block = 1;
+            for item in &mut parsed.items {
+                self.visit_item_mut(item);
+            }
+            self.in_block = depth;
+            self.dirs.pop();
+            items.extend(parsed.items);
+        }
+        m.content = Some((syn::token::Brace::default(), items));
+        // The body reads the module as its own, and must name the file its lines are in.
+        if let Some(rel) = self.read.last() {
+            let mark = syn::Ident::new(FILE_MARK, proc_macro2::Span::call_site());
+            m.attrs.push(syn::parse_quote!(#[#mark = #rel]));
+        }
+        Ok(())
+    }
+}
+
+impl syn::visit_mut::VisitMut for BlockModules<'_> {
+    fn visit_block_mut(&mut self, b: &mut syn::Block) {
+        self.in_block += 1;
+        syn::visit_mut::visit_block_mut(self, b);
+        self.in_block -= 1;
+    }
+
+    fn visit_item_mod_mut(&mut self, m: &mut syn::ItemMod) {
+        if self.error.is_some() || self.dirs.len() > MAX_DEPTH {
+            return;
+        }
+        if self.in_block > 0 && m.content.is_none() {
+            if let Err(e) = self.load(m) {
+                self.error = Some(e);
+            }
+            return;
+        }
+        syn::visit_mut::visit_item_mod_mut(self, m);
+    }
+}
+
 /// The paths of every type written in a syntax tree (as segments).
 #[derive(Default)]
 struct TypePaths(Vec<(Vec<String>,)>);

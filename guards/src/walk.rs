@@ -10,7 +10,7 @@ use syn::visit::Visit;
 
 use syn::spanned::Spanned;
 
-use crate::model::{Crate, DefId, DefKind, ModId, Res, Uses, bind, flatten_use, is_include, line_of};
+use crate::model::{Crate, DefId, DefKind, ModId, Res, Uses, flatten_use, is_include, line_of};
 use crate::report::{
     BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, Residue, Site, ToolKind, ToolReport, TreeNode,
 };
@@ -327,20 +327,26 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
 /// rules may allow item by item.
 fn unseen_code(krate: &Crate, rules: &Rules) -> (Vec<Finding>, Vec<(String, Hop)>) {
     let d = &rules.discovery;
-    let marks: Vec<&String> = d
+    // Tool attributes as attributes (`#[tool]`: `#tool`), handler traits by name.
+    let marks: Vec<String> = d
         .tool_attributes
         .iter()
         .chain(&d.tool_router_attributes)
         .chain(&d.tool_set_attributes)
-        .chain(&d.handler_traits)
+        .map(|a| format!("#{a}"))
+        .chain(d.handler_traits.iter().cloned())
         .collect();
     let mut w = Walk::new(krate, rules, String::new(), None);
-    for (m, module) in krate.modules.iter().enumerate() {
-        for mac in &module.item_macros {
+    let item_level =
+        krate.modules.iter().enumerate().flat_map(|(m, module)| module.item_macros.iter().map(move |x| (m, x)));
+    let in_bodies = krate.nested_macros.iter().map(|(m, x)| (*m, x));
+    for (m, mac) in item_level.chain(in_bodies) {
+        {
             let last = mac.path.rsplit("::").next().unwrap_or(&mac.path);
             let in_input = mac.idents.iter().find(|i| marks.contains(i));
             let in_rules = krate.macro_idents.get(last).and_then(|ids| ids.iter().find(|i| marks.contains(i)));
             let Some(mark) = in_input.or(in_rules) else { continue };
+            let mark = mark.strip_prefix('#').map(|a| format!("#[{a}]")).unwrap_or_else(|| mark.clone());
             let label = format!("{}::{}!", krate.module_path(m), last);
             w.root = format!("macro {}! ({}:{})", mac.path, mac.file, mac.line);
             let hop = Hop {
@@ -1083,7 +1089,7 @@ impl<'a> Walk<'a> {
             if krate.impls[i].self_def == Some(d) {
                 out.extend(self.impl_nodes(i, d));
             } else if krate.impls[i].trait_arg_defs.contains(&d) && krate.impls[i].trait_def != Some(d) {
-                // `impl From<Local> for String`: reached with `Local`.
+                // `impl From<Local> for String`, `impl Drop for Wrapper<Local>`: reached with `Local`.
                 out.extend(self.trait_impl_node(i));
             }
         }
@@ -1129,20 +1135,20 @@ impl<'a> Walk<'a> {
     fn trait_impl_node(&mut self, i: usize) -> Vec<TreeNode> {
         let krate = self.krate;
         let imp = &krate.impls[i];
-        let Some((_, tpath, _)) = &imp.item.trait_ else { return Vec::new() };
         let sc = self.impl_scope(i);
         let name = self_ty_name(krate, imp);
-        let hop = Hop {
-            used_at: None,
-            kind: HopKind::Impl,
-            label: format!("{} for {}", tokens(tpath), tokens(&*imp.item.self_ty)),
-            file: imp.file.clone(),
-            line: line_of(tpath),
+        let (label, line) = match &imp.item.trait_ {
+            Some((_, tpath, _)) => (format!("{} for {}", tokens(tpath), tokens(&*imp.item.self_ty)), line_of(tpath)),
+            // `impl dyn Local { .. }`
+            None => (tokens(&*imp.item.self_ty), line_of(&imp.item.self_ty)),
         };
+        let hop = Hop { used_at: None, kind: HopKind::Impl, label, file: imp.file.clone(), line };
         let n = self.node(hop, |w| {
             let mut ch = w.walk_type(&imp.item.self_ty, &sc);
             ch.extend(w.generics_nodes(&imp.item.generics, &sc));
-            ch.extend(w.path_args(tpath, &sc));
+            if let Some((_, tpath, _)) = &imp.item.trait_ {
+                ch.extend(w.path_args(tpath, &sc));
+            }
             ch.extend(w.impl_items(&imp.item, &name, &sc, true));
             ch
         });
@@ -1408,39 +1414,53 @@ impl<'a> Walk<'a> {
     }
 
     fn scan_events(&mut self, c: Collector, sc: &Scope) -> Vec<TreeNode> {
-        let mut uses = (*sc.uses).clone();
-        for (name, targets) in c.uses {
-            for t in targets {
-                bind(&mut uses, name.clone(), t);
-            }
-        }
-        let mut locals = (*sc.locals).clone();
-        locals.extend(c.items);
-        let sc = Scope { uses: Rc::new(uses), locals: Rc::new(locals), ..sc.clone() };
         let mut out = Vec::new();
         for ev in c.events {
             match ev {
-                Event::Path(_, _, true) => {}
-                Event::Path(p, line, false) => out.extend(self.body_path(&p, line, &sc)),
-                Event::Method(name, line) => {
+                Event::Path(_, _, true, _) => {}
+                Event::Path(p, line, false, ctx) => out.extend(self.body_path(&p, line, &Self::in_ctx(sc, ctx))),
+                Event::Method(name, line, ctx) => {
+                    let sc = Self::in_ctx(sc, ctx);
                     if let Some(rule) = self.rules.forbidden_method_call(&name) {
                         let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
                         out.push(self.forbidden_call(format!(".{name}()"), &sc.file, line, &row, &reason));
                     }
                     out.extend(self.method_reach(&name, line, &sc));
                 }
-                Event::Type(t) => {
-                    for n in self.walk_type(&t, &sc) {
+                Event::Type(t, ctx) => {
+                    for n in self.walk_type(&t, &Self::in_ctx(sc, ctx)) {
                         if interesting(&n) {
                             out.push(n);
                         }
                     }
                 }
-                Event::Macro(name, line, idents) => out.push(self.opaque_macro(name, line, &idents, &sc)),
-                Event::Include(line, column) => out.push(self.include_expr(line, column, &sc)),
+                Event::Macro(name, line, idents) => out.push(self.opaque_macro(name, line, &idents, sc)),
+                Event::Include(line, column) => out.push(self.include_expr(line, column, sc)),
             }
         }
         out
+    }
+
+    /// The scope of an event: the body's, with what its blocks declare and import there.
+    fn in_ctx(sc: &Scope, ctx: Ctx) -> Scope {
+        let uses = if ctx.uses.is_empty() {
+            sc.uses.clone()
+        } else if sc.uses.is_empty() {
+            ctx.uses
+        } else {
+            let mut u = (*sc.uses).clone();
+            for (k, v) in ctx.uses.iter() {
+                u.insert(k.clone(), v.clone());
+            }
+            Rc::new(u)
+        };
+        let locals = if sc.locals.is_empty() {
+            ctx.items
+        } else {
+            Rc::new(sc.locals.iter().chain(ctx.items.iter()).cloned().collect())
+        };
+        let file = ctx.file.map(|f| f.to_string()).unwrap_or_else(|| sc.file.clone());
+        Scope { uses, locals, file, ..sc.clone() }
     }
 
     /// `include!("x.rs")` in a body: the expression the file holds, read where it is written
@@ -1715,15 +1735,25 @@ impl<'a> Walk<'a> {
 // ------------------------------------------------------------------ body collector
 
 enum Event {
-    /// A path in an expression or pattern; `true`: its one segment names a local binding in
-    /// scope where it is written (a `let`, a parameter, a closure or match binding).
-    Path(syn::Path, usize, bool),
-    Method(String, usize),
-    Type(Box<syn::Type>),
+    /// A path in an expression or pattern; `true`: it names a local binding in scope where it
+    /// is written (a `let`, a parameter, a closure or match binding) or an item of the body.
+    Path(syn::Path, usize, bool, Ctx),
+    Method(String, usize, Ctx),
+    Type(Box<syn::Type>, Ctx),
     /// A macro call whose input does not parse: its path, line, and every identifier in it.
     Macro(String, usize, Vec<(String, usize)>),
     /// `include!(..)` where an expression goes: the line and column of its path.
     Include(usize, usize),
+}
+
+/// What is in force where an event is written: the items and generic parameters declared in
+/// the blocks and nested items around it, and the `use`s of those blocks.
+#[derive(Clone, Default)]
+struct Ctx {
+    items: Rc<HashSet<String>>,
+    uses: Rc<Uses>,
+    /// The file the lines are in, when not the body's (a module a body declares with `#[path]`).
+    file: Option<Rc<str>>,
 }
 
 /// Reads a body in order, keeping lexical scopes: a binding hides an item of the same name
@@ -1731,22 +1761,49 @@ enum Event {
 #[derive(Default)]
 struct Collector {
     events: Vec<Event>,
-    uses: Uses,
-    globs: Vec<Vec<String>>,
     /// Value bindings in scope, innermost last.
     scopes: Vec<HashSet<String>>,
-    /// Items declared anywhere inside the body (`struct`, `type`, `fn` ..): read here as part of
-    /// the body, and their names are local to it.
-    items: HashSet<String>,
+    /// Per enclosing block or nested item: the items and generic parameters it declares, and
+    /// its `use`s (a block's items and `use`s are in force in all of it).
+    item_scopes: Vec<(HashSet<String>, Uses)>,
+    /// What `item_scopes` adds up to.
+    now: Ctx,
 }
 
 impl Collector {
-    fn with_scopes(scopes: &[HashSet<String>]) -> Self {
-        Collector { scopes: scopes.to_vec(), ..Collector::default() }
+    fn with_scopes(from: &Collector) -> Self {
+        Collector {
+            scopes: from.scopes.clone(),
+            item_scopes: from.item_scopes.clone(),
+            now: from.now.clone(),
+            ..Collector::default()
+        }
     }
 
     fn bound(&self, name: &str) -> bool {
         self.scopes.iter().any(|s| s.contains(name))
+    }
+
+    fn push_items(&mut self, names: HashSet<String>, uses: Uses) {
+        self.item_scopes.push((names, uses));
+        self.set_now();
+    }
+
+    fn pop_items(&mut self) {
+        self.item_scopes.pop();
+        self.set_now();
+    }
+
+    fn set_now(&mut self) {
+        let items = self.item_scopes.iter().flat_map(|(n, _)| n.iter().cloned()).collect();
+        // An inner block's `use` of a name replaces an outer one.
+        let mut uses = Uses::new();
+        for (_, u) in &self.item_scopes {
+            for (k, v) in u {
+                uses.insert(k.clone(), v.clone());
+            }
+        }
+        self.now = Ctx { items: Rc::new(items), uses: Rc::new(uses), file: self.now.file.clone() };
     }
 
     /// Binds the names a pattern binds (`x`, `(a, b)`, `S { f, .. }`, `ref mut y`) in the
@@ -1770,11 +1827,20 @@ impl Collector {
         self.scopes.pop();
     }
 
-    /// An item inside the body: it sees no local binding of the body around it.
-    fn item_scope(&mut self, f: impl FnOnce(&mut Self)) {
+    /// An item inside the body: it sees no local binding of the body around it, and its own
+    /// generic parameters are names of its own.
+    fn item_scope(&mut self, generics: Option<&syn::Generics>, f: impl FnOnce(&mut Self)) {
         let saved = std::mem::take(&mut self.scopes);
         self.scopes.push(HashSet::new());
+        let g: HashSet<String> = generics.map(|g| generic_names(g).into_iter().collect()).unwrap_or_default();
+        let pushed = !g.is_empty();
+        if pushed {
+            self.push_items(g, Uses::new());
+        }
         f(self);
+        if pushed {
+            self.pop_items();
+        }
         self.scopes = saved;
     }
 }
@@ -1791,29 +1857,24 @@ impl<'ast> Visit<'ast> for PatNames {
 }
 
 impl<'ast> Visit<'ast> for Collector {
-    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
-        flatten_use(&u.tree, &mut Vec::new(), &mut self.uses, &mut self.globs);
+    fn visit_item_use(&mut self, _: &'ast syn::ItemUse) {
+        // Read where its block is entered (`visit_block`).
     }
 
-    /// Items declared inside the body: their names are local to it, and what they contain is
-    /// read here as part of the body.
+    /// Items declared inside the body: what they contain is read here as part of the body
+    /// (their names are in scope in their block, see `visit_block`).
     fn visit_item(&mut self, i: &'ast syn::Item) {
-        let ident = match i {
-            syn::Item::Const(x) => Some(&x.ident),
-            syn::Item::Enum(x) => Some(&x.ident),
-            syn::Item::Fn(x) => Some(&x.sig.ident),
-            syn::Item::Mod(x) => Some(&x.ident),
-            syn::Item::Static(x) => Some(&x.ident),
-            syn::Item::Struct(x) => Some(&x.ident),
-            syn::Item::Trait(x) => Some(&x.ident),
-            syn::Item::Type(x) => Some(&x.ident),
-            syn::Item::Union(x) => Some(&x.ident),
+        let generics = match i {
+            syn::Item::Fn(x) => Some(&x.sig.generics),
+            syn::Item::Struct(x) => Some(&x.generics),
+            syn::Item::Enum(x) => Some(&x.generics),
+            syn::Item::Union(x) => Some(&x.generics),
+            syn::Item::Trait(x) => Some(&x.generics),
+            syn::Item::Type(x) => Some(&x.generics),
+            syn::Item::Impl(x) => Some(&x.generics),
             _ => None,
         };
-        if let Some(id) = ident {
-            self.items.insert(id.to_string());
-        }
-        self.item_scope(|c| syn::visit::visit_item(c, i));
+        self.item_scope(generics, |c| syn::visit::visit_item(c, i));
     }
 
     fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
@@ -1826,7 +1887,7 @@ impl<'ast> Visit<'ast> for Collector {
     }
 
     fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
-        self.item_scope(|c| {
+        self.item_scope(Some(&f.sig.generics), |c| {
             for input in &f.sig.inputs {
                 if let syn::FnArg::Typed(pt) = input {
                     c.bind_pat(&pt.pat);
@@ -1837,7 +1898,7 @@ impl<'ast> Visit<'ast> for Collector {
     }
 
     fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
-        self.item_scope(|c| {
+        self.item_scope(Some(&f.sig.generics), |c| {
             for input in &f.sig.inputs {
                 if let syn::FnArg::Typed(pt) = input {
                     c.bind_pat(&pt.pat);
@@ -1847,8 +1908,43 @@ impl<'ast> Visit<'ast> for Collector {
         });
     }
 
+    /// A module a body declares with `#[path]`, read from its file: its lines are that file's.
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        let file = m.attrs.iter().find_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) if nv.path.is_ident(crate::model::FILE_MARK) => crate::model::lit_str(&nv.value),
+            _ => None,
+        });
+        match file {
+            Some(f) => {
+                let saved = self.now.file.replace(Rc::from(f.as_str()));
+                syn::visit::visit_item_mod(self, m);
+                self.now.file = saved;
+            }
+            None => syn::visit::visit_item_mod(self, m),
+        }
+    }
+
+    /// A block: its items and `use`s are in force in all of it, its bindings from where they
+    /// are made.
     fn visit_block(&mut self, b: &'ast syn::Block) {
+        let mut names = HashSet::new();
+        let mut uses = Uses::new();
+        let mut globs = Vec::new();
+        for stmt in &b.stmts {
+            match stmt {
+                syn::Stmt::Item(syn::Item::Use(u)) => flatten_use(&u.tree, &mut Vec::new(), &mut uses, &mut globs),
+                syn::Stmt::Item(i) => names.extend(item_name(i)),
+                _ => {}
+            }
+        }
+        let pushed = !names.is_empty() || !uses.is_empty();
+        if pushed {
+            self.push_items(names, uses);
+        }
         self.scoped(|c| syn::visit::visit_block(c, b));
+        if pushed {
+            self.pop_items();
+        }
     }
 
     /// `let p = init else { .. };`: the initialiser is read before `p` binds.
@@ -1917,26 +2013,27 @@ impl<'ast> Visit<'ast> for Collector {
     }
 
     fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
-        let local = e.qself.is_none()
-            && e.path.leading_colon.is_none()
-            && e.path.segments.len() == 1
-            && self.bound(&e.path.segments[0].ident.to_string());
-        self.events.push(Event::Path(e.path.clone(), line_of(&e.path), local));
+        let first = e.path.segments[0].ident.to_string();
+        let plain = e.qself.is_none() && e.path.leading_colon.is_none();
+        let local = plain && ((e.path.segments.len() == 1 && self.bound(&first)) || self.now.items.contains(&first));
+        self.events.push(Event::Path(e.path.clone(), line_of(&e.path), local, self.now.clone()));
         syn::visit::visit_expr_path(self, e);
     }
 
     fn visit_expr_struct(&mut self, e: &'ast syn::ExprStruct) {
-        self.events.push(Event::Path(e.path.clone(), line_of(&e.path), false));
+        let first = e.path.segments[0].ident.to_string();
+        let local = e.qself.is_none() && e.path.leading_colon.is_none() && self.now.items.contains(&first);
+        self.events.push(Event::Path(e.path.clone(), line_of(&e.path), local, self.now.clone()));
         syn::visit::visit_expr_struct(self, e);
     }
 
     fn visit_expr_method_call(&mut self, e: &'ast syn::ExprMethodCall) {
-        self.events.push(Event::Method(e.method.to_string(), line_of(&e.method)));
+        self.events.push(Event::Method(e.method.to_string(), line_of(&e.method), self.now.clone()));
         syn::visit::visit_expr_method_call(self, e);
     }
 
     fn visit_type(&mut self, t: &'ast syn::Type) {
-        self.events.push(Event::Type(Box::new(t.clone())));
+        self.events.push(Event::Type(Box::new(t.clone()), self.now.clone()));
     }
 
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
@@ -1949,7 +2046,7 @@ impl<'ast> Visit<'ast> for Collector {
         let parsed = m.parse_body_with(Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated);
         // The parsed tokens live only here, so they go through a fresh collector that sees the
         // bindings in scope where the macro is written.
-        let mut sub = Collector::with_scopes(&self.scopes);
+        let mut sub = Collector::with_scopes(self);
         match parsed {
             Ok(exprs) => {
                 for e in &exprs {
@@ -1957,11 +2054,7 @@ impl<'ast> Visit<'ast> for Collector {
                 }
             }
             Err(_) => match m.parse_body_with(syn::Block::parse_within) {
-                Ok(stmts) => sub.scoped(|sub| {
-                    for s in &stmts {
-                        sub.visit_stmt(s);
-                    }
-                }),
+                Ok(stmts) => sub.visit_block(&syn::Block { brace_token: Default::default(), stmts }),
                 Err(_) => {
                     let mut idents = Vec::new();
                     token_idents(m.tokens.clone(), &mut idents);
@@ -1970,14 +2063,24 @@ impl<'ast> Visit<'ast> for Collector {
             },
         }
         self.events.extend(sub.events);
-        for (k, v) in sub.uses {
-            for t in v {
-                bind(&mut self.uses, k.clone(), t);
-            }
-        }
-        self.globs.extend(sub.globs);
-        self.items.extend(sub.items);
     }
+}
+
+/// The name an item declares, if any.
+fn item_name(i: &syn::Item) -> Option<String> {
+    let ident = match i {
+        syn::Item::Const(x) => &x.ident,
+        syn::Item::Enum(x) => &x.ident,
+        syn::Item::Fn(x) => &x.sig.ident,
+        syn::Item::Mod(x) => &x.ident,
+        syn::Item::Static(x) => &x.ident,
+        syn::Item::Struct(x) => &x.ident,
+        syn::Item::Trait(x) => &x.ident,
+        syn::Item::Type(x) => &x.ident,
+        syn::Item::Union(x) => &x.ident,
+        _ => return None,
+    };
+    Some(ident.to_string())
 }
 
 /// Every identifier in a token stream, groups included, with its line.

@@ -53,7 +53,13 @@ fn a_tool_outside_the_tool_modules_or_written_by_a_macro() {
     // (each of its fns, #[tool] or not), and a #[tool] imported under another name.
     assert_eq!(
         tool_names(&r),
-        ["FarmTools::elsewhere", "FarmTools::listed", "FarmTools::renamed", "FarmTools::unmarked"]
+        [
+            "FarmTools::elsewhere",
+            "FarmTools::in_body",
+            "FarmTools::listed",
+            "FarmTools::renamed",
+            "FarmTools::unmarked"
+        ]
     );
     let f = |root: &str, row: &str, item: &str, hop: String| format!("{root} | {row} | {item} | {hop}");
     expect(
@@ -77,7 +83,24 @@ fn a_tool_outside_the_tool_modules_or_written_by_a_macro() {
                 "std::thread::spawn",
                 format!("call std::thread::spawn {}", at(name, "src/other.rs", "std::thread::spawn")),
             ),
-            // Written by macros: not walked, so the build fails at the macro.
+            // A #[tool_router] impl written inside a fn body.
+            f(
+                "FarmTools::in_body",
+                "G5",
+                "tokio::task::spawn_local",
+                format!("call tokio::task::spawn_local {}", at(name, "src/other.rs", "spawn_local")),
+            ),
+            // Written by macros, at item level or in a body: not walked, so the build fails
+            // at the macro.
+            f(
+                &format!("macro make_tool! ({})", at(name, "src/generated.rs", "make_tool!(from_a_body)")),
+                "G9",
+                "crate::generated::make_tool!",
+                format!(
+                    "macro crate::generated::make_tool! {}",
+                    at(name, "src/generated.rs", "make_tool!(from_a_body)")
+                ),
+            ),
             f(
                 &format!("macro make_tool! ({})", at(name, "src/generated.rs", "make_tool!(hidden)")),
                 "G9",
@@ -160,6 +183,7 @@ fn code_that_runs_without_being_called_by_name() {
     expect(
         &r,
         &[
+            f("displayed", "G2", "sqlx::PgPool", "sqlx::PgPool::connect_lazy"),
             f("dropped", "G5", "tokio::spawn", "        tokio::spawn(async {});"),
             f("defaulted", "G5", "std::thread::spawn", "        std::thread::spawn(|| ());"),
             f("awaited", "G5", "tokio::task::spawn_blocking", "spawn_blocking"),
@@ -197,9 +221,13 @@ fn attributes_and_module_paths() {
             // include! of an expression, and of a whole impl block holding a tool.
             f("included_expr", "G5", "std::thread::spawn", "call", "src/expr.rs", "std::thread::spawn"),
             f("included_tool", "G2", "sqlx::PgPool", "type", "src/more_tools.rs", "sqlx::PgPool"),
+            // A file module declared in a body.
+            f("block_module", "G5", "std::thread::spawn", "call", "src/blk.rs", "from a block module"),
         ],
     );
-    for file in ["src/inline/real.rs", "src/cfg/fast.rs", "src/engine.rs", "src/expr.rs", "src/more_tools.rs"] {
+    for file in
+        ["src/inline/real.rs", "src/cfg/fast.rs", "src/engine.rs", "src/expr.rs", "src/more_tools.rs", "src/blk.rs"]
+    {
         assert!(r.files.iter().any(|f| f == file), "{file} not among {:?}", r.files);
     }
     assert!(!r.files.iter().any(|f| f == "src/real.rs"), "the decoy is not read: {:?}", r.files);
@@ -227,6 +255,9 @@ fn names_that_hide_a_real_call() {
             f("closure_param", "tokio::spawn", "// after the closure"),
             f("inner_block", "tokio::task::spawn_blocking", "offload(|| ());"),
             f("match_arm", "tokio::spawn", "// after the match"),
+            // An item or a `use` in an inner block is in force in that block only.
+            f("item_in_inner_block", "tokio::spawn", "// after the inner fn"),
+            f("use_in_inner_block", "tokio::task::spawn_local", "// after the inner use"),
         ],
     );
 }
