@@ -32,6 +32,8 @@ pub(crate) struct Crate {
     pub macro_defs: HashMap<String, (String, usize)>,
     /// The identifiers of each `macro_rules!` definition's rules.
     pub macro_idents: HashMap<String, Vec<String>>,
+    /// The identifiers of each `macro_rules!` definition's rules with their lines, and its file.
+    pub macro_tokens: HashMap<String, (String, Vec<(String, usize)>)>,
     /// A definition shadowed in its module's namespace by a later one of the same name (the
     /// other arm of a `#[cfg(..)]` pair): the later def's id -> the earlier ones. Both are walked.
     pub def_twins: HashMap<DefId, Vec<DefId>>,
@@ -262,6 +264,7 @@ impl Crate {
             externs,
             macro_defs: HashMap::new(),
             macro_idents: HashMap::new(),
+            macro_tokens: HashMap::new(),
             included_exprs: HashMap::new(),
             opaque_includes: Vec::new(),
             nested_macros: Vec::new(),
@@ -440,9 +443,10 @@ impl Crate {
                     trait_arg_defs: Vec::new(),
                 });
             }
-            for (name, line, idents) in nested.macro_rules {
+            for (name, line, idents, tokens) in nested.macro_rules {
                 self.macro_defs.insert(name.clone(), (rel.to_string(), line));
-                self.macro_idents.insert(name, idents);
+                self.macro_idents.insert(name.clone(), idents);
+                self.macro_tokens.insert(name, (rel.to_string(), tokens));
             }
             for (path, line, idents) in nested.macros {
                 self.nested_macros.push((module, ItemMacro { path, file: rel.to_string(), line, idents }));
@@ -519,6 +523,8 @@ impl Crate {
                         Some(name) if m.mac.path.is_ident("macro_rules") => {
                             self.macro_defs.insert(name.to_string(), (rel.to_string(), line));
                             self.macro_idents.insert(name.to_string(), idents_of(m.mac.tokens.clone()));
+                            self.macro_tokens
+                                .insert(name.to_string(), (rel.to_string(), idents_at(m.mac.tokens.clone())));
                         }
                         _ => {
                             let path = m.mac.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>();
@@ -952,6 +958,19 @@ fn idents_of(ts: proc_macro2::TokenStream) -> Vec<String> {
     out
 }
 
+/// Every identifier in a token stream, groups included, with its line.
+pub(crate) fn idents_at(ts: proc_macro2::TokenStream) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for tt in ts {
+        match tt {
+            proc_macro2::TokenTree::Ident(i) => out.push((i.to_string(), i.span().start().line)),
+            proc_macro2::TokenTree::Group(g) => out.extend(idents_at(g.stream())),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// `include!`, `std::include!`, `core::include!`.
 pub(crate) fn is_include(path: &syn::Path) -> bool {
     let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
@@ -1000,7 +1019,7 @@ pub(crate) fn lit_str(e: &syn::Expr) -> Option<String> {
 struct NestedItems {
     in_block: usize,
     impls: Vec<syn::ItemImpl>,
-    macro_rules: Vec<(String, usize, Vec<String>)>,
+    macro_rules: Vec<(String, usize, Vec<String>, Vec<(String, usize)>)>,
     macros: Vec<(String, usize, Vec<String>)>,
 }
 
@@ -1029,9 +1048,12 @@ impl<'ast> syn::visit::Visit<'ast> for NestedItems {
         if self.in_block > 0 {
             let line = line_of(&m.mac.path);
             match &m.ident {
-                Some(name) if m.mac.path.is_ident("macro_rules") => {
-                    self.macro_rules.push((name.to_string(), line, idents_of(m.mac.tokens.clone())))
-                }
+                Some(name) if m.mac.path.is_ident("macro_rules") => self.macro_rules.push((
+                    name.to_string(),
+                    line,
+                    idents_of(m.mac.tokens.clone()),
+                    idents_at(m.mac.tokens.clone()),
+                )),
                 _ => self.macros.push((tokens_path(&m.mac.path), line, idents_of(m.mac.tokens.clone()))),
             }
         }

@@ -1436,9 +1436,51 @@ impl<'a> Walk<'a> {
                 }
                 Event::Macro(name, line, idents) => out.push(self.opaque_macro(name, line, &idents, sc)),
                 Event::Include(line, column) => out.push(self.include_expr(line, column, sc)),
+                Event::MacroUse(name, line) => out.extend(self.crate_macro(&name, line, sc)),
             }
         }
         out
+    }
+
+    /// A crate `macro_rules!` called in a body: its expansion is not seen, so its rules are
+    /// scanned for the names of forbidden calls and types (by name, once per walk).
+    fn crate_macro(&mut self, name: &str, line: usize, sc: &Scope) -> Option<TreeNode> {
+        let krate = self.krate;
+        let (file, idents) = krate.macro_tokens.get(name)?;
+        let def_line = krate.macro_defs.get(name).map(|(_, l)| *l).unwrap_or(line);
+        if !self.visited_fns.insert((file.clone(), def_line)) {
+            return None;
+        }
+        let hop = Hop {
+            used_at: Some(Site { file: sc.file.clone(), line }),
+            kind: HopKind::Macro,
+            label: format!("macro_rules! {name}"),
+            file: file.clone(),
+            line: def_line,
+        };
+        let msc = Scope { file: file.clone(), ..sc.clone() };
+        let n = self.node(hop, |w| w.forbidden_names(idents, &msc));
+        (!n.children.is_empty()).then_some(n)
+    }
+
+    /// The forbidden calls and types named among `idents` (by name only).
+    fn forbidden_names(&mut self, idents: &[(String, usize)], sc: &Scope) -> Vec<TreeNode> {
+        let mut ch = Vec::new();
+        for (id, at) in idents {
+            if let Some(rule) = self
+                .rules
+                .forbidden_method_call(id)
+                .or_else(|| self.rules.forbidden_path_call(std::slice::from_ref(id)))
+            {
+                let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
+                ch.push(self.forbidden_call(id.clone(), &sc.file, *at, &row, &reason));
+            } else if let Some(rule) = self.rules.forbidden_type(id, false) {
+                let hop =
+                    Hop { used_at: None, kind: HopKind::Type, label: id.clone(), file: sc.file.clone(), line: *at };
+                ch.push(self.forbidden_type(hop, rule, sc, *at));
+            }
+        }
+        ch
     }
 
     /// The scope of an event: the body's, with what its blocks declare and import there.
@@ -1487,22 +1529,7 @@ impl<'a> Walk<'a> {
     /// written inside it is still found (by name only: the macro's expansion is not seen).
     fn opaque_macro(&mut self, name: String, line: usize, idents: &[(String, usize)], sc: &Scope) -> TreeNode {
         let hop = Hop { used_at: None, kind: HopKind::Macro, label: format!("{name}!"), file: sc.file.clone(), line };
-        let mut n = self.node(hop, |w| {
-            let mut ch = Vec::new();
-            for (id, at) in idents {
-                if let Some(rule) =
-                    w.rules.forbidden_method_call(id).or_else(|| w.rules.forbidden_path_call(std::slice::from_ref(id)))
-                {
-                    let (row, reason) = (rule.guard_row.clone(), rule.reason.clone());
-                    ch.push(w.forbidden_call(id.clone(), &sc.file, *at, &row, &reason));
-                } else if let Some(rule) = w.rules.forbidden_type(id, false) {
-                    let hop =
-                        Hop { used_at: None, kind: HopKind::Type, label: id.clone(), file: sc.file.clone(), line: *at };
-                    ch.push(w.forbidden_type(hop, rule, sc, *at));
-                }
-            }
-            ch
-        });
+        let mut n = self.node(hop, |w| w.forbidden_names(idents, sc));
         if n.children.is_empty() {
             n.mark = Some(Mark::Opaque);
         }
@@ -1744,6 +1771,9 @@ enum Event {
     Macro(String, usize, Vec<(String, usize)>),
     /// `include!(..)` where an expression goes: the line and column of its path.
     Include(usize, usize),
+    /// A macro call in a body, by its path's last segment and line: when the crate defines it
+    /// with `macro_rules!`, its rules are scanned for what they write.
+    MacroUse(String, usize),
 }
 
 /// What is in force where an event is written: the items and generic parameters declared in
@@ -2043,6 +2073,9 @@ impl<'ast> Visit<'ast> for Collector {
             self.events.push(Event::Include(at.line, at.column));
             return;
         }
+        if let Some(last) = m.path.segments.last() {
+            self.events.push(Event::MacroUse(last.ident.to_string(), line_of(&m.path)));
+        }
         let parsed = m.parse_body_with(Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated);
         // The parsed tokens live only here, so they go through a fresh collector that sees the
         // bindings in scope where the macro is written.
@@ -2057,7 +2090,7 @@ impl<'ast> Visit<'ast> for Collector {
                 Ok(stmts) => sub.visit_block(&syn::Block { brace_token: Default::default(), stmts }),
                 Err(_) => {
                     let mut idents = Vec::new();
-                    token_idents(m.tokens.clone(), &mut idents);
+                    idents.extend(crate::model::idents_at(m.tokens.clone()));
                     self.events.push(Event::Macro(tokens(&m.path), line_of(&m.path), idents))
                 }
             },
@@ -2081,15 +2114,4 @@ fn item_name(i: &syn::Item) -> Option<String> {
         _ => return None,
     };
     Some(ident.to_string())
-}
-
-/// Every identifier in a token stream, groups included, with its line.
-fn token_idents(ts: proc_macro2::TokenStream, out: &mut Vec<(String, usize)>) {
-    for tt in ts {
-        match tt {
-            proc_macro2::TokenTree::Ident(i) => out.push((i.to_string(), i.span().start().line)),
-            proc_macro2::TokenTree::Group(g) => token_idents(g.stream(), out),
-            _ => {}
-        }
-    }
 }

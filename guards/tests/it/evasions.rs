@@ -184,6 +184,8 @@ fn code_that_runs_without_being_called_by_name() {
         &r,
         &[
             f("displayed", "G2", "sqlx::PgPool", "sqlx::PgPool::connect_lazy"),
+            // A crate macro_rules! called in the body: its rules are read for what they write.
+            format!("Farm::by_macro | G5 | spawn | call spawn {}", line("// written by the macro")),
             f("dropped", "G5", "tokio::spawn", "        tokio::spawn(async {});"),
             f("defaulted", "G5", "std::thread::spawn", "        std::thread::spawn(|| ());"),
             f("awaited", "G5", "tokio::task::spawn_blocking", "spawn_blocking"),
