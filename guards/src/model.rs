@@ -1013,13 +1013,17 @@ pub(crate) fn lit_str(e: &syn::Expr) -> Option<String> {
 }
 
 /// `include!("x.rs")` macros written where expressions go: (line, column, path).
+/// A `macro_rules!` written in a body: name, line, its identifiers (see [`idents_of`]) and
+/// its identifiers with their lines.
+type NestedMacroRules = (String, usize, Vec<String>, Vec<(String, usize)>);
+
 /// What is written inside the blocks of an item: impls, `macro_rules!` definitions and macro
 /// calls in item or statement position.
 #[derive(Default)]
 struct NestedItems {
     in_block: usize,
     impls: Vec<syn::ItemImpl>,
-    macro_rules: Vec<(String, usize, Vec<String>, Vec<(String, usize)>)>,
+    macro_rules: Vec<NestedMacroRules>,
     macros: Vec<(String, usize, Vec<String>)>,
 }
 
