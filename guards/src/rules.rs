@@ -65,6 +65,11 @@ pub struct Discovery {
     /// each of its fns is a root wherever the impl is written.
     #[serde(default = "default_tool_router_attributes")]
     pub tool_router_attributes: Vec<String>,
+    /// Names that build tool routes by hand (rmcp's `ToolRoute`, `.with_route(..)`,
+    /// `.add_route(..)`): a fn whose body names one is a root, since the handler it registers
+    /// is served as a tool without any tool attribute.
+    #[serde(default = "default_route_builders")]
+    pub route_builders: Vec<String>,
 }
 
 fn default_tool_attributes() -> Vec<String> {
@@ -79,12 +84,16 @@ fn default_tool_set_attributes() -> Vec<String> {
 fn default_tool_router_attributes() -> Vec<String> {
     vec!["tool_router".into()]
 }
+fn default_route_builders() -> Vec<String> {
+    vec!["ToolRoute".into(), "with_route".into(), "add_route".into()]
+}
 
 impl Default for Discovery {
     fn default() -> Self {
         Discovery {
             tool_attributes: default_tool_attributes(),
             tool_router_attributes: default_tool_router_attributes(),
+            route_builders: default_route_builders(),
             handler_traits: default_handler_traits(),
             tool_set_attributes: default_tool_set_attributes(),
         }
@@ -241,6 +250,7 @@ impl Rules {
         let d = other.discovery;
         union(&mut self.discovery.tool_attributes, d.tool_attributes);
         union(&mut self.discovery.tool_router_attributes, d.tool_router_attributes);
+        union(&mut self.discovery.route_builders, d.route_builders);
         union(&mut self.discovery.handler_traits, d.handler_traits);
         union(&mut self.discovery.tool_set_attributes, d.tool_set_attributes);
         self.guard_row.extend(other.guard_row);

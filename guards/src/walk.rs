@@ -278,7 +278,9 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
         let router = attr_is(krate, imp.module, &imp.item.attrs, &d.tool_router_attributes);
         for (j, item) in imp.item.items.iter().enumerate() {
             if let syn::ImplItem::Fn(f) = item
-                && (router || attr_is(krate, imp.module, &f.attrs, &d.tool_attributes))
+                && (router
+                    || attr_is(krate, imp.module, &f.attrs, &d.tool_attributes)
+                    || builds_routes(&f.block, &d.route_builders))
             {
                 roots.push(Root {
                     name: format!("{ty}::{}", f.sig.ident),
@@ -292,7 +294,9 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
         }
     }
     for (i, f) in krate.fns.iter().enumerate() {
-        if attr_is(krate, f.module, &f.item.attrs, &d.tool_attributes) {
+        if attr_is(krate, f.module, &f.item.attrs, &d.tool_attributes)
+            || builds_routes(&f.item.block, &d.route_builders)
+        {
             roots.push(Root {
                 name: format!("{}::{}", krate.module_path(f.module), f.item.sig.ident),
                 kind: ToolKind::Tool,
@@ -318,6 +322,24 @@ fn discover(krate: &Crate, rules: &Rules, filter: &[String]) -> Vec<Root> {
         }
     }
     roots
+}
+
+/// Whether a body builds tool routes by hand (names `ToolRoute`, calls `.with_route(..)`).
+fn builds_routes(block: &syn::Block, names: &[String]) -> bool {
+    struct Finder<'a>(&'a [String], bool);
+    impl<'ast> Visit<'ast> for Finder<'_> {
+        fn visit_path(&mut self, p: &'ast syn::Path) {
+            self.1 |= p.segments.iter().any(|s| self.0.iter().any(|n| s.ident == n));
+            syn::visit::visit_path(self, p);
+        }
+        fn visit_expr_method_call(&mut self, e: &'ast syn::ExprMethodCall) {
+            self.1 |= self.0.iter().any(|n| e.method == n);
+            syn::visit::visit_expr_method_call(self, e);
+        }
+    }
+    let mut f = Finder(names, false);
+    f.visit_block(block);
+    f.1
 }
 
 /// What the walk cannot read and that may write a tool: an item-level macro whose input, or

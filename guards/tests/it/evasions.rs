@@ -90,6 +90,13 @@ fn a_tool_outside_the_tool_modules_or_written_by_a_macro() {
                 "tokio::task::spawn_local",
                 format!("call tokio::task::spawn_local {}", at(name, "src/other.rs", "spawn_local")),
             ),
+            // A route built by hand: the fn that builds it is a root.
+            f(
+                "crate::other::hand_built",
+                "G2",
+                "sqlx::any::AnyPoolOptions",
+                format!("type sqlx::any::AnyPoolOptions {}", at(name, "src/other.rs", "in a hand-built route")),
+            ),
             // Written by macros, at item level or in a body: not walked, so the build fails
             // at the macro.
             f(
