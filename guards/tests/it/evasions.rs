@@ -50,7 +50,8 @@ fn a_tool_outside_the_tool_modules_or_written_by_a_macro() {
     let name = "tool_elsewhere";
     let r = guards::check(&guards::Options::new(fixture(name)).tool_modules(["crate::tools"])).unwrap();
     // Every tool is a root wherever it is written: a #[tool_router] impl in another module
-    // (each of its fns, #[tool] or not), and a #[tool] imported under another name.
+    // (each of its fns, #[tool] or not) or in a fn body, a #[tool] imported under another name,
+    // and a fn that builds a route by hand.
     assert_eq!(
         tool_names(&r),
         [
@@ -58,7 +59,8 @@ fn a_tool_outside_the_tool_modules_or_written_by_a_macro() {
             "FarmTools::in_body",
             "FarmTools::listed",
             "FarmTools::renamed",
-            "FarmTools::unmarked"
+            "FarmTools::unmarked",
+            "crate::other::hand_built"
         ]
     );
     let f = |root: &str, row: &str, item: &str, hop: String| format!("{root} | {row} | {item} | {hop}");
