@@ -5,6 +5,7 @@
 //! The guard library is run directly on copies of the sources (what `build.rs` does, without
 //! a cargo build per case); `a_violating_tool_fails_cargo_build` runs one real build.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -253,6 +254,229 @@ fn guards_report_rejects_an_unknown_format() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("md, json, sarif"), "{stderr}");
+}
+
+// ------------------------------------------------------------------ the guard sees what ships
+
+/// The guard's `Tool` roots are the tools the server serves natively, one for one: a tool the
+/// walk misses would be served unchecked, a root the server never lists would mean the walk
+/// looked at something else than what runs. The served list is the registry `tools/list` is
+/// built from (`ToolSet::native`, the rmcp router of `crate::tools`), not a copy.
+#[test]
+fn the_guard_walks_every_tool_the_server_lists() {
+    let root = workspace();
+    let report = guards::check(&gateway_options(&root)).unwrap();
+    // `FarmTools`, as the router's receiver type is named.
+    let receiver = std::any::type_name::<scopegate::tools::FarmTools>().rsplit("::").next().unwrap();
+    let mut served: Vec<String> =
+        scopegate::mcp::ToolSet::native().list().iter().map(|t| format!("{receiver}::{}", t.name)).collect();
+    served.sort();
+    assert!(!served.is_empty(), "the server serves no native tool");
+
+    // `Type::method`, with the method replaced by the name rmcp serves it under.
+    let mut walked: Vec<String> = report
+        .tools
+        .iter()
+        .filter(|t| t.kind == guards::ToolKind::Tool)
+        .map(|t| {
+            let (ty, _) =
+                t.name.rsplit_once("::").unwrap_or_else(|| panic!("tool root {:?} is not `Type::fn`", t.name));
+            format!("{ty}::{}", served_name(&root, t))
+        })
+        .collect();
+    walked.sort();
+    let missing: Vec<&String> = served.iter().filter(|s| !walked.contains(s)).collect();
+    let extra: Vec<&String> = walked.iter().filter(|w| !served.contains(w)).collect();
+    assert_eq!(
+        walked, served,
+        "the guard's tool roots are not the served tools\n  served, not walked: {missing:?}\n  walked, not served: {extra:?}"
+    );
+}
+
+/// The name rmcp serves a `#[tool]` method under: the attribute's `name = "..."` when it has
+/// one, else the fn's name. Read from the attributes written right above the fn the guard
+/// reports (`tool.file`, at or just after `tool.line`).
+fn served_name(root: &Path, tool: &guards::ToolReport) -> String {
+    let method = tool.name.rsplit("::").next().unwrap();
+    let text = std::fs::read_to_string(root.join(&tool.file)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let declares = |line: &str| {
+        let line = line.split("//").next().unwrap();
+        line.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w == ["fn", method])
+    };
+    let at = (tool.line.saturating_sub(1)..lines.len())
+        .find(|&i| declares(lines[i]))
+        .unwrap_or_else(|| panic!("{}:{} declares no fn {method}", tool.file, tool.line));
+    // The attribute and doc lines above the fn, up to the end of the previous item.
+    let mut start = at;
+    while start > 0 {
+        let l = lines[start - 1].trim();
+        if l.is_empty() || l.ends_with('{') || l.ends_with('}') || l.ends_with(';') {
+            break;
+        }
+        start -= 1;
+    }
+    let attrs = lines[start..at].join("\n");
+    let Some(open) = ["#[tool(", "#[rmcp::tool("].iter().find_map(|a| attrs.find(a).map(|i| i + a.len())) else {
+        return method.to_owned();
+    };
+    // `key = value` pairs at the top level of the attribute's parentheses.
+    let mut depth = 1;
+    let mut in_str = false;
+    let mut escaped = false;
+    let mut pair = String::new();
+    let mut pairs = Vec::new();
+    for c in attrs[open..].chars() {
+        if in_str {
+            pair.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            ',' if depth == 1 => {
+                pairs.push(std::mem::take(&mut pair));
+                continue;
+            }
+            _ => {}
+        }
+        pair.push(c);
+    }
+    pairs.push(pair);
+    for pair in pairs {
+        if let Some((key, value)) = pair.split_once('=')
+            && key.trim() == "name"
+        {
+            let value = value.trim();
+            let name = value.strip_prefix('"').and_then(|v| v.strip_suffix('"'));
+            return name.unwrap_or_else(|| panic!("{}: tool name {value} is not a plain string", tool.file)).to_owned();
+        }
+    }
+    method.to_owned()
+}
+
+/// The files the guard parses are exactly the `.rs` files rustc compiled into the library:
+/// a module the guard failed to find (a `#[path]`, a `cfg_attr`, an inline module's directory)
+/// would hold tools or helpers it never walked. rustc's own dep-info for the library is the
+/// truth; the test binary is built after the library, so it is there.
+#[test]
+fn the_files_the_guard_parses_are_the_files_rustc_compiles() {
+    let root = workspace();
+    let report = guards::check(&gateway_options(&root)).unwrap();
+    let parsed: BTreeSet<String> = report.files.iter().cloned().collect();
+
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().expect("the test binary is in target/<profile>/deps");
+    let target = deps.parent().and_then(Path::parent).expect("deps is in target/<profile>");
+    let (dep_info, compiled) = library_dep_info(deps);
+    // `.rs` files of this crate; build-script output under the target directory is generated.
+    let compiled: BTreeSet<String> = compiled
+        .iter()
+        .map(|p| normalise(&if p.is_absolute() { p.clone() } else { root.join(p) }))
+        .filter(|p| p.extension().is_some_and(|e| e == "rs") && !p.starts_with(target))
+        .filter_map(|p| p.strip_prefix(&root).ok().map(|r| r.to_string_lossy().replace('\\', "/")))
+        .collect();
+    assert!(compiled.contains("src/lib.rs"), "{} lists no src/lib.rs: {compiled:?}", dep_info.display());
+
+    let not_parsed: Vec<&String> = compiled.difference(&parsed).collect();
+    let not_compiled: Vec<&String> = parsed.difference(&compiled).collect();
+    assert!(
+        not_parsed.is_empty() && not_compiled.is_empty(),
+        "the guard's files are not the library's sources (rustc's dep-info: {})\n  \
+         compiled by rustc, not parsed by the guard: {not_parsed:?}\n  \
+         parsed by the guard, not compiled by rustc: {not_compiled:?}",
+        dep_info.display()
+    );
+}
+
+/// The newest dep-info rustc wrote for the scopegate library in `deps` (a `scopegate-<hash>.d`
+/// with a rule for `libscopegate-<hash>.rlib` or `.rmeta`; the binaries' and tests' dep-info
+/// have none), and the dependencies of that rule, as written (absolute, or relative to the
+/// workspace root cargo runs rustc in).
+fn library_dep_info(deps: &Path) -> (PathBuf, Vec<PathBuf>) {
+    let mut found: Vec<(std::time::SystemTime, PathBuf, Vec<PathBuf>)> = Vec::new();
+    for entry in std::fs::read_dir(deps).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("scopegate-") && name.ends_with(".d")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rule = make_rules(&text).into_iter().find(|(target, _)| {
+            let file = target.rsplit('/').next().unwrap();
+            file.starts_with("libscopegate-") && (file.ends_with(".rlib") || file.ends_with(".rmeta"))
+        });
+        if let Some((_, files)) = rule {
+            let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+            found.push((modified, path, files.into_iter().map(PathBuf::from).collect()));
+        }
+    }
+    let (_, path, files) = found.into_iter().max_by_key(|(modified, ..)| *modified).unwrap_or_else(|| {
+        panic!(
+            "no dep-info for the scopegate library (scopegate-<hash>.d with a libscopegate rule) in {}",
+            deps.display()
+        )
+    });
+    (path, files)
+}
+
+/// The rules of a Makefile-syntax dep-info: `target: dep dep ...`, a space in a path escaped
+/// as `\ `, a line ending in `\` continued on the next; comments (`# env-dep:...`) skipped.
+fn make_rules(text: &str) -> Vec<(String, Vec<String>)> {
+    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
+    let mut rules = Vec::new();
+    for line in joined.lines() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => word.push(chars.next().unwrap()),
+                ' ' | '\t' => words.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
+                _ => word.push(c),
+            }
+        }
+        words.extend((!word.is_empty()).then_some(word));
+        // The target ends at the first word ending in an unescaped `:`.
+        let Some(colon) = words.iter().position(|w| w.ends_with(':')) else { continue };
+        let mut target = words[..=colon].join(" ");
+        target.pop();
+        rules.push((target, words.split_off(colon + 1)));
+    }
+    rules
+}
+
+/// `path` with `.` and `..` resolved by name (dep-info writes `src/../config/default.toml`).
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 // ------------------------------------------------------------------ the SaaS example

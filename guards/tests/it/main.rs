@@ -2,6 +2,7 @@
 //! renderers, and the rules file.
 
 mod evasions;
+mod files;
 mod fixtures;
 mod renderers;
 mod rules;
