@@ -384,8 +384,7 @@ impl Config {
             ));
         }
         if !self.upstream.local_root.is_empty()
-            && let Err(e) =
-                crate::upstream::PathUri::parse(&self.upstream.local_root, crate::upstream::PathStyle::Posix)
+            && let Err(e) = crate::decl::PathUri::parse(&self.upstream.local_root, crate::decl::PathStyle::Posix)
         {
             return Err(ConfigError::invalid("upstream.local_root", e.to_string()));
         }
@@ -410,7 +409,7 @@ impl Config {
         if self.audit.max_batch == 0 || self.audit.max_batch > 1000 {
             return Err(ConfigError::invalid("audit.max_batch", "must be 1 to 1000"));
         }
-        match crate::audit::checkpoint::Sink::parse(&self.audit.checkpoint_sink) {
+        match CheckpointSink::parse(&self.audit.checkpoint_sink) {
             Err(e) => return Err(ConfigError::invalid("audit.checkpoint_sink", e)),
             Ok(Some(_)) if self.audit.checkpoint_key.as_os_str().is_empty() => {
                 return Err(ConfigError::invalid(
@@ -506,5 +505,48 @@ impl Config {
 
     pub fn uses_shipped_dev_secret(&self) -> bool {
         self.auth.hs256_secret.expose() == SHIPPED_DEV_SECRET
+    }
+}
+
+/// Where audit checkpoints go (`audit.checkpoint_sink`).
+#[derive(Debug, Clone)]
+pub enum CheckpointSink {
+    /// `file:PATH`: appended, one JSON line each.
+    File(PathBuf),
+    /// `stdout`: one JSON line each, for a log pipeline.
+    Stdout,
+    /// `http://` or `https://`: one POST per round, JSON lines (`application/x-ndjson`).
+    Http(String),
+}
+
+impl CheckpointSink {
+    /// Parses `audit.checkpoint_sink`; `None` for the empty string (checkpoints off).
+    pub fn parse(text: &str) -> Result<Option<Self>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        if text == "stdout" {
+            return Ok(Some(CheckpointSink::Stdout));
+        }
+        if let Some(path) = text.strip_prefix("file:") {
+            if path.is_empty() {
+                return Err("`file:` needs a path, e.g. file:audit-checkpoints.jsonl".into());
+            }
+            return Ok(Some(CheckpointSink::File(PathBuf::from(path))));
+        }
+        if text.starts_with("http://") || text.starts_with("https://") {
+            reqwest::Url::parse(text).map_err(|e| format!("`{text}`: {e}"))?;
+            return Ok(Some(CheckpointSink::Http(text.to_owned())));
+        }
+        Err(format!("`{text}`: expected file:PATH, stdout, or an http(s):// URL"))
+    }
+
+    /// The sink as `audit.checkpoint_sink` writes it.
+    pub fn name(&self) -> String {
+        match self {
+            CheckpointSink::File(path) => format!("file:{}", path.display()),
+            CheckpointSink::Stdout => "stdout".to_owned(),
+            CheckpointSink::Http(url) => url.clone(),
+        }
     }
 }

@@ -24,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+mod imports;
 mod model;
 mod report;
 mod rules;
@@ -33,6 +34,7 @@ mod walk;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+pub use imports::{Import, imports};
 pub use report::{
     BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, REPORT_VERSION, Report, Residue, Site, ToolKind,
     ToolReport, TreeNode,
@@ -149,7 +151,7 @@ impl Options {
         if p.is_absolute() { p.to_path_buf() } else { self.crate_root.join(p) }
     }
 
-    fn entry_file(&self) -> PathBuf {
+    pub(crate) fn entry_file(&self) -> PathBuf {
         match &self.entry {
             Some(e) => e.clone(),
             None if self.crate_root.join("src/lib.rs").is_file() => PathBuf::from("src/lib.rs"),

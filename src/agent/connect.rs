@@ -10,8 +10,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{AgentEnv, AgentError, AgentRoot, Backoff, Host};
+use crate::decl::PathUri;
 use crate::tunnel::{self, DialError, Settings, Side};
-use crate::upstream::PathUri;
 use crate::upstream::exchange::ExchangeClients;
 
 /// Everything the agent runs with (the command line, checked).

@@ -18,9 +18,9 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::AgentError;
+use crate::decl::canonical::style_of;
+use crate::decl::{PathError, PathStyle, PathUri};
 use crate::tunnel::Refusal;
-use crate::upstream::roots::style_of;
-use crate::upstream::{PathError, PathStyle, PathUri};
 
 /// The root URI and the directory it stands for.
 #[derive(Debug)]
@@ -138,7 +138,7 @@ fn plain_component(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::PathStyle::{Posix, Windows};
+    use crate::decl::PathStyle::{Posix, Windows};
 
     fn uri(s: &str, style: PathStyle) -> PathUri {
         PathUri::parse(s, style).unwrap_or_else(|e| panic!("{s}: {e}"))

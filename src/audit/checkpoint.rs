@@ -188,47 +188,7 @@ impl Checkpoint {
     }
 }
 
-/// Where checkpoints go.
-#[derive(Debug, Clone)]
-pub enum Sink {
-    /// `file:PATH`: appended, one JSON line each.
-    File(PathBuf),
-    /// `stdout`: one JSON line each, for a log pipeline.
-    Stdout,
-    /// `http://` or `https://`: one POST per round, JSON lines (`application/x-ndjson`).
-    Http(String),
-}
-
-impl Sink {
-    /// Parses `audit.checkpoint_sink`; `None` for the empty string (checkpoints off).
-    pub fn parse(text: &str) -> Result<Option<Self>, String> {
-        if text.is_empty() {
-            return Ok(None);
-        }
-        if text == "stdout" {
-            return Ok(Some(Sink::Stdout));
-        }
-        if let Some(path) = text.strip_prefix("file:") {
-            if path.is_empty() {
-                return Err("`file:` needs a path, e.g. file:audit-checkpoints.jsonl".into());
-            }
-            return Ok(Some(Sink::File(PathBuf::from(path))));
-        }
-        if text.starts_with("http://") || text.starts_with("https://") {
-            reqwest::Url::parse(text).map_err(|e| format!("`{text}`: {e}"))?;
-            return Ok(Some(Sink::Http(text.to_owned())));
-        }
-        Err(format!("`{text}`: expected file:PATH, stdout, or an http(s):// URL"))
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Sink::File(path) => format!("file:{}", path.display()),
-            Sink::Stdout => "stdout".to_owned(),
-            Sink::Http(url) => url.clone(),
-        }
-    }
-}
+pub use crate::config::CheckpointSink as Sink;
 
 /// The sink with what writing to it needs.
 struct Writer {

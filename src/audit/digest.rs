@@ -1,101 +1,14 @@
-//! Digests: SHA-256 of canonical JSON (object keys sorted, no insignificant white space),
-//! for tool arguments and for the audit chain.
-
-use std::io::Write;
+//! The audit chain's digests: each link hashes its predecessor's hash, its sequence number and
+//! every stored field of the event. The canonical JSON and SHA-256 helpers are the floor's
+//! (`vocab::digest`), re-exported here.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::AuditEvent;
 use crate::store::{AuditEventId, TenantId, UserId};
-
-/// JSON with object keys sorted at every depth, so equal values digest equally.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = Vec::with_capacity(64);
-    write_canonical(&mut out, value);
-    String::from_utf8(out).expect("serde_json writes UTF-8")
-}
-
-/// The canonical JSON of a tool call's arguments, straight from the borrowed map (for
-/// `audit.record_raw_arguments`: the caller need not wrap a copy of the map in a `Value`).
-pub fn canonical_arguments(arguments: &Map<String, Value>) -> String {
-    let mut out = Vec::with_capacity(64);
-    write_object(&mut out, arguments);
-    String::from_utf8(out).expect("serde_json writes UTF-8")
-}
-
-/// Writes `value` canonically, straight from the borrowed value (no sorted copy is built).
-/// `out` is a `Vec` or the SHA-256 hasher itself: neither can fail.
-fn write_canonical<W: Write>(out: &mut W, value: &Value) {
-    match value {
-        Value::Object(map) => write_object(out, map),
-        Value::Array(items) => {
-            put(out, b"[");
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    put(out, b",");
-                }
-                write_canonical(out, item);
-            }
-            put(out, b"]");
-        }
-        // Scalars and keys are written by serde_json itself, so escaping and number
-        // formatting are exactly those of `Value::to_string`.
-        scalar => write_json(out, scalar),
-    }
-}
-
-fn write_object<W: Write>(out: &mut W, map: &Map<String, Value>) {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    put(out, b"{");
-    for (i, (key, value)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            put(out, b",");
-        }
-        write_json(out, key.as_str());
-        put(out, b":");
-        write_canonical(out, value);
-    }
-    put(out, b"}");
-}
-
-fn put<W: Write>(out: &mut W, bytes: &[u8]) {
-    out.write_all(bytes).expect("writing to a Vec or a hasher can't fail");
-}
-
-fn write_json<W: Write, T: Serialize + ?Sized>(out: &mut W, value: &T) {
-    // The writer can't fail, and these values (strings, numbers, flat structs of them)
-    // always serialize.
-    serde_json::to_writer(out, value).expect("a JSON scalar serializes");
-}
-
-fn hex(digest: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(2 * digest.len());
-    for &b in digest {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0x0f)] as char);
-    }
-    out
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// SHA-256 of the canonical JSON of a tool call's arguments (absent arguments = `{}`).
-/// The canonical form is written into the hasher as it is produced: a large argument (a body
-/// near the size limit) is not copied into a buffer first.
-pub fn arguments_digest(arguments: Option<&Map<String, Value>>) -> String {
-    let mut hasher = Sha256::new();
-    match arguments {
-        Some(map) => write_object(&mut hasher, map),
-        None => put(&mut hasher, b"{}"),
-    }
-    hex(&hasher.finalize())
-}
+pub use crate::vocab::digest::{arguments_digest, canonical_arguments, canonical_json, sha256_hex};
+use crate::vocab::digest::{hex, put, write_json};
 
 /// What a chain link hashes, with its members declared in sorted key order: serialized as
 /// is, it is the canonical JSON of the event (the form `audit verify` recomputes).
@@ -178,6 +91,7 @@ fn chain_body<'a>(prev_hash: &'a str, seq: i64, event: &'a AuditEvent) -> ChainB
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use serde_json::{Map, Value};
 
     use super::*;
     use crate::audit::Outcome;

@@ -7,26 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{AuditEvent, AuditWriter, Outcome};
-use crate::identity::Principal;
+use crate::store::Principal;
 use crate::store::{AuditEventId, now_millis};
 
-/// Characters kept of one caller-supplied text (a client name, a tool name, a request id).
-pub(crate) const TEXT_LIMIT: usize = 256;
-
-/// Caller-supplied text as it is stored: U+0000 (which PostgreSQL's text can't hold, and
-/// which would make the two databases answer differently) becomes U+FFFD, and text longer
-/// than [`TEXT_LIMIT`] characters is cut there and marked with a trailing `…`.
-pub(crate) fn safe_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(TEXT_LIMIT * 4));
-    for (i, c) in text.chars().enumerate() {
-        if i == TEXT_LIMIT {
-            out.push('…');
-            break;
-        }
-        out.push(if c == '\0' { '\u{FFFD}' } else { c });
-    }
-    out
-}
+pub(crate) use crate::vocab::text::safe_text;
 
 /// What a refusal is about, beside the principal it is charged to.
 pub(crate) struct Refused<'a> {
@@ -137,6 +121,7 @@ impl RateLimitAudit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::text::TEXT_LIMIT;
 
     #[test]
     fn safe_text_replaces_nul_and_bounds_length() {

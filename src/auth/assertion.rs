@@ -73,7 +73,7 @@ fn generate() -> Result<SigningKey, AssertionError> {
     let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| AssertionError::KeyGeneration)?;
     let x = URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
     // The key id is a digest of the public key: unique per key, stable, meaningless.
-    let kid = format!("sg-{}", &crate::audit::digest::sha256_hex(pair.public_key().as_ref())[..24]);
+    let kid = format!("sg-{}", &crate::vocab::digest::sha256_hex(pair.public_key().as_ref())[..24]);
     let jwk = json!({"kty": "OKP", "crv": "Ed25519", "x": x, "kid": kid, "alg": "EdDSA", "use": "sig"});
     let header = json!({"alg": "EdDSA", "typ": "JWT", "kid": kid});
     let header = format!("{}.", URL_SAFE_NO_PAD.encode(header.to_string()));

@@ -535,7 +535,9 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError>
         },
         AdminCommand::Binding(cmd) => match cmd {
             BindingCmd::Set { tenant, server, executor, no_prefix } => {
-                entities::bind_server_with_prefix(c, &tenant, &server, &executor, !no_prefix).await.map(|_| None)
+                let native: Vec<&str> = crate::tools::TOOLS.iter().map(|t| t.name).collect();
+                let unprefixed_beside = no_prefix.then_some(native.as_slice());
+                entities::bind_server_with_prefix(c, &tenant, &server, &executor, unprefixed_beside).await.map(|_| None)
             }
             BindingCmd::List { tenant } => entities::list_bindings(c, &tenant).await.map(|x| {
                 Some(

@@ -17,9 +17,9 @@ use super::ResolvedIdentity;
 use super::flock_scope::Breadth;
 use super::sessions::SessionRegistry;
 use crate::audit::{AuditWriter, CallAudit};
+use crate::identity::scoped::{ScopedStore, WriteAudit};
 use crate::model::Role;
 use crate::store::Db;
-use crate::store::scoped::{ScopedStore, WriteAudit};
 use crate::store::{FlockId, TenantId, UserId};
 
 /// What the transport knows about one tool call.

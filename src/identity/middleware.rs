@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::{MessageBinding, resolver};
 use crate::auth::{AuthError, Authenticator};
 use crate::error_body::json_error;
-use crate::mcp::Inspection;
+use crate::jsonrpc::Inspection;
 use crate::store::Db;
 use crate::telemetry::trace;
 

@@ -10,6 +10,7 @@ mod context;
 mod flock_scope;
 mod middleware;
 mod resolver;
+pub mod scoped;
 mod sessions;
 mod tenant;
 mod user;

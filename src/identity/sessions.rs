@@ -7,14 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rmcp::model::RequestId;
 
-use crate::store::{TenantId, UserId};
-
-/// A caller as the sessions see it: tenant and user ids, nothing more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Principal {
-    pub tenant: TenantId,
-    pub user: UserId,
-}
+pub use crate::store::Principal;
 
 /// Session id -> the principal that created the session.
 #[derive(Debug, Default)]

@@ -3,7 +3,7 @@
 //! `McpCallContext`.
 
 mod cursor;
-mod jsonrpc;
+use crate::jsonrpc;
 mod lean;
 mod registry;
 mod rounds;

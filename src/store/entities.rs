@@ -461,7 +461,7 @@ pub async fn bind_server(
     server: &str,
     executor: &str,
 ) -> Result<(), StoreError> {
-    bind_server_with_prefix(conn, tenant_slug, server, executor, true).await
+    bind_server_with_prefix(conn, tenant_slug, server, executor, None).await
 }
 
 /// The native tool whose name starts with `server__`, if any: it would read as a tool of that
@@ -473,7 +473,8 @@ fn native_tool_under<'a>(server: &str, native: &[&'a str]) -> Option<&'a str> {
 }
 
 /// [`bind_server`], choosing whether the server's tools and prompts keep the `server__` prefix
-/// (`prefixed`: true) or are exposed under their own names (false, `binding set --no-prefix`).
+/// (`unprefixed_beside`: `None`) or are exposed under their own names (`binding set
+/// --no-prefix`: `Some` of the gateway's native tool names, which the store does not know).
 ///
 /// An unprefixed binding is refused, naming the field `prefix`, when another server of the
 /// tenant is already bound unprefixed (one per tenant, so two servers' names never meet; a
@@ -485,17 +486,17 @@ pub async fn bind_server_with_prefix(
     tenant_slug: &str,
     server: &str,
     executor: &str,
-    prefixed: bool,
+    unprefixed_beside: Option<&[&str]>,
 ) -> Result<(), StoreError> {
     validate_server_id(server)?;
-    if !prefixed {
-        let native: Vec<&str> = crate::tools::TOOLS.iter().map(|t| t.name).collect();
-        if let Some(tool) = native_tool_under(server, &native) {
-            return Err(StoreError::Invalid {
-                field: "prefix",
-                message: format!("native tool `{tool}` starts with `{server}__`: `{server}` must keep its prefix"),
-            });
-        }
+    let prefixed = unprefixed_beside.is_none();
+    if let Some(native) = unprefixed_beside
+        && let Some(tool) = native_tool_under(server, native)
+    {
+        return Err(StoreError::Invalid {
+            field: "prefix",
+            message: format!("native tool `{tool}` starts with `{server}__`: `{server}` must keep its prefix"),
+        });
     }
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     if !prefixed {

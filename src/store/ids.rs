@@ -107,6 +107,13 @@ id_impls!(FlockId);
 id_impls!(AuditEventId);
 id_impls!(RootAllowanceId);
 
+/// A caller as the sessions see it: tenant and user ids, nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Principal {
+    pub tenant: TenantId,
+    pub user: UserId,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,6 @@ pub mod entities;
 pub mod ids;
 pub mod principal;
 pub mod roots;
-pub mod scoped;
 pub mod vault;
 
 use std::path::Path;
@@ -24,7 +23,7 @@ use sqlx::{AnyPool, Executor};
 
 use crate::config::DatabaseConfig;
 
-pub use ids::{AuditEventId, FlockId, RootAllowanceId, TenantId, UserId};
+pub use ids::{AuditEventId, FlockId, Principal, RootAllowanceId, TenantId, UserId};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");

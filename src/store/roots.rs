@@ -14,8 +14,8 @@ use sqlx::{AnyConnection, Row};
 
 use super::admin::tenant_id_by_slug;
 use super::{Db, RootAllowanceId, StoreError, TenantId, now_millis, unique_conflict};
+use crate::decl::canonical::parse_canonical;
 use crate::model::Role;
-use crate::upstream::roots::parse_canonical;
 
 /// The longest base the store keeps (the table checks it too).
 pub const MAX_BASE_LEN: usize = 1024;

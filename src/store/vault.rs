@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::entities::validate_server_id;
 use super::{Db, StoreError, TenantId, UserId, now_millis};
-use crate::audit::digest::sha256_hex;
+use crate::vocab::digest::sha256_hex;
 
 /// Length of a key in bytes.
 pub const KEY_LEN: usize = 32;
@@ -116,7 +116,7 @@ impl VaultKey {
 
     fn from_bytes(bytes: &[u8; KEY_LEN]) -> Result<Self, VaultError> {
         let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| VaultError::Seal)?;
-        let id = crate::audit::digest::sha256_hex(bytes)[..8].to_owned();
+        let id = crate::vocab::digest::sha256_hex(bytes)[..8].to_owned();
         Ok(Self { key: LessSafeKey::new(key), id })
     }
 
@@ -735,7 +735,7 @@ mod tests {
         assert!(a.id().bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.id(), VaultKey::parse(&VaultKey::generate().unwrap(), NAME).unwrap().id());
         let zero = VaultKey::parse(&STANDARD.encode([0u8; KEY_LEN]), NAME).unwrap();
-        assert_eq!(zero.id(), &crate::audit::digest::sha256_hex(&[0u8; KEY_LEN])[..8]);
+        assert_eq!(zero.id(), &crate::vocab::digest::sha256_hex(&[0u8; KEY_LEN])[..8]);
     }
 
     #[test]

@@ -277,7 +277,7 @@ const START_ROUTE: &str = "/oauth/start/{secret}";
 /// A request's path as the log may hold it: an OAuth start link's path names its route, never
 /// its secret; any other path as it came.
 pub(crate) fn loggable_path(path: &str) -> &str {
-    match path.strip_prefix(crate::upstream::oauth::START_PATH) {
+    match path.strip_prefix(crate::vocab::routes::START_PATH) {
         Some(rest) if rest.starts_with('/') => START_ROUTE,
         _ => path,
     }
@@ -285,7 +285,7 @@ pub(crate) fn loggable_path(path: &str) -> &str {
 
 /// The route of a path, from a fixed set (a path can hold a secret: the OAuth start links do).
 fn route(path: &str) -> &'static str {
-    use crate::upstream::oauth::CALLBACK_PATH;
+    use crate::vocab::routes::CALLBACK_PATH;
     const FIXED: &[&str] = &[
         "/mcp",
         "/healthz",
@@ -294,7 +294,7 @@ fn route(path: &str) -> &'static str {
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
         "/.well-known/jwks.json",
-        crate::tunnel::CONNECT_PATH,
+        crate::vocab::routes::CONNECT_PATH,
         CALLBACK_PATH,
     ];
     match loggable_path(path) {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::FarmTools;
 use super::ToolFailure;
 use crate::context::McpCallContext;
-use crate::store::scoped::{Flock, FlockKey};
+use crate::identity::scoped::{Flock, FlockKey};
 
 #[derive(Deserialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::FarmTools;
 use super::ToolFailure;
 use crate::context::McpCallContext;
-use crate::store::scoped::Flock;
+use crate::identity::scoped::Flock;
 
 #[derive(Serialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]

@@ -85,16 +85,7 @@ pub(crate) fn router() -> ToolRouter<FarmTools> {
         + FarmTools::recent_audit_events_router()
 }
 
-/// The `_meta` key of a tool error result that holds its error class (`invalid_argument`,
-/// `not_found`), which the audit records.
-pub const ERROR_CLASS_META: &str = "io.scopegate/error";
-
-/// The audit class of a tool error result: its `_meta` class (from an upstream, caller-chosen
-/// text, so made safe), else `tool_error`.
-pub fn error_class(meta: Option<&MetaObject>) -> String {
-    let class = meta.and_then(|m| m.get(ERROR_CLASS_META)).and_then(|v| v.as_str());
-    crate::audit::refusal::safe_text(class.unwrap_or("tool_error"))
-}
+pub use crate::vocab::text::{ERROR_CLASS_META, error_class};
 
 /// Why a tool call failed. Bad input and missing things go back to the caller as a tool
 /// error (`isError: true`, the message as text, the error class in `_meta`); internal

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::FarmTools;
 use super::{ToolFailure, parse_day};
 use crate::context::McpCallContext;
-use crate::store::scoped::{EggCount, FlockKey};
+use crate::identity::scoped::{EggCount, FlockKey};
 
 /// Longest range one query may span.
 const MAX_DAYS: i64 = 366;

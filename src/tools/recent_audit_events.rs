@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::FarmTools;
 use super::ToolFailure;
 use crate::context::McpCallContext;
-use crate::store::scoped::AuditEntry;
+use crate::identity::scoped::AuditEntry;
 
 #[derive(Deserialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]

@@ -9,7 +9,7 @@ use time::Duration;
 use super::FarmTools;
 use super::{ToolFailure, parse_day, today};
 use crate::context::McpCallContext;
-use crate::store::scoped::{EggCount, FlockKey};
+use crate::identity::scoped::{EggCount, FlockKey};
 
 /// Most eggs one record may hold: far beyond any real barn, small enough to catch typos.
 const MAX_EGGS: i64 = 1_000_000;

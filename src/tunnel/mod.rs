@@ -199,8 +199,7 @@ pub enum TunnelError {
     Timeout(Duration),
 }
 
-/// The gateway's route an agent dials (a WebSocket upgrade).
-pub const CONNECT_PATH: &str = "/executors/connect";
+pub use crate::vocab::routes::CONNECT_PATH;
 /// The upgrade request header naming the executor the agent runs as.
 pub const EXECUTOR_HEADER: &str = "scopegate-executor";
 /// The upgrade request header with the agent's root, a `file:` URI.

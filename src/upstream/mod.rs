@@ -19,7 +19,6 @@ pub mod exchange;
 pub mod executor;
 pub mod oauth;
 pub mod oauth_http;
-pub mod path_uri;
 pub mod remote;
 pub mod roots;
 pub mod routing;
@@ -30,11 +29,12 @@ pub mod surface;
 
 use std::fmt;
 
+pub use crate::decl::path_uri;
+pub use crate::decl::{PathError, PathStyle, PathUri};
 pub use declaration::{
     Declarations, FileError, Placement, ResolvedServer, ResolvedTransport, ServerDeclaration, ServerError, ServerName,
     Transport, parse_declarations,
 };
-pub use path_uri::{PathError, PathStyle, PathUri};
 
 /// The id of an executor: the place where upstream servers run (`local` is the gateway host).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

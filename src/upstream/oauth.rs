@@ -43,11 +43,7 @@ pub const AUTHORIZATION_META_KEY: &str = "io.scopegate/authorization";
 /// JSON-RPC error's `data`), so the gateway refreshes the token and sends it again, once.
 pub const UNAUTHORIZED_DATA_KEY: &str = "io.scopegate/upstreamUnauthorized";
 
-/// The gateway's OAuth callback, under its public URL.
-pub const CALLBACK_PATH: &str = "/oauth/callback";
-
-/// Start links, under the public URL: `{START_PATH}/{secret}`.
-pub const START_PATH: &str = "/oauth/start";
+pub use crate::vocab::routes::{CALLBACK_PATH, START_PATH};
 
 /// How long the server's first (unauthenticated) answer may take at a login's start.
 const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(30);

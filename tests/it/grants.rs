@@ -580,7 +580,13 @@ async fn bindings(db: &Db, tenant_slug: &str) -> Vec<(String, String, bool)> {
 }
 
 async fn bind(db: &Db, tenant: &str, server: &str, executor: &str, prefixed: bool) -> Result<(), StoreError> {
-    admin_tx!(db, |tx| entities::bind_server_with_prefix(&mut tx, tenant, server, executor, prefixed))
+    admin_tx!(db, |tx| entities::bind_server_with_prefix(
+        &mut tx,
+        tenant,
+        server,
+        executor,
+        crate::support::unprefixed_beside(prefixed)
+    ))
 }
 
 async fn unprefixed_bindings(backend: Backend) {

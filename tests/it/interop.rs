@@ -210,7 +210,9 @@ impl Gateway {
         entities::create_entity(&mut tx, "acme", &format!("defaults/mcp-servers/{server}"), &declaration)
             .await
             .unwrap();
-        entities::bind_server_with_prefix(&mut tx, "acme", server, "local", true).await.unwrap();
+        entities::bind_server_with_prefix(&mut tx, "acme", server, "local", crate::support::unprefixed_beside(true))
+            .await
+            .unwrap();
         for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
             entities::grant(&mut tx, "acme", server, Role::Owner, kind, "*").await.unwrap();
         }

@@ -17,6 +17,7 @@ mod guards;
 mod hardening;
 mod identity;
 mod interop;
+mod layers;
 mod lean;
 mod mcp;
 mod mcp_http;

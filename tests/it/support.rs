@@ -349,3 +349,11 @@ pub async fn fixture_http(args: &[&str], env: &[(&str, &str)]) -> (tokio::proces
     let addr = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {first:?}")).to_owned();
     (child, addr)
 }
+
+/// What `binding set` passes the store for `prefixed`: `None` keeps the prefix, else the
+/// gateway's native tool names, which an unprefixed server may not shadow.
+pub fn unprefixed_beside(prefixed: bool) -> Option<&'static [&'static str]> {
+    static NATIVE: std::sync::LazyLock<Vec<&'static str>> =
+        std::sync::LazyLock::new(|| scopegate::tools::TOOLS.iter().map(|t| t.name).collect());
+    (!prefixed).then(|| NATIVE.as_slice())
+}

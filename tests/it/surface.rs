@@ -56,7 +56,15 @@ impl Surface {
         entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), &declaration)
             .await
             .unwrap();
-        entities::bind_server_with_prefix(&mut tx, tenant, server, "local", prefixed).await.unwrap();
+        entities::bind_server_with_prefix(
+            &mut tx,
+            tenant,
+            server,
+            "local",
+            crate::support::unprefixed_beside(prefixed),
+        )
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
     }
 

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::decl::PathStyle;
 use crate::upstream::PathError as E;
 
 fn allowance(n: u128, executor: &str, base: &str, role: Role) -> RootAllowance {

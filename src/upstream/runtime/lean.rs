@@ -213,7 +213,7 @@ impl Upstreams {
                     return Err(unavailable("the upstream answered a call with something else"));
                 };
                 let error_class =
-                    (result.is_error == Some(true)).then(|| crate::tools::error_class(result.meta.as_ref()));
+                    (result.is_error == Some(true)).then(|| crate::vocab::text::error_class(result.meta.as_ref()));
                 let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
                 Ok(LeanResult { result, error_class })
             }
@@ -547,7 +547,7 @@ fn answer(result: Box<RawValue>) -> Result<Ended, ProxyError> {
         let class = shape
             .meta
             .as_ref()
-            .and_then(|m| m.get(crate::tools::ERROR_CLASS_META))
+            .and_then(|m| m.get(crate::vocab::text::ERROR_CLASS_META))
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
         crate::audit::refusal::safe_text(class.as_deref().unwrap_or("tool_error"))
     });

@@ -9,9 +9,9 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use time::Date;
 
-use super::{Db, FlockId, StoreError, TenantId, UserId, now_millis};
+use super::FlockAccess;
 use crate::audit::{self, AuditWriter, CallAudit};
-use crate::identity::FlockAccess;
+use crate::store::{Db, FlockId, StoreError, TenantId, UserId, now_millis};
 
 /// A flock as tools see it.
 #[derive(Debug, Clone, Serialize, rmcp::schemars::JsonSchema)]

@@ -1,0 +1,111 @@
+//! The crate's layers, as `docs/architecture.md` draws them: every reference from one
+//! top-level module to another (a `use`, or a path written in code; test code aside) runs
+//! down, never sideways or up. A new import circle fails here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.md` file under `dir`.
+fn markdown(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            markdown(&path, out);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+}
+
+/// Module -> floor, from the table between `<!-- layers:begin -->` and `<!-- layers:end -->`
+/// (wherever in `docs/` it is).
+fn floors() -> BTreeMap<String, usize> {
+    let mut files = Vec::new();
+    markdown(&workspace().join("docs"), &mut files);
+    let text = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .find(|t| t.contains("<!-- layers:begin -->"))
+        .expect("a docs page holds the layers table");
+    let table = text.split("<!-- layers:begin -->").nth(1).unwrap().split("<!-- layers:end -->").next().unwrap();
+    let mut floors = BTreeMap::new();
+    for row in table.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let Ok(floor) = cells[1].parse::<usize>() else { continue };
+        for module in cells[2].split(',') {
+            let module = module.trim().trim_matches('`');
+            assert!(floors.insert(module.to_owned(), floor).is_none(), "{module} is on two floors");
+        }
+    }
+    floors
+}
+
+/// The references that break the table: `from -> to (file:line path)`.
+fn breaks(floors: &BTreeMap<String, usize>, imports: &[guards::Import]) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in imports {
+        let (Some(from), Some(to)) = (floors.get(&i.from), floors.get(&i.to)) else {
+            out.push(format!("{} -> {}: not in the layers table ({}:{})", i.from, i.to, i.file, i.line));
+            continue;
+        };
+        if to >= from {
+            out.push(format!(
+                "{} (floor {from}) -> {} (floor {to}) at {}:{} `{}`",
+                i.from, i.to, i.file, i.line, i.path
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn imports_run_down_the_layers() {
+    let floors = floors();
+    // Every top-level module of the crate is on a floor.
+    for entry in std::fs::read_dir(workspace().join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if ["lib", "main"].contains(&name.as_str()) || (path.is_file() && path.extension().is_none_or(|e| e != "rs")) {
+            continue;
+        }
+        assert!(floors.contains_key(&name), "src/{name} is on no floor of the layers table");
+    }
+    let imports = guards::imports(&guards::Options::new(workspace())).unwrap();
+    assert!(imports.len() > 100, "the import graph was read ({} references)", imports.len());
+    let broken = breaks(&floors, &imports);
+    assert!(broken.is_empty(), "references that do not run down the layers:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn an_upward_import_is_caught() {
+    // The same check on a copy of the sources with one upward reference added: the store
+    // (floor 5) naming the MCP endpoint (floor 12).
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&workspace().join("src"), &dir.path().join("src"));
+    std::fs::copy(workspace().join("Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
+    let ids = dir.path().join("src/store/ids.rs");
+    let mut text = std::fs::read_to_string(&ids).unwrap();
+    text.push_str("\n#[allow(unused_imports)]\nuse crate::mcp::ToolSet;\n");
+    std::fs::write(&ids, text).unwrap();
+    let imports = guards::imports(&guards::Options::new(dir.path())).unwrap();
+    let broken = breaks(&floors(), &imports);
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert!(broken[0].starts_with("store (floor 5) -> mcp (floor 12) at src/store/ids.rs:"), "{}", broken[0]);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
