@@ -22,7 +22,7 @@ COPY --from=build /src/target/release/scopegate /usr/local/bin/scopegate
 COPY config /etc/scopegate
 USER scopegate
 # A fixed mmap threshold: large request buffers are given back to the system when freed
-# instead of staying in glibc's arenas (README, Benchmarks, Memory).
+# instead of staying in glibc's arenas (docs/benchmarks.md, "Memory").
 ENV MALLOC_MMAP_THRESHOLD_=131072
 WORKDIR /var/lib/scopegate
 EXPOSE 8080

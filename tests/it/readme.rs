@@ -1,19 +1,44 @@
-//! The README's command-line examples run as written.
+//! The command-line examples of the README and the book (`docs/`) run as written.
 //!
-//! The rule: every fenced block of README.md tagged `sh` that has a line starting with
-//! `scopegate ` or `cargo run -- ` is an example, and runs whole, by `sh -e`, with the built
-//! binary as `scopegate` (`cargo run -- ` stands for it), in a fresh working folder, against
-//! a fresh database holding the demo data (what the quick start sets up). Each command must
-//! succeed. A block that starts the server (`serve`) or an executor agent (`executor`) is not
-//! run: neither exits (the `serve` and executor tests start them). Such lines in a block tagged otherwise fail the test, so an
-//! example can't escape by its tag.
+//! The rule: every fenced block of README.md or of a Markdown page under `docs/` tagged `sh`
+//! that has a line starting with `scopegate ` or `cargo run -- ` is an example, and runs whole,
+//! by `sh -e`, with the built binary as `scopegate` (`cargo run -- ` stands for it), in a fresh
+//! working folder, against a fresh database holding the demo data (what the quick start sets
+//! up). Each command must succeed. A block that starts the server (`serve`) or an executor agent
+//! (`executor`) is not run: neither exits (the `serve` and executor tests start them). Such lines
+//! in a block tagged otherwise fail the test, so an example can't escape by its tag.
 
 use std::path::Path;
 use std::process::Command;
 
 use crate::support::*;
 
-const README: &str = include_str!("../../README.md");
+/// `README.md` and every `*.md` under `docs/`, as (path from the repository root, text), in
+/// path order, read at run time (editing a page needs no rebuild).
+pub(crate) fn pages() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(root, &root.join("docs"), &mut paths);
+    paths.sort();
+    paths.insert(0, "README.md".to_owned());
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(root.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+            (path, text)
+        })
+        .collect()
+}
 
 struct Block {
     info: String,
@@ -52,14 +77,24 @@ fn starts_server(line: &str) -> bool {
         .any(|start| line.starts_with(start))
 }
 
-/// The examples to run: (README line of the block, script).
-fn examples() -> Vec<(usize, String)> {
+/// The examples to run: (page, line of the block, script), the README's first and then the
+/// pages of `docs/` in path order.
+fn examples() -> Vec<(String, usize, String)> {
     let mut examples = Vec::new();
-    for block in fenced_blocks(README) {
+    for (page, text) in pages() {
+        examples.extend(examples_of(&page, &text).into_iter().map(|(line, script)| (page.clone(), line, script)));
+    }
+    examples
+}
+
+/// The examples of one page: (line of the block, script).
+fn examples_of(page: &str, markdown: &str) -> Vec<(usize, String)> {
+    let mut examples = Vec::new();
+    for block in fenced_blocks(markdown) {
         if !block.text.lines().any(is_cli_line) {
             continue;
         }
-        assert_eq!(block.info, "sh", "README line {}: a block with CLI examples is tagged `sh`", block.line);
+        assert_eq!(block.info, "sh", "{page} line {}: a block with CLI examples is tagged `sh`", block.line);
         if block.text.lines().any(starts_server) {
             continue;
         }
@@ -79,10 +114,11 @@ fn examples() -> Vec<(usize, String)> {
 #[test]
 fn the_rule_finds_the_examples() {
     let examples = examples();
-    let all: String = examples.iter().map(|(_, s)| s.as_str()).collect();
+    let all: String = examples.iter().map(|(_, _, s)| s.as_str()).collect();
     for needle in ["scopegate admin ", "scopegate audit verify", "scopegate guards report", "scopegate token "] {
-        assert!(all.contains(needle), "the README's examples include `{needle}`");
+        assert!(all.contains(needle), "the README's and the book's examples include `{needle}`");
     }
+    assert!(examples.iter().any(|(page, _, _)| page.starts_with("docs/")), "the pages of docs/ are read");
     let blocks =
         fenced_blocks("text\n```sh\nscopegate admin tenant list\n```\n```sh\ncargo run -- serve --demo\n```\n");
     assert_eq!(blocks.len(), 2);
@@ -92,7 +128,7 @@ fn the_rule_finds_the_examples() {
 async fn readme_examples_run_as_written(backend: Backend) {
     let bin = Path::new(env!("CARGO_BIN_EXE_scopegate"));
     let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
-    for (line, script) in examples() {
+    for (page, line, script) in examples() {
         let test_db = TestDb::new(backend).await;
         let db = db_for(&config_with(&test_db.url, &[])).await;
         seed_demo(&db).await;
@@ -113,7 +149,7 @@ async fn readme_examples_run_as_written(backend: Backend) {
             .unwrap();
         assert!(
             out.status.success(),
-            "README block at line {line} fails as written:\n{script}\nstderr:\n{}",
+            "{page}: the block at line {line} fails as written:\n{script}\nstderr:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

@@ -402,11 +402,12 @@ async fn windows_root(backend: Backend) {
 }
 both_dbs!(selected_windows_root_mapped_onto_an_agent_folder, windows_root);
 
-/// The README's worked `initialize` is what the gateway reads: posted as written (its executor
-/// is not one of this tenant's), it is refused naming that entry's executor.
+/// The worked `initialize` of the MCP reference (docs/reference/mcp.md) is what the gateway
+/// reads: posted as written (its executor is not one of this tenant's), it is refused naming
+/// that entry's executor.
 async fn readme_example(backend: Backend) {
     let site = Site::start(backend, &[]).await;
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/mcp.md")).unwrap();
     let start =
         readme.find("```json\n{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"initialize\"").expect("the example");
     let body = &readme[start + "```json\n".len()..];
