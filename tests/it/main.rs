@@ -9,6 +9,7 @@ mod checkpoints;
 mod cli;
 mod compose;
 mod config;
+mod docs;
 mod executors;
 mod fixture;
 mod fixture_everything;
