@@ -60,7 +60,8 @@ pub struct Connection {
     pub(super) wire: Arc<WireSlot>,
     pub(super) live: tokio::sync::Mutex<Option<Live>>,
     pub(super) last_used_ms: AtomicI64,
-    pub(super) in_flight: AtomicUsize,
+    /// Calls under way, counted by [`CallGuard`]s only.
+    in_flight: AtomicUsize,
     /// The running connection speaks a revision without `initialize` (2026-07-28).
     modern: AtomicBool,
     /// Told when the set of upstream resources sessions follow changes (a 2026-07-28
@@ -418,12 +419,22 @@ impl Connection {
         }
     }
 
+    /// Counts a call on this connection until the guard is dropped: when the call ends, or when
+    /// its future is dropped (a caller that went away), the count goes down again and the
+    /// connection is marked used.
+    pub(super) fn begin_call(&self) -> CallGuard<'_> {
+        CallGuard::new(&self.in_flight, &self.last_used_ms)
+    }
+
+    /// Calls under way on this connection.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
     /// Closes the connection if it has been idle for `idle`; the next use starts it again.
     pub(super) async fn close_if_idle(&self, idle: Duration) {
         let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
-        if self.in_flight.load(Ordering::Acquire) > 0
-            || now_millis() - self.last_used_ms.load(Ordering::Relaxed) < idle_ms
-        {
+        if self.in_flight() > 0 || now_millis() - self.last_used_ms.load(Ordering::Relaxed) < idle_ms {
             return;
         }
         if let Ok(mut live) = self.live.try_lock()
@@ -502,5 +513,58 @@ mod tests {
         assert_eq!(names, ["echo", "ok.v2-x_y"]);
         let fits = "x".repeat(124);
         assert_eq!(usable_tools("fx", vec![tool(&fits)]).len(), 1, "fx__ + 124 = 128 characters");
+    }
+}
+
+/// A call in flight on a [`Connection`] (see [`Connection::begin_call`]).
+pub(super) struct CallGuard<'a> {
+    in_flight: &'a AtomicUsize,
+    last_used_ms: &'a AtomicI64,
+}
+
+impl<'a> CallGuard<'a> {
+    fn new(in_flight: &'a AtomicUsize, last_used_ms: &'a AtomicI64) -> Self {
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        CallGuard { in_flight, last_used_ms }
+    }
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.last_used_ms.store(now_millis(), Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod call_guard_tests {
+    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+
+    use super::CallGuard;
+
+    #[tokio::test]
+    async fn a_dropped_call_future_is_no_longer_in_flight() {
+        let (in_flight, last_used) = (AtomicUsize::new(0), AtomicI64::new(0));
+        let call = async {
+            let _call = CallGuard::new(&in_flight, &last_used);
+            std::future::pending::<()>().await;
+        };
+        // The caller goes away mid-call: its future is dropped, never finished.
+        let timed_out = tokio::time::timeout(std::time::Duration::from_millis(20), call).await;
+        assert!(timed_out.is_err());
+        assert_eq!(in_flight.load(Ordering::Acquire), 0, "a dropped call still counted");
+        assert!(last_used.load(Ordering::Relaxed) > 0, "the connection is marked used");
+    }
+
+    #[test]
+    fn calls_are_counted_while_they_run() {
+        let (in_flight, last_used) = (AtomicUsize::new(0), AtomicI64::new(0));
+        let a = CallGuard::new(&in_flight, &last_used);
+        let b = CallGuard::new(&in_flight, &last_used);
+        assert_eq!(in_flight.load(Ordering::Acquire), 2);
+        drop(a);
+        assert_eq!(in_flight.load(Ordering::Acquire), 1);
+        drop(b);
+        assert_eq!(in_flight.load(Ordering::Acquire), 0);
     }
 }

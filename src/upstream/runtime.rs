@@ -33,7 +33,7 @@ use crate::auth::assertion::{AssertedCaller, AssertionSigner};
 use crate::context::{FlockAccess, McpCallContext};
 use crate::identity::SessionRegistry;
 use crate::model::Role;
-use crate::store::{Db, StoreError, TenantId, UserId, now_millis};
+use crate::store::{Db, StoreError, TenantId, UserId};
 use crate::telemetry::trace;
 
 pub use super::connection::{Connection, ConnectionAuth, Upstream};
@@ -467,14 +467,11 @@ impl Upstreams {
     ) -> Result<ServerResult, ProxyError> {
         let span = trace::upstream_span(connection.server().as_str(), call.tool, "rmcp");
         async move {
-            connection.in_flight.fetch_add(1, Ordering::AcqRel);
-            let result = match self.call_inner(connection, upstream.0, ctx, call).await {
+            let _call = connection.begin_call();
+            match self.call_inner(connection, upstream.0, ctx, call).await {
                 Err(e) => Err(self.recheck_login(connection, ctx, e).await),
                 ok => ok,
-            };
-            connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
-            connection.in_flight.fetch_sub(1, Ordering::AcqRel);
-            result
+            }
         }
         .instrument(span)
         .await
@@ -634,9 +631,7 @@ impl Upstreams {
         drop(connections);
         // A connection no snapshot names any more, and closed, is forgotten.
         lock(&self.pool).retain(|_, c| {
-            Arc::strong_count(c) > 1
-                || c.in_flight.load(Ordering::Acquire) > 0
-                || c.live.try_lock().is_ok_and(|l| l.is_some())
+            Arc::strong_count(c) > 1 || c.in_flight() > 0 || c.live.try_lock().is_ok_and(|l| l.is_some())
         });
     }
 

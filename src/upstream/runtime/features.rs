@@ -377,14 +377,11 @@ impl Upstreams {
         request: ClientRequest,
         exchange: Exchange,
     ) -> Result<ServerResult, Option<ProxyError>> {
-        use std::sync::atomic::Ordering;
-        connection.in_flight.fetch_add(1, Ordering::AcqRel);
+        let _call = connection.begin_call();
         let result = match self.exchange(connection, peer, ctx, request, exchange).await {
             Err(e) => Err(self.recheck_login(connection, ctx, e).await),
             ok => ok,
         };
-        connection.last_used_ms.store(crate::store::now_millis(), Ordering::Relaxed);
-        connection.in_flight.fetch_sub(1, Ordering::AcqRel);
         result.map_err(Some)
     }
 }

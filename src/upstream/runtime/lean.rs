@@ -44,7 +44,6 @@ use super::{
     Connection, Downstream, Exchange, MAX_UPSTREAM_ROUNDS, ProxyError, Upstreams, asserted_caller, unavailable,
 };
 use crate::context::McpCallContext;
-use crate::store::now_millis;
 use crate::telemetry::trace;
 use crate::upstream::catalog::ListKind;
 use crate::upstream::client::Wire;
@@ -186,12 +185,11 @@ impl Upstreams {
         Exchange { downstream, timeout, cancelled, .. }: Exchange,
     ) -> Result<LeanResult, ProxyError> {
         let connection = &target.connection;
-        connection.in_flight.fetch_add(1, Ordering::AcqRel);
+        let call = connection.begin_call();
         let span = trace::upstream_span(connection.server().as_str(), tool, "lean");
         let result =
             self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, &cancelled).instrument(span).await;
-        connection.last_used_ms.store(now_millis(), Ordering::Relaxed);
-        connection.in_flight.fetch_sub(1, Ordering::AcqRel);
+        drop(call);
         match result {
             Err(None) => {
                 // The upstream's session ended: rmcp's client opens a new one.
