@@ -5,6 +5,7 @@
 //! factory) -> tools. `store` owns every SQL statement; `config` and `telemetry` set up.
 
 pub mod agent;
+pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod cli;
@@ -25,6 +26,6 @@ pub mod tunnel;
 pub mod upstream;
 pub mod vocab;
 
+pub use app::Gateway;
 pub use config::Config;
 pub use context::McpCallContext;
-pub use http::Gateway;

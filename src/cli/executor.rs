@@ -79,7 +79,7 @@ pub async fn run(args: ExecutorArgs) -> Result<(), CliError> {
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
-        crate::http::shutdown_signal().await;
+        crate::app::shutdown_signal().await;
         tracing::info!("stopping: ending every channel and child");
         on_signal.cancel();
     });

@@ -51,7 +51,7 @@ pub enum CliError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Start(#[from] crate::http::StartError),
+    Start(#[from] crate::app::StartError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]

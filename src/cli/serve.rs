@@ -7,9 +7,9 @@ use clap::Args;
 use figment::providers::Serialized;
 
 use super::CliError;
+use crate::app::{Gateway, shutdown_signal};
 use crate::auth::mint::dev_token;
 use crate::config::Config;
-use crate::http::{Gateway, shutdown_signal};
 use crate::store::demo::{self, DEMO_USERS, DemoUser, SeedOutcome};
 
 #[derive(Debug, Args)]

@@ -232,7 +232,7 @@ async fn swapped_ciphertext_fails(backend: Backend) {
 }
 both_dbs!(swapped_ciphertext_fails, swapped_ciphertext_fails);
 
-fn start_error(result: Result<Gateway, scopegate::http::StartError>) -> String {
+fn start_error(result: Result<Gateway, scopegate::app::StartError>) -> String {
     match result {
         Ok(_) => panic!("the gateway started"),
         Err(e) => e.to_string(),
