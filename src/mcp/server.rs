@@ -564,6 +564,51 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for McpCallContext {
 }
 
 /// The audit class of a finished call.
+/// How a `tools/call` ended, decided where it ended: the answer, its audit outcome and class
+/// come from this, never from reading an error message back.
+enum Verdict {
+    /// No tool of that name for this caller: answered as one that does not exist. `listed`:
+    /// a native tool the caller's roles do not list (the metrics name it).
+    Unknown { listed: bool },
+    /// The native handler or the upstream answered (a result, a tool error or an error).
+    Answered(Result<CallToolResponse, ErrorData>),
+    /// The native handler ran past `mcp.call_timeout_secs`.
+    TimedOut,
+    /// A proxied call failed on the way to or from its upstream.
+    ProxyFailed(ProxyError),
+}
+
+impl Verdict {
+    /// Whether the tool exists for the metrics (a proxied tool that answered or failed, or a
+    /// native one).
+    fn known(&self) -> bool {
+        !matches!(self, Verdict::Unknown { listed: false })
+    }
+
+    /// The answer, and what the audit records of it.
+    fn settle(self) -> (Result<CallToolResponse, ErrorData>, Outcome, Option<String>) {
+        match self {
+            Verdict::Unknown { listed } => {
+                metrics::denial(if listed { "tool_not_allowed" } else { "unknown_tool" });
+                (Err(unknown_tool()), Outcome::Denied, Some("unknown_tool".to_owned()))
+            }
+            Verdict::Answered(result) => {
+                let (outcome, class) = classify(&result);
+                (result, outcome, class)
+            }
+            Verdict::TimedOut => (
+                Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None)),
+                Outcome::Failed,
+                Some("timeout".to_owned()),
+            ),
+            Verdict::ProxyFailed(e) => {
+                let class = e.class().to_owned();
+                (Err(e.into_error_data()), Outcome::Failed, Some(class))
+            }
+        }
+    }
+}
+
 fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<String>) {
     match result {
         Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
@@ -975,35 +1020,22 @@ impl GatewayServer {
         ));
         let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };
 
-        let mut known = shared.tools.has(&tool);
-        // The audit class of a proxied call that failed on the way (None: classify the result).
-        let mut proxy_class: Option<&'static str> = None;
-        let result = if !known {
+        let native = shared.tools.has(&tool);
+        let verdict = if !native {
             match self.call_upstream(&ctx, request, &context).await {
-                Ok(result) => {
-                    known = true;
-                    Ok(result)
-                }
-                Err(Some(e)) => {
-                    known = true;
-                    proxy_class = Some(e.class());
-                    Err(e.into_error_data())
-                }
-                Err(None) => {
-                    metrics::denial("unknown_tool");
-                    Err(unknown_tool())
-                }
+                Ok(result) => Verdict::Answered(Ok(result)),
+                Err(Some(e)) => Verdict::ProxyFailed(e),
+                Err(None) => Verdict::Unknown { listed: false },
             }
-        } else if !known || !tool_allowed(&shared.tools, &tool, ctx.roles()) {
+        } else if !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
-            metrics::denial(if known { "tool_not_allowed" } else { "unknown_tool" });
-            Err(unknown_tool())
+            Verdict::Unknown { listed: true }
         } else if let Some(Err(invalid)) = shared
             .tools
             .spec(&tool)
             .map(|spec| (spec.validate)(request.arguments.as_ref().unwrap_or(&Default::default())))
         {
-            invalid.into_call_tool_result()
+            Verdict::Answered(invalid.into_call_tool_result())
         } else {
             context.extensions.insert(Arc::new(CallEnv {
                 db: shared.db.clone(),
@@ -1012,22 +1044,15 @@ impl GatewayServer {
                 call: Arc::clone(&call),
             }));
             match tokio::time::timeout(shared.call_timeout, shared.tools.call(request, context)).await {
-                Ok(result) => result,
+                Ok(result) => Verdict::Answered(result),
                 Err(_) => {
                     tracing::warn!(%tool, "tool call timed out");
-                    Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None))
+                    Verdict::TimedOut
                 }
             }
         };
-
-        let (outcome, class) = match &result {
-            _ if proxy_class.is_some() => (Outcome::Failed, proxy_class.map(str::to_owned)),
-            Err(e) if e.message == "tool not found" && e.code == ErrorCode::INVALID_PARAMS => {
-                (Outcome::Denied, Some("unknown_tool".to_owned()))
-            }
-            Err(e) if e.message == "tool call timed out" => (Outcome::Failed, Some("timeout".to_owned())),
-            other => classify(other),
-        };
+        let known = verdict.known();
+        let (result, outcome, class) = verdict.settle();
         metrics::tool_call(
             if known { &tool } else { "(unknown)" },
             outcome.as_str(),
