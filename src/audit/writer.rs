@@ -27,6 +27,16 @@ pub struct AuditWriter {
 #[error("audit event could not be recorded: {0}")]
 pub struct AuditError(pub String);
 
+/// A call whose audit event could not be committed: its answer is withheld (fail closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Withheld;
+
+impl From<Withheld> for rmcp::ErrorData {
+    fn from(_: Withheld) -> Self {
+        rmcp::ErrorData::internal_error("internal error", None)
+    }
+}
+
 impl AuditWriter {
     /// Starts the group-commit task; it ends when the last writer is dropped.
     pub fn start(db: Db, max_batch: usize) -> Self {
@@ -34,6 +44,19 @@ impl AuditWriter {
         let (queue, rx) = mpsc::channel(max_batch * 4);
         tokio::spawn(run(db.clone(), Arc::clone(&chains), rx, max_batch));
         Self { chains, queue }
+    }
+
+    /// The one fail-closed audit step of a call: records `event`, and when it cannot be
+    /// committed logs why (`what` names the call), counts the refusal and returns
+    /// [`Withheld`]: the caller withholds its answer and answers an internal error instead.
+    pub async fn record_or_withhold(&self, event: AuditEvent, what: &str) -> Result<(), Withheld> {
+        use tracing::Instrument;
+        let span = crate::telemetry::trace::audit_span(event.outcome.as_str());
+        self.record(event).instrument(span).await.map_err(|e| {
+            tracing::error!(error = %e, call = what, "audit failed; the call's answer is withheld");
+            crate::telemetry::metrics::denial("audit_unavailable");
+            Withheld
+        })
     }
 
     /// Appends `event` and returns once it is committed (or failed to be).

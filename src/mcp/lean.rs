@@ -394,11 +394,8 @@ impl Relay {
         metrics::tool_call(&tool, outcome.as_str(), tenant_label, call.started.elapsed());
         trace::record_tool(Some(&tool), true);
         // Fail closed: without its audit event the call's answer is withheld.
-        let audited = shared.audit.record(call.event(outcome, class.as_deref()));
-        if let Err(e) = audited.instrument(trace::audit_span(outcome.as_str())).await {
-            tracing::error!(error = %e, %tool, "audit failed; the call fails");
-            metrics::denial("audit_unavailable");
-            return message(&request_id, Err(&rmcp::ErrorData::internal_error("internal error", None)));
+        if let Err(withheld) = shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), &tool).await {
+            return message(&request_id, Err(&withheld.into()));
         }
         match result {
             Ok(done) => message(&request_id, Ok(&done.result)),

@@ -227,10 +227,10 @@ impl GatewayServer {
                     digest::arguments_digest(None),
                     None,
                 );
-                self.shared.audit.record(call.event(Outcome::Denied, Some(class))).await.map_err(|e| {
-                    metrics::denial("audit_unavailable");
-                    internal(&e)
-                })?;
+                self.shared
+                    .audit
+                    .record_or_withhold(call.event(Outcome::Denied, Some(class)), selected::SELECTED_ROOTS_KEY)
+                    .await?;
                 Err(refusal.into_error_data())
             }
         }
@@ -1062,16 +1062,8 @@ impl GatewayServer {
 
         trace::record_tool(known.then_some(tool.as_str()), !shared.tools.has(&tool));
         // Fail closed: without its audit event the call's answer is withheld.
-        if !call.is_recorded()
-            && let Err(e) = shared
-                .audit
-                .record(call.event(outcome, class.as_deref()))
-                .instrument(trace::audit_span(outcome.as_str()))
-                .await
-        {
-            tracing::error!(error = %e, %tool, "audit failed; the call fails");
-            metrics::denial("audit_unavailable");
-            return Err(ErrorData::internal_error("internal error", None));
+        if !call.is_recorded() {
+            shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), &tool).await?;
         }
         result
     }
@@ -1109,11 +1101,7 @@ impl GatewayServer {
             }
             Err(Some(e)) => (call.event(Outcome::Failed, Some(e.class())), Err(e.into_error_data())),
         };
-        if let Err(e) = self.shared.audit.record(event).await {
-            tracing::error!(error = %e, "audit failed; the request fails");
-            metrics::denial("audit_unavailable");
-            return Err(ErrorData::internal_error("internal error", None));
-        }
+        self.shared.audit.record_or_withhold(event, &item).await?;
         answer
     }
 
@@ -1131,11 +1119,7 @@ impl GatewayServer {
             digest::arguments_digest(None),
             None,
         );
-        self.shared.audit.record(call.event(Outcome::Failed, Some("invalid_params"))).await.map_err(|e| {
-            tracing::error!(error = %e, "audit failed; the call fails");
-            metrics::denial("audit_unavailable");
-            ErrorData::internal_error("internal error", None)
-        })
+        Ok(self.shared.audit.record_or_withhold(call.event(Outcome::Failed, Some("invalid_params")), tool).await?)
     }
 }
 

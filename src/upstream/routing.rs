@@ -988,11 +988,7 @@ pub(super) async fn relay_to(
         Err((_, class)) => audit.event(Outcome::Failed, Some(class)),
     };
     // Fail closed: without its audit event the client's answer is not handed over.
-    if let Err(e) = origin.audit.record(event).await {
-        tracing::error!(error = %e, %method, "audit failed; the relayed request fails");
-        metrics::denial("audit_unavailable");
-        return Err(ErrorData::internal_error("internal error", None));
-    }
+    origin.audit.record_or_withhold(event, method).await?;
     outcome.map_err(|(e, _)| e)
 }
 
@@ -1023,11 +1019,7 @@ pub(super) async fn audit_passed(
             refused = Some(method);
             audit.event(Outcome::Failed, Some("not_declared"))
         };
-        if let Err(e) = origin.audit.record(event).await {
-            tracing::error!(error = %e, %method, "audit failed; the request fails");
-            metrics::denial("audit_unavailable");
-            return Err(ErrorData::internal_error("internal error", None));
-        }
+        origin.audit.record_or_withhold(event, method).await?;
     }
     match refused {
         Some(method) => {
