@@ -24,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+mod depinfo;
 mod imports;
 mod model;
 mod report;
@@ -34,6 +35,7 @@ mod walk;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+pub use depinfo::{dep_info_rules, normalise_path};
 pub use imports::{Import, imports};
 pub use report::{
     BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, REPORT_VERSION, Report, Residue, Site, ToolKind,

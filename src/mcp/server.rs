@@ -217,11 +217,8 @@ impl GatewayServer {
                 let class = refusal.refusal.unwrap_or("invalid_params");
                 tracing::warn!(field = %refusal.field, class, "selected roots refused");
                 metrics::denial("root_not_allowed");
-                let call = CallAudit::new(
-                    ctx.tenant_id(),
-                    ctx.user_id(),
-                    ctx.session_id().map(str::to_owned),
-                    Some(super::jsonrpc::id_text(ctx.request_id())),
+                let call = call_audit(
+                    ctx,
                     client_of(context, ctx.session_id()),
                     selected::SELECTED_ROOTS_KEY.to_owned(),
                     digest::arguments_digest(None),
@@ -564,6 +561,28 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for McpCallContext {
 }
 
 /// The audit class of a finished call.
+/// The audit record of one call by the caller of `ctx`: its tenant, user, session and request
+/// id, the client, the item called and the digest (and, when recorded, the canonical text) of
+/// its arguments.
+fn call_audit(
+    ctx: &McpCallContext,
+    client: Option<(String, String)>,
+    item: String,
+    args_digest: String,
+    args_raw: Option<String>,
+) -> CallAudit {
+    CallAudit::new(
+        ctx.tenant_id(),
+        ctx.user_id(),
+        ctx.session_id().map(str::to_owned),
+        Some(super::jsonrpc::id_text(ctx.request_id())),
+        client,
+        item,
+        args_digest,
+        args_raw,
+    )
+}
+
 /// How a `tools/call` ended, decided where it ended: the answer, its audit outcome and class
 /// come from this, never from reading an error message back.
 enum Verdict {
@@ -1008,16 +1027,7 @@ impl GatewayServer {
             Some(raw) => digest::sha256_hex(raw.as_bytes()),
             None => digest::arguments_digest(request.arguments.as_ref()),
         };
-        let call = Arc::new(CallAudit::new(
-            ctx.tenant_id(),
-            ctx.user_id(),
-            ctx.session_id().map(str::to_owned),
-            Some(super::jsonrpc::id_text(ctx.request_id())),
-            client,
-            tool.clone(),
-            args_digest,
-            args_raw,
-        ));
+        let call = Arc::new(call_audit(&ctx, client, tool.clone(), args_digest, args_raw));
         let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };
 
         let native = shared.tools.has(&tool);
@@ -1083,11 +1093,8 @@ impl GatewayServer {
         result: Result<T, Option<ProxyError>>,
         not_found: impl FnOnce() -> ErrorData,
     ) -> Result<T, ErrorData> {
-        let call = CallAudit::new(
-            ctx.tenant_id(),
-            ctx.user_id(),
-            ctx.session_id().map(str::to_owned),
-            Some(super::jsonrpc::id_text(ctx.request_id())),
+        let call = call_audit(
+            ctx,
             client_of(context, ctx.session_id()),
             crate::audit::refusal::safe_text(&item),
             digest::arguments_digest(arguments),
@@ -1109,11 +1116,8 @@ impl GatewayServer {
     /// failed call of `tool`. Fails closed like every audited call.
     async fn audit_malformed_call(&self, context: &RequestContext<RoleServer>, tool: &str) -> Result<(), ErrorData> {
         let ctx = context_for(context, &self.shared.sessions).map_err(|e| refused(&e))?;
-        let call = CallAudit::new(
-            ctx.tenant_id(),
-            ctx.user_id(),
-            ctx.session_id().map(str::to_owned),
-            Some(super::jsonrpc::id_text(ctx.request_id())),
+        let call = call_audit(
+            &ctx,
             client_of(context, ctx.session_id()),
             tool.to_owned(),
             digest::arguments_digest(None),

@@ -20,19 +20,6 @@ fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// 1-based line of the first line of `file` (relative to `root`) containing `needle`.
 fn line_of(root: &Path, file: &str, needle: &str) -> usize {
     let text = std::fs::read_to_string(root.join(file)).unwrap();
@@ -55,7 +42,7 @@ fn add_sources(root: &Path, mod_line: &str, files: &[(&str, &str)]) {
 /// The gateway's `src/` with an export tool whose helper holds the store's `Db` (and so its
 /// pool): the tool's own signature is clean, only the dependency graph is not.
 fn gateway_with_violating_tool(dir: &Path) {
-    copy_dir(&workspace().join("src"), &dir.join("src"));
+    crate::support::copy_dir(&workspace().join("src"), &dir.join("src"));
     // The guard reads the manifest's dependencies to tell other crates' names from unresolved ones.
     std::fs::copy(workspace().join("Cargo.toml"), dir.join("Cargo.toml")).unwrap();
     let probe = ("src/tools/guard_probe_export.rs", EXPORT_TOOL);
@@ -387,7 +374,7 @@ fn the_files_the_guard_parses_are_the_files_rustc_compiles() {
     // `.rs` files of this crate; build-script output under the target directory is generated.
     let compiled: BTreeSet<String> = compiled
         .iter()
-        .map(|p| normalise(&if p.is_absolute() { p.clone() } else { root.join(p) }))
+        .map(|p| guards::normalise_path(&if p.is_absolute() { p.clone() } else { root.join(p) }))
         .filter(|p| p.extension().is_some_and(|e| e == "rs") && !p.starts_with(target))
         .filter_map(|p| p.strip_prefix(&root).ok().map(|r| r.to_string_lossy().replace('\\', "/")))
         .collect();
@@ -417,7 +404,7 @@ fn library_dep_info(deps: &Path) -> (PathBuf, Vec<PathBuf>) {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let rule = make_rules(&text).into_iter().find(|(target, _)| {
+        let rule = guards::dep_info_rules(&text).into_iter().find(|(target, _)| {
             let file = target.rsplit('/').next().unwrap();
             file.starts_with("libscopegate-") && (file.ends_with(".rlib") || file.ends_with(".rmeta"))
         });
@@ -433,50 +420,6 @@ fn library_dep_info(deps: &Path) -> (PathBuf, Vec<PathBuf>) {
         )
     });
     (path, files)
-}
-
-/// The rules of a Makefile-syntax dep-info: `target: dep dep ...`, a space in a path escaped
-/// as `\ `, a line ending in `\` continued on the next; comments (`# env-dep:...`) skipped.
-fn make_rules(text: &str) -> Vec<(String, Vec<String>)> {
-    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
-    let mut rules = Vec::new();
-    for line in joined.lines() {
-        if line.trim().is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut words = Vec::new();
-        let mut word = String::new();
-        let mut chars = line.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' if chars.peek() == Some(&' ') => word.push(chars.next().unwrap()),
-                ' ' | '\t' => words.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
-                _ => word.push(c),
-            }
-        }
-        words.extend((!word.is_empty()).then_some(word));
-        // The target ends at the first word ending in an unescaped `:`.
-        let Some(colon) = words.iter().position(|w| w.ends_with(':')) else { continue };
-        let mut target = words[..=colon].join(" ");
-        target.pop();
-        rules.push((target, words.split_off(colon + 1)));
-    }
-    rules
-}
-
-/// `path` with `.` and `..` resolved by name (dep-info writes `src/../config/default.toml`).
-fn normalise(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 // ------------------------------------------------------------------ the SaaS example
@@ -499,7 +442,7 @@ fn saas_example_passes_its_own_rules() {
 #[test]
 fn saas_example_rejects_a_tool_reaching_its_billing_key() {
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
+    crate::support::copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
     std::fs::copy(workspace().join("examples/saas-tools/Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
     let tools = dir.path().join("src/tools/mod.rs");
     let mut text = std::fs::read_to_string(&tools).unwrap();
@@ -550,7 +493,7 @@ fn saas_example_rejects_a_tool_holding_the_gateways_database_handle() {
     // From a SaaS crate `scopegate::store::Db` is opaque (its pool is not walked), so the
     // shipped rules name it: the same failure as a gateway tool holding it.
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
+    crate::support::copy_dir(&workspace().join("examples/saas-tools/src"), &dir.path().join("src"));
     std::fs::copy(workspace().join("examples/saas-tools/Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
     let tools = dir.path().join("src/tools/mod.rs");
     let mut text = std::fs::read_to_string(&tools).unwrap();

@@ -85,7 +85,7 @@ fn an_upward_import_is_caught() {
     // The same check on a copy of the sources with one upward reference added: the store
     // (floor 5) naming the MCP endpoint (floor 12).
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(&workspace().join("src"), &dir.path().join("src"));
+    crate::support::copy_dir(&workspace().join("src"), &dir.path().join("src"));
     std::fs::copy(workspace().join("Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
     let ids = dir.path().join("src/store/ids.rs");
     let mut text = std::fs::read_to_string(&ids).unwrap();
@@ -95,17 +95,4 @@ fn an_upward_import_is_caught() {
     let broken = breaks(&floors(), &imports);
     assert_eq!(broken.len(), 1, "{broken:?}");
     assert!(broken[0].starts_with("store (floor 5) -> mcp (floor 12) at src/store/ids.rs:"), "{}", broken[0]);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }

@@ -357,3 +357,17 @@ pub fn unprefixed_beside(prefixed: bool) -> Option<&'static [&'static str]> {
         std::sync::LazyLock::new(|| scopegate::tools::TOOLS.iter().map(|t| t.name).collect());
     (!prefixed).then(|| NATIVE.as_slice())
 }
+
+/// Copies the tree at `from` to `to` (created), files and folders alike.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

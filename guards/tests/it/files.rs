@@ -4,7 +4,7 @@
 //! so it parses each file any of them selects) and none that rustc never reads.
 
 use std::collections::BTreeSet;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,11 +37,12 @@ pub fn rustc_files(fixture_name: &str, cfgs: &[&str]) -> BTreeSet<String> {
     );
     let text = std::fs::read_to_string(&dep_info.0).unwrap();
     // The first rule: the dep-info file itself, depending on every source read.
-    let (_, deps) = make_rules(&text).into_iter().next().unwrap_or_else(|| panic!("empty dep-info:\n{text}"));
+    let (_, deps) =
+        guards::dep_info_rules(&text).into_iter().next().unwrap_or_else(|| panic!("empty dep-info:\n{text}"));
     deps.into_iter()
         .filter(|d| d.ends_with(".rs"))
         .map(|d| {
-            let path = normalise(&root.join(&d));
+            let path = guards::normalise_path(&root.join(&d));
             let rel = path.strip_prefix(&root).unwrap_or_else(|_| panic!("{d} is outside the fixture"));
             rel.to_string_lossy().replace('\\', "/")
         })
@@ -55,50 +56,6 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-/// The rules of a Makefile-syntax dep-info: `target: dep dep ...`, a space in a path escaped
-/// as `\ `, a line ending in `\` continued on the next; comments (`# env-dep:...`) skipped.
-fn make_rules(text: &str) -> Vec<(String, Vec<String>)> {
-    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
-    let mut rules = Vec::new();
-    for line in joined.lines() {
-        if line.trim().is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut words = Vec::new();
-        let mut word = String::new();
-        let mut chars = line.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' if chars.peek() == Some(&' ') => word.push(chars.next().unwrap()),
-                ' ' | '\t' => words.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
-                _ => word.push(c),
-            }
-        }
-        words.extend((!word.is_empty()).then_some(word));
-        // The target ends at the first word ending in `:`.
-        let Some(colon) = words.iter().position(|w| w.ends_with(':')) else { continue };
-        let mut target = words[..=colon].join(" ");
-        target.pop();
-        rules.push((target, words.split_off(colon + 1)));
-    }
-    rules
-}
-
-/// `path` with `.` and `..` resolved by name.
-fn normalise(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// No cfg, each cfg alone, and all of them.
