@@ -21,6 +21,9 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use tracing::Instrument;
 
+mod call;
+mod proxied;
+
 use super::cursor::{self, CursorKey};
 use super::registry::ToolSet;
 use super::rounds;
@@ -37,6 +40,7 @@ use crate::upstream::runtime::{
 };
 use crate::upstream::selected::{self, Selection};
 use crate::upstream::surface;
+use call::{call_audit, client_of};
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
@@ -134,7 +138,7 @@ impl GatewayServer {
                 tenant: ctx.tenant_id(),
                 user: ctx.user_id(),
                 session: ctx.session_id().map(str::to_owned),
-                request_id: Some(super::jsonrpc::id_text(ctx.request_id())),
+                request_id: Some(crate::jsonrpc::id_text(ctx.request_id())),
                 client: client_of(context, ctx.session_id()),
                 timeout: self.shared.call_timeout,
             })),
@@ -232,191 +236,6 @@ impl GatewayServer {
             }
         }
     }
-}
-
-impl GatewayServer {
-    /// A `server__tool` call. `Err(None)`: not a tool this caller has (answered exactly as an
-    /// unknown tool); `Err(Some(_))`: the proxied call failed.
-    async fn call_upstream(
-        &self,
-        ctx: &McpCallContext,
-        request: CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, Option<ProxyError>> {
-        let upstreams = &self.shared.upstreams;
-        let (connection, _held, tool);
-        if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selected::is_selected_server(s)) {
-            // A selected root's server: the session's own (the allowance is the grant).
-            let selection = self.selection_for(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            let runtime = selection.as_ref().ok_or(None)?.runtime();
-            connection = Arc::clone(runtime.connection(server).ok_or(None)?);
-            _held = selection;
-            tool = name.to_owned();
-        } else {
-            let snapshot = self.snapshot(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(None)?;
-            connection = Arc::clone(snapshot.connection(server).ok_or(None)?);
-            if !snapshot.allowed(server, name, ctx.roles()) {
-                // The tool listed for a server that needs a login (any grant on the server lists
-                // it); it never reaches the upstream.
-                if name == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
-                    return Err(upstreams.upstream_with(&connection, name, ctx).await.err());
-                }
-                return Err(None);
-            }
-            _held = None;
-            tool = name.to_owned();
-        }
-        let tool = tool.as_str();
-        let connection = &connection;
-        let upstream = match upstreams.upstream_with(connection, tool, ctx).await {
-            // A client that takes URL-mode elicitation is asked to log in there and then, and
-            // the call goes on once it says the login is done.
-            Err(ProxyError::LoginNeeded { server, link: Some(link) }) => {
-                if !login_by_elicitation(&context.peer, &server, &link).await {
-                    return Err(Some(ProxyError::LoginNeeded { server, link: Some(link) }));
-                }
-                let upstream = upstreams.upstream_with(connection, tool, ctx).await.map_err(Some)?;
-                if upstream.is_none() && tool == LOGIN_TOOL {
-                    let text = format!("Logged in to `{server}`: its tools are listed from now on.");
-                    return Ok(CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)])));
-                }
-                upstream
-            }
-            other => other.map_err(Some)?,
-        }
-        .ok_or(None)?;
-        let binding =
-            by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
-        let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
-        let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
-        let (tool, arguments) = (tool.to_owned(), request.arguments);
-        let modern = connection.speaks_modern();
-        let start = move |exchange: Exchange| async move {
-            let Exchange { downstream, timeout, cancelled, passed } = exchange;
-            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
-            upstreams.call(&connection, upstream, &call_ctx, call).await.map_err(Some)
-        };
-        match self.proxied(ctx, context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
-            rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
-            rounds::Next::Done(done) => match *done {
-                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
-                _ => Err(Some(other_kind())),
-            },
-        }
-    }
-
-    /// What binds a multi round-trip's `requestState`: the caller, the request's item and
-    /// the digest of its arguments.
-    fn binding(
-        &self,
-        ctx: &McpCallContext,
-        item: String,
-        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) -> rounds::Binding {
-        rounds::Binding {
-            tenant: ctx.tenant_id().to_string(),
-            user: ctx.user_id().to_string(),
-            tool: item,
-            arguments: digest::arguments_digest(arguments),
-        }
-    }
-
-    /// Runs a proxied request: `start` with this request's exchange; or, for a 2026-07-28
-    /// caller (`binding` is what binds its `requestState`) of a 2026-07-28 upstream
-    /// (`modern_upstream`), with the multi round-trip passed through (see `rounds`); or, for a
-    /// 2026-07-28 caller of an older upstream, in a task of its own (it outlives this request
-    /// when the upstream asks the caller something; it ends when its exchange is dropped), or,
-    /// with a `requestState`, resumes the exchange it names. Returns what happens next.
-    /// `Err(None)`: nothing of that name for this caller.
-    #[allow(clippy::too_many_arguments)]
-    async fn proxied<F>(
-        &self,
-        ctx: &McpCallContext,
-        context: &RequestContext<RoleServer>,
-        binding: Option<rounds::Binding>,
-        modern_upstream: bool,
-        state: Option<&str>,
-        responses: Option<&rmcp::model::InputResponses>,
-        start: impl FnOnce(Exchange) -> F,
-    ) -> Result<rounds::Next, Option<ProxyError>>
-    where
-        F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
-    {
-        if let Some(binding) = binding.as_ref().filter(|_| modern_upstream) {
-            let key = &self.shared.cursors;
-            let upstream_state =
-                state.map(|s| rounds::open_passed(key, binding, s)).transpose().map_err(Some)?.flatten();
-            let mut exchange = self.exchange(ctx, context);
-            exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state });
-            return match start(exchange).await? {
-                ServerResult::InputRequiredResult(mut input) => {
-                    let upstream = input.request_state.take();
-                    let sealed = rounds::seal_passed(key, binding, upstream, self.shared.call_timeout);
-                    input.request_state = Some(sealed);
-                    Ok(rounds::Next::Input(input))
-                }
-                mut done => {
-                    completed(&mut done);
-                    Ok(rounds::Next::Done(Box::new(done)))
-                }
-            };
-        }
-        let Some(binding) = binding else {
-            return start(self.exchange(ctx, context)).await.map(|mut done| {
-                completed(&mut done);
-                rounds::Next::Done(Box::new(done))
-            });
-        };
-        let key = &self.shared.rounds_key;
-        let running = match state {
-            Some(state) => self.shared.rounds.resume(key, &binding, state, responses).map_err(Some)?,
-            None => {
-                let (sender, receiver) = tokio::sync::mpsc::channel(2);
-                let cancel = tokio_util::sync::CancellationToken::new();
-                let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
-                let exchange =
-                    Exchange { downstream, timeout: self.shared.call_timeout, cancelled: cancel.clone(), passed: None };
-                let work = start(exchange);
-                tokio::spawn(
-                    async move {
-                        let result = work.await.map_err(|e| e.unwrap_or(ProxyError::NotFound));
-                        let _ = sender.send(Round::Done(result)).await;
-                    }
-                    .in_current_span(),
-                );
-                rounds::Running { rounds: receiver, call: cancel.drop_guard() }
-            }
-        };
-        match self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await {
-            Ok(rounds::Next::Done(mut done)) => {
-                completed(&mut done);
-                Ok(rounds::Next::Done(done))
-            }
-            Ok(next) => Ok(next),
-            Err(ProxyError::NotFound) => Err(None),
-            Err(e) => Err(Some(e)),
-        }
-    }
-}
-
-/// Marks an upstream's final result `resultType: "complete"` where it left it out: a
-/// 2026-07-28 caller must find it on every result (rmcp takes it off again for a caller on an
-/// older revision); and a cacheable one `cacheScope: "private"`.
-fn completed(result: &mut ServerResult) {
-    // What the gateway answers depends on who asks (grants, tenant): a shared cache must never
-    // keep it, whatever the upstream said of its own answer.
-    if let ServerResult::ReadResourceResult(r) = result {
-        r.cache_scope = Some(rmcp::model::CacheScope::Private);
-    }
-    let result_type = match result {
-        ServerResult::CallToolResult(r) => &mut r.result_type,
-        ServerResult::GetPromptResult(r) => &mut r.result_type,
-        ServerResult::ReadResourceResult(r) => &mut r.result_type,
-        ServerResult::CompleteResult(r) => &mut r.result_type,
-        _ => return,
-    };
-    result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
 }
 
 /// How long a user has to complete a login the gateway asked for by elicitation (a start link
@@ -557,87 +376,6 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for McpCallContext {
         })?;
         let ctx = context_for(&context.request_context, &env.sessions).map_err(|e| refused(&e))?;
         Ok(ctx.with_data(env.db.clone(), env.audit.clone(), Some(Arc::clone(&env.call))))
-    }
-}
-
-/// The audit class of a finished call.
-/// The audit record of one call by the caller of `ctx`: its tenant, user, session and request
-/// id, the client, the item called and the digest (and, when recorded, the canonical text) of
-/// its arguments.
-fn call_audit(
-    ctx: &McpCallContext,
-    client: Option<(String, String)>,
-    item: String,
-    args_digest: String,
-    args_raw: Option<String>,
-) -> CallAudit {
-    CallAudit::new(
-        ctx.tenant_id(),
-        ctx.user_id(),
-        ctx.session_id().map(str::to_owned),
-        Some(super::jsonrpc::id_text(ctx.request_id())),
-        client,
-        item,
-        args_digest,
-        args_raw,
-    )
-}
-
-/// How a `tools/call` ended, decided where it ended: the answer, its audit outcome and class
-/// come from this, never from reading an error message back.
-enum Verdict {
-    /// No tool of that name for this caller: answered as one that does not exist. `listed`:
-    /// a native tool the caller's roles do not list (the metrics name it).
-    Unknown { listed: bool },
-    /// The native handler or the upstream answered (a result, a tool error or an error).
-    Answered(Result<CallToolResponse, ErrorData>),
-    /// The native handler ran past `mcp.call_timeout_secs`.
-    TimedOut,
-    /// A proxied call failed on the way to or from its upstream.
-    ProxyFailed(ProxyError),
-}
-
-impl Verdict {
-    /// Whether the tool exists for the metrics (a proxied tool that answered or failed, or a
-    /// native one).
-    fn known(&self) -> bool {
-        !matches!(self, Verdict::Unknown { listed: false })
-    }
-
-    /// The answer, and what the audit records of it.
-    fn settle(self) -> (Result<CallToolResponse, ErrorData>, Outcome, Option<String>) {
-        match self {
-            Verdict::Unknown { listed } => {
-                metrics::denial(if listed { "tool_not_allowed" } else { "unknown_tool" });
-                (Err(unknown_tool()), Outcome::Denied, Some("unknown_tool".to_owned()))
-            }
-            Verdict::Answered(result) => {
-                let (outcome, class) = classify(&result);
-                (result, outcome, class)
-            }
-            Verdict::TimedOut => (
-                Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None)),
-                Outcome::Failed,
-                Some("timeout".to_owned()),
-            ),
-            Verdict::ProxyFailed(e) => {
-                let class = e.class().to_owned();
-                (Err(e.into_error_data()), Outcome::Failed, Some(class))
-            }
-        }
-    }
-}
-
-fn classify(result: &Result<CallToolResponse, ErrorData>) -> (Outcome, Option<String>) {
-    match result {
-        Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
-            // A tool error carries its class in `_meta`, never in structured content (which
-            // must match the tool's output schema).
-            (Outcome::Failed, Some(crate::tools::error_class(r.meta.as_ref())))
-        }
-        Ok(_) => (Outcome::Ok, None),
-        Err(e) if e.code == ErrorCode::INVALID_PARAMS => (Outcome::Failed, Some("invalid_params".to_owned())),
-        Err(_) => (Outcome::Failed, Some("internal".to_owned())),
     }
 }
 
@@ -1002,139 +740,4 @@ impl ServerHandler for GatewayServer {
         let span = trace::tool_span(parts.and_then(|p| trace::parent_in(&p.extensions)));
         self.serve_call(request, context).instrument(span).await
     }
-}
-
-impl GatewayServer {
-    /// A `tools/call`, native or proxied: the caller's context (fail closed), the decision,
-    /// the call, and its audit event before the answer.
-    async fn serve_call(
-        &self,
-        request: CallToolRequestParams,
-        mut context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let shared = &self.shared;
-        let ctx = context_for(&context, &shared.sessions).map_err(|e| refused(&e))?;
-        let tool = request.name.to_string();
-        let client = client_of(&context, ctx.session_id());
-        // The arguments are read where they lie (never cloned): recorded raw, their canonical
-        // form is built once and hashed; otherwise it streams into the hasher, unbuffered.
-        let args_raw = if shared.record_raw_arguments {
-            request.arguments.as_ref().map(digest::canonical_arguments)
-        } else {
-            None
-        };
-        let args_digest = match &args_raw {
-            Some(raw) => digest::sha256_hex(raw.as_bytes()),
-            None => digest::arguments_digest(request.arguments.as_ref()),
-        };
-        let call = Arc::new(call_audit(&ctx, client, tool.clone(), args_digest, args_raw));
-        let tenant_label = if shared.label_tenant { ctx.tenant_slug().to_owned() } else { String::new() };
-
-        let native = shared.tools.has(&tool);
-        let verdict = if !native {
-            match self.call_upstream(&ctx, request, &context).await {
-                Ok(result) => Verdict::Answered(Ok(result)),
-                Err(Some(e)) => Verdict::ProxyFailed(e),
-                Err(None) => Verdict::Unknown { listed: false },
-            }
-        } else if !tool_allowed(&shared.tools, &tool, ctx.roles()) {
-            // Not listed for this caller: answered exactly as a tool that does not exist.
-            Verdict::Unknown { listed: true }
-        } else if let Some(Err(invalid)) = shared
-            .tools
-            .spec(&tool)
-            .map(|spec| (spec.validate)(request.arguments.as_ref().unwrap_or(&Default::default())))
-        {
-            Verdict::Answered(invalid.into_call_tool_result())
-        } else {
-            context.extensions.insert(Arc::new(CallEnv {
-                db: shared.db.clone(),
-                audit: shared.audit.clone(),
-                sessions: Arc::clone(&shared.sessions),
-                call: Arc::clone(&call),
-            }));
-            match tokio::time::timeout(shared.call_timeout, shared.tools.call(request, context)).await {
-                Ok(result) => Verdict::Answered(result),
-                Err(_) => {
-                    tracing::warn!(%tool, "tool call timed out");
-                    Verdict::TimedOut
-                }
-            }
-        };
-        let known = verdict.known();
-        let (result, outcome, class) = verdict.settle();
-        metrics::tool_call(
-            if known { &tool } else { "(unknown)" },
-            outcome.as_str(),
-            &tenant_label,
-            call.started.elapsed(),
-        );
-
-        trace::record_tool(known.then_some(tool.as_str()), !shared.tools.has(&tool));
-        // Fail closed: without its audit event the call's answer is withheld.
-        if !call.is_recorded() {
-            shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), &tool).await?;
-        }
-        result
-    }
-}
-
-impl GatewayServer {
-    /// Audits a proxied request that is not a tool call (`prompts/get`, `resources/read`,
-    /// `completion/complete`) like one: the caller, `item`, the digest of its arguments and its
-    /// outcome. `Err(None)` (nothing of that name for this caller) is answered by `not_found`,
-    /// the same whether it does not exist or is not granted. Fails closed.
-    async fn audited<T>(
-        &self,
-        ctx: &McpCallContext,
-        context: &RequestContext<RoleServer>,
-        item: String,
-        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
-        result: Result<T, Option<ProxyError>>,
-        not_found: impl FnOnce() -> ErrorData,
-    ) -> Result<T, ErrorData> {
-        let call = call_audit(
-            ctx,
-            client_of(context, ctx.session_id()),
-            crate::audit::refusal::safe_text(&item),
-            digest::arguments_digest(arguments),
-            None,
-        );
-        let (event, answer) = match result {
-            Ok(value) => (call.event(Outcome::Ok, None), Ok(value)),
-            Err(None) => {
-                metrics::denial("unknown_item");
-                (call.event(Outcome::Denied, Some("not_found")), Err(not_found()))
-            }
-            Err(Some(e)) => (call.event(Outcome::Failed, Some(e.class())), Err(e.into_error_data())),
-        };
-        self.shared.audit.record_or_withhold(event, &item).await?;
-        answer
-    }
-
-    /// Audits a `tools/call` whose params were malformed (it never reached `call_tool`), as a
-    /// failed call of `tool`. Fails closed like every audited call.
-    async fn audit_malformed_call(&self, context: &RequestContext<RoleServer>, tool: &str) -> Result<(), ErrorData> {
-        let ctx = context_for(context, &self.shared.sessions).map_err(|e| refused(&e))?;
-        let call = call_audit(
-            &ctx,
-            client_of(context, ctx.session_id()),
-            tool.to_owned(),
-            digest::arguments_digest(None),
-            None,
-        );
-        Ok(self.shared.audit.record_or_withhold(call.event(Outcome::Failed, Some("invalid_params")), tool).await?)
-    }
-}
-
-/// The client's name and version for the audit. In a session: from its `initialize`. Outside
-/// one: only what the request itself carries in `_meta` (2026-07-28 clients may send
-/// `io.modelcontextprotocol/clientInfo` with every request). A stateless request had no
-/// `initialize`, and rmcp then fills the peer info with its own crate's name and version, which
-/// must not be recorded as the client's.
-fn client_of(context: &RequestContext<RoleServer>, session: Option<&str>) -> Option<(String, String)> {
-    let from_session = session
-        .and_then(|_| context.peer.peer_info())
-        .map(|p| (p.client_info.name.clone(), p.client_info.version.clone()));
-    from_session.or_else(|| context.meta.client_info().map(|c| (c.name, c.version)))
 }

@@ -1,0 +1,190 @@
+//! The proxied side of the dispatcher: a `server__tool` call, prompt, resource or completion
+//! routed to the connection that serves it for this caller, and the marks every relayed
+//! result gets.
+
+use super::*;
+
+impl GatewayServer {
+    /// A `server__tool` call. `Err(None)`: not a tool this caller has (answered exactly as an
+    /// unknown tool); `Err(Some(_))`: the proxied call failed.
+    pub(super) async fn call_upstream(
+        &self,
+        ctx: &McpCallContext,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, Option<ProxyError>> {
+        let upstreams = &self.shared.upstreams;
+        let (connection, _held, tool);
+        if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selected::is_selected_server(s)) {
+            // A selected root's server: the session's own (the allowance is the grant).
+            let selection = self.selection_for(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let runtime = selection.as_ref().ok_or(None)?.runtime();
+            connection = Arc::clone(runtime.connection(server).ok_or(None)?);
+            _held = selection;
+            tool = name.to_owned();
+        } else {
+            let snapshot = self.snapshot(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(None)?;
+            connection = Arc::clone(snapshot.connection(server).ok_or(None)?);
+            if !snapshot.allowed(server, name, ctx.roles()) {
+                // The tool listed for a server that needs a login (any grant on the server lists
+                // it); it never reaches the upstream.
+                if name == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
+                    return Err(upstreams.upstream_with(&connection, name, ctx).await.err());
+                }
+                return Err(None);
+            }
+            _held = None;
+            tool = name.to_owned();
+        }
+        let tool = tool.as_str();
+        let connection = &connection;
+        let upstream = match upstreams.upstream_with(connection, tool, ctx).await {
+            // A client that takes URL-mode elicitation is asked to log in there and then, and
+            // the call goes on once it says the login is done.
+            Err(ProxyError::LoginNeeded { server, link: Some(link) }) => {
+                if !login_by_elicitation(&context.peer, &server, &link).await {
+                    return Err(Some(ProxyError::LoginNeeded { server, link: Some(link) }));
+                }
+                let upstream = upstreams.upstream_with(connection, tool, ctx).await.map_err(Some)?;
+                if upstream.is_none() && tool == LOGIN_TOOL {
+                    let text = format!("Logged in to `{server}`: its tools are listed from now on.");
+                    return Ok(CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)])));
+                }
+                upstream
+            }
+            other => other.map_err(Some)?,
+        }
+        .ok_or(None)?;
+        let binding =
+            by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
+        let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
+        let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
+        let (tool, arguments) = (tool.to_owned(), request.arguments);
+        let modern = connection.speaks_modern();
+        let start = move |exchange: Exchange| async move {
+            let Exchange { downstream, timeout, cancelled, passed } = exchange;
+            let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
+            upstreams.call(&connection, upstream, &call_ctx, call).await.map_err(Some)
+        };
+        match self.proxied(ctx, context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
+            rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
+            rounds::Next::Done(done) => match *done {
+                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                _ => Err(Some(other_kind())),
+            },
+        }
+    }
+
+    /// What binds a multi round-trip's `requestState`: the caller, the request's item and
+    /// the digest of its arguments.
+    pub(super) fn binding(
+        &self,
+        ctx: &McpCallContext,
+        item: String,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> rounds::Binding {
+        rounds::Binding {
+            tenant: ctx.tenant_id().to_string(),
+            user: ctx.user_id().to_string(),
+            tool: item,
+            arguments: digest::arguments_digest(arguments),
+        }
+    }
+
+    /// Runs a proxied request: `start` with this request's exchange; or, for a 2026-07-28
+    /// caller (`binding` is what binds its `requestState`) of a 2026-07-28 upstream
+    /// (`modern_upstream`), with the multi round-trip passed through (see `rounds`); or, for a
+    /// 2026-07-28 caller of an older upstream, in a task of its own (it outlives this request
+    /// when the upstream asks the caller something; it ends when its exchange is dropped), or,
+    /// with a `requestState`, resumes the exchange it names. Returns what happens next.
+    /// `Err(None)`: nothing of that name for this caller.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn proxied<F>(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+        binding: Option<rounds::Binding>,
+        modern_upstream: bool,
+        state: Option<&str>,
+        responses: Option<&rmcp::model::InputResponses>,
+        start: impl FnOnce(Exchange) -> F,
+    ) -> Result<rounds::Next, Option<ProxyError>>
+    where
+        F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
+    {
+        if let Some(binding) = binding.as_ref().filter(|_| modern_upstream) {
+            let key = &self.shared.cursors;
+            let upstream_state =
+                state.map(|s| rounds::open_passed(key, binding, s)).transpose().map_err(Some)?.flatten();
+            let mut exchange = self.exchange(ctx, context);
+            exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state });
+            return match start(exchange).await? {
+                ServerResult::InputRequiredResult(mut input) => {
+                    let upstream = input.request_state.take();
+                    let sealed = rounds::seal_passed(key, binding, upstream, self.shared.call_timeout);
+                    input.request_state = Some(sealed);
+                    Ok(rounds::Next::Input(input))
+                }
+                mut done => {
+                    completed(&mut done);
+                    Ok(rounds::Next::Done(Box::new(done)))
+                }
+            };
+        }
+        let Some(binding) = binding else {
+            return start(self.exchange(ctx, context)).await.map(|mut done| {
+                completed(&mut done);
+                rounds::Next::Done(Box::new(done))
+            });
+        };
+        let key = &self.shared.rounds_key;
+        let running = match state {
+            Some(state) => self.shared.rounds.resume(key, &binding, state, responses).map_err(Some)?,
+            None => {
+                let (sender, receiver) = tokio::sync::mpsc::channel(2);
+                let cancel = tokio_util::sync::CancellationToken::new();
+                let downstream = Downstream { rounds: Some(sender.clone()), ..self.downstream(ctx, context) };
+                let exchange =
+                    Exchange { downstream, timeout: self.shared.call_timeout, cancelled: cancel.clone(), passed: None };
+                let work = start(exchange);
+                tokio::spawn(
+                    async move {
+                        let result = work.await.map_err(|e| e.unwrap_or(ProxyError::NotFound));
+                        let _ = sender.send(Round::Done(result)).await;
+                    }
+                    .in_current_span(),
+                );
+                rounds::Running { rounds: receiver, call: cancel.drop_guard() }
+            }
+        };
+        match self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await {
+            Ok(rounds::Next::Done(mut done)) => {
+                completed(&mut done);
+                Ok(rounds::Next::Done(done))
+            }
+            Ok(next) => Ok(next),
+            Err(ProxyError::NotFound) => Err(None),
+            Err(e) => Err(Some(e)),
+        }
+    }
+}
+
+/// Marks an upstream's final result `resultType: "complete"` where it left it out: a
+/// 2026-07-28 caller must find it on every result (rmcp takes it off again for a caller on an
+/// older revision); and a cacheable one `cacheScope: "private"`.
+pub(super) fn completed(result: &mut ServerResult) {
+    // What the gateway answers depends on who asks (grants, tenant): a shared cache must never
+    // keep it, whatever the upstream said of its own answer.
+    if let ServerResult::ReadResourceResult(r) = result {
+        r.cache_scope = Some(rmcp::model::CacheScope::Private);
+    }
+    let result_type = match result {
+        ServerResult::CallToolResult(r) => &mut r.result_type,
+        ServerResult::GetPromptResult(r) => &mut r.result_type,
+        ServerResult::ReadResourceResult(r) => &mut r.result_type,
+        ServerResult::CompleteResult(r) => &mut r.result_type,
+        _ => return,
+    };
+    result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+}
