@@ -341,19 +341,7 @@ impl Crate {
         file: &Path,
         from: Option<(&str, usize)>,
     ) -> Result<(String, syn::File), GuardError> {
-        let rel = relative(root, file);
-        let text = std::fs::read_to_string(file).map_err(|e| GuardError::Io {
-            path: rel.clone(),
-            message: match from {
-                Some((f, l)) => format!("{e} (named at {f}:{l})"),
-                None => e.to_string(),
-            },
-        })?;
-        let mut parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
-            path: rel.clone(),
-            line: e.span().start().line,
-            message: e.to_string(),
-        })?;
+        let (rel, mut parsed) = parse_file_at(root, file, from.map(|(f, l)| format!("named at {f}:{l}")))?;
         if !self.files.contains(&rel) {
             self.files.push(rel.clone());
         }
@@ -1074,6 +1062,25 @@ fn tokens_path(p: &syn::Path) -> String {
     p.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>().join("::")
 }
 
+/// Reads and parses the source file `file`: its path relative to `root` and its syntax.
+/// `why`: what named the file, added to the error when it cannot be read.
+fn parse_file_at(root: &Path, file: &Path, why: Option<String>) -> Result<(String, syn::File), GuardError> {
+    let rel = relative(root, file);
+    let text = std::fs::read_to_string(file).map_err(|e| GuardError::Io {
+        path: rel.clone(),
+        message: match &why {
+            Some(why) => format!("{e} ({why})"),
+            None => e.to_string(),
+        },
+    })?;
+    let parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
+        path: rel.clone(),
+        line: e.span().start().line,
+        message: e.to_string(),
+    })?;
+    Ok((rel, parsed))
+}
+
 /// The attribute [`BlockModules`] puts on a module it read from a file (never in sources).
 pub(crate) const FILE_MARK: &str = "scopegate_guard_file";
 
@@ -1106,16 +1113,8 @@ impl BlockModules<'_> {
         }
         let mut items = Vec::new();
         for f in files {
-            let rel = relative(self.root, &f);
-            let text = std::fs::read_to_string(&f).map_err(|e| GuardError::Io {
-                path: rel.clone(),
-                message: format!("{e} (module `{name}` declared in a fn body)"),
-            })?;
-            let mut parsed = syn::parse_file(&text).map_err(|e| GuardError::Parse {
-                path: rel.clone(),
-                line: e.span().start().line,
-                message: e.to_string(),
-            })?;
+            let (rel, mut parsed) =
+                parse_file_at(self.root, &f, Some(format!("module `{name}` declared in a fn body")))?;
             self.read.push(rel);
             // Its own file modules are taken from beside it.
             self.dirs.push(f.parent().map(Path::to_path_buf).unwrap_or_default());

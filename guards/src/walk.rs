@@ -56,6 +56,9 @@ struct Walk<'a> {
     boundaries_hit: HashSet<String>,
     /// Allowed unresolved items met: item -> where, with the path to it.
     allowed: Vec<(String, Hop)>,
+    /// The crate traits in scope in a module with no block `use`s (see
+    /// [`Crate::traits_in_scope`]), worked out once per module.
+    traits_in_scope: HashMap<ModId, Rc<HashSet<DefId>>>,
 }
 
 pub(crate) fn walk_crate(krate: &Crate, rules: &Rules, tool_modules: &[String]) -> Walked {
@@ -499,6 +502,7 @@ impl<'a> Walk<'a> {
             held: Vec::new(),
             boundaries_hit: HashSet::new(),
             allowed: Vec::new(),
+            traits_in_scope: HashMap::new(),
         }
     }
 
@@ -1419,11 +1423,7 @@ impl<'a> Walk<'a> {
     fn scan_body(&mut self, sig: &syn::Signature, block: &syn::Block, sc: &Scope) -> Vec<TreeNode> {
         let mut c = Collector::default();
         c.scopes.push(HashSet::new());
-        for input in &sig.inputs {
-            if let syn::FnArg::Typed(pt) = input {
-                c.bind_pat(&pt.pat);
-            }
-        }
+        c.bind_params(sig);
         c.visit_block(block);
         self.scan_events(c, sc)
     }
@@ -1684,7 +1684,15 @@ impl<'a> Walk<'a> {
     fn method_reach(&mut self, name: &str, line: usize, sc: &Scope) -> Vec<TreeNode> {
         let krate = self.krate;
         let site = Site { file: sc.file.clone(), line };
-        let in_scope = krate.traits_in_scope(sc.module, &sc.uses);
+        let in_scope = if sc.uses.is_empty() {
+            Rc::clone(
+                self.traits_in_scope
+                    .entry(sc.module)
+                    .or_insert_with(|| Rc::new(krate.traits_in_scope(sc.module, &sc.uses))),
+            )
+        } else {
+            Rc::new(krate.traits_in_scope(sc.module, &sc.uses))
+        };
         let mut out = Vec::new();
         for d in 0..krate.defs.len() {
             let DefKind::Trait(t) = &krate.defs[d].kind else { continue };
@@ -1873,6 +1881,15 @@ impl Collector {
         }
     }
 
+    /// Binds a fn's parameters in the innermost scope.
+    fn bind_params(&mut self, sig: &syn::Signature) {
+        for input in &sig.inputs {
+            if let syn::FnArg::Typed(pt) = input {
+                self.bind_pat(&pt.pat);
+            }
+        }
+    }
+
     fn scoped(&mut self, f: impl FnOnce(&mut Self)) {
         self.scopes.push(HashSet::new());
         f(self);
@@ -1930,32 +1947,20 @@ impl<'ast> Visit<'ast> for Collector {
     }
 
     fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
-        for input in &f.sig.inputs {
-            if let syn::FnArg::Typed(pt) = input {
-                self.bind_pat(&pt.pat);
-            }
-        }
+        self.bind_params(&f.sig);
         syn::visit::visit_item_fn(self, f);
     }
 
     fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
         self.item_scope(Some(&f.sig.generics), |c| {
-            for input in &f.sig.inputs {
-                if let syn::FnArg::Typed(pt) = input {
-                    c.bind_pat(&pt.pat);
-                }
-            }
+            c.bind_params(&f.sig);
             syn::visit::visit_impl_item_fn(c, f);
         });
     }
 
     fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
         self.item_scope(Some(&f.sig.generics), |c| {
-            for input in &f.sig.inputs {
-                if let syn::FnArg::Typed(pt) = input {
-                    c.bind_pat(&pt.pat);
-                }
-            }
+            c.bind_params(&f.sig);
             syn::visit::visit_trait_item_fn(c, f);
         });
     }
