@@ -29,7 +29,7 @@ pub enum StartError {
     #[error("identity assertions: {0}")]
     Assertions(#[from] AssertionError),
     #[error("upstream servers: {0}")]
-    Upstreams(#[from] crate::upstream::executor::UpstreamError),
+    Upstreams(#[from] crate::executor::UpstreamError),
     #[error("audit checkpoints: {0}")]
     Checkpoints(#[from] crate::audit::checkpoint::CheckpointError),
     #[error("upstream OAuth credentials: {0}")]
@@ -44,7 +44,7 @@ pub struct Gateway {
     router: Router,
     state: AppState,
     local_addr: SocketAddr,
-    agents: Arc<crate::upstream::remote::Agents>,
+    agents: Arc<crate::executor::remote::Agents>,
 }
 
 impl Gateway {
@@ -126,12 +126,10 @@ impl Gateway {
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
-        let agents = crate::upstream::remote::Agents::new();
-        let oauth = state
-            .vault
-            .as_ref()
-            .map(|v| crate::upstream::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
-        let upstreams = crate::upstream::runtime::Upstreams::from_config(
+        let agents = crate::executor::remote::Agents::new();
+        let oauth =
+            state.vault.as_ref().map(|v| crate::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
+        let upstreams = crate::proxy::Upstreams::from_config(
             &state.config.upstream,
             state.db.clone(),
             Arc::clone(&state.assertions),
@@ -180,7 +178,7 @@ impl Gateway {
     }
 
     /// The executor agents connected to this gateway (to read files through them).
-    pub fn agents(&self) -> &Arc<crate::upstream::remote::Agents> {
+    pub fn agents(&self) -> &Arc<crate::executor::remote::Agents> {
         &self.agents
     }
 
@@ -229,7 +227,7 @@ impl Gateway {
 /// every `every` until `stop`; then ends every agent's tunnel (the agents reconnect).
 fn spawn_executor_recheck(
     db: Db,
-    agents: Arc<crate::upstream::remote::Agents>,
+    agents: Arc<crate::executor::remote::Agents>,
     every: Duration,
     stop: tokio_util::sync::CancellationToken,
 ) {

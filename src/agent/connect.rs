@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{AgentEnv, AgentError, AgentRoot, Backoff, Host};
 use crate::decl::PathUri;
 use crate::tunnel::{self, DialError, Settings, Side};
-use crate::upstream::exchange::ExchangeClients;
+use crate::wire::exchange::ExchangeClients;
 
 /// Everything the agent runs with (the command line, checked).
 #[derive(Debug, Clone)]

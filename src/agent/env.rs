@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::upstream::ExecutorEnv;
+use crate::decl::ExecutorEnv;
 
 /// A snapshot of the agent's environment taken at start (the agent never changes its own).
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,6 @@
 //! One HTTP exchange over the agent's own network for the gateway (an OAuth request for a
 //! server only this machine reaches): the request rebuilt from the Open, sent with the agent's
-//! clients (its `--ca-file` trust, no cookies; `upstream::exchange` has the rules), answered
+//! clients (its `--ca-file` trust, no cookies; `wire::exchange` has the rules), answered
 //! once the response head is in, then the head and the body streamed under `max_bytes`. It
 //! never sends the gateway more body than that, and its reasons name the URL without its query,
 //! never a header or the body.
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::file::CHUNK;
 use super::io::MessageSink;
 use crate::tunnel::{FetchHead, Refusal, header_from_wire, header_to_wire};
-use crate::upstream::exchange::{Exchange, ExchangeClients};
+use crate::wire::exchange::{Exchange, ExchangeClients};
 
 /// What an `Open::Fetch` asks for, as it came.
 pub struct FetchRequest {
@@ -98,7 +98,7 @@ pub fn http_request(asked: &FetchRequest) -> Result<http::Request<Vec<u8>>, Stri
         let value = header_from_wire(value).and_then(|b| http::HeaderValue::from_bytes(&b).ok()).ok_or_else(bad)?;
         request.headers_mut().append(name, value);
     }
-    crate::upstream::exchange::check(&request).map_err(|e| e.to_string())?;
+    crate::wire::exchange::check(&request).map_err(|e| e.to_string())?;
     Ok(request)
 }
 

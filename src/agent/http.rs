@@ -18,8 +18,8 @@ use super::Host;
 /// on the whole handshake sooner, at its connect timeout).
 const HANDSHAKE_SEND: std::time::Duration = std::time::Duration::from_secs(30);
 use super::io::{MessageSink, MessageSource};
-use crate::upstream::client::AssertingClient;
-use crate::upstream::oauth::UNAUTHORIZED_DATA_KEY;
+use crate::wire::UNAUTHORIZED_DATA_KEY;
+use crate::wire::client::AssertingClient;
 
 pub struct HttpServer {
     server: String,

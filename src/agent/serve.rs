@@ -10,9 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::io::{MessageSink, MessageSource};
 use super::{AgentClients, AgentEnv, AgentRoot};
+use crate::decl::ExecutorId;
+use crate::decl::PathUri;
+use crate::decl::declaration;
 use crate::tunnel::{Open, PendingOpen, Refusal};
-use crate::upstream::exchange::ExchangeClients;
-use crate::upstream::{ExecutorId, PathUri, declaration};
+use crate::wire::exchange::ExchangeClients;
 
 /// What every channel of the agent needs: who it is, its root, its environment.
 pub struct Host {

@@ -515,7 +515,7 @@ async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError>
             EntityCmd::Import { tenant, under, file } => {
                 let text = std::fs::read_to_string(&file)
                     .map_err(|e| StoreError::Invalid { field: "file", message: format!("{}: {e}", file.display()) })?;
-                let parsed = crate::upstream::parse_declarations(&text)
+                let parsed = crate::decl::parse_declarations(&text)
                     .map_err(|e| StoreError::Invalid { field: "file", message: e.to_string() })?;
                 for error in &parsed.errors {
                     eprintln!("skipped: {error}");

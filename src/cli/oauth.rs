@@ -11,11 +11,12 @@ use clap::{Args, Subcommand};
 
 use super::CliError;
 use crate::config::Config;
+use crate::decl::Transport;
+use crate::decl::declaration::TokenScope;
+use crate::decl::parse_declarations;
+use crate::oauth::{TokenOwner, UpstreamOAuth};
 use crate::store::vault::{self, TokenVault, VaultKey};
 use crate::store::{Db, TenantId, UserId, admin};
-use crate::upstream::declaration::TokenScope;
-use crate::upstream::oauth::{TokenOwner, UpstreamOAuth};
-use crate::upstream::{Transport, parse_declarations};
 
 #[derive(Debug, Subcommand)]
 pub enum OauthCmd {

@@ -1,6 +1,6 @@
 //! Canonical `file:` URIs: a root or a base is written exactly as [`PathUri`] prints it, and
 //! its convention (POSIX or Windows) comes from the URI itself. The rules are in
-//! `upstream::roots`, which decides who may select which root with them.
+//! `selection::roots`, which decides who may select which root with them.
 
 use super::{PathError, PathStyle, PathUri};
 

@@ -9,12 +9,13 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use http::{StatusCode, header};
 
+use crate::decl::PathStyle;
+use crate::decl::PathUri;
+use crate::executor::remote::Agents;
 use crate::store::Db;
 use crate::store::entities::{AgentAuthError, executor_secret_hash};
 use crate::telemetry::metrics;
 use crate::tunnel::{self, EXECUTOR_HEADER, ROOT_HEADER, Side};
-use crate::upstream::remote::Agents;
-use crate::upstream::{PathStyle, PathUri};
 
 /// What the connect route needs.
 #[derive(Clone)]

@@ -63,8 +63,8 @@ pub(crate) fn gateway_router<M>(
     state: &AppState,
     mcp: M,
     protected: Router,
-    agents: &Arc<crate::upstream::remote::Agents>,
-    upstreams: &Arc<crate::upstream::runtime::Upstreams>,
+    agents: &Arc<crate::executor::remote::Agents>,
+    upstreams: &Arc<crate::proxy::Upstreams>,
 ) -> Router
 where
     M: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
@@ -117,8 +117,8 @@ where
         .route(crate::tunnel::CONNECT_PATH, get(executors::connect).with_state(executors))
         .merge(
             Router::new()
-                .route(&format!("{}/{{secret}}", crate::upstream::oauth::START_PATH), get(oauth::start))
-                .route(crate::upstream::oauth::CALLBACK_PATH, get(oauth::callback))
+                .route(&format!("{}/{{secret}}", crate::oauth::START_PATH), get(oauth::start))
+                .route(crate::oauth::CALLBACK_PATH, get(oauth::callback))
                 .with_state(login),
         );
     if state.config.metrics.enabled {

@@ -10,8 +10,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::upstream::oauth::LoginError;
-use crate::upstream::runtime::Upstreams;
+use crate::oauth::LoginError;
+use crate::proxy::Upstreams;
 
 /// What the login routes need.
 #[derive(Clone)]

@@ -2,7 +2,7 @@
 //! service instead of through it. The gate has parsed the JSON-RPC envelope already; this
 //! reads the call's params once more (borrowed: the arguments stay the caller's bytes), makes
 //! the same decisions as the rmcp path (the fail-closed caller, the session's snapshot and its
-//! grants), sends the call on the lean leg (`upstream::runtime::lean`), audits it before
+//! grants), sends the call on the lean leg (`proxy::lean`), audits it before
 //! answering, and answers with the upstream's result as it came: as plain JSON when nothing
 //! comes before it, as an event stream (the notifications in order, then the answer) when
 //! something does.
@@ -44,11 +44,11 @@ use super::server::Shared;
 use crate::audit::{CallAudit, Outcome, digest};
 use crate::context::{CallSite, McpCallContext};
 use crate::identity::SESSION_HEADER;
+use crate::proxy::surface;
+use crate::proxy::{CallOrigin, Downstream, Exchange, LeanResult, LogLevel, ProxyError, RelayCaps, Sink};
+use crate::selection;
 use crate::telemetry::{metrics, trace};
-use crate::upstream::runtime::{
-    CallOrigin, Downstream, Exchange, LeanResult, LogLevel, ProxyError, RelayCaps, Sink, split_tool_name,
-};
-use crate::upstream::{selected, surface};
+use crate::vocab::names::split_tool_name;
 
 /// What the relay knows of a session from its handshake (its rmcp handler records it when the
 /// client says it is initialized).
@@ -145,7 +145,7 @@ struct Answer<'a> {
 struct Accepted {
     ctx: McpCallContext,
     session: Arc<LeanSession>,
-    target: crate::upstream::runtime::LeanTarget,
+    target: crate::proxy::LeanTarget,
     tool: String,
     upstream_tool: String,
     progress: Option<ProgressToken>,
@@ -267,7 +267,7 @@ impl Relay {
         if shared.tools.has(tool) {
             return None;
         }
-        if split_tool_name(tool).is_some_and(|(server, _)| selected::is_selected_server(server)) {
+        if split_tool_name(tool).is_some_and(|(server, _)| selection::is_selected_server(server)) {
             return None;
         }
         let session_id: rmcp::transport::streamable_http_server::SessionId = session.into();

@@ -89,7 +89,7 @@ impl ToolSet {
             let name = tool.name.to_string();
             // The name rule that makes collisions impossible: a native name never contains the
             // separator, and every upstream tool is `server__tool`.
-            if name.contains(crate::upstream::runtime::NAME_SEPARATOR) {
+            if name.contains(crate::vocab::names::NAME_SEPARATOR) {
                 return Err(RegistryError::ReservedName(name));
             }
             if self.has(&name) {

@@ -37,8 +37,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::DropGuard;
 
 use super::cursor::CursorKey;
+use crate::proxy::{ProxyError, Round};
 use crate::store::now_millis;
-use crate::upstream::runtime::{ProxyError, Round};
 
 /// The key of the one request an `input_required` answer carries.
 const INPUT_KEY: &str = "input";

@@ -31,15 +31,16 @@ use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::context::{CallSite, ContextError, McpCallContext};
 use crate::identity::{SESSION_HEADER, SessionRegistry};
 use crate::model::Role;
+use crate::proxy::surface;
+use crate::proxy::{
+    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink, Snapshot,
+    UpstreamCall, Upstreams, Watch,
+};
+use crate::relay::by_rounds;
+use crate::selection::{self, Selection};
 use crate::store::Db;
 use crate::telemetry::{metrics, trace};
-use crate::upstream::routing::by_rounds;
-use crate::upstream::runtime::{
-    CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink, Snapshot,
-    UpstreamCall, Upstreams, Watch, split_tool_name,
-};
-use crate::upstream::selected::{self, Selection};
-use crate::upstream::surface;
+use crate::vocab::names::split_tool_name;
 use call::{call_audit, client_of};
 
 /// What every session's handler shares: no caller in here.
@@ -202,11 +203,11 @@ impl GatewayServer {
             tracing::error!(error = %e, "checking selected roots failed");
             ErrorData::internal_error("internal error", None)
         };
-        let outcome = match selected::requested(meta) {
+        let outcome = match selection::requested(meta) {
             Ok(None) => return Ok(None),
             Ok(Some(requested)) => {
                 let upstreams = &self.shared.upstreams;
-                selected::authorize(upstreams.db(), ctx.tenant_id(), ctx.roles(), &requested)
+                selection::authorize(upstreams.db(), ctx.tenant_id(), ctx.roles(), &requested)
                     .await
                     .map_err(|e| internal(&e))?
             }
@@ -224,13 +225,13 @@ impl GatewayServer {
                 let call = call_audit(
                     ctx,
                     client_of(context, ctx.session_id()),
-                    selected::SELECTED_ROOTS_KEY.to_owned(),
+                    selection::SELECTED_ROOTS_KEY.to_owned(),
                     digest::arguments_digest(None),
                     None,
                 );
                 self.shared
                     .audit
-                    .record_or_withhold(call.event(Outcome::Denied, Some(class)), selected::SELECTED_ROOTS_KEY)
+                    .record_or_withhold(call.event(Outcome::Denied, Some(class)), selection::SELECTED_ROOTS_KEY)
                     .await?;
                 Err(refusal.into_error_data())
             }
@@ -240,7 +241,7 @@ impl GatewayServer {
 
 /// How long a user has to complete a login the gateway asked for by elicitation (a start link
 /// lives this long).
-const LOGIN_ELICITATION_TIMEOUT: std::time::Duration = crate::upstream::oauth::LOGIN_TTL;
+const LOGIN_ELICITATION_TIMEOUT: std::time::Duration = crate::oauth::LOGIN_TTL;
 
 /// Asks the client to open `link` (URL-mode elicitation) when it declared that it can; true
 /// when the user says they completed the login. False (and the caller answers with the link in
@@ -321,14 +322,14 @@ fn not_found_resource(uri: &str) -> ErrorData {
 
 /// Whether a prompt name belongs to a selected root's server (`rN.NAME__prompt`).
 fn selected_name(name: &str) -> bool {
-    split_tool_name(name).is_some_and(|(server, _)| selected::is_selected_server(server))
+    split_tool_name(name).is_some_and(|(server, _)| selection::is_selected_server(server))
 }
 
 /// Whether a URI belongs to a selected root's server (`scopegate://rN.NAME/...`).
 fn selected_uri(uri: &str) -> bool {
     uri.strip_prefix(surface::URI_SCHEME)
         .and_then(|rest| rest.split_once('/'))
-        .is_some_and(|(server, _)| selected::is_selected_server(server))
+        .is_some_and(|(server, _)| selection::is_selected_server(server))
 }
 
 /// A session's lists are watched: it is told when an upstream's list changes. A request
@@ -396,10 +397,10 @@ impl ServerHandler for GatewayServer {
             .enable_completions()
             .enable_logging()
             .build();
-        // The extension a client uses to bring its own plugin roots (see `upstream::selected`).
+        // The extension a client uses to bring its own plugin roots (see `selection`).
         let mut extension = serde_json::Map::new();
-        extension.insert("maxRoots".to_owned(), serde_json::json!(selected::MAX_ROOTS));
-        capabilities.experimental = Some([(selected::SELECTED_ROOTS_KEY.to_owned(), extension)].into());
+        extension.insert("maxRoots".to_owned(), serde_json::json!(selection::MAX_ROOTS));
+        capabilities.experimental = Some([(selection::SELECTED_ROOTS_KEY.to_owned(), extension)].into());
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("scopegate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -421,7 +422,7 @@ impl ServerHandler for GatewayServer {
         // rmcp hands the request's `_meta` over in the context (the params keep a copy only
         // when it was not moved there).
         let meta = if context.meta.0.is_empty() { request.meta.as_ref().map(|m| &m.0) } else { Some(&context.meta.0) };
-        if let Some(meta) = meta.filter(|m| m.contains_key(selected::SELECTED_ROOTS_KEY)) {
+        if let Some(meta) = meta.filter(|m| m.contains_key(selection::SELECTED_ROOTS_KEY)) {
             let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
             if let Some(selection) = self.select(&ctx, &context, meta, Some(context.peer.clone())).await?
                 && self.selection.set(selection).is_err()
@@ -526,8 +527,7 @@ impl ServerHandler for GatewayServer {
         let arguments = request.arguments.clone();
         let result = async {
             let selected = selected_name(&request.name);
-            let snapshot =
-                self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let snapshot = self.snapshot_of(&ctx, &context, selected).await.map_err(ProxyError::Upstream)?;
             let binding = by_rounds(&context).then(|| self.binding(&ctx, item.clone(), arguments.as_ref()));
             let server = surface::route_name(&*snapshot, &request.name).map(|(server, _)| server.to_owned());
             let modern = binding.is_some()
@@ -543,7 +543,7 @@ impl ServerHandler for GatewayServer {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
-                    _ => Err(Some(other_kind())),
+                    _ => Err(other_kind()),
                 },
             }
         }
@@ -562,8 +562,7 @@ impl ServerHandler for GatewayServer {
         arguments.insert("uri".to_owned(), serde_json::Value::String(uri.clone()));
         let result = async {
             let selected = selected_uri(&uri);
-            let snapshot =
-                self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let snapshot = self.snapshot_of(&ctx, &context, selected).await.map_err(ProxyError::Upstream)?;
             let binding = by_rounds(&context).then(|| self.binding(&ctx, format!("resources/read {uri}"), None));
             let server = surface::route_uri(&*snapshot, &uri).map(|(server, _)| server.to_owned());
             let modern = binding.is_some()
@@ -579,7 +578,7 @@ impl ServerHandler for GatewayServer {
                 rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
-                    _ => Err(Some(other_kind())),
+                    _ => Err(other_kind()),
                 },
             }
         }
@@ -609,8 +608,7 @@ impl ServerHandler for GatewayServer {
                 rmcp::model::Reference::Resource(r) => selected_uri(&r.uri),
                 _ => false,
             };
-            let snapshot =
-                self.snapshot_of(&ctx, &context, selected).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
+            let snapshot = self.snapshot_of(&ctx, &context, selected).await.map_err(ProxyError::Upstream)?;
             let mut result =
                 self.shared.upstreams.complete(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await?;
             result.result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
@@ -674,11 +672,11 @@ impl ServerHandler for GatewayServer {
         match self.shared.upstreams.subscribe(&snapshot, &request.uri, &ctx, watch).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(ErrorData::invalid_params("this resource does not support subscriptions", None)),
-            Err(None) => {
+            Err(ProxyError::NotFound) => {
                 metrics::denial("unknown_resource");
                 Err(not_found_resource(&request.uri))
             }
-            Err(Some(e)) => Err(e.into_error_data()),
+            Err(e) => Err(e.into_error_data()),
         }
     }
 
@@ -695,8 +693,8 @@ impl ServerHandler for GatewayServer {
         let snapshot = self.snapshot_of(&ctx, &context, selected_uri(&request.uri)).await?;
         match self.shared.upstreams.unsubscribe(&snapshot, &request.uri, session).await {
             Ok(()) => Ok(()),
-            Err(None) => Err(not_found_resource(&request.uri)),
-            Err(Some(e)) => Err(e.into_error_data()),
+            Err(ProxyError::NotFound) => Err(not_found_resource(&request.uri)),
+            Err(e) => Err(e.into_error_data()),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Root allowances: which role of a tenant may select plugin roots at or below which base on a
 //! remote executor the tenant owns. Stores and lists them; never decides a selection (that is
-//! [`crate::upstream::roots::check_root_selection`], over the rows read here).
+//! [`crate::selection::roots::check_root_selection`], over the rows read here).
 //!
 //! Each write is checked whole before it writes: an unknown tenant or executor, an executor
 //! the tenant does not own (`local` included: it is the gateway host, whose files a session
@@ -164,7 +164,7 @@ pub async fn delete_root_allowance(conn: &mut AnyConnection, tenant_slug: &str, 
 
 impl Db {
     /// Every root allowance of the tenant (all executors), in one query: the rows
-    /// [`crate::upstream::roots::check_root_selection`] decides over.
+    /// [`crate::selection::roots::check_root_selection`] decides over.
     pub async fn root_allowances(&self, tenant: TenantId) -> Result<Vec<RootAllowance>, StoreError> {
         let mut conn = self.pool().acquire().await?;
         allowances(&mut conn, tenant, None).await

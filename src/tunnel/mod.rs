@@ -88,7 +88,7 @@ impl Default for Settings {
 
 /// What the gateway asks an agent to open. Values of `args`, `env` and `headers` may hold
 /// `${NAME}` references, which the agent resolves on its own environment
-/// (`upstream::declaration::expand`); `cwd` and `uri` are `file:` URIs the agent checks
+/// (`decl::declaration::expand`); `cwd` and `uri` are `file:` URIs the agent checks
 /// against its own root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]

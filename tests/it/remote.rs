@@ -14,10 +14,10 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use scopegate::Gateway;
 use scopegate::config::Config;
+use scopegate::decl::{ExecutorId, PathStyle, PathUri};
+use scopegate::executor::remote::{Agents, ReadFileError};
 use scopegate::model::Role;
 use scopegate::store::{Db, entities};
-use scopegate::upstream::remote::{Agents, ReadFileError};
-use scopegate::upstream::{ExecutorId, PathStyle, PathUri};
 use serde_json::{Value, json};
 
 use crate::mcp::{call, ok};

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use axum::extract::Path;
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use scopegate::upstream::oauth_http::{ExecutorHttp, MAX_RESPONSE_BYTES};
-use scopegate::upstream::remote::FetchError;
+use scopegate::executor::oauth_http::{ExecutorHttp, MAX_RESPONSE_BYTES};
+use scopegate::wire::exchange::FetchError;
 use serde_json::{Value, json};
 
 use crate::remote::{Netns, Site};

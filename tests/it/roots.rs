@@ -5,9 +5,9 @@
 //! through the binary.
 
 use scopegate::model::Role;
+use scopegate::selection::roots::check_root_selection;
 use scopegate::store::roots::{self, RootAllowance};
 use scopegate::store::{Db, RootAllowanceId, StoreError, TenantId, entities};
-use scopegate::upstream::roots::check_root_selection;
 
 use crate::support::*;
 

@@ -115,8 +115,8 @@ impl GatewayServer {
         let verdict = if !native {
             match self.call_upstream(&ctx, request, &context).await {
                 Ok(result) => Verdict::Answered(Ok(result)),
-                Err(Some(e)) => Verdict::ProxyFailed(e),
-                Err(None) => Verdict::Unknown { listed: false },
+                Err(ProxyError::NotFound) => Verdict::Unknown { listed: false },
+                Err(e) => Verdict::ProxyFailed(e),
             }
         } else if !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
@@ -163,7 +163,7 @@ impl GatewayServer {
 impl GatewayServer {
     /// Audits a proxied request that is not a tool call (`prompts/get`, `resources/read`,
     /// `completion/complete`) like one: the caller, `item`, the digest of its arguments and its
-    /// outcome. `Err(None)` (nothing of that name for this caller) is answered by `not_found`,
+    /// outcome. `Err(ProxyError::NotFound)` (nothing of that name for this caller) is answered by `not_found`,
     /// the same whether it does not exist or is not granted. Fails closed.
     pub(super) async fn audited<T>(
         &self,
@@ -171,7 +171,7 @@ impl GatewayServer {
         context: &RequestContext<RoleServer>,
         item: String,
         arguments: Option<&serde_json::Map<String, serde_json::Value>>,
-        result: Result<T, Option<ProxyError>>,
+        result: Result<T, ProxyError>,
         not_found: impl FnOnce() -> ErrorData,
     ) -> Result<T, ErrorData> {
         let call = call_audit(
@@ -183,11 +183,11 @@ impl GatewayServer {
         );
         let (event, answer) = match result {
             Ok(value) => (call.event(Outcome::Ok, None), Ok(value)),
-            Err(None) => {
+            Err(ProxyError::NotFound) => {
                 metrics::denial("unknown_item");
                 (call.event(Outcome::Denied, Some("not_found")), Err(not_found()))
             }
-            Err(Some(e)) => (call.event(Outcome::Failed, Some(e.class())), Err(e.into_error_data())),
+            Err(e) => (call.event(Outcome::Failed, Some(e.class())), Err(e.into_error_data())),
         };
         self.shared.audit.record_or_withhold(event, &item).await?;
         answer

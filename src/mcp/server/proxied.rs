@@ -5,34 +5,38 @@
 use super::*;
 
 impl GatewayServer {
-    /// A `server__tool` call. `Err(None)`: not a tool this caller has (answered exactly as an
-    /// unknown tool); `Err(Some(_))`: the proxied call failed.
+    /// A `server__tool` call. `Err(ProxyError::NotFound)`: not a tool this caller has (answered exactly as an
+    /// unknown tool); any other error: the proxied call failed.
     pub(super) async fn call_upstream(
         &self,
         ctx: &McpCallContext,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, Option<ProxyError>> {
+    ) -> Result<CallToolResponse, ProxyError> {
         let upstreams = &self.shared.upstreams;
         let (connection, _held, tool);
-        if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selected::is_selected_server(s)) {
+        if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selection::is_selected_server(s)) {
             // A selected root's server: the session's own (the allowance is the grant).
-            let selection = self.selection_for(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            let runtime = selection.as_ref().ok_or(None)?.runtime();
-            connection = Arc::clone(runtime.connection(server).ok_or(None)?);
+            let selection = self.selection_for(ctx, context).await.map_err(ProxyError::Upstream)?;
+            let runtime = selection.as_ref().ok_or(ProxyError::NotFound)?.runtime();
+            connection = Arc::clone(runtime.connection(server).ok_or(ProxyError::NotFound)?);
             _held = selection;
             tool = name.to_owned();
         } else {
-            let snapshot = self.snapshot(ctx, context).await.map_err(|e| Some(ProxyError::Upstream(e)))?;
-            let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(None)?;
-            connection = Arc::clone(snapshot.connection(server).ok_or(None)?);
+            let snapshot = self.snapshot(ctx, context).await.map_err(ProxyError::Upstream)?;
+            let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(ProxyError::NotFound)?;
+            connection = Arc::clone(snapshot.connection(server).ok_or(ProxyError::NotFound)?);
             if !snapshot.allowed(server, name, ctx.roles()) {
                 // The tool listed for a server that needs a login (any grant on the server lists
                 // it); it never reaches the upstream.
                 if name == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
-                    return Err(upstreams.upstream_with(&connection, name, ctx).await.err());
+                    return Err(upstreams
+                        .upstream_with(&connection, name, ctx)
+                        .await
+                        .err()
+                        .unwrap_or(ProxyError::NotFound));
                 }
-                return Err(None);
+                return Err(ProxyError::NotFound);
             }
             _held = None;
             tool = name.to_owned();
@@ -44,18 +48,18 @@ impl GatewayServer {
             // the call goes on once it says the login is done.
             Err(ProxyError::LoginNeeded { server, link: Some(link) }) => {
                 if !login_by_elicitation(&context.peer, &server, &link).await {
-                    return Err(Some(ProxyError::LoginNeeded { server, link: Some(link) }));
+                    return Err(ProxyError::LoginNeeded { server, link: Some(link) });
                 }
-                let upstream = upstreams.upstream_with(connection, tool, ctx).await.map_err(Some)?;
+                let upstream = upstreams.upstream_with(connection, tool, ctx).await?;
                 if upstream.is_none() && tool == LOGIN_TOOL {
                     let text = format!("Logged in to `{server}`: its tools are listed from now on.");
                     return Ok(CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)])));
                 }
                 upstream
             }
-            other => other.map_err(Some)?,
+            other => other?,
         }
-        .ok_or(None)?;
+        .ok_or(ProxyError::NotFound)?;
         let binding =
             by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
         let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
@@ -65,13 +69,13 @@ impl GatewayServer {
         let start = move |exchange: Exchange| async move {
             let Exchange { downstream, timeout, cancelled, passed } = exchange;
             let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
-            upstreams.call(&connection, upstream, &call_ctx, call).await.map_err(Some)
+            upstreams.call(&connection, upstream, &call_ctx, call).await
         };
         match self.proxied(ctx, context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
             rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
             rounds::Next::Done(done) => match *done {
                 ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
-                _ => Err(Some(other_kind())),
+                _ => Err(other_kind()),
             },
         }
     }
@@ -98,7 +102,7 @@ impl GatewayServer {
     /// 2026-07-28 caller of an older upstream, in a task of its own (it outlives this request
     /// when the upstream asks the caller something; it ends when its exchange is dropped), or,
     /// with a `requestState`, resumes the exchange it names. Returns what happens next.
-    /// `Err(None)`: nothing of that name for this caller.
+    /// `Err(ProxyError::NotFound)`: nothing of that name for this caller.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn proxied<F>(
         &self,
@@ -109,14 +113,13 @@ impl GatewayServer {
         state: Option<&str>,
         responses: Option<&rmcp::model::InputResponses>,
         start: impl FnOnce(Exchange) -> F,
-    ) -> Result<rounds::Next, Option<ProxyError>>
+    ) -> Result<rounds::Next, ProxyError>
     where
-        F: Future<Output = Result<ServerResult, Option<ProxyError>>> + Send + 'static,
+        F: Future<Output = Result<ServerResult, ProxyError>> + Send + 'static,
     {
         if let Some(binding) = binding.as_ref().filter(|_| modern_upstream) {
             let key = &self.shared.cursors;
-            let upstream_state =
-                state.map(|s| rounds::open_passed(key, binding, s)).transpose().map_err(Some)?.flatten();
+            let upstream_state = state.map(|s| rounds::open_passed(key, binding, s)).transpose()?.flatten();
             let mut exchange = self.exchange(ctx, context);
             exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state });
             return match start(exchange).await? {
@@ -140,7 +143,7 @@ impl GatewayServer {
         };
         let key = &self.shared.rounds_key;
         let running = match state {
-            Some(state) => self.shared.rounds.resume(key, &binding, state, responses).map_err(Some)?,
+            Some(state) => self.shared.rounds.resume(key, &binding, state, responses)?,
             None => {
                 let (sender, receiver) = tokio::sync::mpsc::channel(2);
                 let cancel = tokio_util::sync::CancellationToken::new();
@@ -150,7 +153,7 @@ impl GatewayServer {
                 let work = start(exchange);
                 tokio::spawn(
                     async move {
-                        let result = work.await.map_err(|e| e.unwrap_or(ProxyError::NotFound));
+                        let result = work.await;
                         let _ = sender.send(Round::Done(result)).await;
                     }
                     .in_current_span(),
@@ -163,9 +166,7 @@ impl GatewayServer {
                 completed(&mut done);
                 Ok(rounds::Next::Done(done))
             }
-            Ok(next) => Ok(next),
-            Err(ProxyError::NotFound) => Err(None),
-            Err(e) => Err(Some(e)),
+            other => other,
         }
     }
 }

@@ -6,20 +6,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{Prompt, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
+use rmcp::model::{SubscribeRequestParams, Tool, UnsubscribeRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use tracing::Instrument;
 
-use super::catalog::{Catalog, Listed, Notifier, UpstreamSubscription};
-use super::client::WireSlot;
-use super::declaration::Revision;
-use super::executor::{Executor, UpstreamError};
-use super::oauth::{TokenOwner, UpstreamOAuth};
-use super::routing::{Lifecycle, ProxyClient, RelayCaps, Routes};
-use super::runtime::NAME_SEPARATOR;
-use super::{ResolvedServer, ServerName};
+use crate::decl::ResolvedServer;
+use crate::decl::ServerName;
+use crate::decl::declaration::Revision;
+use crate::executor::{Executor, UpstreamError};
+use crate::oauth::{TokenOwner, UpstreamOAuth};
+use crate::relay::catalog::{Catalog, Listed, Notifier, UpstreamSubscription};
+use crate::relay::{Lifecycle, ProxyClient, RelayCaps, Routes};
 use crate::store::now_millis;
 use crate::telemetry::{metrics, trace};
+use crate::wire::client::WireSlot;
 
 /// A started upstream connection, found to have the tool about to be called.
 pub struct Upstream(pub(super) Peer<RoleClient>);
@@ -70,7 +70,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub(super) fn new(
+    pub(crate) fn new(
         server: ResolvedServer,
         executor: Executor,
         auth: Option<ConnectionAuth>,
@@ -103,21 +103,21 @@ impl Connection {
     }
 
     /// The gateway's side of the connection: what handles what the upstream sends.
-    pub(super) fn handler(&self) -> ProxyClient {
+    pub(crate) fn handler(&self) -> ProxyClient {
         ProxyClient {
             routes: Arc::clone(&self.routes),
             catalog: Arc::clone(&self.catalog),
             server: self.server.name.to_string(),
             caps: self.caps,
             wire: Arc::clone(&self.wire),
-            trust_related: matches!(self.server.transport, super::ResolvedTransport::Http { .. }),
+            trust_related: matches!(self.server.transport, crate::decl::ResolvedTransport::Http { .. }),
             offered: rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE,
         }
     }
 
     /// The running connection, started (or restarted after a crash) if need be, and its tools
     /// (listed again after the upstream said they changed).
-    pub(super) async fn ready(&self, timeout: Duration) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
+    pub(crate) async fn ready(&self, timeout: Duration) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
         self.last_used_ms.store(now_millis(), Ordering::Relaxed);
         let mut live = self.live.lock().await;
         if let Some(current) = live.as_ref() {
@@ -342,7 +342,7 @@ impl Connection {
 
     /// The upstream's list of `T`: prompts, resources or resource templates (none when it
     /// offers none).
-    pub(super) async fn listed<T: Listed>(&self, timeout: Duration) -> Result<Arc<Vec<T>>, UpstreamError> {
+    pub(crate) async fn listed<T: Listed>(&self, timeout: Duration) -> Result<Arc<Vec<T>>, UpstreamError> {
         let (peer, _) = self.ready(timeout).await?;
         match self.catalog.cached::<T>() {
             Some(list) => Ok(list),
@@ -351,14 +351,14 @@ impl Connection {
     }
 
     /// Whether the upstream lets clients subscribe to its resources.
-    pub(super) fn offers_subscriptions(peer: &Peer<RoleClient>) -> bool {
+    pub(crate) fn offers_subscriptions(peer: &Peer<RoleClient>) -> bool {
         peer.peer_info().and_then(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe)).unwrap_or(false)
     }
 
     /// Subscribes `key` (a session or a listen stream) to upstream `uri` (the upstream is
     /// asked once, for the first).
     #[allow(deprecated)]
-    pub(super) async fn subscribe(
+    pub(crate) async fn subscribe(
         &self,
         peer: &Peer<RoleClient>,
         uri: &str,
@@ -379,7 +379,7 @@ impl Connection {
 
     /// Ends `session`'s subscription to upstream `uri`; false: it had none.
     #[allow(deprecated)]
-    pub(super) async fn unsubscribe(&self, peer: &Peer<RoleClient>, uri: &str, session: &str) -> bool {
+    pub(crate) async fn unsubscribe(&self, peer: &Peer<RoleClient>, uri: &str, session: &str) -> bool {
         match self.catalog.unsubscribe(uri, session) {
             None => false,
             Some(UpstreamSubscription::Unsubscribe) if self.speaks_modern() => {
@@ -399,7 +399,7 @@ impl Connection {
     /// Forgets the watchers and subscriptions of ended sessions, unsubscribing upstream from
     /// what no session follows any more.
     #[allow(deprecated)]
-    pub(super) async fn retain_sessions(&self, live: impl Fn(&str) -> bool) {
+    pub(crate) async fn retain_sessions(&self, live: impl Fn(&str) -> bool) {
         let dropped = self.catalog.retain_sessions(live);
         if dropped.is_empty() {
             return;
@@ -422,17 +422,17 @@ impl Connection {
     /// Counts a call on this connection until the guard is dropped: when the call ends, or when
     /// its future is dropped (a caller that went away), the count goes down again and the
     /// connection is marked used.
-    pub(super) fn begin_call(&self) -> CallGuard<'_> {
+    pub(crate) fn begin_call(&self) -> CallGuard<'_> {
         CallGuard::new(&self.in_flight, &self.last_used_ms)
     }
 
     /// Calls under way on this connection.
-    pub(super) fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
     }
 
     /// Closes the connection if it has been idle for `idle`; the next use starts it again.
-    pub(super) async fn close_if_idle(&self, idle: Duration) {
+    pub(crate) async fn close_if_idle(&self, idle: Duration) {
         let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
         if self.in_flight() > 0 || now_millis() - self.last_used_ms.load(Ordering::Relaxed) < idle_ms {
             return;
@@ -445,79 +445,15 @@ impl Connection {
         }
     }
 
-    pub(super) async fn close(&self) {
+    pub(crate) async fn close(&self) {
         if let Some(old) = self.live.lock().await.take() {
             let _ = old.service.cancel().await;
         }
     }
 }
 
-/// Prompt names the gateway can serve: the same rule as tools.
-pub(super) fn usable_prompts(server: &str, prompts: Vec<Prompt>) -> Vec<Prompt> {
-    let mut seen = std::collections::HashSet::new();
-    prompts
-        .into_iter()
-        .filter(|p| {
-            let ok = usable_name(server, &p.name) && seen.insert(p.name.clone());
-            if !ok {
-                tracing::warn!(%server, prompt = %p.name, "upstream prompt name unusable or repeated; not served");
-            }
-            ok
-        })
-        .collect()
-}
-
-fn usable_name(server: &str, name: &str) -> bool {
-    !name.is_empty()
-        && server.len() + NAME_SEPARATOR.len() + name.len() <= 128
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// Tool names the gateway can serve as `server__tool`: MCP's tool-name characters, within
-/// 128 characters once prefixed, each name once (the first wins).
-pub(super) fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
-    let mut seen = std::collections::HashSet::new();
-    tools
-        .into_iter()
-        .filter(|tool| {
-            let name = tool.name.as_ref();
-            if !usable_name(server, name) {
-                tracing::warn!(%server, tool = %name, "upstream tool name unusable; not served");
-                return false;
-            }
-            if !seen.insert(name.to_owned()) {
-                tracing::warn!(%server, tool = %name, "upstream lists a tool twice; the first is served");
-                return false;
-            }
-            true
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tool(name: &str) -> Tool {
-        Tool::new(name.to_owned(), "t", Arc::new(rmcp::model::JsonObject::new()))
-    }
-
-    #[test]
-    fn unusable_and_repeated_upstream_tools_are_not_served() {
-        let long = "x".repeat(126);
-        let kept = usable_tools(
-            "fx",
-            vec![tool("echo"), tool("echo"), tool("bad name"), tool("ok.v2-x_y"), tool(""), tool(&long)],
-        );
-        let names: Vec<_> = kept.iter().map(|t| t.name.to_string()).collect();
-        assert_eq!(names, ["echo", "ok.v2-x_y"]);
-        let fits = "x".repeat(124);
-        assert_eq!(usable_tools("fx", vec![tool(&fits)]).len(), 1, "fx__ + 124 = 128 characters");
-    }
-}
-
 /// A call in flight on a [`Connection`] (see [`Connection::begin_call`]).
-pub(super) struct CallGuard<'a> {
+pub(crate) struct CallGuard<'a> {
     in_flight: &'a AtomicUsize,
     last_used_ms: &'a AtomicI64,
 }

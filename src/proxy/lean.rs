@@ -9,7 +9,7 @@
 //! as it arrives, as rmcp's side would handle it: progress under the caller's own token, log
 //! lines at the session's level, list changes and resource updates for the sessions that
 //! follow them, `ping` answered, and a request of the client refused or relayed exactly as
-//! [`super::super::routing::relay_to`] decides. A 2026-07-28 upstream's `input_required` goes
+//! [`crate::relay::relay_to`] decides. A 2026-07-28 upstream's `input_required` goes
 //! the same way as on rmcp's side. The call is announced in the connection's route table like
 //! any other, so what the upstream sends on its session's own stream finds it too; the answer
 //! waits for those. At the timeout, or when the caller cancels, the upstream is told to cancel.
@@ -40,14 +40,14 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{
+use crate::context::McpCallContext;
+use crate::proxy::{
     Connection, Downstream, Exchange, MAX_UPSTREAM_ROUNDS, ProxyError, Upstreams, asserted_caller, unavailable,
 };
-use crate::context::McpCallContext;
+use crate::relay::catalog::ListKind;
+use crate::relay::{Asked, forward_log, forward_progress, relay_to};
 use crate::telemetry::trace;
-use crate::upstream::catalog::ListKind;
-use crate::upstream::client::Wire;
-use crate::upstream::routing::{Asked, forward_log, forward_progress, relay_to};
+use crate::wire::client::Wire;
 
 /// The most an upstream's answer to one call may hold (its JSON body, or all the events of
 /// its event stream together).
@@ -152,6 +152,22 @@ enum Ended {
     SessionGone,
 }
 
+/// Why the lean leg did not bring an answer.
+#[derive(Debug)]
+pub(crate) enum LeanFailure {
+    /// The upstream no longer knows the session and nothing was sent: rmcp's client opens a
+    /// new one and the call goes through it.
+    SessionGone,
+    /// The call failed on the way to or from its upstream.
+    Failed(ProxyError),
+}
+
+impl From<ProxyError> for LeanFailure {
+    fn from(e: ProxyError) -> Self {
+        Self::Failed(e)
+    }
+}
+
 impl Upstreams {
     /// Whether a call of `tool` on `connection` can take the lean leg, and how: the
     /// connection is running (it is started if need be) and has the tool; it reaches a local
@@ -191,10 +207,10 @@ impl Upstreams {
             self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, &cancelled).instrument(span).await;
         drop(call);
         match result {
-            Err(None) => {
+            Err(LeanFailure::SessionGone) => {
                 // The upstream's session ended: rmcp's client opens a new one.
                 tracing::debug!(server = %connection.server(), "upstream session gone; the call goes through rmcp");
-                let call = super::UpstreamCall {
+                let call = crate::proxy::UpstreamCall {
                     tool,
                     arguments: match arguments {
                         Some(raw) => serde_json::from_str(raw.get()).map_err(unavailable)?,
@@ -206,7 +222,7 @@ impl Upstreams {
                     passed: None,
                 };
                 let rmcp::model::ServerResult::CallToolResult(result) =
-                    self.call(connection, super::Upstream(target.peer.clone()), ctx, call).await?
+                    self.call(connection, crate::proxy::Upstream(target.peer.clone()), ctx, call).await?
                 else {
                     return Err(unavailable("the upstream answered a call with something else"));
                 };
@@ -215,12 +231,12 @@ impl Upstreams {
                 let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
                 Ok(LeanResult { result, error_class })
             }
-            Err(Some(e)) => Err(e),
+            Err(LeanFailure::Failed(e)) => Err(e),
             Ok(done) => Ok(done),
         }
     }
 
-    /// `Err(None)`: the upstream session is gone and nothing was sent.
+    /// `Err(LeanFailure::SessionGone)`: the upstream session is gone and nothing was sent.
     #[allow(clippy::too_many_arguments)]
     async fn call_lean_inner(
         &self,
@@ -231,11 +247,10 @@ impl Upstreams {
         downstream: &Downstream,
         timeout: Duration,
         cancelled: &CancellationToken,
-    ) -> Result<LeanResult, Option<ProxyError>> {
+    ) -> Result<LeanResult, LeanFailure> {
         let connection = &target.connection;
         let server = connection.server().as_str();
-        let assertion =
-            self.signer.assertion(&asserted_caller(ctx), server).map_err(|_| Some(ProxyError::Assertion))?;
+        let assertion = self.signer.assertion(&asserted_caller(ctx), server).map_err(|_| ProxyError::Assertion)?;
         let deadline = tokio::time::Instant::now() + timeout;
         let log_level = downstream.log_level.level();
         let (mut responses, mut state) = (None::<Value>, None::<String>);
@@ -257,7 +272,7 @@ impl Upstreams {
                     request_state: state.as_deref(),
                 },
             })
-            .map_err(|e| Some(unavailable(e)))?;
+            .map_err(unavailable)?;
             // Announced before it is sent, like every call: what the upstream sends on its
             // session's own stream for this call finds it.
             let mut route = connection.routes.announce(downstream.clone());
@@ -272,34 +287,34 @@ impl Upstreams {
                 ended = exchange => ended,
                 () = tokio::time::sleep_until(deadline) => {
                     self.lean_cancel(target, &id, "timed out").await;
-                    return Err(Some(ProxyError::Timeout));
+                    return Err(ProxyError::Timeout.into());
                 }
                 () = cancelled.cancelled() => {
                     self.lean_cancel(target, &id, "cancelled by the client").await;
-                    return Err(Some(ProxyError::Cancelled));
+                    return Err(ProxyError::Cancelled.into());
                 }
             };
-            let ended = ended.map_err(Some)?;
+            let ended = ended?;
             // What the upstream sent before its answer reaches the caller before the answer.
             connection.routes.dispatch.settle(connection.routes.dispatch.horizon()).await;
             drop(route);
             match ended {
                 Ended::Answer(result) => return Ok(result),
-                Ended::SessionGone if round == 0 => return Err(None),
+                Ended::SessionGone if round == 0 => return Err(LeanFailure::SessionGone),
                 Ended::SessionGone => {
-                    return Err(Some(unavailable("the upstream session ended during a multi round-trip")));
+                    return Err(unavailable("the upstream session ended during a multi round-trip").into());
                 }
                 Ended::Input(input) => {
                     let mut answers = Map::new();
                     for (key, asked) in input.input_requests.unwrap_or_default() {
-                        let answer = super::ask_for_upstream(connection, downstream, asked, cancelled).await;
-                        answers.insert(key, answer.map_err(|e| Some(ProxyError::Upstream(e)))?);
+                        let answer = crate::proxy::ask_for_upstream(connection, downstream, asked, cancelled).await;
+                        answers.insert(key, answer.map_err(ProxyError::Upstream)?);
                     }
                     (responses, state) = (Some(Value::Object(answers)), input.request_state);
                 }
             }
         }
-        Err(Some(ProxyError::Unavailable(format!(
+        Err(LeanFailure::Failed(ProxyError::Unavailable(format!(
             "the upstream asked more than {MAX_UPSTREAM_ROUNDS} rounds of input"
         ))))
     }

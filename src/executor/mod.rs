@@ -2,6 +2,13 @@
 //! network its HTTP goes over: the gateway host itself (`local`), or a remote executor, which
 //! is reached only through the remote host handler and never silently run locally.
 
+pub mod agents;
+pub mod channel;
+pub mod fetch;
+pub mod file;
+pub mod oauth_http;
+pub mod remote;
+
 use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -14,13 +21,18 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::client::AssertingClient;
-use super::oauth_http::ExecutorHttp;
-use super::remote::{RemoteEnv, RemoteHostHandler};
-use super::routing::Lifecycle;
-use super::runtime::ProxyClient;
-use super::{ExecutorEnv, ExecutorId, PathUri, Placement, ResolvedServer, ResolvedTransport};
+use crate::decl::ExecutorEnv;
+use crate::decl::ExecutorId;
+use crate::decl::PathUri;
+use crate::decl::Placement;
+use crate::decl::ResolvedServer;
+use crate::decl::ResolvedTransport;
+use crate::executor::oauth_http::ExecutorHttp;
+use crate::executor::remote::{RemoteEnv, RemoteHostHandler};
+use crate::relay::Lifecycle;
+use crate::relay::ProxyClient;
 use crate::store::entities::Executor as ExecutorRow;
+use crate::wire::client::AssertingClient;
 
 /// Why an upstream could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +163,7 @@ impl Executor {
         let value: serde_json::Value =
             serde_json::from_str(declaration).map_err(|e| format!("stored declaration: {e}"))?;
         let file = serde_json::json!({ server: value }).to_string();
-        let parsed = super::parse_declarations(&file).map_err(|e| e.to_string())?;
+        let parsed = crate::decl::parse_declarations(&file).map_err(|e| e.to_string())?;
         if let Some(error) = parsed.errors.first() {
             return Err(error.to_string());
         }

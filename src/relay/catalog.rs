@@ -17,6 +17,7 @@ use rmcp::service::{Peer, RoleClient, ServiceError, SubscriptionSink};
 use tokio_util::sync::CancellationToken;
 
 use crate::store::entities::GrantKind;
+use crate::vocab::names::NAME_SEPARATOR;
 
 /// One of the upstream's lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +30,7 @@ pub enum ListKind {
 
 /// One of an upstream's lists: where the catalog keeps it, whether the upstream offers it,
 /// how it is fetched, and which grants cover its items.
-pub(super) trait Listed: Clone + Send + Sync + 'static {
+pub(crate) trait Listed: Clone + Send + Sync + 'static {
     /// The list's name in errors.
     const WHAT: &'static str;
     /// The kind of grant that covers its items.
@@ -56,7 +57,7 @@ impl Listed for Tool {
         peer.list_all_tools()
     }
     fn usable(server: &str, list: Vec<Self>) -> Vec<Self> {
-        super::connection::usable_tools(server, list)
+        usable_tools(server, list)
     }
 }
 
@@ -73,7 +74,7 @@ impl Listed for Prompt {
         peer.list_all_prompts()
     }
     fn usable(server: &str, list: Vec<Self>) -> Vec<Self> {
-        super::connection::usable_prompts(server, list)
+        usable_prompts(server, list)
     }
 }
 
@@ -107,7 +108,7 @@ impl Listed for ResourceTemplate {
 
 /// A cached list and how many times it was invalidated: a list fetched while it was
 /// invalidated again is not kept (it may be older than the change).
-pub(super) struct Slot<T> {
+pub(crate) struct Slot<T> {
     list: Option<Arc<Vec<T>>>,
     generation: u64,
 }
@@ -217,7 +218,7 @@ struct Subscriber {
 }
 
 #[derive(Default)]
-pub(super) struct State {
+pub(crate) struct State {
     tools: Slot<Tool>,
     prompts: Slot<Prompt>,
     resources: Slot<Resource>,
@@ -252,16 +253,16 @@ impl Catalog {
     }
 
     /// The cached list of `T`, if it is current.
-    pub(super) fn cached<T: Listed>(&self) -> Option<Arc<Vec<T>>> {
+    pub(crate) fn cached<T: Listed>(&self) -> Option<Arc<Vec<T>>> {
         T::slot(&mut self.lock()).list.clone()
     }
 
     /// Where the list of `T` stands: a fetch started now is stored only if it still is.
-    pub(super) fn generation<T: Listed>(&self) -> u64 {
+    pub(crate) fn generation<T: Listed>(&self) -> u64 {
         T::slot(&mut self.lock()).generation
     }
 
-    pub(super) fn store<T: Listed>(&self, generation: u64, list: Arc<Vec<T>>) {
+    pub(crate) fn store<T: Listed>(&self, generation: u64, list: Arc<Vec<T>>) {
         T::slot(&mut self.lock()).store(generation, list);
     }
 
@@ -353,6 +354,48 @@ impl Catalog {
     }
 }
 
+/// Prompt names the gateway can serve: the same rule as tools.
+pub(crate) fn usable_prompts(server: &str, prompts: Vec<Prompt>) -> Vec<Prompt> {
+    let mut seen = std::collections::HashSet::new();
+    prompts
+        .into_iter()
+        .filter(|p| {
+            let ok = usable_name(server, &p.name) && seen.insert(p.name.clone());
+            if !ok {
+                tracing::warn!(%server, prompt = %p.name, "upstream prompt name unusable or repeated; not served");
+            }
+            ok
+        })
+        .collect()
+}
+
+fn usable_name(server: &str, name: &str) -> bool {
+    !name.is_empty()
+        && server.len() + NAME_SEPARATOR.len() + name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// Tool names the gateway can serve as `server__tool`: MCP's tool-name characters, within
+/// 128 characters once prefixed, each name once (the first wins).
+pub(crate) fn usable_tools(server: &str, tools: Vec<Tool>) -> Vec<Tool> {
+    let mut seen = std::collections::HashSet::new();
+    tools
+        .into_iter()
+        .filter(|tool| {
+            let name = tool.name.as_ref();
+            if !usable_name(server, name) {
+                tracing::warn!(%server, tool = %name, "upstream tool name unusable; not served");
+                return false;
+            }
+            if !seen.insert(name.to_owned()) {
+                tracing::warn!(%server, tool = %name, "upstream lists a tool twice; the first is served");
+                return false;
+            }
+            true
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +412,22 @@ mod tests {
         assert!(catalog.cached::<Prompt>().is_some());
         catalog.invalidate_all();
         assert!(catalog.cached::<Prompt>().is_none());
+    }
+
+    fn tool(name: &str) -> Tool {
+        Tool::new(name.to_owned(), "t", Arc::new(rmcp::model::JsonObject::new()))
+    }
+
+    #[test]
+    fn unusable_and_repeated_upstream_tools_are_not_served() {
+        let long = "x".repeat(126);
+        let kept = usable_tools(
+            "fx",
+            vec![tool("echo"), tool("echo"), tool("bad name"), tool("ok.v2-x_y"), tool(""), tool(&long)],
+        );
+        let names: Vec<_> = kept.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, ["echo", "ok.v2-x_y"]);
+        let fits = "x".repeat(124);
+        assert_eq!(usable_tools("fx", vec![tool(&fits)]).len(), 1, "fx__ + 124 = 128 characters");
     }
 }

@@ -3,7 +3,7 @@
 //! response collected under the caller's limit and deadline, every outcome a [`FetchError`].
 //! Never dials anything from the gateway's own network.
 //!
-//! The agent performs the exchange on its own terms (see `upstream::exchange`: the same rules
+//! The agent performs the exchange on its own terms (see `wire::exchange`: the same rules
 //! the local executor follows); the gateway checks too, without trusting it: the request is
 //! checked before it is sent, and more than `max_bytes` of body received ends the exchange
 //! with an error rather than a longer buffer. Requests may carry tokens and codes: errors and
@@ -14,76 +14,10 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::agents::Agents;
+use crate::executor::agents::Agents;
 use crate::telemetry::metrics;
 use crate::tunnel::{FetchHead, Open, Refusal, TunnelError, TunnelHandle, header_from_wire, header_to_wire};
-use crate::upstream::exchange::{check, redacted};
-
-/// Why an HTTP exchange through an executor failed (the local executor's exchanges fail the
-/// same ways, less those of the tunnel). Reasons name the URL without its query.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FetchError {
-    /// No agent of the executor is connected to this gateway replica now.
-    #[error("executor `{0}` is not connected to this gateway")]
-    NotConnected(String),
-    /// The request can't be sent as it is: not an absolute `http:` or `https:` URL, a body
-    /// over the limit, a method or header the executor can't send.
-    #[error("{0}")]
-    Invalid(String),
-    /// The exchange could not be completed over the executor's network: no route, refused,
-    /// a TLS failure, a connection that broke, too many redirects.
-    #[error("{0}")]
-    Unreachable(String),
-    /// The response body is over `max_bytes` (as declared, or as it arrived).
-    #[error("{0}")]
-    TooLarge(String),
-    /// The whole response did not arrive within the timeout.
-    #[error("{url}: no complete response within {timeout:?}")]
-    Timeout { url: String, timeout: Duration },
-    /// Any other refusal: the request is not understood (an older agent), the agent is too
-    /// busy; its reason as given.
-    #[error("the executor refused the exchange: {0}")]
-    Refused(String),
-    /// The agent sent more than `max_bytes` of body, which it had promised not to: the gateway
-    /// ended the exchange and dropped what had arrived.
-    #[error("the executor sent more than the limit of {max_bytes} bytes")]
-    OverLimit { max_bytes: usize },
-    /// The agent accepted the exchange, then ended it with an error or sent what is not a
-    /// response head.
-    #[error("the executor failed during the exchange: {0}")]
-    Failed(String),
-    /// The executor's connection ended before the whole response arrived.
-    #[error("the executor's connection ended during the exchange: {0}")]
-    Disconnected(String),
-}
-
-impl FetchError {
-    /// The metric label and log field of this outcome.
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            Self::NotConnected(_) => "not_connected",
-            Self::Invalid(_) => "invalid",
-            Self::Unreachable(_) => "unreachable",
-            Self::TooLarge(_) => "too_large",
-            Self::Timeout { .. } => "timeout",
-            Self::Refused(_) => "refused",
-            Self::OverLimit { .. } => "over_limit",
-            Self::Failed(_) => "failed",
-            Self::Disconnected(_) => "disconnected",
-        }
-    }
-
-    /// The Refused or Close reason an agent sends for this error: its class in front.
-    pub fn to_reason(&self) -> String {
-        let class = match self {
-            Self::Invalid(_) => Refusal::Invalid,
-            Self::TooLarge(_) => Refusal::TooLarge,
-            Self::Timeout { .. } => Refusal::TimedOut,
-            _ => Refusal::Unreachable,
-        };
-        class.tag(&self.to_string())
-    }
-}
+use crate::wire::exchange::{FetchError, check, redacted};
 
 impl Agents {
     /// Performs `request` (an absolute `http:` or `https:` URL, a body of at most
@@ -259,8 +193,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::executor::file::tests::{WAIT, pair, within};
     use crate::tunnel::FETCH_MAX_BODY;
-    use crate::upstream::remote::file::tests::{WAIT, pair, within};
 
     fn get(url: &str) -> http::Request<Vec<u8>> {
         http::Request::get(url).body(Vec::new()).unwrap()

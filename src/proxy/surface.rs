@@ -15,7 +15,7 @@
 //! A URI naming a server that is not in the snapshot resolves to nothing, exactly like one
 //! that does not exist.
 
-use super::runtime::{NAME_SEPARATOR, split_tool_name};
+use crate::vocab::names::{NAME_SEPARATOR, split_tool_name};
 
 /// The scheme of the URIs the gateway mints for prefixed servers' resources.
 pub const URI_SCHEME: &str = "scopegate://";

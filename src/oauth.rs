@@ -28,22 +28,16 @@ use rmcp::transport::auth::{
     CredentialStore, OAuthClientConfig, StateStore, StoredAuthorizationState, StoredCredentials,
 };
 
-use super::declaration::{OAuthSpec, TokenScope};
-use super::executor::{Executor, UpstreamError};
-use super::oauth_http::ExecutorHttp;
-use super::{ResolvedServer, ResolvedTransport};
+use crate::decl::ResolvedServer;
+use crate::decl::ResolvedTransport;
+use crate::decl::declaration::{OAuthSpec, TokenScope};
+use crate::executor::oauth_http::ExecutorHttp;
+use crate::executor::{Executor, UpstreamError};
 use crate::store::vault::{PendingLogin, TokenVault, VaultError};
 use crate::store::{TenantId, UserId};
 
-/// Where a proxied message to an executor-hosted protected server carries its access token;
-/// the agent moves it into the `Authorization` header and never forwards it in a body.
-pub const AUTHORIZATION_META_KEY: &str = "io.scopegate/authorization";
-
-/// Where the agent marks the error of a request the server refused with a 401 (`true` in the
-/// JSON-RPC error's `data`), so the gateway refreshes the token and sends it again, once.
-pub const UNAUTHORIZED_DATA_KEY: &str = "io.scopegate/upstreamUnauthorized";
-
 pub use crate::vocab::routes::{CALLBACK_PATH, START_PATH};
+pub use crate::wire::{AUTHORIZATION_META_KEY, UNAUTHORIZED_DATA_KEY};
 
 /// How long the server's first (unauthenticated) answer may take at a login's start.
 const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -22,7 +22,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use serde_json::Value;
 
-pub use super::oauth::AUTHORIZATION_META_KEY;
+pub use super::AUTHORIZATION_META_KEY;
 use crate::telemetry::trace::CONTEXT_FIELDS as TRACE_CONTEXT_FIELDS;
 
 /// Where a proxied request carries its identity assertion (stdio upstreams read it there).
@@ -172,7 +172,7 @@ fn request_id(message: &ClientJsonRpcMessage) -> Option<Value> {
 }
 
 /// How the gateway reaches a Streamable HTTP upstream's session, as rmcp's client last sent
-/// a request there: what the lean relay (`upstream::lean`) needs to send a call itself on
+/// a request there: what the lean relay (`proxy::lean`) needs to send a call itself on
 /// the same session, with the same headers and the same per-request `_meta`.
 pub struct Wire {
     /// The upstream's endpoint (parsed once: a URL parse per call is measurable).

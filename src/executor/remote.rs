@@ -7,25 +7,23 @@
 //! are read the same way, through the agent, by [`Agents::read_file`] in `file`, and an HTTP
 //! exchange over the executor's network (OAuth) is made by [`Agents::fetch`] in `fetch`.
 
-pub mod agents;
-pub mod fetch;
-pub mod file;
-pub mod transport;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
 use rmcp::service::{RoleClient, RunningService};
 
-pub use agents::{AgentLink, Agents, AlreadyConnected, Reservation};
-pub use fetch::FetchError;
-pub use file::ReadFileError;
-pub use transport::ChannelTransport;
+pub use crate::executor::agents::{AgentLink, Agents, AlreadyConnected, Reservation};
+pub use crate::executor::channel::ChannelTransport;
+pub use crate::executor::file::ReadFileError;
+pub use crate::wire::exchange::FetchError;
 
-use super::executor::{Executor, UpstreamError};
-use super::routing::{Lifecycle, ProxyClient};
-use super::{ExecutorEnv, ExecutorId, ResolvedServer, ResolvedTransport};
+use crate::decl::ExecutorEnv;
+use crate::decl::ExecutorId;
+use crate::decl::ResolvedServer;
+use crate::decl::ResolvedTransport;
+use crate::executor::{Executor, UpstreamError};
+use crate::relay::{Lifecycle, ProxyClient};
 use crate::store::entities::Executor as ExecutorRow;
 use crate::store::{Db, StoreError, TenantId};
 use crate::tunnel::{Open, TunnelError};
@@ -33,7 +31,7 @@ use crate::tunnel::{Open, TunnelError};
 /// A remote executor's environment as the gateway sees it: unknown. `${NAME}` references are
 /// left for the agent to resolve on its machine; `${env:NAME}` (the gateway's own
 /// environment) is refused.
-pub(super) struct RemoteEnv;
+pub(crate) struct RemoteEnv;
 
 impl ExecutorEnv for RemoteEnv {
     fn var(&self, _name: &str) -> Option<String> {
@@ -156,7 +154,7 @@ impl RemoteHostHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::declaration::expand;
+    use crate::decl::declaration::expand;
 
     /// The gateway never resolves a remote executor's `${NAME}` (it can't know the value and
     /// must not guess it from its own environment) and never forwards its own `${env:NAME}`.

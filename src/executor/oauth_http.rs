@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use rmcp::transport::auth::{OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest};
 
-use super::exchange::ExchangeClients;
-use super::remote::{Agents, FetchError};
+use crate::executor::remote::{Agents, FetchError};
+use crate::wire::exchange::ExchangeClients;
 
 /// The most response body an OAuth exchange may return (rmcp's own limit).
 pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -103,8 +103,10 @@ mod tests {
     /// a bad one fails the executor as it fails its upstream client.
     #[test]
     fn the_local_executor_hands_out_the_hosts_client() {
-        use crate::upstream::executor::{Executor, LocalExecutor, UpstreamError};
-        use crate::upstream::{ExecutorId, PathStyle, PathUri};
+        use crate::decl::ExecutorId;
+        use crate::decl::PathStyle;
+        use crate::decl::PathUri;
+        use crate::executor::{Executor, LocalExecutor, UpstreamError};
         let root = PathUri::parse("file:///srv/plugins", PathStyle::Posix).unwrap();
         let header = http::HeaderName::from_static("x-scopegate-identity");
         let host = Arc::new(LocalExecutor::new(root.clone(), Vec::new(), header.clone(), "").unwrap());

@@ -1,7 +1,7 @@
 //! The proxy's runtime: the pool of upstream connections, shared per (tenant, resolved
 //! declaration) (`connection`), the sessions' frozen snapshots (`snapshot`), and the call
 //! path (identity assertion, timeout, cancellation; notifications go back through
-//! `routing`). Never decides who a caller is; it is handed the call's context.
+//! `relay`). Never decides who a caller is; it is handed the call's context.
 //!
 //! A session's snapshot is resolved once (on its first `tools/list` or upstream call) and
 //! frozen: a changed declaration applies to new sessions, and a session keeps the connection
@@ -24,89 +24,34 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::client::ASSERTION_META_KEY;
-use super::executor::{Executor, LocalExecutor, UpstreamError};
-use super::oauth::{TokenOwner, UpstreamOAuth};
-use super::remote::{Agents, RemoteHostHandler};
-use super::{PathStyle, PathUri, ResolvedServer, ResolvedTransport, surface};
 use crate::auth::assertion::{AssertedCaller, AssertionSigner};
 use crate::context::{FlockAccess, McpCallContext};
+use crate::decl::PathStyle;
+use crate::decl::PathUri;
+use crate::decl::ResolvedServer;
+use crate::decl::ResolvedTransport;
+use crate::executor::remote::{Agents, RemoteHostHandler};
+use crate::executor::{Executor, LocalExecutor, UpstreamError};
 use crate::identity::SessionRegistry;
 use crate::model::Role;
+use crate::oauth::{TokenOwner, UpstreamOAuth};
 use crate::store::{Db, StoreError, TenantId, UserId};
 use crate::telemetry::trace;
+use crate::wire::client::ASSERTION_META_KEY;
 
-pub use super::connection::{Connection, ConnectionAuth, Upstream};
-use super::routing::forward_progress;
-pub use super::routing::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round, Sink};
-pub use super::snapshot::Snapshot;
+pub use crate::proxy::connection::{Connection, ConnectionAuth, Upstream};
+pub use crate::proxy::snapshot::Snapshot;
+use crate::relay::forward_progress;
+pub use crate::relay::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round, Sink};
 
+pub mod connection;
 mod features;
 mod lean;
+pub mod snapshot;
+pub mod surface;
+pub use crate::relay::ProxyError;
 pub use features::{Listening, Watch};
 pub use lean::{LeanResult, LeanTarget};
-
-/// Separates the server from the tool in an upstream tool's name: `server__tool`.
-pub const NAME_SEPARATOR: &str = "__";
-
-/// Why a proxied call failed (the call's audit class is [`ProxyError::class`]).
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    #[error("upstream server unavailable: {0}")]
-    Unavailable(String),
-    #[error("tool call timed out")]
-    Timeout,
-    #[error("cancelled by the client")]
-    Cancelled,
-    #[error("upstream error: {}", .0.message)]
-    Upstream(ErrorData),
-    #[error("signing the identity assertion failed")]
-    Assertion,
-    /// The server needs an OAuth login; `link` starts one when the caller may log in.
-    #[error("server `{server}` needs a login")]
-    LoginNeeded { server: String, link: Option<String> },
-    /// Nothing of that name for this caller (carried across a multi round-trip's task; the
-    /// caller is answered exactly as for a name that does not exist).
-    #[error("not found")]
-    NotFound,
-}
-
-impl ProxyError {
-    pub fn class(&self) -> &'static str {
-        match self {
-            Self::Unavailable(_) => "upstream_unavailable",
-            Self::Timeout => "timeout",
-            Self::Cancelled => "cancelled",
-            Self::Upstream(_) => "upstream_error",
-            Self::Assertion => "internal",
-            Self::LoginNeeded { .. } => "login_needed",
-            Self::NotFound => "not_found",
-        }
-    }
-
-    /// What the client is told: the upstream's own JSON-RPC error, or a generic one that
-    /// names no process, path or address of the gateway host.
-    pub fn into_error_data(self) -> ErrorData {
-        match self {
-            Self::Upstream(e) => e,
-            Self::Timeout => ErrorData::internal_error("tool call timed out", None),
-            Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
-            Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
-            Self::Assertion | Self::NotFound => ErrorData::internal_error("internal error", None),
-            Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(
-                format!("server `{server}` needs a login: open {link} in a browser to log in, then call again"),
-                Some(json!({ "loginUrl": link, "server": server })),
-            ),
-            Self::LoginNeeded { server, link: None } => ErrorData::internal_error(
-                format!(
-                    "server `{server}` needs a login: an owner or manager of the tenant can log in \
-                     (or run `scopegate admin oauth login`)"
-                ),
-                Some(json!({ "server": server })),
-            ),
-        }
-    }
-}
 
 /// One proxied call: the upstream's own tool name, its arguments, where its notifications go,
 /// and when it ends.
@@ -514,7 +459,7 @@ impl Upstreams {
             }
             let answer = self.send_once(connection, &peer, ctx, request, &downstream, timeout, &cancelled).await?;
             if let ServerResult::InputRequiredResult(input) = &answer {
-                super::routing::audit_passed(connection.server().as_str(), &downstream, connection.caps, input)
+                crate::relay::audit_passed(connection.server().as_str(), &downstream, connection.caps, input)
                     .await
                     .map_err(ProxyError::Upstream)?;
             }
@@ -659,12 +604,12 @@ async fn ask_for_upstream(
     asked: rmcp::model::InputRequest,
     cancelled: &CancellationToken,
 ) -> Result<Value, ErrorData> {
-    let Some(request) = super::routing::asked_request(asked) else {
+    let Some(request) = crate::relay::asked_request(asked) else {
         return Err(ErrorData::invalid_request("an input request of an unknown kind", None));
     };
-    let asked = super::routing::Asked::of(&request, connection.caps)?;
+    let asked = crate::relay::Asked::of(&request, connection.caps)?;
     let server = connection.server().as_str();
-    let answer = super::routing::relay_to(server, downstream, asked, request, cancelled).await?;
+    let answer = crate::relay::relay_to(server, downstream, asked, request, cancelled).await?;
     serde_json::to_value(&answer).map_err(|e| ErrorData::internal_error(format!("relayed answer: {e}"), None))
 }
 
@@ -727,11 +672,6 @@ fn named(server: &str, prefixed: bool, tool: &Tool) -> Tool {
     tool
 }
 
-/// Splits `server__tool` at the first separator (server names can't contain it).
-pub fn split_tool_name(name: &str) -> Option<(&str, &str)> {
-    name.split_once(NAME_SEPARATOR).filter(|(s, t)| !s.is_empty() && !t.is_empty())
-}
-
 /// Who the assertion speaks for: plain values of the call's context.
 fn asserted_caller(ctx: &McpCallContext) -> AssertedCaller {
     AssertedCaller {
@@ -744,19 +684,5 @@ fn asserted_caller(ctx: &McpCallContext) -> AssertedCaller {
             FlockAccess::AllOfTenant => json!("all"),
             FlockAccess::Only(ids) => Value::Array(ids.iter().map(|id| Value::String(id.to_string())).collect()),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upstream_tool_names_split_at_the_first_separator() {
-        assert_eq!(split_tool_name("fx__whoami"), Some(("fx", "whoami")));
-        assert_eq!(split_tool_name("fx__a__b"), Some(("fx", "a__b")), "the tool keeps its own `__`");
-        assert_eq!(split_tool_name("whoami"), None);
-        assert_eq!(split_tool_name("__x"), None);
-        assert_eq!(split_tool_name("fx__"), None);
     }
 }

@@ -2,7 +2,7 @@
 //! aggregated for a session and filtered by its grants (kind `prompt` and `resource`), and the
 //! requests that go to one of them (`prompts/get`, `resources/read`, `completion/complete`,
 //! `resources/subscribe`). A name or URI that is not granted is answered exactly like one
-//! that does not exist (`Err(None)`).
+//! that does not exist (`Err(ProxyError::NotFound)`).
 
 use std::sync::Arc;
 
@@ -15,12 +15,12 @@ use rmcp::model::{
 use rmcp::service::{Peer, SubscriptionSink};
 use tokio_util::sync::CancellationToken;
 
-use super::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams, unavailable};
 use crate::context::McpCallContext;
 use crate::model::Role;
+use crate::proxy::surface;
+use crate::proxy::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams, unavailable};
+use crate::relay::catalog::{Kinds, Listed, Notifier};
 use crate::store::entities::GrantKind;
-use crate::upstream::catalog::{Kinds, Listed, Notifier};
-use crate::upstream::surface;
 
 /// What one `subscriptions/listen` stream follows (see [`Upstreams::listen`]).
 #[derive(Default)]
@@ -147,32 +147,32 @@ impl Upstreams {
         kind: GrantKind,
         name: &str,
         ctx: &McpCallContext,
-    ) -> Result<(Arc<Connection>, Peer<rmcp::RoleClient>), Option<ProxyError>> {
-        let connection = snapshot.connection(server).ok_or(None)?;
+    ) -> Result<(Arc<Connection>, Peer<rmcp::RoleClient>), ProxyError> {
+        let connection = snapshot.connection(server).ok_or(ProxyError::NotFound)?;
         if !snapshot.allowed_kind(server, kind, name, ctx.roles()) {
-            return Err(None);
+            return Err(ProxyError::NotFound);
         }
         match connection.ready(self.connect_timeout).await {
             Ok((peer, _)) => Ok((Arc::clone(connection), peer)),
-            Err(UpstreamError::LoginNeeded { .. }) => Err(Some(self.login_needed(connection, ctx).await)),
-            Err(e) => Err(Some(unavailable(e))),
+            Err(UpstreamError::LoginNeeded { .. }) => Err(self.login_needed(connection, ctx).await),
+            Err(e) => Err(unavailable(e)),
         }
     }
 
-    /// `prompts/get` of an exposed prompt name. `Err(None)`: no such prompt for this caller.
+    /// `prompts/get` of an exposed prompt name. `Err(ProxyError::NotFound)`: no such prompt for this caller.
     pub async fn get_prompt(
         &self,
         snapshot: &Snapshot,
         mut params: GetPromptRequestParams,
         ctx: &McpCallContext,
         exchange: Exchange,
-    ) -> Result<ServerResult, Option<ProxyError>> {
-        let (server, name) = surface::route_name(snapshot, &params.name).ok_or(None)?;
+    ) -> Result<ServerResult, ProxyError> {
+        let (server, name) = surface::route_name(snapshot, &params.name).ok_or(ProxyError::NotFound)?;
         let name = name.to_owned();
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
-        let listed = connection.listed::<Prompt>(self.connect_timeout).await.map_err(|e| Some(unavailable(e)))?;
+        let listed = connection.listed::<Prompt>(self.connect_timeout).await.map_err(unavailable)?;
         if !listed.iter().any(|p| p.name == name) {
-            return Err(None);
+            return Err(ProxyError::NotFound);
         }
         params.name = name;
         // The caller's multi round-trip state is the gateway's, never the upstream's.
@@ -180,7 +180,7 @@ impl Upstreams {
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         match self.proxied(&connection, peer, ctx, request, exchange).await? {
             answer @ (ServerResult::GetPromptResult(_) | ServerResult::InputRequiredResult(_)) => Ok(answer),
-            _ => Err(Some(ProxyError::Unavailable("the upstream answered prompts/get with something else".into()))),
+            _ => Err(ProxyError::Unavailable("the upstream answered prompts/get with something else".into())),
         }
     }
 
@@ -193,7 +193,7 @@ impl Upstreams {
     }
 
     /// `resources/read` of an exposed URI: the contents come back under exposed URIs too.
-    /// `Err(None)`: no such resource for this caller; the upstream's own "not found"
+    /// `Err(ProxyError::NotFound)`: no such resource for this caller; the upstream's own "not found"
     /// (-32002) is answered the same way, so the two can't be told apart.
     pub async fn read_resource(
         &self,
@@ -201,17 +201,17 @@ impl Upstreams {
         mut params: ReadResourceRequestParams,
         ctx: &McpCallContext,
         exchange: Exchange,
-    ) -> Result<ServerResult, Option<ProxyError>> {
+    ) -> Result<ServerResult, ProxyError> {
         let exposed = params.uri.clone();
-        let (server, uri) = surface::route_uri(snapshot, &exposed).ok_or(None)?;
+        let (server, uri) = surface::route_uri(snapshot, &exposed).ok_or(ProxyError::NotFound)?;
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
         let prefixed = snapshot.prefixed(server) != Some(false);
         params.uri = uri.to_owned();
         (params.request_state, params.input_responses) = (None, None);
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
         let answer = match self.proxied(&connection, peer, ctx, request, exchange).await {
-            Err(Some(ProxyError::Upstream(e))) if e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND => {
-                return Err(None);
+            Err(ProxyError::Upstream(e)) if e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND => {
+                return Err(ProxyError::NotFound);
             }
             other => other?,
         };
@@ -219,9 +219,7 @@ impl Upstreams {
             ServerResult::ReadResourceResult(result) => result,
             input @ ServerResult::InputRequiredResult(_) => return Ok(input),
             _ => {
-                return Err(Some(ProxyError::Unavailable(
-                    "the upstream answered resources/read with something else".into(),
-                )));
+                return Err(ProxyError::Unavailable("the upstream answered resources/read with something else".into()));
             }
         };
         for contents in &mut result.contents {
@@ -243,23 +241,23 @@ impl Upstreams {
         mut params: CompleteRequestParams,
         ctx: &McpCallContext,
         exchange: Exchange,
-    ) -> Result<CompleteResult, Option<ProxyError>> {
+    ) -> Result<CompleteResult, ProxyError> {
         let (connection, peer) = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
-                let (server, name) = surface::route_name(snapshot, &prompt.name).ok_or(None)?;
+                let (server, name) = surface::route_name(snapshot, &prompt.name).ok_or(ProxyError::NotFound)?;
                 let name = name.to_owned();
                 let granted = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
                 prompt.name = name;
                 granted
             }
             Reference::Resource(resource) => {
-                let (server, uri) = surface::route_uri(snapshot, &resource.uri).ok_or(None)?;
+                let (server, uri) = surface::route_uri(snapshot, &resource.uri).ok_or(ProxyError::NotFound)?;
                 let uri = uri.to_owned();
                 let granted = self.granted(snapshot, server, GrantKind::Resource, &uri, ctx).await?;
                 resource.uri = uri;
                 granted
             }
-            _ => return Err(None),
+            _ => return Err(ProxyError::NotFound),
         };
         if peer.peer_info().is_none_or(|i| i.capabilities.completions.is_none()) {
             return Ok(CompleteResult::default());
@@ -267,9 +265,7 @@ impl Upstreams {
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
         match self.proxied(&connection, peer, ctx, request, exchange).await? {
             ServerResult::CompleteResult(result) => Ok(result),
-            _ => Err(Some(ProxyError::Unavailable(
-                "the upstream answered completion/complete with something else".into(),
-            ))),
+            _ => Err(ProxyError::Unavailable("the upstream answered completion/complete with something else".into())),
         }
     }
 
@@ -281,16 +277,13 @@ impl Upstreams {
         exposed: &str,
         ctx: &McpCallContext,
         watch: Watch<'_>,
-    ) -> Result<bool, Option<ProxyError>> {
-        let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(None)?;
+    ) -> Result<bool, ProxyError> {
+        let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(ProxyError::NotFound)?;
         let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
         if !Connection::offers_subscriptions(&peer) {
             return Ok(false);
         }
-        connection
-            .subscribe(&peer, uri, watch.session, &watch.notifier(), exposed)
-            .await
-            .map_err(|e| Some(unavailable(e)))?;
+        connection.subscribe(&peer, uri, watch.session, &watch.notifier(), exposed).await.map_err(unavailable)?;
         Ok(true)
     }
 
@@ -351,20 +344,15 @@ impl Upstreams {
         }
     }
 
-    /// `resources/unsubscribe`; `Err(None)`: the session was not subscribed to it.
-    pub async fn unsubscribe(
-        &self,
-        snapshot: &Snapshot,
-        exposed: &str,
-        session: &str,
-    ) -> Result<(), Option<ProxyError>> {
-        let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(None)?;
-        let connection = snapshot.connection(server).ok_or(None)?;
+    /// `resources/unsubscribe`; `Err(ProxyError::NotFound)`: the session was not subscribed to it.
+    pub async fn unsubscribe(&self, snapshot: &Snapshot, exposed: &str, session: &str) -> Result<(), ProxyError> {
+        let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(ProxyError::NotFound)?;
+        let connection = snapshot.connection(server).ok_or(ProxyError::NotFound)?;
         let peer = match connection.ready(self.connect_timeout).await {
             Ok((peer, _)) => peer,
-            Err(e) => return Err(Some(unavailable(e))),
+            Err(e) => return Err(unavailable(e)),
         };
-        if connection.unsubscribe(&peer, uri, session).await { Ok(()) } else { Err(None) }
+        if connection.unsubscribe(&peer, uri, session).await { Ok(()) } else { Err(ProxyError::NotFound) }
     }
 
     /// An exchange counted like a call (in flight, last used), and checked for a credential
@@ -376,12 +364,11 @@ impl Upstreams {
         ctx: &McpCallContext,
         request: ClientRequest,
         exchange: Exchange,
-    ) -> Result<ServerResult, Option<ProxyError>> {
+    ) -> Result<ServerResult, ProxyError> {
         let _call = connection.begin_call();
-        let result = match self.exchange(connection, peer, ctx, request, exchange).await {
+        match self.exchange(connection, peer, ctx, request, exchange).await {
             Err(e) => Err(self.recheck_login(connection, ctx, e).await),
             ok => ok,
-        };
-        result.map_err(Some)
+        }
     }
 }

@@ -21,6 +21,8 @@
 //! tenant, executor, base folder and role (`admin root allow`), fail closed; the allowance is
 //! also the grant: a session that may select a root may use every tool its servers offer.
 
+pub mod roots;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -31,18 +33,19 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::ExecutorId;
-use super::connection::Connection;
-use super::declaration::{Placement, ResolvedServer, parse_declarations};
-use super::executor::Executor;
-use super::remote::file::ReadFileError;
-use super::remote::{RemoteEnv, RemoteHostHandler};
-use super::roots::{AllowedRoot, check_root_selection};
-use super::runtime::{NAME_SEPARATOR, RelayCaps};
-use super::snapshot::Snapshot;
+use crate::decl::ExecutorId;
+use crate::decl::declaration::{Placement, ResolvedServer, parse_declarations};
+use crate::executor::Executor;
+use crate::executor::file::ReadFileError;
+use crate::executor::remote::{RemoteEnv, RemoteHostHandler};
 use crate::model::Role;
+use crate::proxy::RelayCaps;
+use crate::proxy::connection::Connection;
+use crate::proxy::snapshot::Snapshot;
+use crate::selection::roots::{AllowedRoot, check_root_selection};
 use crate::store::entities::{GRANT_ALL, GrantKind, GrantRow};
 use crate::store::{Db, StoreError, TenantId, UserId};
+use crate::vocab::names::NAME_SEPARATOR;
 
 /// The `_meta` key (of `initialize`, or of a stateless request) naming the selected roots.
 pub const SELECTED_ROOTS_KEY: &str = "io.scopegate/selectedRoots";
@@ -439,7 +442,7 @@ mod tests {
         assert_eq!(session_server_name(0, "demo"), "r1.demo");
         assert!(is_selected_server("r1.demo"));
         // A bound server's name can't contain `.`.
-        assert!(crate::upstream::ServerName::new("r1.demo").is_err());
+        assert!(crate::decl::ServerName::new("r1.demo").is_err());
         assert!(!is_selected_server("demo"));
     }
 }

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::decl::PathUri;
 use crate::store::entities::Executor as ExecutorRow;
 use crate::telemetry::metrics;
 use crate::tunnel::TunnelHandle;
-use crate::upstream::PathUri;
 
 /// How long a name stays reserved for an agent whose upgrade has not completed.
 const UPGRADE_GRACE: Duration = Duration::from_secs(10);

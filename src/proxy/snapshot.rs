@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::connection::Connection;
 use crate::model::Role;
+use crate::proxy::connection::Connection;
 use crate::store::entities::{GrantKind, GrantRow, grant_matches};
 use crate::store::{TenantId, UserId};
 
@@ -20,7 +20,7 @@ pub struct Snapshot {
     pub(super) bare: Option<String>,
 }
 
-impl super::surface::NameSpace for Snapshot {
+impl crate::proxy::surface::NameSpace for Snapshot {
     fn prefixed(&self, server: &str) -> Option<bool> {
         self.servers.contains_key(server).then(|| self.bare.as_deref() != Some(server))
     }
@@ -37,7 +37,7 @@ impl Snapshot {
     }
 
     /// A snapshot of `servers`, all prefixed, under `grants`.
-    pub(super) fn with(
+    pub(crate) fn with(
         tenant: TenantId,
         user: UserId,
         servers: BTreeMap<String, Arc<Connection>>,
@@ -48,7 +48,7 @@ impl Snapshot {
 
     /// Whether `server` is in the snapshot, and bound with a prefix.
     pub fn prefixed(&self, server: &str) -> Option<bool> {
-        super::surface::NameSpace::prefixed(self, server)
+        crate::proxy::surface::NameSpace::prefixed(self, server)
     }
 
     /// The allow list of tools: a tool grant names the server, one of the caller's roles, and

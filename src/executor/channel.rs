@@ -14,7 +14,7 @@ use rmcp::transport::auth::AuthorizationManager;
 use serde_json::Value;
 
 use crate::tunnel::{Channel, ChannelReceiver, ChannelSender, TunnelError};
-use crate::upstream::oauth::{AUTHORIZATION_META_KEY, UNAUTHORIZED_DATA_KEY};
+use crate::wire::{AUTHORIZATION_META_KEY, UNAUTHORIZED_DATA_KEY};
 
 /// The gateway's end of a channel to a server running on an executor.
 pub struct ChannelTransport {

@@ -15,7 +15,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::remote::FetchError;
 use crate::tunnel::{FETCH_MAX_BODY, FETCH_MAX_REDIRECTS};
 
 /// The longest a connection may take to set up, whatever the exchange's own timeout.
@@ -204,6 +203,72 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         next = error.source();
     }
     found
+}
+
+/// Why an HTTP exchange through an executor failed (the local executor's exchanges fail the
+/// same ways, less those of the tunnel). Reasons name the URL without its query.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// No agent of the executor is connected to this gateway replica now.
+    #[error("executor `{0}` is not connected to this gateway")]
+    NotConnected(String),
+    /// The request can't be sent as it is: not an absolute `http:` or `https:` URL, a body
+    /// over the limit, a method or header the executor can't send.
+    #[error("{0}")]
+    Invalid(String),
+    /// The exchange could not be completed over the executor's network: no route, refused,
+    /// a TLS failure, a connection that broke, too many redirects.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The response body is over `max_bytes` (as declared, or as it arrived).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The whole response did not arrive within the timeout.
+    #[error("{url}: no complete response within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+    /// Any other refusal: the request is not understood (an older agent), the agent is too
+    /// busy; its reason as given.
+    #[error("the executor refused the exchange: {0}")]
+    Refused(String),
+    /// The agent sent more than `max_bytes` of body, which it had promised not to: the gateway
+    /// ended the exchange and dropped what had arrived.
+    #[error("the executor sent more than the limit of {max_bytes} bytes")]
+    OverLimit { max_bytes: usize },
+    /// The agent accepted the exchange, then ended it with an error or sent what is not a
+    /// response head.
+    #[error("the executor failed during the exchange: {0}")]
+    Failed(String),
+    /// The executor's connection ended before the whole response arrived.
+    #[error("the executor's connection ended during the exchange: {0}")]
+    Disconnected(String),
+}
+
+impl FetchError {
+    /// The metric label and log field of this outcome.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::NotConnected(_) => "not_connected",
+            Self::Invalid(_) => "invalid",
+            Self::Unreachable(_) => "unreachable",
+            Self::TooLarge(_) => "too_large",
+            Self::Timeout { .. } => "timeout",
+            Self::Refused(_) => "refused",
+            Self::OverLimit { .. } => "over_limit",
+            Self::Failed(_) => "failed",
+            Self::Disconnected(_) => "disconnected",
+        }
+    }
+
+    /// The Refused or Close reason an agent sends for this error: its class in front.
+    pub fn to_reason(&self) -> String {
+        let class = match self {
+            Self::Invalid(_) => crate::tunnel::Refusal::Invalid,
+            Self::TooLarge(_) => crate::tunnel::Refusal::TooLarge,
+            Self::Timeout { .. } => crate::tunnel::Refusal::TimedOut,
+            _ => crate::tunnel::Refusal::Unreachable,
+        };
+        class.tag(&self.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@
 
 use std::time::Duration;
 
-use super::agents::Agents;
+use crate::decl::ExecutorId;
+use crate::decl::PathUri;
+use crate::executor::agents::Agents;
 use crate::telemetry::metrics;
 use crate::tunnel::{Open, Refusal, TunnelError, TunnelHandle};
-use crate::upstream::{ExecutorId, PathUri};
 
 /// Why a file could not be read through an executor. The refusals keep the agent's reason
 /// (without its class code); [`ReadFileError::OutsideRoot`] may also be the gateway's own.
@@ -201,29 +202,29 @@ pub(super) mod tests {
     use tokio_tungstenite::tungstenite::protocol::Role;
 
     use super::*;
+    use crate::decl::PathStyle;
     use crate::store::entities::Executor as ExecutorRow;
     use crate::tunnel::{self, Incoming, PendingOpen, Settings, Side};
-    use crate::upstream::PathStyle;
 
-    pub(in crate::upstream::remote) const WAIT: Duration = Duration::from_secs(5);
+    pub(in crate::executor) const WAIT: Duration = Duration::from_secs(5);
 
-    pub(in crate::upstream::remote) fn settings() -> Settings {
+    pub(in crate::executor) fn settings() -> Settings {
         Settings { max_frame: 64 * 1024, window: 4, heartbeat: Duration::from_secs(30) }
     }
 
-    pub(in crate::upstream::remote) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    pub(in crate::executor) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         tokio::time::timeout(WAIT, future).await.unwrap_or_else(|_| panic!("{what}: not within {WAIT:?}"))
     }
 
     /// The gateway's end and a scripted agent's end of one real tunnel, over memory.
-    pub(in crate::upstream::remote) struct Pair {
+    pub(in crate::executor) struct Pair {
         pub gateway: TunnelHandle,
         _gateway_incoming: Incoming,
         pub agent: TunnelHandle,
         pub incoming: Incoming,
     }
 
-    pub(in crate::upstream::remote) async fn pair() -> Pair {
+    pub(in crate::executor) async fn pair() -> Pair {
         let settings = settings();
         let (a, b) = tokio::io::duplex(256 * 1024);
         let config = Some(tunnel::ws_config(&settings));

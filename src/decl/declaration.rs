@@ -47,8 +47,9 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::path_uri::PathUri;
-use super::{ExecutorEnv, ExecutorId};
+use crate::decl::ExecutorEnv;
+use crate::decl::ExecutorId;
+use crate::decl::path_uri::PathUri;
 
 /// A validated server name: 1 to 64 letters, digits, `-` or `_`, without `__` and not ending
 /// in `_`, so that the tool name `server__tool` splits back unambiguously.
@@ -791,7 +792,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::upstream::PathStyle::{self, Posix, Windows};
+    use crate::decl::PathStyle::{self, Posix, Windows};
 
     struct Env {
         local: bool,

@@ -1,8 +1,8 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::decl::PathError as E;
 use crate::decl::PathStyle;
-use crate::upstream::PathError as E;
 
 fn allowance(n: u128, executor: &str, base: &str, role: Role) -> RootAllowance {
     let id = RootAllowanceId::from_uuid(uuid::Uuid::from_u128(n));

@@ -1,0 +1,172 @@
+//! Who a call's notifications and requests go back to: the caller's sink (its rmcp session,
+//! or a stream the lean relay holds), its progress token and log level, and who made it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use rmcp::RoleServer;
+use rmcp::model::LoggingLevel;
+use rmcp::model::{InputRequest, ProgressToken, ServerNotification};
+use rmcp::service::Peer;
+use serde_json::Value;
+
+use crate::audit::{AuditWriter, CallAudit, digest};
+use crate::store::{TenantId, UserId};
+
+#[derive(Clone)]
+pub struct Downstream {
+    /// The session id, or a per-request id for a stateless call.
+    pub owner: String,
+    /// Where notifications for the caller go.
+    pub sink: Sink,
+    /// The downstream request's progress token, when its client asked for progress.
+    pub progress: Option<ProgressToken>,
+    /// The least severe log level the session wants (its `logging/setLevel`).
+    pub log_level: Arc<LogLevel>,
+    /// Who made the call, for the audit of the requests the upstream makes of its client
+    /// while serving it, and how long those may take.
+    pub origin: Option<Arc<CallOrigin>>,
+    /// A caller on protocol 2026-07-28 takes no requests: what the upstream asks of it goes
+    /// here, to be answered by the multi round-trip (`input_required`, SEP-2322).
+    pub rounds: Option<tokio::sync::mpsc::Sender<Round>>,
+}
+
+/// Where notifications for a caller go while an upstream serves its request.
+#[derive(Clone)]
+pub enum Sink {
+    /// Through the caller's rmcp session (on the request's own event stream).
+    Peer(Peer<RoleServer>),
+    /// Onto the answer of a call the lean relay serves (`mcp::lean`): each item is one
+    /// serialized JSON-RPC notification, written before the answer, in order.
+    Stream(tokio::sync::mpsc::Sender<bytes::Bytes>),
+}
+
+impl Sink {
+    /// The rmcp peer, when the caller is reached through one (the only way to ask it something).
+    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
+        match self {
+            Self::Peer(peer) => Some(peer),
+            Self::Stream(_) => None,
+        }
+    }
+
+    pub(crate) async fn notify(&self, notification: ServerNotification) -> Result<(), String> {
+        match self {
+            Self::Peer(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
+            Self::Stream(stream) => {
+                let message = rmcp::model::ServerJsonRpcMessage::notification(notification);
+                let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
+                stream.send(bytes.into()).await.map_err(|_| "the caller's answer is gone".to_owned())
+            }
+        }
+    }
+}
+
+/// Whether the request is on protocol 2026-07-28, whose client takes no requests from the
+/// server (what the upstream asks of it goes by multi round-trip).
+pub fn by_rounds(context: &rmcp::service::RequestContext<RoleServer>) -> bool {
+    context.protocol_version().is_some_and(|v| v == rmcp::model::ProtocolVersion::V_2026_07_28)
+}
+
+/// What happens next in a call made for a 2026-07-28 caller: the upstream asks its client
+/// something (answered through `answer`), or the call is over.
+pub enum Round {
+    Ask { request: InputRequest, answer: tokio::sync::oneshot::Sender<Value> },
+    Done(Result<rmcp::model::ServerResult, super::ProxyError>),
+}
+
+/// Who made a proxied call: what the audit of a relayed sampling, elicitation or roots
+/// request records.
+pub struct CallOrigin {
+    pub audit: AuditWriter,
+    pub tenant: TenantId,
+    pub user: UserId,
+    pub session: Option<String>,
+    pub request_id: Option<String>,
+    pub client: Option<(String, String)>,
+    /// How long a relayed request may take (the call's own timeout).
+    pub timeout: Duration,
+}
+
+impl CallOrigin {
+    /// The audit of a request `server`'s upstream makes of this caller (`ID:method`, the
+    /// digest of its params).
+    pub(super) fn audit_of(&self, server: &str, method: &str, arguments: &Value) -> CallAudit {
+        let digest = match arguments {
+            Value::Object(map) => digest::arguments_digest(Some(map)),
+            _ => digest::arguments_digest(None),
+        };
+        CallAudit::new(
+            self.tenant,
+            self.user,
+            self.session.clone(),
+            self.request_id.clone(),
+            self.client.clone(),
+            format!("{server}:{method}"),
+            digest,
+            None,
+        )
+    }
+}
+
+/// A session's logging level (`logging/setLevel`); until it sets one, `info` and above.
+pub struct LogLevel(AtomicU8);
+
+impl Default for LogLevel {
+    fn default() -> Self {
+        #[allow(deprecated)]
+        Self(AtomicU8::new(severity(LoggingLevel::Info)))
+    }
+}
+
+/// The severity above every level: nothing passes.
+const OFF: u8 = 8;
+
+impl LogLevel {
+    /// The level of one 2026-07-28 request: what its `_meta` names
+    /// (`io.modelcontextprotocol/logLevel`), and without one no log line at all.
+    pub fn of_request(level: Option<LoggingLevel>) -> Self {
+        Self(AtomicU8::new(level.map_or(OFF, severity)))
+    }
+
+    #[allow(deprecated)]
+    pub fn set(&self, level: LoggingLevel) {
+        self.0.store(severity(level), Ordering::Relaxed);
+    }
+
+    #[allow(deprecated)]
+    pub fn allows(&self, level: LoggingLevel) -> bool {
+        severity(level) >= self.0.load(Ordering::Relaxed)
+    }
+
+    /// The least severe level that passes (`None`: nothing passes), for a 2026-07-28
+    /// upstream's request `_meta`.
+    pub fn level(&self) -> Option<LoggingLevel> {
+        const LEVELS: [LoggingLevel; 8] = [
+            LoggingLevel::Debug,
+            LoggingLevel::Info,
+            LoggingLevel::Notice,
+            LoggingLevel::Warning,
+            LoggingLevel::Error,
+            LoggingLevel::Critical,
+            LoggingLevel::Alert,
+            LoggingLevel::Emergency,
+        ];
+        LEVELS.get(usize::from(self.0.load(Ordering::Relaxed))).copied()
+    }
+}
+
+#[allow(deprecated)]
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}

@@ -1,0 +1,64 @@
+//! Why a proxied request failed: the error every leg of the proxy (and the multi round-trip that
+//! carries a call's result across requests) answers with.
+
+use rmcp::ErrorData;
+use serde_json::json;
+
+/// Why a proxied call failed (the call's audit class is [`ProxyError::class`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("upstream server unavailable: {0}")]
+    Unavailable(String),
+    #[error("tool call timed out")]
+    Timeout,
+    #[error("cancelled by the client")]
+    Cancelled,
+    #[error("upstream error: {}", .0.message)]
+    Upstream(ErrorData),
+    #[error("signing the identity assertion failed")]
+    Assertion,
+    /// The server needs an OAuth login; `link` starts one when the caller may log in.
+    #[error("server `{server}` needs a login")]
+    LoginNeeded { server: String, link: Option<String> },
+    /// Nothing of that name for this caller (carried across a multi round-trip's task; the
+    /// caller is answered exactly as for a name that does not exist).
+    #[error("not found")]
+    NotFound,
+}
+
+impl ProxyError {
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "upstream_unavailable",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::Upstream(_) => "upstream_error",
+            Self::Assertion => "internal",
+            Self::LoginNeeded { .. } => "login_needed",
+            Self::NotFound => "not_found",
+        }
+    }
+
+    /// What the client is told: the upstream's own JSON-RPC error, or a generic one that
+    /// names no process, path or address of the gateway host.
+    pub fn into_error_data(self) -> ErrorData {
+        match self {
+            Self::Upstream(e) => e,
+            Self::Timeout => ErrorData::internal_error("tool call timed out", None),
+            Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
+            Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
+            Self::Assertion | Self::NotFound => ErrorData::internal_error("internal error", None),
+            Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(
+                format!("server `{server}` needs a login: open {link} in a browser to log in, then call again"),
+                Some(json!({ "loginUrl": link, "server": server })),
+            ),
+            Self::LoginNeeded { server, link: None } => ErrorData::internal_error(
+                format!(
+                    "server `{server}` needs a login: an owner or manager of the tenant can log in \
+                     (or run `scopegate admin oauth login`)"
+                ),
+                Some(json!({ "server": server })),
+            ),
+        }
+    }
+}
