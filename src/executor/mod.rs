@@ -1,6 +1,11 @@
 //! Executors: where an upstream server is launched, whose filesystem its `cwd` names and whose
 //! network its HTTP goes over: the gateway host itself (`local`), or a remote executor, which
 //! is reached only through the remote host handler and never silently run locally.
+//!
+//! The local executor is here. `remote` is the remote host handler; `agents` the connected
+//! agents, `channel` MCP over one of their tunnel channels, `file` and `fetch` a file read and
+//! an HTTP exchange through one; `oauth_http` the OAuth HTTP client of an executor (this
+//! host's network for the local one, the agent's for a remote one).
 
 pub mod agents;
 pub mod channel;

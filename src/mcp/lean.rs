@@ -40,14 +40,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::jsonrpc::{Inspection, id_text};
+use super::pipeline::{Verdict, argument_digests, call_audit, conclude};
 use super::server::Shared;
-use crate::audit::{CallAudit, Outcome, digest};
 use crate::context::{CallSite, McpCallContext};
 use crate::identity::SESSION_HEADER;
 use crate::proxy::surface;
-use crate::proxy::{CallOrigin, Downstream, Exchange, LeanResult, LogLevel, ProxyError, RelayCaps, Sink};
+use crate::proxy::{CallOrigin, Downstream, Exchange, LogLevel, RelayCaps, Sink};
 use crate::selection;
-use crate::telemetry::{metrics, trace};
+use crate::telemetry::trace;
 use crate::vocab::names::split_tool_name;
 
 /// What the relay knows of a session from its handshake (its rmcp handler records it when the
@@ -290,12 +290,7 @@ impl Relay {
             Some(raw) => serde_json::from_str(raw.get()).ok()?,
             None => None,
         };
-        let args_raw =
-            if shared.record_raw_arguments { parsed.as_ref().map(digest::canonical_arguments) } else { None };
-        let args_digest = match &args_raw {
-            Some(raw) => digest::sha256_hex(raw.as_bytes()),
-            None => digest::arguments_digest(parsed.as_ref()),
-        };
+        let (args_digest, args_raw) = argument_digests(parsed.as_ref(), shared.record_raw_arguments);
         Some(Accepted {
             ctx,
             session: known,
@@ -349,16 +344,7 @@ impl Relay {
             accepted;
         let request_id = ctx.request_id().clone();
         let session_id = ctx.session_id().map(str::to_owned);
-        let call = CallAudit::new(
-            ctx.tenant_id(),
-            ctx.user_id(),
-            session_id.clone(),
-            Some(id_text(&request_id)),
-            session.client.clone(),
-            tool.clone(),
-            args_digest,
-            args_raw,
-        );
+        let call = call_audit(&ctx, session.client.clone(), tool.clone(), args_digest, args_raw);
         let downstream = Downstream {
             owner: session_id.clone().unwrap_or_default(),
             sink: Sink::Stream(notes),
@@ -385,21 +371,9 @@ impl Relay {
                 Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None },
             )
             .await;
-        let (outcome, class) = match &result {
-            Ok(LeanResult { error_class: Some(class), .. }) => (Outcome::Failed, Some(class.clone())),
-            Ok(_) => (Outcome::Ok, None),
-            Err(e) => (Outcome::Failed, Some(e.class().to_owned())),
-        };
-        let tenant_label = if shared.label_tenant { ctx.tenant_slug() } else { "" };
-        metrics::tool_call(&tool, outcome.as_str(), tenant_label, call.started.elapsed());
-        trace::record_tool(Some(&tool), true);
-        // Fail closed: without its audit event the call's answer is withheld.
-        if let Err(withheld) = shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), &tool).await {
-            return message(&request_id, Err(&withheld.into()));
-        }
-        match result {
+        match conclude(shared, &ctx, &call, &tool, true, Verdict::from(result)).await {
             Ok(done) => message(&request_id, Ok(&done.result)),
-            Err(e) => message(&request_id, Err(&ProxyError::into_error_data(e))),
+            Err(e) => message(&request_id, Err(&e)),
         }
     }
 }

@@ -5,6 +5,7 @@
 mod cursor;
 use crate::jsonrpc;
 mod lean;
+mod pipeline;
 mod registry;
 mod rounds;
 mod server;

@@ -25,6 +25,7 @@ mod call;
 mod proxied;
 
 use super::cursor::{self, CursorKey};
+use super::pipeline::call_audit;
 use super::registry::ToolSet;
 use super::rounds;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
@@ -41,7 +42,7 @@ use crate::selection::{self, Selection};
 use crate::store::Db;
 use crate::telemetry::{metrics, trace};
 use crate::vocab::names::split_tool_name;
-use call::{call_audit, client_of};
+use call::client_of;
 
 /// What every session's handler shares: no caller in here.
 pub(crate) struct Shared {
@@ -296,7 +297,7 @@ pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool 
 }
 
 /// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
-fn unknown_tool() -> ErrorData {
+pub(super) fn unknown_tool() -> ErrorData {
     ErrorData::invalid_params("tool not found", None)
 }
 

@@ -7,6 +7,9 @@
 //! frozen: a changed declaration applies to new sessions, and a session keeps the connection
 //! its snapshot named. A stateless request is its own session. Snapshots and connections are
 //! keyed by tenant, so sessions of different tenants never share one.
+//!
+//! `surface` names upstream tools, prompts and resources for clients and routes them back;
+//! `features` serves the surface beyond tools; `lean` is the upstream's side of the lean relay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
