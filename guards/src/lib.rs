@@ -36,7 +36,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 pub use depinfo::{dep_info_rules, normalise_path};
-pub use imports::{Import, imports};
+pub use imports::{FileImport, Import, file_imports, imports};
 pub use report::{
     BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, REPORT_VERSION, Report, Residue, Site, ToolKind,
     ToolReport, TreeNode,

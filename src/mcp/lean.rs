@@ -41,7 +41,7 @@ use tracing::Instrument;
 
 use super::jsonrpc::{Inspection, id_text};
 use super::pipeline::{Verdict, argument_digests, call_audit, conclude};
-use super::server::Shared;
+use super::shared::Shared;
 use crate::context::{CallSite, McpCallContext};
 use crate::identity::SESSION_HEADER;
 use crate::proxy::surface;

@@ -10,6 +10,7 @@ mod registry;
 mod rounds;
 mod server;
 mod session;
+mod shared;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ pub(crate) fn service(
 ) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static> + Clone + Send + Sync + 'static
 {
     let config = state.config;
-    let shared = Arc::new(server::Shared {
+    let shared = Arc::new(shared::Shared {
         db: state.db.clone(),
         audit: state.audit.clone(),
         sessions: Arc::clone(state.sessions),

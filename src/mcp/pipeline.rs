@@ -9,7 +9,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResponse, ErrorCode};
 use serde_json::{Map, Value};
 
-use super::server::{Shared, unknown_tool};
+use super::shared::{Shared, unknown_tool};
 use crate::audit::{CallAudit, Outcome, digest};
 use crate::context::McpCallContext;
 use crate::proxy::{LeanResult, ProxyError};

@@ -24,10 +24,11 @@ use tracing::Instrument;
 mod call;
 mod proxied;
 
-use super::cursor::{self, CursorKey};
+use super::cursor::{self};
 use super::pipeline::call_audit;
 use super::registry::ToolSet;
 use super::rounds;
+use super::shared::Shared;
 use crate::audit::{AuditWriter, CallAudit, Outcome, digest};
 use crate::context::{CallSite, ContextError, McpCallContext};
 use crate::identity::{SESSION_HEADER, SessionRegistry};
@@ -35,7 +36,7 @@ use crate::model::Role;
 use crate::proxy::surface;
 use crate::proxy::{
     CallOrigin, Downstream, Exchange, LOGIN_TOOL, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink, Snapshot,
-    UpstreamCall, Upstreams, Watch,
+    UpstreamCall, Watch,
 };
 use crate::relay::by_rounds;
 use crate::selection::{self, Selection};
@@ -43,27 +44,6 @@ use crate::store::Db;
 use crate::telemetry::{metrics, trace};
 use crate::vocab::names::split_tool_name;
 use call::client_of;
-
-/// What every session's handler shares: no caller in here.
-pub(crate) struct Shared {
-    pub db: Db,
-    pub audit: AuditWriter,
-    pub sessions: Arc<SessionRegistry>,
-    pub tools: ToolSet,
-    pub upstreams: Arc<Upstreams>,
-    pub call_timeout: Duration,
-    pub record_raw_arguments: bool,
-    pub label_tenant: bool,
-    /// Seals the aggregated lists' pagination cursors (shared by the replicas).
-    pub cursors: CursorKey,
-    /// Seals the multi round-trip's states: this process's own, as the exchanges they name
-    /// wait in this process.
-    pub rounds_key: CursorKey,
-    /// Calls of 2026-07-28 callers waiting for an answer (multi round-trip).
-    pub rounds: rounds::Exchanges,
-    /// The sessions the lean relay may serve (recorded when their clients are initialized).
-    pub lean: super::lean::Sessions,
-}
 
 /// The per-session (or, stateless, per-request) MCP handler. It holds the session's selected
 /// plugin roots (chosen at `initialize`, checked against the caller then), never a caller.
@@ -294,11 +274,6 @@ const TYPED_METHODS: &[&str] = &[
 /// Whether `roles` may use `tool`: the one decision behind listing and calling.
 pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool {
     tools.spec(tool).is_some_and(|spec| roles.iter().any(|r| spec.roles.contains(r)))
-}
-
-/// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
-pub(super) fn unknown_tool() -> ErrorData {
-    ErrorData::invalid_params("tool not found", None)
 }
 
 /// An upstream that answered a request with the result of another.

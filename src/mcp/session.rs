@@ -201,7 +201,7 @@ impl http_body::Body for UntilExpiry {
 pub(crate) fn spawn_sweeper(
     sessions: Arc<SessionRegistry>,
     manager: Arc<LocalSessionManager>,
-    shared: Arc<super::server::Shared>,
+    shared: Arc<super::shared::Shared>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     tokio::spawn(async move {

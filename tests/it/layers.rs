@@ -98,3 +98,80 @@ fn an_upward_import_is_caught() {
     let expected = format!("store (floor {}) -> mcp (floor {}) at src/store/ids.rs:", floors["store"], floors["mcp"]);
     assert!(broken[0].starts_with(&expected), "{}", broken[0]);
 }
+
+/// The folder of a module's files: `a/b.rs` with children in `a/b/` is module `b`'s own
+/// file, so its folder is `a/b`, like that of `a/b/mod.rs`; any other file's is its parent.
+fn module_folder(file: &str, files: &BTreeMap<&str, Vec<&str>>) -> String {
+    let own = file.trim_end_matches(".rs");
+    if files.keys().any(|f| Path::new(f).parent() == Some(Path::new(own))) {
+        own.to_owned()
+    } else {
+        Path::new(file).parent().unwrap().display().to_string()
+    }
+}
+
+/// The import circles among files (strongly connected sets of more than one file) that span
+/// more than one module folder: `folder, folder: file, file, ...`.
+fn circles_across_folders<'a>(imports: &'a [guards::FileImport]) -> Vec<String> {
+    let mut edges: BTreeMap<&'a str, Vec<&'a str>> = BTreeMap::new();
+    for i in imports {
+        edges.entry(&i.file).or_default().push(&i.to_file);
+        edges.entry(&i.to_file).or_default();
+    }
+    // Files that reach each other, by reachability both ways (the graph is a few hundred files).
+    let reach = |from: &'a str| {
+        let mut seen = std::collections::BTreeSet::from([from]);
+        let mut stack = vec![from];
+        while let Some(f) = stack.pop() {
+            for &to in &edges[f] {
+                if seen.insert(to) {
+                    stack.push(to);
+                }
+            }
+        }
+        seen
+    };
+    let reached: BTreeMap<&str, _> = edges.keys().map(|&f| (f, reach(f))).collect();
+    let mut out = Vec::new();
+    let mut placed = std::collections::BTreeSet::new();
+    for &file in edges.keys() {
+        if !placed.insert(file) {
+            continue;
+        }
+        let circle: Vec<&str> =
+            reached[file].iter().copied().filter(|&other| other == file || reached[other].contains(file)).collect();
+        placed.extend(circle.iter().copied());
+        let folders: std::collections::BTreeSet<_> = circle.iter().map(|f| module_folder(f, &edges)).collect();
+        if folders.len() > 1 {
+            out.push(format!("{}: {}", folders.into_iter().collect::<Vec<_>>().join(", "), circle.join(", ")));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_import_circle_crosses_folders() {
+    let imports = guards::file_imports(&guards::Options::new(workspace())).unwrap();
+    assert!(imports.len() > 200, "the file graph was read ({} references)", imports.len());
+    let circles = circles_across_folders(&imports);
+    assert!(circles.is_empty(), "import circles across folders:\n{}", circles.join("\n"));
+}
+
+#[test]
+fn a_circle_across_folders_is_caught() {
+    // The relay (floor 11) naming the proxy (floor 14), which uses the relay: one circle
+    // through the files of several folders.
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::copy_dir(&workspace().join("src"), &dir.path().join("src"));
+    std::fs::copy(workspace().join("Cargo.toml"), dir.path().join("Cargo.toml")).unwrap();
+    let order = dir.path().join("src/relay/order.rs");
+    let mut text = std::fs::read_to_string(&order).unwrap();
+    text.push_str("\n#[allow(unused_imports)]\nuse crate::proxy::Upstreams;\n");
+    std::fs::write(&order, text).unwrap();
+    let imports = guards::file_imports(&guards::Options::new(dir.path())).unwrap();
+    let circles = circles_across_folders(&imports);
+    assert_eq!(circles.len(), 1, "{circles:?}");
+    let (folders, files) = circles[0].split_once(": ").unwrap();
+    assert!(folders.contains("src/proxy") && folders.contains("src/relay"), "{}", circles[0]);
+    assert!(files.contains("src/relay/order.rs") && files.contains("src/proxy/mod.rs"), "{}", circles[0]);
+}

@@ -1,0 +1,41 @@
+//! What every handler of the MCP endpoint shares: the gateway's state as the dispatcher, the
+//! lean relay and the call pipeline read it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ErrorData;
+
+use super::cursor::CursorKey;
+use super::registry::ToolSet;
+use super::rounds;
+use crate::audit::AuditWriter;
+use crate::identity::SessionRegistry;
+use crate::proxy::Upstreams;
+use crate::store::Db;
+
+/// What every session's handler shares: no caller in here.
+pub(crate) struct Shared {
+    pub db: Db,
+    pub audit: AuditWriter,
+    pub sessions: Arc<SessionRegistry>,
+    pub tools: ToolSet,
+    pub upstreams: Arc<Upstreams>,
+    pub call_timeout: Duration,
+    pub record_raw_arguments: bool,
+    pub label_tenant: bool,
+    /// Seals the aggregated lists' pagination cursors (shared by the replicas).
+    pub cursors: CursorKey,
+    /// Seals the multi round-trip's states: this process's own, as the exchanges they name
+    /// wait in this process.
+    pub rounds_key: CursorKey,
+    /// Calls of 2026-07-28 callers waiting for an answer (multi round-trip).
+    pub rounds: rounds::Exchanges,
+    /// The sessions the lean relay may serve (recorded when their clients are initialized).
+    pub lean: super::lean::Sessions,
+}
+
+/// Exactly what rmcp answers for a tool it does not know: a forbidden tool answers the same.
+pub(crate) fn unknown_tool() -> ErrorData {
+    ErrorData::invalid_params("tool not found", None)
+}
