@@ -53,6 +53,8 @@ use crate::vocab::names::split_tool_name;
 /// What the relay knows of a session from its handshake (its rmcp handler records it when the
 /// client says it is initialized).
 pub(crate) struct LeanSession {
+    /// The session's rmcp peer: what comes for a call after its answer went goes through it.
+    pub peer: rmcp::service::Peer<rmcp::RoleServer>,
     pub caps: RelayCaps,
     pub client: Option<(String, String)>,
     pub log_level: Arc<LogLevel>,
@@ -347,7 +349,7 @@ impl Relay {
         let call = call_audit(&ctx, session.client.clone(), tool.clone(), args_digest, args_raw);
         let downstream = Downstream {
             owner: session_id.clone().unwrap_or_default(),
-            sink: Sink::Stream(notes),
+            sink: Sink::Stream { answer: notes, session: session.peer.clone() },
             progress,
             log_level: Arc::clone(&session.log_level),
             rounds: None,

@@ -418,6 +418,7 @@ impl ServerHandler for GatewayServer {
         };
         let Some(info) = context.peer.peer_info() else { return };
         let known = super::lean::LeanSession {
+            peer: context.peer.clone(),
             caps: RelayCaps::declared_by(&info.capabilities),
             client: Some((info.client_info.name.clone(), info.client_info.version.clone())),
             log_level: Arc::clone(&self.log_level),

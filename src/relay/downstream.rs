@@ -38,8 +38,10 @@ pub enum Sink {
     /// Through the caller's rmcp session (on the request's own event stream).
     Peer(Peer<RoleServer>),
     /// Onto the answer of a call the lean relay serves (`mcp::lean`): each item is one
-    /// serialized JSON-RPC notification, written before the answer, in order.
-    Stream(tokio::sync::mpsc::Sender<bytes::Bytes>),
+    /// serialized JSON-RPC notification, written before the answer, in order. Once the answer
+    /// is gone, what still comes for the call (a log line an upstream sent on its own stream,
+    /// routed within the linger) goes through the caller's rmcp session, as on the rmcp path.
+    Stream { answer: tokio::sync::mpsc::Sender<bytes::Bytes>, session: Peer<RoleServer> },
 }
 
 impl Sink {
@@ -47,17 +49,20 @@ impl Sink {
     pub fn peer(&self) -> Option<&Peer<RoleServer>> {
         match self {
             Self::Peer(peer) => Some(peer),
-            Self::Stream(_) => None,
+            Self::Stream { .. } => None,
         }
     }
 
     pub(crate) async fn notify(&self, notification: ServerNotification) -> Result<(), String> {
         match self {
             Self::Peer(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
-            Self::Stream(stream) => {
-                let message = rmcp::model::ServerJsonRpcMessage::notification(notification);
+            Self::Stream { answer, session } => {
+                let message = rmcp::model::ServerJsonRpcMessage::notification(notification.clone());
                 let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
-                stream.send(bytes.into()).await.map_err(|_| "the caller's answer is gone".to_owned())
+                match answer.send(bytes.into()).await {
+                    Ok(()) => Ok(()),
+                    Err(_) => session.send_notification(notification).await.map_err(|e| e.to_string()),
+                }
             }
         }
     }

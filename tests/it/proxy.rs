@@ -551,6 +551,26 @@ async fn progress_and_logs_stateless(backend: Backend) {
 }
 both_dbs!(proxy_progress_and_logs_reach_a_stateless_caller, progress_and_logs_stateless);
 
+/// A log line an upstream sends after its answer, on its own event stream (where rmcp's
+/// servers send every log line), within the linger of the call that caused it: on the lean
+/// relay the call's answer is gone by then, and the line reaches the session through its rmcp
+/// stream instead of being lost with the answer.
+async fn a_late_log_line_on_the_lean_relay(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let listener = Listener::default();
+    let client = listener.client(&proxy.live, "olivia@acme.test").await;
+    let args = json!({"steps": 1, "gap_ms": 0, "late_log_ms": 100});
+    let params = CallToolRequestParams::new("fx__progress").with_arguments(args.as_object().cloned().unwrap());
+    let result = client.call_tool(params).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while listener.logs.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(listener.logs.load(Ordering::SeqCst), 2, "the step's log line and the late one reach the session");
+}
+both_dbs!(proxy_a_late_log_line_reaches_the_session_over_http, a_late_log_line_on_the_lean_relay);
+
 /// A native tool set that tries to take an upstream-style name.
 #[derive(Clone)]
 struct Shadowing;
