@@ -9,9 +9,6 @@ use reqwest::StatusCode;
 use scopegate::model::Role;
 use serde_json::{Value, json};
 
-use crate::mcp::Mode;
-use crate::mcp_http::{INITIALIZED, Reply, open_session, post, sabotage_audit, tool_call};
-use crate::proxy::{Listener, Over, Proxy};
 use crate::support::*;
 
 fn content_type(reply: &Reply) -> &str {
@@ -27,14 +24,15 @@ fn result_json(reply: &Reply) -> Value {
 /// A call the relay takes, once the session's `initialized` has been handled (rmcp answers the
 /// notification before its handler runs): the first answer that comes as plain JSON.
 async fn lean_call(proxy: &Proxy, token: &str, session: &str, id: i64, tool: &str, args: Value) -> Reply {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
+    eventually(format!("the relay takes {tool}"), || async {
         let reply = post(&proxy.live, token, Some(session), &tool_call(id, tool, args.clone()), &[]).await;
-        if content_type(&reply).starts_with("application/json") || std::time::Instant::now() > deadline {
-            return reply;
+        if content_type(&reply).starts_with("application/json") {
+            Ok(reply)
+        } else {
+            Err(format!("answered as {:?}", content_type(&reply)))
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 async fn serves_plain_session_calls(backend: Backend) {
@@ -131,7 +129,7 @@ async fn fails_closed(backend: Backend) {
     let session = open_session(live, &olivia).await.unwrap();
     lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
 
-    sabotage_audit(live, backend).await;
+    sabotage_audit(&live.db, backend).await;
 
     let reply = post(live, &olivia, Some(&session), &tool_call(3, "fx__whoami_upstream", json!({})), &[]).await;
     assert!(content_type(&reply).starts_with("application/json"), "the relay answered: {:?}", reply.headers);
@@ -268,13 +266,7 @@ async fn notifications_before_the_answer(backend: Backend) {
         let result = client.call_tool(rmcp::model::CallToolRequestParams::new("raw__noisy")).await.unwrap();
         assert_eq!(serde_json::to_value(&result.content).unwrap()[0]["text"], "done", "{result:?}");
         // The test client handles notifications in tasks of their own: give them a moment.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while (listener.progress.load(Ordering::SeqCst) < 10 * round
-            || listener.logs.load(Ordering::SeqCst) < 10 * round)
-            && std::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        eventually("every notification reaches the session", || async { listener.heard(10 * round) }).await;
         assert_eq!(listener.progress.load(Ordering::SeqCst), 10 * round, "every progress notification, round {round}");
         assert_eq!(listener.logs.load(Ordering::SeqCst), 10 * round, "every log line, round {round}");
     }
