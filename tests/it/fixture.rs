@@ -16,6 +16,10 @@ use serde_json::{Value, json};
 
 use crate::support::{FIXTURE, eventually, fixture_http};
 
+/// How long a call must go unanswered to count as hanging: the fixture answers its other
+/// tools over stdio within milliseconds, and `hang` answering would be as quick.
+const NO_ANSWER: Duration = Duration::from_millis(300);
+
 /// The logger and data of each log message received.
 type Logs = Arc<Mutex<Vec<(Option<String>, Value)>>>;
 
@@ -184,7 +188,7 @@ async fn fixture_hang_marks_its_cancellation() {
     let client = stdio(Recorder::default(), &[("FIXTURE_MARK_FILE", mark.to_str().unwrap())]).await;
     // Dropping the call future sends `notifications/cancelled`.
     let call = client.call_tool(CallToolRequestParams::new("hang"));
-    assert!(tokio::time::timeout(Duration::from_millis(300), call).await.is_err(), "hang never answers");
+    assert!(tokio::time::timeout(NO_ANSWER, call).await.is_err(), "hang never answers");
     eventually("no mark after the cancellation", || async {
         std::fs::read_to_string(&mark).unwrap_or_default() == "cancelled\n"
     })

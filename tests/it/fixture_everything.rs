@@ -16,6 +16,12 @@ use serde_json::json;
 
 use crate::support::{FIXTURE, eventually, fixture_http};
 
+/// How long to listen for a notification that must not come. Had the fixture sent one, it
+/// would have come down the same stdio pipe before the answer to the call that caused it (and
+/// before the read after it), leaving only the client's handler task to run: a few
+/// milliseconds, where this allows a hundred.
+const UNSENT_NOTIFICATION: Duration = Duration::from_millis(100);
+
 /// The tools the suite's server scenarios call (0.1.16).
 const SUITE_TOOLS: &[&str] = &[
     "test_simple_text",
@@ -114,7 +120,7 @@ async fn everything_notifies_a_subscriber_of_the_watched_resource() {
     let body = serde_json::to_value(&read.contents[0]).unwrap();
     assert!(body["text"].as_str().unwrap().contains("version 3"), "{body}");
     // Time for a notification after the unsubscription to arrive, had one been sent.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert_eq!(*updates.0.lock().unwrap(), ["test://watched-resource"]);
     client.cancel().await.unwrap();
 }

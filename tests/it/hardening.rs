@@ -138,6 +138,11 @@ async fn rate_limited_calls_are_audited(backend: Backend) {
 }
 both_dbs!(hardening_rate_limited_calls_are_audited, rate_limited_calls_are_audited);
 
+/// How long a request sent to the gateway on loopback takes at most to be under way there: a
+/// local round trip is a millisecond or two, and the slow call then stays in flight for its 2 s
+/// timeout, well past the duplicate sent after this.
+const UNDER_WAY: Duration = Duration::from_millis(500);
+
 /// A second request of a session with an id already in flight there is refused at once with
 /// a JSON-RPC error; nothing of it runs; the id is free again once the first is answered.
 async fn duplicate_request_id(backend: Backend) {
@@ -169,7 +174,7 @@ async fn duplicate_request_id(backend: Backend) {
         })
     };
     // Wait until the first call is running (its audit event is not written before it ends).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let eggs_before = live.count("SELECT COUNT(*) FROM egg_counts").await;
     let write = tool_call(7, "record_egg_count", json!({"flock": "north-barn", "day": yesterday(), "eggs": 5}));
     let started = Instant::now();

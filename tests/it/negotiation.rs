@@ -19,6 +19,21 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+/// How long the gateway may take to open its listen stream to an upstream after the first
+/// use of it (one request to a local upstream): what a list change waits for before it can
+/// travel that stream.
+const LISTEN_OPENS: Duration = Duration::from_millis(500);
+
+/// A listen stream is taken to have said all it will once it has been quiet this long: the
+/// call that changed the lists has been answered, its notifications were sent before that
+/// answer on streams already open, and each reaches the caller in milliseconds.
+const QUIET: Duration = Duration::from_millis(800);
+
+/// How long to listen for a notification that must not come: the upstream would have sent it
+/// before answering the call that caused it, the gateway passes it on as it comes, and the
+/// client's handler runs right after, all within milliseconds.
+const UNSENT_NOTIFICATION: Duration = Duration::from_millis(300);
+
 async fn gateway(backend: Backend) -> Live {
     let live = Live::start(backend, Mode::Session, &[("upstream.connect_timeout_secs", json!(15))]).await;
     let mut tx = live.db.begin().await.unwrap();
@@ -197,12 +212,12 @@ async fn listen_scoping(backend: Backend) {
     // The listen streams follow each upstream's own (opened by the gateway on first use).
     simple_text(&olivia, "seen__test_simple_text").await;
     simple_text(&olivia, "unseen__test_simple_text").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(LISTEN_OPENS).await;
 
     // A server the worker holds no grant for changes its lists: only the owner hears of it.
     let params = CallToolRequestParams::new("unseen__change_lists");
     olivia.call_tool(params).await.expect("change_lists");
-    let quiet = Duration::from_millis(800);
+    let quiet = QUIET;
     assert_eq!(drain(&mut olivia_stream, quiet).await, ["prompts", "resources", "tools"], "the owner hears all");
     assert_eq!(drain(&mut wanda_stream, quiet).await, Vec::<&str>::new(), "the worker hears nothing of `unseen`");
 
@@ -351,7 +366,7 @@ async fn bridged_to_modern(backend: Backend) {
     // warning and above: the upstream's info lines are not even sent.
     session.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await.expect("setLevel");
     call("mod__test_tool_with_logging").await.expect("call");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert!(heard.take().iter().all(|l| !l.starts_with("log")), "no line below warning");
 
     // Subscribed: an update of the resource reaches the session (once the connection's listen
@@ -369,10 +384,11 @@ async fn bridged_to_modern(backend: Backend) {
     .await;
     assert!(got.iter().any(|h| h == &format!("updated {uri}")), "{got:?}");
     session.unsubscribe(UnsubscribeRequestParams::new(uri)).await.expect("unsubscribe");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Updates still on their way from before the unsubscription land, and are wiped.
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     heard.take();
     call("mod__update_watched_resource").await.expect("update");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert_eq!(heard.take(), Vec::<String>::new(), "no update after unsubscribe");
     session.cancel().await.unwrap();
 }

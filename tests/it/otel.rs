@@ -29,6 +29,11 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::support::*;
 
+/// How long the gateway runs on after the last call before it stops: a span that a call left
+/// open ends only with the gateway, so it then ends at least this long after its call, twice
+/// the 500 ms [`check_call`] allows a tool span past its last child.
+const HELD_OPEN_SHOWS: Duration = Duration::from_secs(1);
+
 /// The client's trace: its trace id and the id of its own (remote) span.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -351,8 +356,8 @@ async fn spans_of_proxied_calls(backend: Backend) {
     for me in [&over_lean, &over_stdio, &over_rmcp, &over_garbled] {
         assert_eq!(me["user"], "olivia@acme.test", "the calls were made as olivia");
     }
-    // A second for anything a call left open to show: it would end only with the gateway.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Time for anything a call left open to show: it would end only with the gateway.
+    tokio::time::sleep(HELD_OPEN_SHOWS).await;
     served.stop().await;
 
     let spans = std::mem::take(&mut *receiver.spans.lock().unwrap());

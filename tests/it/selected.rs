@@ -20,6 +20,11 @@ use crate::support::*;
 
 const KEY: &str = "io.scopegate/selectedRoots";
 
+/// How long the gateway may take, once an agent's link is gone, to act on the loss (the
+/// ready sets it changes and the runtimes it stops are worked out in that same step, with
+/// nothing to wait for): a wait this long with nothing changed shows nothing will.
+const LOSS_HANDLED: Duration = Duration::from_millis(300);
+
 /// A client that selects roots at `initialize` and counts `tools/list_changed`.
 #[derive(Clone, Debug, Default)]
 struct Selecting {
@@ -232,7 +237,8 @@ async fn readiness(backend: Backend) {
     let mut other = site.agent("build-02", &other_secret);
     other.wait_log("connected to the gateway").await;
     other.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    site.wait_connected("build-02", false).await;
+    tokio::time::sleep(LOSS_HANDLED).await;
     let tools = names(&olivia.list_all_tools().await.unwrap());
     assert!(tools.contains(&"r1.demo__whoami_upstream".to_owned()));
     let second = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await["pid"].as_u64().unwrap();

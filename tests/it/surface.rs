@@ -25,6 +25,12 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+/// How long to listen for a notification that must not come: one that did come went from
+/// the upstream to the gateway and on to the session's stream as it arrived, in the
+/// milliseconds the notifications waited for above took, and the client's handler task runs
+/// right after. A notification that was on its way arrives well within this.
+const UNSENT_NOTIFICATION: Duration = Duration::from_millis(300);
+
 /// A gateway with the demo data and the local executor.
 struct Surface {
     live: Live,
@@ -375,14 +381,14 @@ async fn subscriptions_and_list_changes(backend: Backend) {
     .await;
     assert_eq!(subscribed.updates.lock().unwrap().clone(), [watched], "under the URI the session knows");
     assert!(*other.list_changes.lock().unwrap() >= 1, "a session that listed hears of the change");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert!(other.updates.lock().unwrap().is_empty(), "not subscribed: no update");
 
     a.unsubscribe(UnsubscribeRequestParams::new(watched)).await.unwrap();
     let not_subscribed = error_of(a.unsubscribe(UnsubscribeRequestParams::new(watched)).await);
     assert_eq!(not_subscribed.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
     call(&a, "ref__update_watched_resource", json!({})).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert_eq!(subscribed.updates.lock().unwrap().len(), 1, "unsubscribed: no more updates");
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
