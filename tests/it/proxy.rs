@@ -190,11 +190,20 @@ async fn hang_times_out_on_the_lean_relay(backend: Backend) {
 }
 both_dbs!(proxy_hanging_http_upstream_times_out_and_is_cancelled, hang_times_out_on_the_lean_relay);
 
+/// How long the tasks of an answered call may take to end before the live tasks are counted
+/// as the baseline no later count may exceed: each ends as soon as it sees the answer, within
+/// milliseconds, so a baseline taken after this holds none of them.
+const SETTLED: Duration = Duration::from_millis(200);
+
+/// How long a call takes at most to reach the local upstream (one hop over loopback or
+/// stdio), so that a cancellation sent after it finds the call there.
+const REACHES_UPSTREAM: Duration = Duration::from_millis(300);
+
 async fn hang_times_out_over(backend: Backend, over: Over) {
     let proxy = Proxy::with_fx_over(backend, Mode::Session, &[("mcp.call_timeout_secs", json!(1))], over).await;
     let olivia = proxy.live.client("olivia@acme.test").await;
     ok(&olivia, "fx__whoami_upstream", json!({})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(SETTLED).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let baseline = metrics.num_alive_tasks();
 
@@ -231,7 +240,7 @@ async fn hang_times_out_over(backend: Backend, over: Over) {
     // The client gives up on a fourth call: the cancellation reaches the upstream too.
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("fx__hang")));
     let handle = olivia.peer().send_cancellable_request(request, PeerRequestOptions::no_options()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(REACHES_UPSTREAM).await;
     handle.cancel(Some("the user gave up".to_owned())).await.unwrap();
 
     cancellations(4).await;

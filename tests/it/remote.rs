@@ -15,6 +15,10 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+/// How long a call or a read takes at most to be under way at the agent (a hop over loopback
+/// to a connected agent), so that what the test then does to the agent meets it there.
+const UNDER_WAY: Duration = Duration::from_millis(300);
+
 /// The standard set-up: executor `build-01` (machine `build-01`, user `ci`) owned by acme,
 /// acme's server `far` bound to it, declared to report the agent-only variable.
 async fn with_far(backend: Backend, overrides: &[(&str, Value)]) -> (Site, PathBuf) {
@@ -108,7 +112,7 @@ async fn agent_killed_mid_call(backend: Backend) {
             (call(&peer, "far__hang", json!({})).await, started)
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let killed = Instant::now();
     agent.kill();
     let (result, _) = tokio::time::timeout(Duration::from_secs(10), hanging).await.expect("the call ends").unwrap();
@@ -245,7 +249,7 @@ async fn slow_agent(backend: Backend) {
         let peer = olivia.peer().clone();
         tokio::spawn(async move { call(&peer, "far__whoami_upstream", json!({})).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let started = Instant::now();
     for _ in 0..20 {
         ok(&olivia, "near__whoami_upstream", json!({})).await;
@@ -639,7 +643,7 @@ async fn remote_file_read_with_a_stopped_or_killed_agent_does_not_hang() {
         let (agents, id, small) = (Arc::clone(site.live.agents()), id.clone(), small.clone());
         tokio::spawn(async move { agents.read_file(&id, &small, 10, Duration::from_secs(60)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let killed = Instant::now();
     agent.kill();
     let err = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("no hang").unwrap().unwrap_err();
