@@ -17,8 +17,8 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
-const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
+use crate::support::{FIXTURE, SCOPEGATE, eventually, fixture_http, pid_alive};
+
 const WAIT: Duration = Duration::from_secs(15);
 
 /// A root folder (symlinks resolved, so its URI is its real path) and a sibling outside it.
@@ -134,20 +134,12 @@ impl Served {
 
 /// Whether `pid` is a live process (a zombie is dead: it only waits to be reaped).
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
+    pid_alive(pid.into())
 }
 
-async fn dies(pid: u32) -> bool {
-    for _ in 0..150 {
-        if !alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
+/// Waits until `pid` is dead; fails with `what` if it lives on.
+async fn dies(pid: u32, what: &str) {
+    eventually(what, || async { !alive(pid) }).await
 }
 
 fn initialize(id: i64) -> Value {
@@ -175,7 +167,7 @@ async fn a_stdio_server_answers_initialize_over_the_channel_and_dies_with_it() {
     served.to_agent = None;
     let (_, reason) = served.until_close().await;
     assert_eq!(reason, "", "a channel the peer closed ends without a reason");
-    assert!(dies(pid).await, "the server outlived its channel");
+    dies(pid, "the server outlived its channel").await;
     served.task.await.unwrap();
 }
 
@@ -293,8 +285,8 @@ async fn ending_the_channel_kills_the_childs_whole_process_group() {
             _ => served.stop.cancel(),
         }
         served.task.await.unwrap();
-        assert!(dies(child).await, "{how}: the child survived");
-        assert!(dies(grandchild).await, "{how}: the child's own child survived");
+        dies(child, &format!("{how}: the child survived")).await;
+        dies(grandchild, &format!("{how}: the child's own child survived")).await;
     }
 }
 
@@ -312,7 +304,7 @@ async fn the_childs_exit_and_overlong_lines_close_the_channel_with_a_reason() {
     let (lines, reason) = served.until_close().await;
     assert_eq!(lines, [Bytes::from("short")]);
     assert!(reason.contains("frame limit of 1000"), "{reason}");
-    assert!(dies(served.pid.unwrap()).await);
+    dies(served.pid.unwrap(), "the server outlived its closed channel").await;
 }
 
 #[tokio::test]
@@ -343,17 +335,13 @@ async fn the_child_guard_takes_its_command_down_with_a_killed_parent() {
         .unwrap();
     let mut lines = tokio::io::BufReader::new(parent.stdout.take().unwrap()).lines();
     let pid: u32 = lines.next_line().await.unwrap().unwrap().parse().unwrap();
-    // Wait until the guard has become `sleep`.
-    for _ in 0..100 {
-        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap().trim() == "sleep");
+    eventually("the guard never became `sleep`", || async {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    })
+    .await;
     parent.start_kill().unwrap(); // SIGKILL: the parent can't clean up.
     parent.wait().await.unwrap();
-    assert!(dies(pid).await, "the command outlived its killed parent");
+    dies(pid, "the command outlived its killed parent").await;
 }
 
 #[test]
@@ -410,15 +398,7 @@ async fn files_are_read_inside_the_root_in_bounded_chunks() {
 #[tokio::test]
 async fn an_http_server_is_bridged_with_declared_headers() {
     let d = dirs();
-    let mut fixture = tokio::process::Command::new(FIXTURE)
-        .args(["http", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(fixture.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().unwrap();
-    let addr = first.strip_prefix("listening on ").unwrap().to_owned();
+    let (_fixture, addr) = fixture_http(&["http", "127.0.0.1:0"], &[]).await;
     let host = host_with(&d.root, &[("AGENT_KEY", "k-1")], &[], 1 << 20);
     let open = Open::Http {
         server: "web".into(),

@@ -52,14 +52,12 @@ fn without(mut claims: Value, key: &str) -> Value {
 }
 
 async fn jwt_negative_cases(backend: Backend) {
-    let db = TestDb::new(backend).await;
     let rsa = Signer::from_pem(Algorithm::RS256, "rsa.pem", "rsa-1");
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
-    let config = config_with(&db.url, &[("auth.jwks_file", json!(jwks))]);
-    let seed_db = db_for(&config).await;
-    seed_demo(&seed_db).await;
+    let prepared = TestGateway::new(backend).set("auth.jwks_file", json!(jwks)).prepare().await;
+    let (config, seed_db) = (prepared.config.clone(), &prepared.db);
     admin_tx!(seed_db, |tx| admin_fns::set_tenant_status(&mut tx, "globex", scopegate::model::TenantStatus::Suspended))
         .unwrap();
     admin_tx!(seed_db, |tx| admin_fns::set_user_status(
@@ -69,7 +67,7 @@ async fn jwt_negative_cases(backend: Backend) {
         scopegate::model::UserStatus::Disabled
     ))
     .unwrap();
-    let probe = Probe::start(config.clone()).await;
+    let probe = prepared.probe().await;
     let dev = Signer::dev();
     let good = claims(&config, "acme", "olivia@acme.test");
 
@@ -237,15 +235,17 @@ both_dbs!(jwt_and_identity_negative_cases, jwt_negative_cases);
 /// including one made with the RSA public key as the HMAC secret.
 #[tokio::test]
 async fn without_a_dev_secret_hs256_is_refused() {
-    let db = TestDb::new(Backend::Sqlite).await;
     let rsa = Signer::from_pem(Algorithm::RS256, "rsa.pem", "rsa-1");
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
-    let config = config_with(&db.url, &[("auth.jwks_file", json!(jwks)), ("auth.hs256_secret", json!(""))]);
-    seed_demo(&db_for(&config).await).await;
-    let probe = Probe::start(config.clone()).await;
-    let good = claims(&config, "acme", "olivia@acme.test");
+    let prepared = TestGateway::new(Backend::Sqlite)
+        .set("auth.jwks_file", json!(jwks))
+        .set("auth.hs256_secret", json!(""))
+        .prepare()
+        .await;
+    let probe = prepared.probe().await;
+    let good = claims(&prepared.config, "acme", "olivia@acme.test");
     let public_pem = std::fs::read(key_path("rsa.pub.pem")).unwrap();
     let confusion = Signer {
         alg: Algorithm::HS256,
@@ -265,17 +265,15 @@ async fn without_a_dev_secret_hs256_is_refused() {
 /// never verifies a token whose header names another algorithm.
 #[tokio::test]
 async fn every_asymmetric_algorithm_verifies_from_a_jwks_file() {
-    let db = TestDb::new(Backend::Sqlite).await;
     let rsa = Signer::from_pem(Algorithm::RS256, "rsa.pem", "rsa-1");
     let ec = Signer::from_pem(Algorithm::ES256, "ec.pem", "ec-1");
     let ed = Signer::from_pem(Algorithm::EdDSA, "ed25519.pem", "ed-1");
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&rsa, &ec, &ed])).unwrap();
-    let config = config_with(&db.url, &[("auth.jwks_file", json!(jwks))]);
-    seed_demo(&db_for(&config).await).await;
-    let probe = Probe::start(config.clone()).await;
-    let good = claims(&config, "acme", "wanda@acme.test");
+    let prepared = TestGateway::new(Backend::Sqlite).set("auth.jwks_file", json!(jwks)).prepare().await;
+    let probe = prepared.probe().await;
+    let good = claims(&prepared.config, "acme", "wanda@acme.test");
     for signer in [&rsa, &ec, &ed] {
         let (status, _, body) = probe.call(Some(&signer.sign(&good))).await;
         assert_eq!(status, StatusCode::OK, "{:?}: {body}", signer.alg);
@@ -318,13 +316,14 @@ async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
     let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let db = TestDb::new(Backend::Sqlite).await;
-    let config =
-        config_with(&db.url, &[("auth.jwks_url", json!(url)), ("auth.jwks_refetch_min_interval_secs", json!(1))]);
-    seed_demo(&db_for(&config).await).await;
-    let probe = Probe::start(config.clone()).await;
+    let prepared = TestGateway::new(Backend::Sqlite)
+        .set("auth.jwks_url", json!(url))
+        .set("auth.jwks_refetch_min_interval_secs", json!(1))
+        .prepare()
+        .await;
+    let probe = prepared.probe().await;
     assert_eq!(hits.load(Ordering::SeqCst), 1, "fetched once at start-up");
-    let good = claims(&config, "acme", "olivia@acme.test");
+    let good = claims(&prepared.config, "acme", "olivia@acme.test");
 
     let (status, _, _) = probe.call(Some(&old.sign(&good))).await;
     assert_eq!(status, StatusCode::OK);
@@ -353,11 +352,9 @@ async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
 /// treated as no token.
 #[tokio::test]
 async fn authorization_header_shapes() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let config = config_with(&db.url, &[]);
-    seed_demo(&db_for(&config).await).await;
-    let probe = Probe::start(config.clone()).await;
-    let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    let prepared = TestGateway::new(Backend::Sqlite).prepare().await;
+    let probe = prepared.probe().await;
+    let token = Signer::dev().sign(&claims(&prepared.config, "acme", "olivia@acme.test"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
     for (value, invalid) in
         [(format!("Basic {token}"), false), ("Bearer".to_string(), true), ("Bearer    ".to_string(), true)]

@@ -10,8 +10,6 @@ use figment::providers::Format as _;
 use scopegate::audit::checkpoint::{self, CheckpointKey, Checkpointer, Sink};
 use serde_json::{Value, json};
 
-use crate::cli::scopegate;
-use crate::mcp::{Live, Mode, ok};
 use crate::support::*;
 
 fn keygen(dir: &Path, name: &str) -> String {
@@ -186,11 +184,10 @@ async fn gateway_writes_checkpoints(backend: Backend) {
     .await;
     some_calls(&live, "olivia@acme.test", 2).await;
     let file = dir.path().join("checkpoints.jsonl");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !std::fs::read_to_string(&file).unwrap_or_default().contains("\"acme\"") {
-        assert!(std::time::Instant::now() < deadline, "no checkpoint written by the gateway");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    eventually("no checkpoint written by the gateway", || async {
+        std::fs::read_to_string(&file).unwrap_or_default().contains("\"acme\"")
+    })
+    .await;
     let (ok_, out) = audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl"]);
     assert!(ok_, "{out}");
     assert!(out.contains("acme: ok (2 events; 1 checkpoint(s) reached, the newest at seq 2)"), "{out}");

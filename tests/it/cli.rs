@@ -2,23 +2,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use scopegate::config::Config;
 
 use crate::support::*;
-
-pub(crate) fn scopegate(dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scopegate"));
-    cmd.current_dir(dir);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("SCOPEGATE_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("RUST_LOG", "warn");
-    cmd
-}
 
 #[tokio::test]
 async fn token_prints_a_token_alone_that_the_gateway_accepts() {
@@ -135,8 +122,8 @@ fn migrate_creates_the_default_sqlite_database() {
 
 /// `serve --demo` on a fresh folder: seeds, prints a token per demo user, answers /readyz,
 /// and exits cleanly on SIGTERM.
-#[test]
-fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
+#[tokio::test]
+async fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = scopegate(dir.path())
         .args(["serve", "--demo", "--listen", "127.0.0.1:0"])
@@ -170,15 +157,9 @@ fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
 
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exit status after SIGTERM: {status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the gateway did not stop after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let status =
+        eventually("the gateway did not stop after SIGTERM", || std::future::ready(child.try_wait().unwrap())).await;
+    assert!(status.success(), "exit status after SIGTERM: {status}");
 }
 
 /// The log, at its most verbose, never holds an upstream OAuth start link's secret: the
@@ -212,21 +193,6 @@ fn the_log_never_holds_a_start_links_secret() {
     std::io::Read::read_to_string(&mut stderr, &mut log).unwrap();
     assert!(!log.contains(secret), "the secret reached the log");
     assert!(log.contains("/oauth/start/{secret}"), "the request was logged: {log}");
-}
-
-/// Runs `scopegate admin ARGS` against the database at `url`, in `dir`: (success, stdout, stderr).
-pub fn admin(dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, String, String) {
-    let out = scopegate(dir).env("SCOPEGATE_DATABASE__URL", url).arg("admin").args(args).output().unwrap();
-    outcome(&out)
-}
-
-/// Whether a command succeeded, and its stdout and stderr.
-pub fn outcome(out: &std::process::Output) -> (bool, String, String) {
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `scopegate admin` end to end on both databases: every resource created, listed and

@@ -17,6 +17,8 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde_json::Value;
 
+use crate::support::pages;
+
 const CONFIG_FILE: &str = "config/default.toml";
 const CONFIG_DOC: &str = "docs/reference/configuration.md";
 
@@ -320,7 +322,7 @@ fn link_targets(markdown: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn links_between_the_pages_resolve() {
-    let pages = crate::readme::pages();
+    let pages = pages();
     let by_path: BTreeMap<&str, &str> = pages.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     assert!(by_path.contains_key("docs/README.md"), "docs/ has its table of contents");
     let mut checked = 0;

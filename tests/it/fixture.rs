@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, ClientConfig, ProgressNotificationParam};
 use rmcp::service::{NotificationContext, RunningService};
@@ -14,7 +14,11 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use scopegate::auth::assertion::{AssertedCaller, AssertionSigner};
 use serde_json::{Value, json};
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+use crate::support::{FIXTURE, eventually, fixture_http};
+
+/// How long a call must go unanswered to count as hanging: the fixture answers its other
+/// tools over stdio within milliseconds, and `hang` answering would be as quick.
+const NO_ANSWER: Duration = Duration::from_millis(300);
 
 /// The logger and data of each log message received.
 type Logs = Arc<Mutex<Vec<(Option<String>, Value)>>>;
@@ -49,11 +53,11 @@ impl ClientHandler for Recorder {
 impl Recorder {
     /// Waits until `n` log messages arrived (notifications are handled beside responses).
     async fn wait_for_logs(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.logs.lock().unwrap().len() < n {
-            assert!(Instant::now() < deadline, "only {} of {n} log messages", self.logs.lock().unwrap().len());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(format!("{n} log messages"), || async {
+            let got = self.logs.lock().unwrap().len();
+            if got >= n { Ok(()) } else { Err(format!("only {got} of {n}")) }
+        })
+        .await
     }
 }
 
@@ -184,12 +188,11 @@ async fn fixture_hang_marks_its_cancellation() {
     let client = stdio(Recorder::default(), &[("FIXTURE_MARK_FILE", mark.to_str().unwrap())]).await;
     // Dropping the call future sends `notifications/cancelled`.
     let call = client.call_tool(CallToolRequestParams::new("hang"));
-    assert!(tokio::time::timeout(Duration::from_millis(300), call).await.is_err(), "hang never answers");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::fs::read_to_string(&mark).unwrap_or_default() != "cancelled\n" {
-        assert!(Instant::now() < deadline, "no mark after the cancellation");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert!(tokio::time::timeout(NO_ANSWER, call).await.is_err(), "hang never answers");
+    eventually("no mark after the cancellation", || async {
+        std::fs::read_to_string(&mark).unwrap_or_default() == "cancelled\n"
+    })
+    .await;
     // The fixture still answers other calls.
     let result = client.call_tool(args(json!({"name": "echo", "arguments": {"text": "still here"}}))).await.unwrap();
     assert_eq!(text(&result), "still here");
@@ -225,7 +228,7 @@ async fn fixture_http_reports_headers_and_caches_the_jwks() {
     let (jwks_url, hits) = jwks_server(Arc::clone(&signer)).await;
 
     let env = [("FIXTURE_JWKS_URL", jwks_url.as_str()), ("FIXTURE_SERVER_ID", "notes"), ("FIXTURE_ISSUER", issuer)];
-    let (mut child, addr) = crate::support::fixture_http(&["http", "127.0.0.1:0"], &env).await;
+    let (mut child, addr) = fixture_http(&["http", "127.0.0.1:0"], &env).await;
 
     let caller = AssertedCaller {
         tenant: "acme".into(),

@@ -14,7 +14,13 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+use crate::support::{FIXTURE, eventually, fixture_http};
+
+/// How long to listen for a notification that must not come. Had the fixture sent one, it
+/// would have come down the same stdio pipe before the answer to the call that caused it (and
+/// before the read after it), leaving only the client's handler task to run: a few
+/// milliseconds, where this allows a hundred.
+const UNSENT_NOTIFICATION: Duration = Duration::from_millis(100);
 
 /// The tools the suite's server scenarios call (0.1.16).
 const SUITE_TOOLS: &[&str] = &[
@@ -107,18 +113,14 @@ async fn everything_notifies_a_subscriber_of_the_watched_resource() {
     update().await.unwrap();
     client.subscribe(SubscribeRequestParams::new("test://watched-resource")).await.unwrap();
     update().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while updates.0.lock().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "no notifications/resources/updated");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("no notifications/resources/updated", || async { !updates.0.lock().unwrap().is_empty() }).await;
     client.unsubscribe(UnsubscribeRequestParams::new("test://watched-resource")).await.unwrap();
     update().await.unwrap();
     let read = client.read_resource(ReadResourceRequestParams::new("test://watched-resource")).await.unwrap();
     let body = serde_json::to_value(&read.contents[0]).unwrap();
     assert!(body["text"].as_str().unwrap().contains("version 3"), "{body}");
     // Time for a notification after the unsubscription to arrive, had one been sent.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert_eq!(*updates.0.lock().unwrap(), ["test://watched-resource"]);
     client.cancel().await.unwrap();
 }
@@ -131,7 +133,7 @@ async fn everything_http_answers_test_reconnection_on_the_resumed_stream() {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     scopegate::http::install_tls_provider();
-    let (_child, addr) = crate::support::fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
+    let (_child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
 
     let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"));
     let client = ().serve(StreamableHttpClientTransport::with_client(reqwest::Client::new(), config)).await.unwrap();

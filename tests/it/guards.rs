@@ -392,11 +392,12 @@ fn the_files_the_guard_parses_are_the_files_rustc_compiles() {
 }
 
 /// The newest dep-info rustc wrote for the scopegate library in `deps` (a `scopegate-<hash>.d`
-/// with a rule for `libscopegate-<hash>.rlib` or `.rmeta`; the binaries' and tests' dep-info
-/// have none), and the dependencies of that rule, as written (absolute, or relative to the
+/// with a rule for `libscopegate-<hash>.rlib`, or for `.rmeta` only when no build wrote one: a
+/// clippy run writes a check's dep-info that may be newer than the build the tests use; the
+/// binaries' and tests' dep-info have none), and the dependencies of that rule, as written (absolute, or relative to the
 /// workspace root cargo runs rustc in).
 fn library_dep_info(deps: &Path) -> (PathBuf, Vec<PathBuf>) {
-    let mut found: Vec<(std::time::SystemTime, PathBuf, Vec<PathBuf>)> = Vec::new();
+    let mut found: Vec<((bool, std::time::SystemTime), PathBuf, Vec<PathBuf>)> = Vec::new();
     for entry in std::fs::read_dir(deps).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -404,13 +405,21 @@ fn library_dep_info(deps: &Path) -> (PathBuf, Vec<PathBuf>) {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let rule = guards::dep_info_rules(&text).into_iter().find(|(target, _)| {
-            let file = target.rsplit('/').next().unwrap();
-            file.starts_with("libscopegate-") && (file.ends_with(".rlib") || file.ends_with(".rmeta"))
-        });
+        let rules = guards::dep_info_rules(&text);
+        let library = |suffix: &str| {
+            rules.iter().find(|(target, _)| {
+                let file = target.rsplit('/').next().unwrap();
+                file.starts_with("libscopegate-") && file.ends_with(suffix)
+            })
+        };
+        // A build's (an rlib) before a check's (clippy's rmeta only), then the newest.
+        let (built, rule) = match library(".rlib") {
+            Some(rule) => (true, Some(rule)),
+            None => (false, library(".rmeta")),
+        };
         if let Some((_, files)) = rule {
             let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
-            found.push((modified, path, files.into_iter().map(PathBuf::from).collect()));
+            found.push(((built, modified), path, files.iter().map(PathBuf::from).collect()));
         }
     }
     let (_, path, files) = found.into_iter().max_by_key(|(modified, ..)| *modified).unwrap_or_else(|| {

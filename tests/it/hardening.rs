@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::mcp::{Live, Mode};
-use crate::mcp_http::{INITIALIZED, open_session, open_stream, post, post_bytes, tool_call};
 use crate::support::*;
 
 async fn rows(live: &Live, sql: &str) -> Vec<(String, Option<String>, Option<String>, Option<String>, i64)> {
@@ -71,7 +69,7 @@ async fn hostile_text(backend: Backend) {
     // A validly signed token whose `sub` or `tid` holds U+0000: 403, as any unknown principal.
     for (tenant, subject) in [("acme", "olivia\u{0}@acme.test"), ("ac\u{0}me", "olivia@acme.test")] {
         let token = Signer::dev().sign(&claims(&live.config, tenant, subject));
-        let reply = post(&live, &token, None, crate::mcp_http::INIT, &[]).await;
+        let reply = post(&live, &token, None, INIT, &[]).await;
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{tenant:?} {subject:?}: {:?}", reply.message);
     }
 }
@@ -100,18 +98,15 @@ async fn rate_limited_calls_are_audited(backend: Backend) {
     assert!(refused >= 37, "the burst passes, the rest is refused: {refused}");
 
     // Windows close after a second; give the writer time to commit.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let counted = loop {
+    let counted = eventually("every refused call is counted in an event", || async {
         let counted = live
             .count(
                 "SELECT COALESCE(CAST(SUM(calls) AS BIGINT), 0) FROM audit_events WHERE error_class = 'rate_limited'",
             )
             .await;
-        if counted >= refused || Instant::now() > deadline {
-            break counted;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        if counted >= refused { Ok(counted) } else { Err(format!("{counted} of {refused} counted")) }
+    })
+    .await;
     assert_eq!(counted, refused, "every refused call is counted in an event");
     let events = rows(
         &live,
@@ -143,10 +138,14 @@ async fn rate_limited_calls_are_audited(backend: Backend) {
 }
 both_dbs!(hardening_rate_limited_calls_are_audited, rate_limited_calls_are_audited);
 
+/// How long a request sent to the gateway on loopback takes at most to be under way there: a
+/// local round trip is a millisecond or two, and the slow call then stays in flight for its 2 s
+/// timeout, well past the duplicate sent after this.
+const UNDER_WAY: Duration = Duration::from_millis(500);
+
 /// A second request of a session with an id already in flight there is refused at once with
 /// a JSON-RPC error; nothing of it runs; the id is free again once the first is answered.
 async fn duplicate_request_id(backend: Backend) {
-    use crate::mcp_timeout::slow_tools;
     let tools = scopegate::mcp::ToolSet::native()
         .with(slow_tools::Slow, slow_tools::Slow::tool_router(), slow_tools::SPECS)
         .unwrap();
@@ -175,13 +174,9 @@ async fn duplicate_request_id(backend: Backend) {
         })
     };
     // Wait until the first call is running (its audit event is not written before it ends).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let eggs_before = live.count("SELECT COUNT(*) FROM egg_counts").await;
-    let write = tool_call(
-        7,
-        "record_egg_count",
-        json!({"flock": "north-barn", "day": crate::mcp_http::yesterday(), "eggs": 5}),
-    );
+    let write = tool_call(7, "record_egg_count", json!({"flock": "north-barn", "day": yesterday(), "eggs": 5}));
     let started = Instant::now();
     let duplicate = post(&live, &token, Some(&session), &write, &[]).await;
     let waited = started.elapsed();

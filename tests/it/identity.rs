@@ -21,13 +21,11 @@ async fn flock_id(db: &scopegate::store::Db, tenant: &str, name: &str) -> String
 }
 
 async fn resolves_each_demo_user(backend: Backend) {
-    let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[("auth.service_subjects", json!(["svc:reports"]))]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let probe = Probe::start(config.clone()).await;
+    let prepared = TestGateway::new(backend).set("auth.service_subjects", json!(["svc:reports"])).prepare().await;
+    let (config, db) = (prepared.config.clone(), &prepared.db);
+    let probe = prepared.probe().await;
     let dev = Signer::dev();
-    let north = flock_id(&db, "acme", "north-barn").await;
+    let north = flock_id(db, "acme", "north-barn").await;
 
     let expect: &[(&str, &str, Value, Value)] = &[
         ("acme", "olivia@acme.test", json!(["owner"]), json!("all")),
@@ -61,12 +59,10 @@ async fn resolves_each_demo_user(backend: Backend) {
 both_dbs!(identity_resolves_each_demo_user, resolves_each_demo_user);
 
 async fn revocation_applies_on_the_next_request(backend: Backend) {
-    let test_db = TestDb::new(backend).await;
     // No identity reuse: every request reads the rows.
-    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(0))]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let probe = Probe::start(config.clone()).await;
+    let prepared = TestGateway::new(backend).set("auth.identity_cache_ms", json!(0)).prepare().await;
+    let (config, db) = (prepared.config.clone(), &prepared.db);
+    let probe = prepared.probe().await;
     let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
 
     let (_, _, body) = probe.call(Some(&wanda)).await;
@@ -99,11 +95,9 @@ both_dbs!(identity_revocation_applies_on_the_next_request, revocation_applies_on
 /// with; a call with any other id gets no context.
 #[tokio::test]
 async fn identity_is_bound_to_the_message_it_came_with() {
-    let test_db = TestDb::new(Backend::Sqlite).await;
-    let config = config_with(&test_db.url, &[]);
-    seed_demo(&db_for(&config).await).await;
-    let probe = Probe::start(config.clone()).await;
-    let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    let prepared = TestGateway::new(Backend::Sqlite).prepare().await;
+    let probe = prepared.probe().await;
+    let token = Signer::dev().sign(&claims(&prepared.config, "acme", "olivia@acme.test"));
 
     let (status, _, _) = probe.request(Some(&token), json!({"jsonrpc": "2.0", "id": "abc", "method": "x"}), &[]).await;
     assert_eq!(status, StatusCode::OK, "string ids bind too");
@@ -140,11 +134,9 @@ struct Cached {
 }
 
 async fn cached(backend: Backend) -> Cached {
-    let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[("auth.identity_cache_ms", json!(POLL_MS))]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
-    let probe = Probe::start(config.clone()).await;
+    let prepared = TestGateway::new(backend).set("auth.identity_cache_ms", json!(POLL_MS)).prepare().await;
+    let probe = prepared.probe().await;
+    let Prepared { config, db, test_db, .. } = prepared;
     let wanda = Signer::dev().sign(&claims(&config, "acme", "wanda@acme.test"));
     after_a_poll().await;
     Cached { _test_db: test_db, config, db, probe, wanda }

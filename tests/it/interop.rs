@@ -14,13 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use scopegate::model::Role;
 use scopegate::store::entities::{self, GrantKind};
@@ -28,7 +26,6 @@ use serde_json::{Value, json};
 use sha2::Digest;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::mcp::{Live, Mode};
 use crate::support::*;
 
 // @modelcontextprotocol/server-everything (2026.8.31, the newest release, which runs on Node 20)
@@ -210,26 +207,17 @@ impl Gateway {
         entities::create_entity(&mut tx, "acme", &format!("defaults/mcp-servers/{server}"), &declaration)
             .await
             .unwrap();
-        entities::bind_server_with_prefix(&mut tx, "acme", server, "local", crate::support::unprefixed_beside(true))
-            .await
-            .unwrap();
+        entities::bind_server_with_prefix(&mut tx, "acme", server, "local", unprefixed_beside(true)).await.unwrap();
         for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
             entities::grant(&mut tx, "acme", server, Role::Owner, kind, "*").await.unwrap();
         }
         tx.commit().await.unwrap();
     }
 
-    fn transport(&self, subject: &str) -> StreamableHttpClientTransport<reqwest::Client> {
-        StreamableHttpClientTransport::with_client(
-            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-            StreamableHttpClientTransportConfig::with_uri(self.live.url()).auth_header(self.live.token_for(subject)),
-        )
-    }
-
     /// rmcp's client as `subject`: its default handshake (`initialize`, 2025-11-25) or, when
     /// `modern`, `server/discover` on 2026-07-28.
     async fn client(&self, subject: &str, modern: bool) -> RunningService<RoleClient, ()> {
-        let transport = self.transport(subject);
+        let transport = self.live.transport(subject);
         let connected = if modern {
             let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
             ().serve_with_lifecycle(transport, lifecycle).await
@@ -241,8 +229,7 @@ impl Gateway {
 
     /// Audit rows of acme's calls of `tool`: (outcome, error class).
     async fn audited(&self, tool: &str, expected: usize) -> Vec<(String, Option<String>)> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        eventually(format!("{expected} audit events of {tool}"), || async {
             let mut tx = self.live.db.begin().await.unwrap();
             let rows: Vec<(String, Option<String>)> =
                 sqlx::query_as("SELECT outcome, error_class FROM audit_events WHERE tool = $1 ORDER BY seq")
@@ -250,11 +237,9 @@ impl Gateway {
                     .fetch_all(&mut *tx)
                     .await
                     .unwrap();
-            if rows.len() >= expected || Instant::now() > deadline {
-                return rows;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            if rows.len() >= expected { Ok(rows) } else { Err(format!("{rows:?}")) }
+        })
+        .await
     }
 }
 

@@ -1,126 +1,11 @@
 //! End to end: rmcp's own client over real HTTP against a gateway on port 0, on SQLite and
 //! PostgreSQL, in session mode and in stateless mode.
 
-use std::net::SocketAddr;
-
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ErrorData, ServiceExt};
-use scopegate::Gateway;
-use scopegate::config::Config;
-use scopegate::store::Db;
-use scopegate::tools::ERROR_CLASS_META;
+use rmcp::model::CallToolResult;
+use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Value, json};
 
 use crate::support::*;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Session,
-    Stateless,
-}
-
-/// A running gateway with the demo data.
-pub struct Live {
-    pub addr: SocketAddr,
-    pub config: Config,
-    pub db: Db,
-    _test_db: TestDb,
-}
-
-impl Live {
-    pub async fn start(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
-        Self::start_with_tools(backend, mode, overrides, scopegate::mcp::ToolSet::native()).await
-    }
-
-    /// A gateway serving `tools` (the native tools plus any a test registers).
-    pub async fn start_with_tools(
-        backend: Backend,
-        mode: Mode,
-        overrides: &[(&str, Value)],
-        tools: scopegate::mcp::ToolSet,
-    ) -> Self {
-        scopegate::http::install_tls_provider();
-        let test_db = TestDb::new(backend).await;
-        let mut all = vec![("mcp.stateless", json!(mode == Mode::Stateless))];
-        all.extend(overrides.iter().cloned());
-        let config = config_with(&test_db.url, &all);
-        let db = db_for(&config).await;
-        seed_demo(&db).await;
-        let gateway = Gateway::build_with_tools(config.clone(), tools).await.expect("gateway");
-        let addr = gateway.local_addr();
-        tokio::spawn(gateway.run(std::future::pending()));
-        Self { addr, config, db, _test_db: test_db }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-
-    pub fn token(&self, tenant: &str, subject: &str) -> String {
-        Signer::dev().sign(&claims(&self.config, tenant, subject))
-    }
-
-    pub fn token_for(&self, subject: &str) -> String {
-        let tenant = subject.rsplit('@').next().unwrap().split('.').next().unwrap();
-        self.token(tenant, subject)
-    }
-
-    pub async fn client(&self, subject: &str) -> RunningService<RoleClient, ()> {
-        let transport = StreamableHttpClientTransport::with_client(
-            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-            StreamableHttpClientTransportConfig::with_uri(self.url()).auth_header(self.token_for(subject)),
-        );
-        ().serve(transport).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
-    }
-
-    pub async fn count(&self, sql: &str) -> i64 {
-        let mut tx = self.db.begin().await.unwrap();
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(&mut *tx).await.unwrap()
-    }
-
-    pub async fn flock_id(&self, name: &str) -> String {
-        let mut tx = self.db.begin().await.unwrap();
-        sqlx::query_scalar("SELECT id FROM flocks WHERE name = $1").bind(name).fetch_one(&mut *tx).await.unwrap()
-    }
-}
-
-pub async fn call(client: &Peer<RoleClient>, tool: &str, args: Value) -> Result<CallToolResult, ErrorData> {
-    let params =
-        CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().cloned().unwrap_or_default());
-    match client.call_tool(params).await {
-        Ok(result) => Ok(result),
-        Err(ServiceError::McpError(e)) => Err(e),
-        Err(other) => panic!("{tool}: transport failure {other}"),
-    }
-}
-
-/// The structured content of a successful call.
-pub async fn ok(client: &Peer<RoleClient>, tool: &str, args: Value) -> Value {
-    let result = call(client, tool, args.clone()).await.unwrap_or_else(|e| panic!("{tool} {args}: {e:?}"));
-    assert_ne!(result.is_error, Some(true), "{tool} {args}: {result:?}");
-    result.structured_content.expect("structured output")
-}
-
-/// The tool error of a call that ran and failed (`isError: true`), as `{error, message}`: the
-/// error class from the result's `_meta` and the message from its text. An error result never
-/// carries structured content (it would have to match the tool's output schema).
-pub async fn tool_error(client: &Peer<RoleClient>, tool: &str, args: Value) -> Value {
-    let result = call(client, tool, args.clone()).await.unwrap_or_else(|e| panic!("{tool} {args}: {e:?}"));
-    error_of(tool, &args, &result)
-}
-
-/// `{error, message}` of a tool error result, which must carry no structured content.
-pub fn error_of(tool: &str, args: &Value, result: &CallToolResult) -> Value {
-    assert_eq!(result.is_error, Some(true), "{tool} {args} should fail: {result:?}");
-    assert_eq!(result.structured_content, None, "{tool} {args}: an error result has no structured content");
-    let class = result.meta.as_ref().and_then(|m| m.get(ERROR_CLASS_META)).cloned();
-    let message: String = result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect();
-    assert!(!message.is_empty(), "{tool} {args}: the error is told in text: {result:?}");
-    json!({ "error": class.unwrap_or(Value::Null), "message": message })
-}
 
 fn names(list: &Value) -> Vec<String> {
     list["flocks"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_owned()).collect()
@@ -131,10 +16,6 @@ async fn listed(client: &RunningService<RoleClient, ()>) -> Vec<String> {
         client.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect();
     tools.sort();
     tools
-}
-
-fn yesterday() -> String {
-    (time::OffsetDateTime::now_utc().date() - time::Duration::days(1)).to_string()
 }
 
 async fn cross_tenant(backend: Backend, mode: Mode) {
@@ -255,17 +136,10 @@ mod extra_tools {
 }
 
 async fn registered_tool_set(backend: Backend, mode: Mode) {
-    scopegate::http::install_tls_provider();
-    let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[("mcp.stateless", json!(mode == Mode::Stateless))]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
     let tools = scopegate::mcp::ToolSet::native()
         .with(extra_tools::Reports, extra_tools::Reports::tool_router(), extra_tools::SPECS)
         .unwrap();
-    let gateway = Gateway::build_with_tools(config.clone(), tools).await.unwrap();
-    let live = Live { addr: gateway.local_addr(), config, db, _test_db: test_db };
-    tokio::spawn(gateway.run(std::future::pending()));
+    let live = TestGateway::new(backend).mode(mode).tools(tools).start().await;
 
     let olivia = live.client("olivia@acme.test").await;
     let gary = live.client("gary@globex.test").await;

@@ -5,101 +5,12 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::mcp::{Live, Mode, call, ok};
 use crate::support::*;
-
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: reqwest::header::HeaderMap,
-    /// The JSON-RPC message (from a JSON body or the last SSE `data:` line with an id).
-    pub message: Value,
-}
-
-pub async fn post(live: &Live, token: &str, session: Option<&str>, body: &str, extra: &[(&str, &str)]) -> Reply {
-    post_bytes(live, token, session, body.as_bytes().to_vec(), extra).await
-}
-
-/// [`post`] with any bytes for a body (not necessarily UTF-8).
-pub async fn post_bytes(
-    live: &Live,
-    token: &str,
-    session: Option<&str>,
-    body: Vec<u8>,
-    extra: &[(&str, &str)],
-) -> Reply {
-    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
-    let mut req = client
-        .post(live.url())
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(body);
-    if let Some(session) = session {
-        req = req.header("mcp-session-id", session);
-    }
-    for (k, v) in extra {
-        req = req.header(*k, *v);
-    }
-    let response = req.send().await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let text = response.text().await.unwrap();
-    let message = serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .rfind(|v| v.get("id").is_some())
-            .unwrap_or(Value::Null)
-    });
-    Reply { status, headers, message }
-}
-
-/// A bodiless request (GET, DELETE) of `session` with `token`.
-async fn session_request(live: &Live, method: reqwest::Method, token: &str, session: &str) -> reqwest::Response {
-    reqwest::Client::new()
-        .request(method, live.url())
-        .header("authorization", format!("Bearer {token}"))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap()
-}
-
-/// Opens the session's GET stream (SSE) with `token`.
-pub async fn open_stream(live: &Live, token: &str, session: &str) -> reqwest::Response {
-    let response = session_request(live, reqwest::Method::GET, token, session).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    response
-}
 
 async fn other_method(live: &Live, method: reqwest::Method, token: &str, session: &str) -> StatusCode {
     session_request(live, method, token, session).await.status()
-}
-
-pub const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
-pub const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-
-/// Initializes a session for `token`; returns its id (None in stateless mode).
-pub async fn open_session(live: &Live, token: &str) -> Option<String> {
-    let reply = post(live, token, None, INIT, &[]).await;
-    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.message);
-    let session = reply.headers.get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
-    let done = post(live, token, session.as_deref(), INITIALIZED, &[]).await;
-    assert!(done.status.is_success(), "{}", done.status);
-    session
-}
-
-pub fn tool_call(id: i64, tool: &str, args: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}}).to_string()
-}
-
-pub fn yesterday() -> String {
-    (time::OffsetDateTime::now_utc().date() - time::Duration::days(1)).to_string()
 }
 
 async fn session_hijack(backend: Backend) {
@@ -212,30 +123,12 @@ async fn malformed_input(backend: Backend, mode: Mode) {
 }
 all_modes!(mcp_malformed_input, malformed_input);
 
-/// Makes every audit insert fail from now on (a trigger that raises).
-pub async fn sabotage_audit(live: &Live, backend: Backend) {
-    let mut tx = live.db.begin().await.unwrap();
-    let statements: &[&str] = match backend {
-        Backend::Sqlite => &[
-            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit sabotaged'); END",
-        ],
-        Backend::Postgres => &[
-            "CREATE FUNCTION audit_sabotage() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'audit sabotaged'; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_sabotage()",
-        ],
-    };
-    for sql in statements {
-        sqlx::query(*sql).execute(&mut *tx).await.unwrap();
-    }
-    tx.commit().await.unwrap();
-}
-
 async fn fail_closed_audit(backend: Backend) {
     let live = Live::start(backend, Mode::Session, &[]).await;
     let olivia = live.client("olivia@acme.test").await;
     ok(&olivia, "list_flocks", json!({})).await;
 
-    sabotage_audit(&live, backend).await;
+    sabotage_audit(&live.db, backend).await;
 
     let day = yesterday();
     let before = live.count("SELECT COUNT(*) FROM egg_counts").await;

@@ -7,20 +7,10 @@
 use http::StatusCode;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::mcp::{Live, Mode, call, ok, tool_error};
 use crate::support::*;
-
-fn transport(live: &Live, subject: &str) -> StreamableHttpClientTransport<reqwest::Client> {
-    StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(live.url()).auth_header(live.token_for(subject)),
-    )
-}
 
 fn client_info(name: &str, version: &str) -> ClientConfig {
     ClientConfig::new(ClientCapabilities::default(), Implementation::new(name, version))
@@ -30,22 +20,18 @@ fn client_info(name: &str, version: &str) -> ClientConfig {
 async fn modern_client(live: &Live, subject: &str) -> RunningService<RoleClient, ClientConfig> {
     let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
     client_info("modern-test", "2.5")
-        .serve_with_lifecycle(transport(live, subject), lifecycle)
+        .serve_with_lifecycle(live.transport(subject), lifecycle)
         .await
         .unwrap_or_else(|e| panic!("{subject} connects on 2026-07-28: {e}"))
 }
 
 /// rmcp's client on the session protocol (initialize handshake), with its own name.
 async fn legacy_client(live: &Live, subject: &str) -> RunningService<RoleClient, ClientConfig> {
-    client_info("legacy-test", "1.7").serve(transport(live, subject)).await.unwrap()
+    client_info("legacy-test", "1.7").serve(live.transport(subject)).await.unwrap()
 }
 
 fn flock_names(list: &Value) -> Vec<&str> {
     list["flocks"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect()
-}
-
-fn yesterday() -> String {
-    (time::OffsetDateTime::now_utc().date() - time::Duration::days(1)).to_string()
 }
 
 /// tool, outcome, error class, session id, request id, client name, client version.
@@ -90,30 +76,6 @@ async fn post_modern(live: &Live, token: Option<&str>, session: Option<&str>, bo
         req = req.header("mcp-session-id", session);
     }
     req.send().await.unwrap()
-}
-
-/// The JSON-RPC message of a response (a JSON body or the SSE `data:` line with an id).
-pub async fn message(response: reqwest::Response) -> Value {
-    let text = response.text().await.unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .rfind(|v| v.get("id").is_some())
-            .unwrap_or(Value::Null)
-    })
-}
-
-pub(crate) fn modern_call(id: i64, tool: &str, client: Option<(&str, &str)>) -> Value {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    if let Some((name, version)) = client {
-        meta["io.modelcontextprotocol/clientInfo"] = json!({"name": name, "version": version});
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-           "params": {"name": tool, "arguments": {}, "_meta": meta}})
 }
 
 async fn modern_protocol(backend: Backend, mode: Mode) {

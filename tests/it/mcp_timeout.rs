@@ -6,39 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::mcp::{Live, Mode, call, ok};
 use crate::support::*;
-
-/// A test-only tool set registered through the public API, as a SaaS registers its own.
-pub mod slow_tools {
-    use std::time::Duration;
-
-    use rmcp::{tool, tool_router};
-    use scopegate::McpCallContext;
-    use scopegate::model::Role;
-    use scopegate::tools::{NoArguments, ToolSpec, arguments};
-
-    /// How long the slow tool takes: well past the 1 s timeout, well inside the test's patience.
-    pub const SLEEP: Duration = Duration::from_secs(5);
-
-    #[derive(Clone, Copy, Default)]
-    pub struct Slow;
-
-    pub const SPECS: &[ToolSpec] = &[ToolSpec {
-        name: "slow_report",
-        roles: &[Role::Owner, Role::Manager, Role::Worker, Role::Auditor],
-        validate: arguments::<NoArguments>,
-    }];
-
-    #[tool_router(vis = "pub")]
-    impl Slow {
-        #[tool(description = "A report that takes longer than the call timeout allows.")]
-        async fn slow_report(&self, ctx: McpCallContext) -> String {
-            tokio::time::sleep(SLEEP).await;
-            format!("report for {}", ctx.tenant_slug())
-        }
-    }
-}
 
 async fn call_timeout(backend: Backend, mode: Mode) {
     let tools = scopegate::mcp::ToolSet::native()

@@ -12,17 +12,27 @@ use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ServerNotification, SubscriptionFilter};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use scopegate::model::Role;
 use scopegate::store::entities::{self, GrantKind};
 use serde_json::{Value, json};
 
-use crate::mcp::{Live, Mode};
 use crate::support::*;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+/// How long the gateway may take to open its listen stream to an upstream after the first
+/// use of it (one request to a local upstream): what a list change waits for before it can
+/// travel that stream.
+const LISTEN_OPENS: Duration = Duration::from_millis(500);
+
+/// A listen stream is taken to have said all it will once it has been quiet this long: the
+/// call that changed the lists has been answered, its notifications were sent before that
+/// answer on streams already open, and each reaches the caller in milliseconds.
+const QUIET: Duration = Duration::from_millis(800);
+
+/// How long to listen for a notification that must not come: the upstream would have sent it
+/// before answering the call that caused it, the gateway passes it on as it comes, and the
+/// client's handler runs right after, all within milliseconds.
+const UNSENT_NOTIFICATION: Duration = Duration::from_millis(300);
 
 async fn gateway(backend: Backend) -> Live {
     let live = Live::start(backend, Mode::Session, &[("upstream.connect_timeout_secs", json!(15))]).await;
@@ -49,23 +59,16 @@ const OWNER_ALL: &[(Role, GrantKind, &str)] = &[
     (Role::Owner, GrantKind::Resource, "*"),
 ];
 
-fn transport(live: &Live, subject: &str) -> StreamableHttpClientTransport<reqwest::Client> {
-    StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(live.url()).auth_header(live.token_for(subject)),
-    )
-}
-
 /// rmcp's client on protocol 2025-11-25 (a session).
 async fn legacy(live: &Live, subject: &str) -> RunningService<RoleClient, ()> {
-    ().serve(transport(live, subject)).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
+    ().serve(live.transport(subject)).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
 }
 
 /// rmcp's client on protocol 2026-07-28 (no session).
 async fn modern(live: &Live, subject: &str) -> RunningService<RoleClient, ()> {
     let lifecycle =
         ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
-    ().serve_with_lifecycle(transport(live, subject), lifecycle).await.unwrap_or_else(|e| panic!("{subject}: {e}"))
+    ().serve_with_lifecycle(live.transport(subject), lifecycle).await.unwrap_or_else(|e| panic!("{subject}: {e}"))
 }
 
 async fn simple_text(client: &RunningService<RoleClient, ()>, tool: &str) -> String {
@@ -209,12 +212,12 @@ async fn listen_scoping(backend: Backend) {
     // The listen streams follow each upstream's own (opened by the gateway on first use).
     simple_text(&olivia, "seen__test_simple_text").await;
     simple_text(&olivia, "unseen__test_simple_text").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(LISTEN_OPENS).await;
 
     // A server the worker holds no grant for changes its lists: only the owner hears of it.
     let params = CallToolRequestParams::new("unseen__change_lists");
     olivia.call_tool(params).await.expect("change_lists");
-    let quiet = Duration::from_millis(800);
+    let quiet = QUIET;
     assert_eq!(drain(&mut olivia_stream, quiet).await, ["prompts", "resources", "tools"], "the owner hears all");
     assert_eq!(drain(&mut wanda_stream, quiet).await, Vec::<&str>::new(), "the worker hears nothing of `unseen`");
 
@@ -349,39 +352,43 @@ async fn bridged_to_modern(backend: Backend) {
     let (_child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[("FIXTURE_ERA", "modern")]).await;
     bind(&live, "mod", json!({"url": format!("http://{addr}/mcp")}), OWNER_ALL).await;
     let heard = Heard::default();
-    let session = heard.clone().serve(transport(&live, "olivia@acme.test")).await.expect("connects");
+    let session = heard.clone().serve(live.transport("olivia@acme.test")).await.expect("connects");
     let call = |tool: &str| session.call_tool(CallToolRequestParams::new(tool.to_owned()));
 
     // The session's level (default info) travels with the request: the upstream logs.
     call("mod__test_tool_with_logging").await.expect("call");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually("the upstream's log lines reach the session", || async {
+        heard.0.lock().unwrap().iter().filter(|l| l.starts_with("log Tool")).count() >= 3
+    })
+    .await;
     let logs = heard.take();
     assert_eq!(logs.iter().filter(|l| l.starts_with("log Tool")).count(), 3, "{logs:?}");
     // warning and above: the upstream's info lines are not even sent.
     session.set_level(SetLevelRequestParams::new(LoggingLevel::Warning)).await.expect("setLevel");
     call("mod__test_tool_with_logging").await.expect("call");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert!(heard.take().iter().all(|l| !l.starts_with("log")), "no line below warning");
 
     // Subscribed: an update of the resource reaches the session (once the connection's listen
     // stream to the upstream names the URI).
     let uri = "scopegate://mod/test://watched-resource";
     session.subscribe(SubscribeRequestParams::new(uri)).await.expect("subscribe");
-    let mut got = Vec::new();
-    for _ in 0..20 {
-        call("mod__update_watched_resource").await.expect("update");
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        got = heard.take();
+    let got = eventually("an update reaches the subscribed session", || async {
+        let got = heard.take();
         if !got.is_empty() {
-            break;
+            return Some(got);
         }
-    }
+        call("mod__update_watched_resource").await.expect("update");
+        None
+    })
+    .await;
     assert!(got.iter().any(|h| h == &format!("updated {uri}")), "{got:?}");
     session.unsubscribe(UnsubscribeRequestParams::new(uri)).await.expect("unsubscribe");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Updates still on their way from before the unsubscription land, and are wiped.
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     heard.take();
     call("mod__update_watched_resource").await.expect("update");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert_eq!(heard.take(), Vec::<String>::new(), "no update after unsubscribe");
     session.cancel().await.unwrap();
 }
@@ -464,10 +471,7 @@ async fn listen_ends_with_the_token(backend: Backend) {
     let mut claims = claims(&live.config, "acme", "olivia@acme.test");
     claims["exp"] = json!(now() + 3);
     let token = Signer::dev().sign(&claims);
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(live.url()).auth_header(token),
-    );
+    let transport = transport(&live.url(), &token);
     let lifecycle =
         ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
     let caller = ().serve_with_lifecycle(transport, lifecycle).await.expect("connects");

@@ -12,9 +12,6 @@ use std::time::Duration;
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
-use crate::mcp::call;
-use crate::oauth_fixture::{OAuthFixtures, form};
-use crate::remote::{Agent, Netns, Site};
 use crate::support::*;
 
 const AS_SECRET: &str = "oauth-fixture-secret-for-the-tests-0123456789";
@@ -48,22 +45,22 @@ fn key_file(dir: &Path) -> PathBuf {
 /// `scopegate admin oauth ARGS` against the site's database, key and public URL.
 fn oauth_cli(site: &Site, key: &Path, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let out = crate::cli::scopegate(dir.path())
-        .env("SCOPEGATE_DATABASE__URL", site.config.database.url.expose())
+    let out = scopegate(dir.path())
+        .env("SCOPEGATE_DATABASE__URL", site.live.config.database.url.expose())
         .env("SCOPEGATE_UPSTREAM__TOKEN_KEY_FILE", key)
-        .env("SCOPEGATE_SERVER__PUBLIC_URL", site.config.public_url())
+        .env("SCOPEGATE_SERVER__PUBLIC_URL", site.live.config.public_url())
         .args(["admin", "oauth"])
         .args(args)
         .output()
         .unwrap();
-    crate::cli::outcome(&out)
+    outcome(&out)
 }
 
 /// A URL under the gateway's public URL (what it hands out), as this test reaches it.
 fn local(site: &Site, url: &str) -> String {
-    let public = site.config.public_url();
+    let public = site.live.config.public_url();
     assert!(url.starts_with(&public), "{url} is under {public}");
-    url.replacen(&public, &site.base_url(), 1)
+    url.replacen(&public, &site.live.base_url(), 1)
 }
 
 /// Plays the browser: opens the start link, lets the authorization server approve `as_user`,
@@ -81,7 +78,7 @@ async fn authorize_at(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str
     assert_eq!(param(&auth_url, "response_type").as_deref(), Some("code"));
     assert_eq!(param(&auth_url, "code_challenge_method").as_deref(), Some("S256"));
     assert_eq!(param(&auth_url, "code_challenge").map(|c| c.len()), Some(43), "a SHA-256 challenge");
-    assert_eq!(param(&auth_url, "redirect_uri"), Some(format!("{}/oauth/callback", site.config.public_url())));
+    assert_eq!(param(&auth_url, "redirect_uri"), Some(format!("{}/oauth/callback", site.live.config.public_url())));
     assert_eq!(param(&auth_url, "resource"), Some(fx.resource_url.clone()), "RFC 8707: the server's resource");
     assert!(param(&auth_url, "state").is_some_and(|s| s.len() >= 16));
     assert!(param(&auth_url, "client_id").is_some());
@@ -89,26 +86,13 @@ async fn authorize_at(site: &Site, fx: &OAuthFixtures, link: &str, as_user: &str
     let again = browser().get(&link).send().await.unwrap();
     assert_eq!(again.status(), 404, "a start link is good once");
     let callback = redirected(&format!("{auth_url}&login_hint={as_user}")).await;
-    assert!(callback.starts_with(&format!("{}/oauth/callback?", site.config.public_url())), "{callback}");
+    assert!(callback.starts_with(&format!("{}/oauth/callback?", site.live.config.public_url())), "{callback}");
     (auth_url, local(site, &callback))
 }
 
 async fn open_callback(callback: &str) -> (u16, String) {
     let response = browser().get(callback).send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
-}
-
-/// Waits (bounded) until `check` holds (the audit writer batches its writes).
-async fn wait_until<F, Fut>(check: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "never happened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The value a `whoami_oauth` call returned.
@@ -129,7 +113,7 @@ fn login_link(error: &rmcp::ErrorData) -> String {
 }
 
 async fn tool_names(site: &Site, subject: &str) -> Vec<String> {
-    let client = site.client(subject).await;
+    let client = site.live.client(subject).await;
     client.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect()
 }
 
@@ -147,18 +131,18 @@ async fn tenant_login(backend: Backend) {
     let names = tool_names(&site, "olivia@acme.test").await;
     assert!(names.contains(&"api__login".to_owned()), "{names:?}");
     assert!(!names.iter().any(|n| n.starts_with("api__") && n != "api__login"), "{names:?}");
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let error = call(olivia.peer(), "api__whoami_oauth", json!({})).await.expect_err("login needed");
     let link = login_link(&error);
-    assert!(link.starts_with(&format!("{}/oauth/start/", site.config.public_url())), "{link}");
+    assert!(link.starts_with(&format!("{}/oauth/start/", site.live.config.public_url())), "{link}");
 
     // A worker may use the server but not log in for the whole tenant: no link for him.
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     scopegate::store::entities::grant_tool(&mut tx, "acme", "api", scopegate::model::Role::Worker, "whoami_oauth")
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let walt = site.client("walt@acme.test").await;
+    let walt = site.live.client("walt@acme.test").await;
     let error = call(walt.peer(), "api__whoami_oauth", json!({})).await.expect_err("login needed");
     assert!(error.data.as_ref().is_some_and(|d| d.get("loginUrl").is_none()), "{error:?}");
     assert!(error.message.contains("owner or manager"), "{}", error.message);
@@ -187,13 +171,13 @@ async fn tenant_login(backend: Backend) {
     assert_eq!(fx.as_stats().await["token"]["authorization_code"], 1);
 
     // The credential is sealed: the table holds no token text.
-    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials").await, 1);
-    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_logins WHERE state_hash IS NOT NULL").await, 0);
-    let olivia = site.client("olivia@acme.test").await;
+    assert_eq!(site.live.count("SELECT COUNT(*) FROM oauth_credentials").await, 1);
+    assert_eq!(site.live.count("SELECT COUNT(*) FROM oauth_logins WHERE state_hash IS NOT NULL").await, 0);
+    let olivia = site.live.client("olivia@acme.test").await;
     let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
     assert_eq!(me["sub"], "acme-robot", "the call carried the tenant's token: {me}");
     let jti = me["jti"].as_str().unwrap().to_owned();
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     let sealed: Vec<String> =
         sqlx::query_scalar("SELECT ciphertext FROM oauth_credentials").fetch_all(&mut *tx).await.unwrap();
     drop(tx);
@@ -238,15 +222,15 @@ async fn tenant_login(backend: Backend) {
     let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
     assert!(done && out.starts_with("api\ttenant\tlogin_needed\t"), "{out}{err}");
     let audited = "SELECT COUNT(*) FROM audit_events WHERE tool = 'api__whoami_oauth' AND error_class = 'login_needed'";
-    wait_until(|| async { site.count(audited).await >= 1 }).await;
+    eventually("the call needing a login is audited", || async { site.live.count(audited).await >= 1 }).await;
     // Logging in again makes it usable; logout deletes it.
     let callback = authorize(&site, &fx, &relogin, "acme-robot").await;
     assert_eq!(open_callback(&callback).await.0, 200);
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     assert_eq!(whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "acme-robot");
     let (done, _, err) = oauth_cli(&site, &key, &["logout", "--tenant", "acme", "--server", "api"]);
     assert!(done, "{err}");
-    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials").await, 0);
+    assert_eq!(site.live.count("SELECT COUNT(*) FROM oauth_credentials").await, 0);
 }
 both_dbs!(oauth_tenant_login_through_the_cli, tenant_login);
 
@@ -266,13 +250,10 @@ async fn refresh_across_replicas(backend: Backend) {
     let callback = authorize(&site, &fx, link.trim(), "acme-robot").await;
     assert_eq!(open_callback(&callback).await.0, 200);
 
-    let mut config = site.config.clone();
-    config.server.listen = "127.0.0.1:0".parse().unwrap();
-    let second = scopegate::Gateway::build(config).await.expect("a second replica");
-    let second_url = format!("http://{}", second.local_addr());
-    tokio::spawn(second.run(std::future::pending()));
-    let a = site.client("olivia@acme.test").await;
-    let b = site.client_at(&second_url, "olivia@acme.test").await;
+    let second = site.live.replica().await;
+    let second_url = second.base_url();
+    let a = site.live.client("olivia@acme.test").await;
+    let b = site.live.client_at(&second_url, "olivia@acme.test").await;
     for client in [&a, &b] {
         assert_eq!(whoami(&call(client.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "acme-robot");
     }
@@ -290,7 +271,10 @@ async fn refresh_across_replicas(backend: Backend) {
     let (done, out, err) = oauth_cli(&site, &key, &["status", "--tenant", "acme"]);
     assert!(done && out.starts_with("api\ttenant\tok\t"), "{out}{err}");
     // Every lease is given back (by a task of its own, right after its refresh).
-    wait_until(|| async { site.count("SELECT COUNT(*) FROM oauth_refresh_leases").await == 0 }).await;
+    eventually("every lease is given back", || async {
+        site.live.count("SELECT COUNT(*) FROM oauth_refresh_leases").await == 0
+    })
+    .await;
 }
 both_dbs!(oauth_replicas_refresh_one_credential_in_turn, refresh_across_replicas);
 
@@ -303,31 +287,31 @@ async fn per_user(backend: Backend) {
     let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
     let fx = OAuthFixtures::start(AS_SECRET, 2).await;
     site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {"tokens": "user"}}), "local").await;
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     scopegate::store::entities::grant_tool(&mut tx, "acme", "api", scopegate::model::Role::Worker, "whoami_oauth")
         .await
         .unwrap();
     tx.commit().await.unwrap();
 
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let link = login_link(&call(olivia.peer(), "api__login", json!({})).await.expect_err("login needed"));
     let callback = authorize(&site, &fx, &link, "olivia-upstream").await;
     assert_eq!(open_callback(&callback).await.0, 200);
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     assert_eq!(whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "olivia-upstream");
 
     // Walt has no login of his own: he is asked for one, and never gets Olivia's token.
     let names = tool_names(&site, "walt@acme.test").await;
     assert_eq!(names.iter().filter(|n| n.starts_with("api__")).collect::<Vec<_>>(), ["api__login"], "{names:?}");
-    let walt = site.client("walt@acme.test").await;
+    let walt = site.live.client("walt@acme.test").await;
     let walt_link = login_link(&call(walt.peer(), "api__whoami_oauth", json!({})).await.expect_err("walt's own login"));
     assert_ne!(walt_link, link);
     let callback = authorize(&site, &fx, &walt_link, "walt-upstream").await;
     assert_eq!(open_callback(&callback).await.0, 200);
-    let walt = site.client("walt@acme.test").await;
+    let walt = site.live.client("walt@acme.test").await;
     assert_eq!(whoami(&call(walt.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "walt-upstream");
     assert_eq!(whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap())["sub"], "olivia-upstream");
-    assert_eq!(site.count("SELECT COUNT(*) FROM oauth_credentials WHERE user_id IS NOT NULL").await, 2);
+    assert_eq!(site.live.count("SELECT COUNT(*) FROM oauth_credentials WHERE user_id IS NOT NULL").await, 2);
 
     // The tokens live 2 s: past that, the next call refreshes first.
     let refreshes = || async { fx.as_stats().await["token"]["refresh_token"].as_u64().unwrap() };
@@ -363,7 +347,7 @@ async fn through_the_executor(backend: Backend) {
         .await;
     assert!(direct.is_err() || !direct.unwrap().status().is_success(), "only the executor reaches it");
     site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {}}), "build-01").await;
-    let _agent: Agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
+    let _agent: Agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.live.base_url()]);
     site.wait_connected("build-01", true).await;
 
     let (done, link, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api"]);
@@ -376,7 +360,7 @@ async fn through_the_executor(backend: Backend) {
     assert_eq!(fx_stats["token"]["authorization_code"], 1, "the exchange reached it through the agent: {fx_stats}");
 
     site.wait_for_tool("olivia@acme.test", "api__whoami_oauth").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let me = whoami(&call(olivia.peer(), "api__whoami_oauth", json!({})).await.unwrap());
     assert_eq!(me["sub"], "far-robot");
     assert_eq!(me["meta_keys"], json!(["progressToken"]), "the token travels in the header only, never in the body");
@@ -464,19 +448,20 @@ async fn by_elicitation(backend: Backend) {
     let fx = OAuthFixtures::start(AS_SECRET, 3600).await;
     site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {"tokens": "user"}}), "local").await;
     let subject = "olivia@acme.test";
-    let token = Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", subject));
+    let token =
+        Signer::hs256(site.live.config.auth.hs256_secret.expose()).sign(&claims(&site.live.config, "acme", subject));
     let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
         reqwest::Client::new(),
         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(format!(
             "{}/mcp",
-            site.base_url()
+            site.live.base_url()
         ))
         .auth_header(token),
     );
     let asked = Arc::default();
     let handler = Browsing {
-        public: site.config.public_url(),
-        base: site.base_url(),
+        public: site.live.config.public_url(),
+        base: site.live.base_url(),
         as_user: "olivia-upstream".into(),
         asked: Arc::clone(&asked),
     };

@@ -27,11 +27,12 @@ use scopegate::store::entities;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::mcp::ok;
 use crate::support::*;
 
-const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+/// How long the gateway runs on after the last call before it stops: a span that a call left
+/// open ends only with the gateway, so it then ends at least this long after its call, twice
+/// the 500 ms [`check_call`] allows a tool span past its last child.
+const HELD_OPEN_SHOWS: Duration = Duration::from_secs(1);
 
 /// The client's trace: its trace id and the id of its own (remote) span.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -294,15 +295,11 @@ fn check_sent(me: &Value, by: &str, upstream_span: &str) {
 }
 
 async fn spans_of_proxied_calls(backend: Backend) {
-    scopegate::http::install_tls_provider();
     let receiver = Receiver::start().await;
-    let test_db = TestDb::new(backend).await;
+    let Prepared { config, db, test_db, .. } = TestGateway::new(backend).prepare().await;
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir(root.path().join("work")).unwrap();
     let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
-    let config = config_with(&test_db.url, &[]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
 
     let served = Served::start(&test_db.url, &root_uri, &receiver, root.path()).await;
     let fixture_env = |server: &str| {
@@ -359,8 +356,8 @@ async fn spans_of_proxied_calls(backend: Backend) {
     for me in [&over_lean, &over_stdio, &over_rmcp, &over_garbled] {
         assert_eq!(me["user"], "olivia@acme.test", "the calls were made as olivia");
     }
-    // A second for anything a call left open to show: it would end only with the gateway.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Time for anything a call left open to show: it would end only with the gateway.
+    tokio::time::sleep(HELD_OPEN_SHOWS).await;
     served.stop().await;
 
     let spans = std::mem::take(&mut *receiver.spans.lock().unwrap());

@@ -2,129 +2,16 @@
 //! which launches the fixture upstream (a real child process over stdio) or dials it (a real
 //! Streamable HTTP server), on SQLite and PostgreSQL.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-#[allow(deprecated)]
-use rmcp::model::LoggingMessageNotificationParam;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, ProgressNotificationParam};
-use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ServiceExt};
+use rmcp::ClientHandler;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use scopegate::model::Role;
-use scopegate::store::entities;
 use serde_json::{Value, json};
 
-use crate::mcp::{Live, Mode, call, ok};
 use crate::support::*;
-
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
-
-/// A gateway with the demo data, a plugin root holding `work/`, and the local executor.
-pub(crate) struct Proxy {
-    pub(crate) live: Live,
-    root: tempfile::TempDir,
-    /// `fx` over Streamable HTTP, when it is served that way.
-    http: Option<HttpFixture>,
-}
-
-/// How the fixture `fx` is reached: launched over stdio, or dialed over Streamable HTTP (where
-/// calls in a session take the lean relay).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Over {
-    Stdio,
-    Http,
-}
-
-impl Proxy {
-    async fn start(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("work")).unwrap();
-        let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
-        let mut all = vec![("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(3))];
-        all.extend(overrides.iter().cloned());
-        let live = Live::start(backend, mode, &all).await;
-        let mut tx = live.db.begin().await.unwrap();
-        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
-        entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
-        tx.commit().await.unwrap();
-        Self { live, root, http: None }
-    }
-
-    /// A stdio declaration of the fixture as server `server`, with `value` as the variable
-    /// only its declaration supplies.
-    fn stdio(&self, server: &str, value: &str) -> Value {
-        json!({
-            "command": FIXTURE,
-            "args": ["stdio"],
-            "cwd": "work",
-            "env": {
-                "FIXTURE_JWKS_URL": format!("http://{}/.well-known/jwks.json", self.live.addr),
-                "FIXTURE_SERVER_ID": server,
-                "FIXTURE_ISSUER": self.live.config.public_url(),
-                "FIXTURE_DECLARED_VALUE": value,
-                "FIXTURE_MARK_FILE": self.root.path().join("marks").display().to_string(),
-            }
-        })
-    }
-
-    pub(crate) async fn declare(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {
-        let mut tx = self.live.db.begin().await.unwrap();
-        entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), declaration).await.unwrap();
-        entities::bind_server(&mut tx, tenant, server, executor).await.unwrap();
-        tx.commit().await.unwrap();
-    }
-
-    pub(crate) async fn grant(&self, tenant: &str, server: &str, role: Role, tool: &str) {
-        let mut tx = self.live.db.begin().await.unwrap();
-        entities::grant_tool(&mut tx, tenant, server, role, tool).await.unwrap();
-        tx.commit().await.unwrap();
-    }
-
-    async fn redeclare(&self, tenant: &str, server: &str, declaration: &Value) {
-        let mut tx = self.live.db.begin().await.unwrap();
-        let name = format!("defaults/mcp-servers/{server}");
-        entities::delete_entity(&mut tx, tenant, &name).await.unwrap();
-        entities::create_entity(&mut tx, tenant, &name, declaration).await.unwrap();
-        tx.commit().await.unwrap();
-    }
-
-    /// The standard set-up: acme's `fx` (owner: every tool; worker: whoami only).
-    async fn with_fx(backend: Backend, mode: Mode, overrides: &[(&str, Value)]) -> Self {
-        Self::with_fx_over(backend, mode, overrides, Over::Stdio).await
-    }
-
-    /// [`Proxy::with_fx`], with `fx` reached `over` stdio or Streamable HTTP.
-    pub(crate) async fn with_fx_over(backend: Backend, mode: Mode, overrides: &[(&str, Value)], over: Over) -> Self {
-        let mut proxy = Self::start(backend, mode, overrides).await;
-        let declaration = match over {
-            Over::Stdio => proxy.stdio("fx", "from-the-declaration"),
-            Over::Http => {
-                let marks = proxy.marks();
-                let fixture = HttpFixture::start_marked(&proxy.live, "fx", false, Some(&marks)).await;
-                let url = fixture.url.clone();
-                proxy.http = Some(fixture);
-                json!({"type": "http", "url": url, "headers": {"x-declared": "from-the-declaration"}})
-            }
-        };
-        proxy.declare("acme", "fx", &declaration, "local").await;
-        proxy.grant("acme", "fx", Role::Owner, "*").await;
-        proxy.grant("acme", "fx", Role::Worker, "whoami_upstream").await;
-        proxy
-    }
-
-    /// The URL of `fx` when it is served over Streamable HTTP.
-    pub(crate) fn fx_url(&self) -> Option<String> {
-        self.http.as_ref().map(|f| f.url.clone())
-    }
-
-    /// Where the fixture marks what it saw (`cancelled`, one line each).
-    fn marks(&self) -> std::path::PathBuf {
-        self.root.path().join("marks")
-    }
-}
 
 async fn tool_names(client: &RunningService<RoleClient, impl ClientHandler>) -> Vec<String> {
     client.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect()
@@ -198,59 +85,6 @@ async fn lists_and_calls(backend: Backend, mode: Mode) {
     assert_eq!(denied, 4, "wanda's echo, audrey's and gary's whoami, olivia's unknown tool");
 }
 all_modes!(proxy_lists_and_calls_a_stdio_upstream, lists_and_calls);
-
-/// The Streamable HTTP fixture, as a child process on a free port.
-pub(crate) struct HttpFixture {
-    child: tokio::process::Child,
-    url: String,
-}
-
-/// The test CA and the server certificate it signed for 127.0.0.1 (tests/fixtures/keys).
-fn tls_file(name: &str) -> String {
-    format!("{}/tests/fixtures/keys/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-impl HttpFixture {
-    async fn start(live: &Live, server: &str) -> Self {
-        Self::start_with(live, server, false).await
-    }
-
-    /// `tls`: serve HTTPS with the test certificate.
-    async fn start_with(live: &Live, server: &str, tls: bool) -> Self {
-        Self::start_marked(live, server, tls, None).await
-    }
-
-    /// [`HttpFixture::start_with`], marking what it saw in `marks`.
-    async fn start_marked(live: &Live, server: &str, tls: bool, marks: Option<&std::path::Path>) -> Self {
-        use tokio::io::AsyncBufReadExt;
-        let args = if tls {
-            vec![
-                "https".to_owned(),
-                "127.0.0.1:0".to_owned(),
-                tls_file("upstream-tls.pem"),
-                tls_file("upstream-tls.key"),
-            ]
-        } else {
-            vec!["http".to_owned(), "127.0.0.1:0".to_owned()]
-        };
-        let mut child = tokio::process::Command::new(FIXTURE)
-            .args(&args)
-            .env("FIXTURE_ASSERTION_HEADER", &live.config.upstream.assertion_header)
-            .env("FIXTURE_JWKS_URL", format!("http://{}/.well-known/jwks.json", live.addr))
-            .env("FIXTURE_SERVER_ID", server)
-            .env("FIXTURE_ISSUER", live.config.public_url())
-            .envs(marks.map(|m| ("FIXTURE_MARK_FILE", m.as_os_str())))
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-        let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
-        let scheme = if tls { "https" } else { "http" };
-        Self { child, url: format!("{scheme}://{addr}/mcp") }
-    }
-}
 
 async fn http_upstream(backend: Backend) {
     let header = ("upstream.assertion_header", json!("x-acme-caller"));
@@ -356,11 +190,20 @@ async fn hang_times_out_on_the_lean_relay(backend: Backend) {
 }
 both_dbs!(proxy_hanging_http_upstream_times_out_and_is_cancelled, hang_times_out_on_the_lean_relay);
 
+/// How long the tasks of an answered call may take to end before the live tasks are counted
+/// as the baseline no later count may exceed: each ends as soon as it sees the answer, within
+/// milliseconds, so a baseline taken after this holds none of them.
+const SETTLED: Duration = Duration::from_millis(200);
+
+/// How long a call takes at most to reach the local upstream (one hop over loopback or
+/// stdio), so that a cancellation sent after it finds the call there.
+const REACHES_UPSTREAM: Duration = Duration::from_millis(300);
+
 async fn hang_times_out_over(backend: Backend, over: Over) {
     let proxy = Proxy::with_fx_over(backend, Mode::Session, &[("mcp.call_timeout_secs", json!(1))], over).await;
     let olivia = proxy.live.client("olivia@acme.test").await;
     ok(&olivia, "fx__whoami_upstream", json!({})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(SETTLED).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let baseline = metrics.num_alive_tasks();
 
@@ -375,30 +218,29 @@ async fn hang_times_out_over(backend: Backend, over: Over) {
     let cancellations = |want: usize| {
         let marks = marks.clone();
         async move {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
+            eventually(format!("the upstream sees {want} cancellations"), || async {
                 let text = std::fs::read_to_string(&marks).unwrap_or_default();
                 let seen = text.lines().filter(|l| *l == "cancelled").count();
-                if seen == want {
-                    return;
-                }
-                assert!(Instant::now() < deadline, "the upstream saw {seen} of {want} cancellations");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+                if seen == want { Ok(()) } else { Err(format!("the upstream saw {seen} of {want} cancellations")) }
+            })
+            .await
         }
     };
     cancellations(3).await;
     // No task outlives its call (the last ones may take a moment to wind down).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metrics.num_alive_tasks() > baseline && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let alive = metrics.num_alive_tasks();
-    assert!(alive <= baseline, "{alive} tasks alive after the timeouts, {baseline} before");
+    eventually("no task outlives its call", || async {
+        let alive = metrics.num_alive_tasks();
+        if alive <= baseline {
+            Ok(())
+        } else {
+            Err(format!("{alive} tasks alive after the timeouts, {baseline} before"))
+        }
+    })
+    .await;
     // The client gives up on a fourth call: the cancellation reaches the upstream too.
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("fx__hang")));
     let handle = olivia.peer().send_cancellable_request(request, PeerRequestOptions::no_options()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(REACHES_UPSTREAM).await;
     handle.cancel(Some("the user gave up".to_owned())).await.unwrap();
 
     cancellations(4).await;
@@ -407,10 +249,7 @@ async fn hang_times_out_over(backend: Backend, over: Over) {
         3
     );
     let cancelled = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__hang' AND error_class = 'cancelled'";
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while proxy.live.count(cancelled).await == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the cancelled call is audited", || async { proxy.live.count(cancelled).await != 0 }).await;
     assert_eq!(proxy.live.count(cancelled).await, 1, "the cancelled call is audited as such");
     ok(&olivia, "fx__whoami_upstream", json!({})).await;
 }
@@ -463,42 +302,6 @@ async fn snapshot_frozen(backend: Backend) {
 }
 both_dbs!(proxy_session_snapshot_is_frozen_and_per_tenant, snapshot_frozen);
 
-/// Counts what the gateway forwards to the session.
-#[derive(Clone, Default)]
-pub(crate) struct Listener {
-    pub(crate) progress: Arc<AtomicUsize>,
-    pub(crate) logs: Arc<AtomicUsize>,
-}
-
-impl ClientHandler for Listener {
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
-    }
-    async fn on_progress(&self, _params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.progress.fetch_add(1, Ordering::SeqCst);
-    }
-    #[allow(deprecated)]
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        assert!(params.data.as_str().is_some_and(|s| s.starts_with("fixture log")), "{params:?}");
-        self.logs.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Listener {
-    /// An rmcp client of `live` for `user` that counts what reaches it in `self`.
-    pub(crate) async fn client(&self, live: &Live, user: &str) -> RunningService<RoleClient, Listener> {
-        let transport = StreamableHttpClientTransport::with_client(
-            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-            StreamableHttpClientTransportConfig::with_uri(live.url()).auth_header(live.token_for(user)),
-        );
-        self.clone().serve(transport).await.unwrap()
-    }
-}
-
 async fn progress_and_logs(backend: Backend, mode: Mode, over: Over) {
     let proxy = Proxy::with_fx_over(backend, mode, &[], over).await;
     let listener = Listener::default();
@@ -518,12 +321,7 @@ async fn progress_and_logs(backend: Backend, mode: Mode, over: Over) {
         let result = client.call_tool(params).await.unwrap();
         assert_ne!(result.is_error, Some(true), "{result:?}");
         // The test client, too, handles notifications in tasks of their own: give them time.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while (listener.progress.load(Ordering::SeqCst) < expected || listener.logs.load(Ordering::SeqCst) < expected)
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually("every notification reaches the session", || async { listener.heard(expected) }).await;
         assert_eq!(
             listener.progress.load(Ordering::SeqCst),
             expected,
@@ -563,10 +361,7 @@ async fn a_late_log_line_on_the_lean_relay(backend: Backend) {
     let params = CallToolRequestParams::new("fx__progress").with_arguments(args.as_object().cloned().unwrap());
     let result = client.call_tool(params).await.unwrap();
     assert_ne!(result.is_error, Some(true), "{result:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while listener.logs.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the late log line reaches the session", || async { listener.logs.load(Ordering::SeqCst) >= 2 }).await;
     assert_eq!(listener.logs.load(Ordering::SeqCst), 2, "the step's log line and the late one reach the session");
 }
 both_dbs!(proxy_a_late_log_line_reaches_the_session_over_http, a_late_log_line_on_the_lean_relay);
@@ -615,11 +410,10 @@ async fn assertion_reuse_follows_identity(backend: Backend) {
 
     admin_tx!(live.db, |tx| admin_fns::unassign_flock(&mut tx, "acme", "wanda@acme.test", "north-barn")).unwrap();
     // Once the gateway sees the change (the identity cache polls for it)...
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while ok(&wanda, "whoami", json!({})).await["flock_scope"] != json!([]) {
-        assert!(Instant::now() < deadline, "the unassignment never reached the gateway");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the unassignment never reached the gateway", || async {
+        ok(&wanda, "whoami", json!({})).await["flock_scope"] == json!([])
+    })
+    .await;
     // ...the upstream is told the new scope, though the old assertion is still reusable.
     let after = ok(&wanda, "fx__whoami_upstream", json!({})).await;
     assert_eq!(after["flocks"], json!([]), "the withdrawn flock is no longer asserted");
@@ -638,11 +432,7 @@ async fn idle_closes(backend: Backend) {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .map_or(true, |status| status.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !gone() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(gone(), "an idle upstream process is stopped");
+    eventually("an idle upstream process is stopped", || async { gone() }).await;
     let next = ok(&olivia, "fx__whoami_upstream", json!({})).await["pid"].clone();
     assert_ne!(next, first, "the next call starts it again");
 }

@@ -13,33 +13,6 @@ use std::process::Command;
 
 use crate::support::*;
 
-/// `README.md` and every `*.md` under `docs/`, as (path from the repository root, text), in
-/// path order, read at run time (editing a page needs no rebuild).
-pub(crate) fn pages() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
-        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"));
-            }
-        }
-    }
-    let mut paths = Vec::new();
-    walk(root, &root.join("docs"), &mut paths);
-    paths.sort();
-    paths.insert(0, "README.md".to_owned());
-    paths
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(root.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
-            (path, text)
-        })
-        .collect()
-}
-
 struct Block {
     info: String,
     text: String,

@@ -8,335 +8,16 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use scopegate::Gateway;
-use scopegate::config::Config;
 use scopegate::decl::{ExecutorId, PathStyle, PathUri};
-use scopegate::executor::remote::{Agents, ReadFileError};
-use scopegate::model::Role;
-use scopegate::store::{Db, entities};
+use scopegate::executor::remote::ReadFileError;
+use scopegate::store::entities;
 use serde_json::{Value, json};
 
-use crate::mcp::{call, ok};
 use crate::support::*;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
-const SCOPEGATE: &str = env!("CARGO_BIN_EXE_scopegate");
-
-/// A variable only the agents' environment has: a server that reports it ran there.
-const AGENT_ONLY: &str = "SCOPEGATE_TEST_AGENT_ONLY";
-
-/// A gateway that can be stopped and started again on the same address and database, the
-/// executors' secrets, and an agent root holding `work/`.
-pub struct Site {
-    pub config: Config,
-    pub db: Db,
-    addr: std::net::SocketAddr,
-    stop: Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>)>,
-    pub root: tempfile::TempDir,
-    files: tempfile::TempDir,
-    /// The agents connected to the running gateway (replaced at each start).
-    agents: Option<Arc<Agents>>,
-    _test_db: TestDb,
-}
-
-impl Site {
-    pub async fn start(backend: Backend, overrides: &[(&str, Value)]) -> Self {
-        scopegate::http::install_tls_provider();
-        let test_db = TestDb::new(backend).await;
-        let mut all = vec![
-            ("upstream.connect_timeout_secs", json!(5)),
-            ("upstream.executor_recheck_ms", json!(200)),
-            ("server.shutdown_grace_secs", json!(1)),
-        ];
-        all.extend(overrides.iter().cloned());
-        let config = config_with(&test_db.url, &all);
-        let db = db_for(&config).await;
-        seed_demo(&db).await;
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("work")).unwrap();
-        let mut site = Self {
-            addr: config.server.listen,
-            config,
-            db,
-            stop: None,
-            root,
-            files: tempfile::tempdir().unwrap(),
-            agents: None,
-            _test_db: test_db,
-        };
-        site.start_gateway().await;
-        let mut tx = site.db.begin().await.unwrap();
-        entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
-        tx.commit().await.unwrap();
-        site
-    }
-
-    /// A site an agent inside `netns` can reach: the gateway listens on the host's end of its
-    /// veth pair.
-    pub async fn start_for(backend: Backend, netns: &Netns, overrides: &[(&str, Value)]) -> Self {
-        let mut all = vec![
-            ("server.listen", json!(format!("{}:0", netns.host_ip))),
-            ("server.allowed_hosts", json!([netns.host_ip])),
-            ("auth.hs256_secret", json!("executor-netns-test-secret-0123456789abcdef")),
-        ];
-        all.extend(overrides.iter().cloned());
-        Self::start(backend, &all).await
-    }
-
-    /// Starts the gateway (again, on the address it had).
-    pub async fn start_gateway(&mut self) {
-        let mut config = self.config.clone();
-        config.server.listen = self.addr;
-        let gateway = Gateway::build(config).await.expect("gateway");
-        self.addr = gateway.local_addr();
-        self.config.server.listen = self.addr;
-        self.agents = Some(Arc::clone(gateway.agents()));
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let run = tokio::spawn(gateway.run(async move {
-            let _ = rx.await;
-        }));
-        self.stop = Some((tx, run));
-    }
-
-    pub async fn stop_gateway(&mut self) {
-        if let Some((tx, run)) = self.stop.take() {
-            let _ = tx.send(());
-            let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
-        }
-    }
-
-    pub fn agents(&self) -> &Arc<Agents> {
-        self.agents.as_ref().expect("the gateway has started")
-    }
-
-    /// Waits (bounded) until executor `name`'s agent is connected, or gone.
-    pub async fn wait_connected(&self, name: &str, connected: bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.agents().link(name).is_some() != connected {
-            assert!(Instant::now() < deadline, "executor {name} never became connected={connected}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// A remote executor owned by `tenants`; returns the file holding its secret.
-    pub async fn remote_executor(&self, name: &str, machine: &str, user: &str, tenants: &[&str]) -> PathBuf {
-        let mut tx = self.db.begin().await.unwrap();
-        let secret = entities::create_executor(&mut tx, name, machine, user, "remote", tenants)
-            .await
-            .unwrap()
-            .expect("a remote executor gets a secret");
-        tx.commit().await.unwrap();
-        let file = self.files.path().join(format!("{name}.secret"));
-        std::fs::write(&file, format!("{secret}\n")).unwrap();
-        file
-    }
-
-    pub fn root_uri(&self) -> String {
-        format!("file://{}", self.root.path().canonicalize().unwrap().display())
-    }
-
-    /// A stdio declaration of the fixture as server `server`: its declared value comes from
-    /// `value`, which may be a `${NAME}` reference.
-    pub fn stdio(&self, server: &str, value: &str) -> Value {
-        json!({
-            "command": FIXTURE,
-            "args": ["stdio"],
-            "cwd": "work",
-            "env": {
-                "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", self.base_url()),
-                "FIXTURE_SERVER_ID": server,
-                "FIXTURE_ISSUER": self.config.public_url(),
-                "FIXTURE_DECLARED_VALUE": value,
-            }
-        })
-    }
-
-    pub async fn entity(&self, tenant: &str, name: &str, declaration: &Value) {
-        let mut tx = self.db.begin().await.unwrap();
-        entities::create_entity(&mut tx, tenant, name, declaration).await.unwrap();
-        tx.commit().await.unwrap();
-    }
-
-    /// Declares `server` under `defaults/`, binds it to `executor`, grants the owner role
-    /// every tool.
-    pub async fn serve(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {
-        self.entity(tenant, &format!("defaults/mcp-servers/{server}"), declaration).await;
-        self.bind(tenant, server, executor).await;
-    }
-
-    pub async fn bind(&self, tenant: &str, server: &str, executor: &str) {
-        let mut tx = self.db.begin().await.unwrap();
-        entities::bind_server(&mut tx, tenant, server, executor).await.unwrap();
-        entities::grant_tool(&mut tx, tenant, server, Role::Owner, "*").await.unwrap();
-        tx.commit().await.unwrap();
-    }
-
-    /// Starts `scopegate executor` for `name` with `secret_file`, against this gateway.
-    pub fn agent(&self, name: &str, secret_file: &Path) -> Agent {
-        self.agent_to(name, secret_file, &[self.base_url()])
-    }
-
-    pub fn agent_to(&self, name: &str, secret_file: &Path, gateways: &[String]) -> Agent {
-        self.agent_in(None, name, secret_file, gateways)
-    }
-
-    /// An agent, inside network namespace `netns` when given.
-    pub fn agent_in(&self, netns: Option<&str>, name: &str, secret_file: &Path, gateways: &[String]) -> Agent {
-        self.spawn_agent(netns, name, secret_file, gateways, &["--root".into(), self.root_uri().into()])
-    }
-
-    /// An agent whose root is `root` standing for `dir` on this machine (`--root-dir`).
-    pub fn agent_mapped(&self, name: &str, secret_file: &Path, root: &str, dir: &Path) -> Agent {
-        let root_args = ["--root".into(), root.into(), "--root-dir".into(), dir.into()];
-        self.spawn_agent(None, name, secret_file, &[self.base_url()], &root_args)
-    }
-
-    fn spawn_agent(
-        &self,
-        netns: Option<&str>,
-        name: &str,
-        secret_file: &Path,
-        gateways: &[String],
-        root_args: &[std::ffi::OsString],
-    ) -> Agent {
-        let log = self.files.path().join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()));
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = std::process::Command::new("ip");
-                c.args(["netns", "exec", ns, SCOPEGATE]);
-                c
-            }
-            None => std::process::Command::new(SCOPEGATE),
-        };
-        command.arg("executor");
-        for gateway in gateways {
-            command.args(["--gateway", gateway]);
-        }
-        command
-            .args(["--name", name, "--secret-file"])
-            .arg(secret_file)
-            .args(root_args)
-            .args(["--backoff-max-secs", "1", "--heartbeat-secs", "1"])
-            .env(AGENT_ONLY, format!("ran-on-{name}"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        Agent { child: command.spawn().expect("scopegate executor starts"), log }
-    }
-
-    pub async fn client(&self, subject: &str) -> RunningService<RoleClient, ()> {
-        self.client_at(&self.base_url(), subject).await
-    }
-
-    /// A client of the gateway replica at `base`.
-    pub async fn client_at(&self, base: &str, subject: &str) -> RunningService<RoleClient, ()> {
-        let tenant = subject.rsplit('@').next().unwrap().split('.').next().unwrap();
-        let token = Signer::hs256(self.config.auth.hs256_secret.expose()).sign(&claims(&self.config, tenant, subject));
-        let transport = StreamableHttpClientTransport::with_client(
-            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-            StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp")).auth_header(token),
-        );
-        ().serve(transport).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
-    }
-
-    /// Waits (bounded) until a new session of `subject` lists `tool`: the agent is connected.
-    pub async fn wait_for_tool(&self, subject: &str, tool: &str) {
-        self.wait_for_tool_at(&self.base_url(), subject, tool).await
-    }
-
-    pub async fn wait_for_tool_at(&self, base: &str, subject: &str, tool: &str) {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let client = self.client_at(base, subject).await;
-            let tools = client.list_all_tools().await.unwrap();
-            if tools.iter().any(|t| t.name == tool) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{tool} never appeared for {subject}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    pub async fn count(&self, sql: &str) -> i64 {
-        let mut tx = self.db.begin().await.unwrap();
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(&mut *tx).await.unwrap()
-    }
-
-    pub async fn metrics(&self) -> String {
-        reqwest::get(format!("{}/metrics", self.base_url())).await.unwrap().text().await.unwrap()
-    }
-}
-
-impl Drop for Site {
-    fn drop(&mut self) {
-        if let Some((tx, _)) = self.stop.take() {
-            let _ = tx.send(());
-        }
-    }
-}
-
-/// A running agent process; killed when dropped.
-pub struct Agent {
-    pub child: std::process::Child,
-    log: PathBuf,
-}
-
-impl Agent {
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits (bounded) until the agent's log holds `text`.
-    /// Waits for `text` in the agent's log. The bounds of these waits are generous: they are
-    /// what a loaded 2-core CI machine may need, and a passing test never waits them out.
-    pub async fn wait_log(&self, text: &str) {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        while !self.log().contains(text) {
-            assert!(Instant::now() < deadline, "the agent never logged {text:?}; its log:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn pid_alive(pid: u64) -> bool {
-    // A zombie still has a /proc entry: count only processes that are not dead.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-        .unwrap_or(false)
-}
-
-pub async fn wait_gone(pid: u64, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pid_alive(pid) {
-        assert!(Instant::now() < deadline, "{what} (pid {pid}) is still running");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long a call or a read takes at most to be under way at the agent (a hop over loopback
+/// to a connected agent), so that what the test then does to the agent meets it there.
+const UNDER_WAY: Duration = Duration::from_millis(300);
 
 /// The standard set-up: executor `build-01` (machine `build-01`, user `ci`) owned by acme,
 /// acme's server `far` bound to it, declared to report the agent-only variable.
@@ -353,7 +34,7 @@ async fn runs_on_the_executor(backend: Backend) {
     let _agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
 
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let me = ok(&olivia, "far__whoami_upstream", json!({})).await;
     assert_eq!(me["declared_value"], "ran-on-build-01", "the reference resolved on the executor: it ran there");
     assert_eq!(me["tenant"], "acme");
@@ -371,12 +52,14 @@ async fn runs_on_the_executor(backend: Backend) {
     }
     assert!(!keys.contains(&AGENT_ONLY), "the agent's other variables do not leak into the server");
     assert_eq!(
-        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'far__whoami_upstream' AND outcome = 'ok'").await,
+        site.live
+            .count("SELECT COUNT(*) FROM audit_events WHERE tool = 'far__whoami_upstream' AND outcome = 'ok'")
+            .await,
         1,
         "audited like a local call"
     );
     // Other tenants see nothing of it.
-    let gary = site.client("gary@globex.test").await;
+    let gary = site.live.client("gary@globex.test").await;
     let tools = gary.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("far__")));
 }
@@ -398,16 +81,16 @@ async fn machine_prefix_first(backend: Backend) {
     site.bind("acme", "far", "build-01").await;
     let _agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let me = ok(&olivia, "far__whoami_upstream", json!({})).await;
     assert_eq!(me["declared_value"], "executor-machine");
 
     // Without the machine profile, the executor's user comes next; the gateway host's own
     // machine name never counts.
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     entities::delete_entity(&mut tx, "acme", "machines/build-01/profile/mcp-servers/far").await.unwrap();
     tx.commit().await.unwrap();
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     assert_eq!(ok(&olivia, "far__whoami_upstream", json!({})).await["declared_value"], "executor-user");
 }
 both_dbs!(resolve_via_remote_host_handler_uses_machine_prefix_first, machine_prefix_first);
@@ -419,7 +102,7 @@ async fn agent_killed_mid_call(backend: Backend) {
     let (site, secret) = with_far(backend, &[("mcp.call_timeout_secs", json!(60))]).await;
     let mut agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__hang").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let server_pid = ok(&olivia, "far__whoami_upstream", json!({})).await["pid"].as_u64().unwrap();
 
     let hanging = {
@@ -429,7 +112,7 @@ async fn agent_killed_mid_call(backend: Backend) {
             (call(&peer, "far__hang", json!({})).await, started)
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let killed = Instant::now();
     agent.kill();
     let (result, _) = tokio::time::timeout(Duration::from_secs(10), hanging).await.expect("the call ends").unwrap();
@@ -438,22 +121,19 @@ async fn agent_killed_mid_call(backend: Backend) {
     assert!(killed.elapsed() < Duration::from_secs(3), "failed within seconds, not at the call timeout");
     wait_gone(server_pid, "the server the killed agent ran").await;
     assert_eq!(
-        site.count(
-            "SELECT COUNT(*) FROM audit_events WHERE tool = 'far__hang' AND error_class = 'upstream_unavailable'"
-        )
-        .await,
+        site.live
+            .count(
+                "SELECT COUNT(*) FROM audit_events WHERE tool = 'far__hang' AND error_class = 'upstream_unavailable'"
+            )
+            .await,
         1
     );
 
     let _again = site.agent("build-01", &secret);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match call(olivia.peer(), "far__whoami_upstream", json!({})).await {
-            Ok(result) if result.is_error != Some(true) => break,
-            _ => assert!(Instant::now() < deadline, "the reconnected agent never served the call"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the reconnected agent never served the call", || async {
+        call(olivia.peer(), "far__whoami_upstream", json!({})).await.is_ok_and(|result| result.is_error != Some(true))
+    })
+    .await;
 }
 both_dbs!(remote_agent_killed_mid_call_fails_fast_and_recovers, agent_killed_mid_call);
 
@@ -467,10 +147,10 @@ async fn gateway_restart(backend: Backend) {
     site.serve("acme", "far", &site.stdio("far", &format!("${{{AGENT_ONLY}}}")), "build-01").await;
     let agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
-    site.stop_gateway().await;
-    site.start_gateway().await;
+    site.live.stop().await;
+    site.live.restart().await;
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     assert_eq!(ok(&olivia, "far__whoami_upstream", json!({})).await["declared_value"], "ran-on-build-01");
     drop(agent);
 }
@@ -484,23 +164,20 @@ async fn second_agent(backend: Backend) {
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
     let second = site.agent("build-01", &secret);
     second.wait_log("409").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let served_by = ok(&olivia, "far__whoami_upstream", json!({})).await["pid"].clone();
     assert!(served_by.is_u64());
     first.kill();
     // The second agent, retrying, takes the name.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let client = site.client("olivia@acme.test").await;
-        if let Ok(result) = call(client.peer(), "far__whoami_upstream", json!({})).await
-            && result.is_error != Some(true)
-        {
-            break;
+    eventually("the second agent never took over", || async {
+        let client = site.live.client("olivia@acme.test").await;
+        match call(client.peer(), "far__whoami_upstream", json!({})).await {
+            Ok(result) if result.is_error != Some(true) => Ok(()),
+            _ => Err(format!("its log:\n{}", second.log())),
         }
-        assert!(Instant::now() < deadline, "the second agent never took over; its log:\n{}", second.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(site.metrics().await.contains("scopegate_executor_refusals_total{reason=\"name_in_use\"}"));
+    })
+    .await;
+    assert!(site.live.metrics().await.contains("scopegate_executor_refusals_total{reason=\"name_in_use\"}"));
 }
 both_dbs!(remote_second_agent_with_the_same_name_waits_its_turn, second_agent);
 
@@ -512,7 +189,7 @@ async fn secrets(backend: Backend) {
     let globex = site.remote_executor("globex-box", "globex-box", "ci", &["globex"]).await;
 
     // Another tenant's executor: binding refused, naming the field.
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     let err = entities::bind_server(&mut tx, "acme", "stolen", "globex-box").await.expect_err("not acme's executor");
     assert!(err.to_string().contains("executor"), "{err}");
     drop(tx);
@@ -524,37 +201,33 @@ async fn secrets(backend: Backend) {
         let agent = site.agent("build-01", file);
         agent.wait_log("401").await;
     }
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let tools = olivia.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("far__")), "no agent, no tools");
-    assert!(site.metrics().await.contains("scopegate_executor_refusals_total{reason=\"wrong_secret\"}"));
+    assert!(site.live.metrics().await.contains("scopegate_executor_refusals_total{reason=\"wrong_secret\"}"));
 
     // The right secret connects; rotating it drops the agent within the recheck period, and
     // its old secret is refused from then on.
     let agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     let _new = entities::rotate_executor_secret(&mut tx, "build-01").await.unwrap();
     tx.commit().await.unwrap();
     agent.wait_log("401").await;
     // The agent's refused reconnect can be logged a moment before the gateway has let go of
     // everything its old link carried: the rotated-out agent serves nothing within 2 s (ten
     // recheck periods).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let err = loop {
-        let olivia = site.client("olivia@acme.test").await;
+    eventually_within(Duration::from_secs(2), "the rotated-out agent serves nothing", || async {
+        let olivia = site.live.client("olivia@acme.test").await;
         let err = call(olivia.peer(), "far__whoami_upstream", json!({})).await;
-        if err.is_err() || err.as_ref().is_ok_and(|r| r.is_error == Some(true)) || std::time::Instant::now() > deadline
-        {
-            break err;
+        if err.is_err() || err.as_ref().is_ok_and(|r| r.is_error == Some(true)) {
+            Ok(())
+        } else {
+            Err(format!("{err:?}"))
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    assert!(
-        err.is_err() || err.as_ref().is_ok_and(|r| r.is_error == Some(true)),
-        "the rotated-out agent serves nothing: {err:?}"
-    );
-    assert!(site.metrics().await.contains("scopegate_executor_drops_total{reason=\"secret_rotated\"}"));
+    })
+    .await;
+    assert!(site.live.metrics().await.contains("scopegate_executor_drops_total{reason=\"secret_rotated\"}"));
 }
 both_dbs!(remote_agent_secrets_are_checked_at_connect_and_rotation_drops_it, secrets);
 
@@ -567,7 +240,7 @@ async fn slow_agent(backend: Backend) {
     let _fine = site.agent("build-02", &other);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
     site.wait_for_tool("olivia@acme.test", "near__whoami_upstream").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     ok(&olivia, "far__whoami_upstream", json!({})).await;
     ok(&olivia, "near__whoami_upstream", json!({})).await;
 
@@ -576,7 +249,7 @@ async fn slow_agent(backend: Backend) {
         let peer = olivia.peer().clone();
         tokio::spawn(async move { call(&peer, "far__whoami_upstream", json!({})).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let started = Instant::now();
     for _ in 0..20 {
         ok(&olivia, "near__whoami_upstream", json!({})).await;
@@ -599,7 +272,7 @@ async fn escaping_root(backend: Backend) {
     site.serve("acme", "far", &site.stdio("far", "x"), "build-01").await;
     let _agent = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let tools = olivia.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("esc__")), "the gateway refused the placement");
 }
@@ -632,7 +305,7 @@ async fn windows_root_mapped(backend: Backend) {
     let agent = site.agent_mapped("win-01", &secret, "file:///C:/plugins", &plugins);
     site.wait_for_tool("olivia@acme.test", "rel__whoami_upstream").await;
 
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     for tool in ["rel__whoami_upstream", "abs__whoami_upstream"] {
         let me = ok(&olivia, tool, json!({})).await;
         assert_eq!(me["declared_value"], "ran-on-win-01", "{tool}: ran on the agent");
@@ -645,80 +318,14 @@ async fn windows_root_mapped(backend: Backend) {
     }
     agent.wait_log("outside the executor's root file:///C:/plugins").await;
     assert!(
-        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'rel__whoami_upstream' AND outcome = 'ok'").await
+        site.live
+            .count("SELECT COUNT(*) FROM audit_events WHERE tool = 'rel__whoami_upstream' AND outcome = 'ok'")
+            .await
             == 1,
         "audited like any call"
     );
 }
 both_dbs!(remote_windows_root_mapped_onto_an_agent_folder, windows_root_mapped);
-
-/// A network namespace joined to this host by a veth pair, removed when dropped.
-pub struct Netns {
-    pub name: String,
-    pub host_ip: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip").args(args).output().expect("the `ip` command (iproute2) is required");
-    assert!(
-        out.status.success(),
-        "`ip {}` failed: {} (these tests need root and iproute2, as CI has; they fail rather than skip)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Netns {
-    pub fn create() -> Self {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tag = format!("{}{n}", std::process::id() % 100_000);
-        let name = format!("sgx{tag}");
-        let (host_if, ns_if) = (format!("sgh{tag}"), format!("sgn{tag}"));
-        // A /30 of 10.213.0.0/16 chosen by pid and counter, so parallel tests don't collide.
-        let block = (std::process::id() * 8 + n) % 16_384;
-        let (third, fourth) = (block / 64, (block % 64) * 4);
-        let host_ip = format!("10.213.{third}.{}", fourth + 1);
-        let ns_ip = format!("10.213.{third}.{}", fourth + 2);
-        let netns = Self { name: name.clone(), host_ip: host_ip.clone() };
-        ip(&["netns", "add", &name]);
-        ip(&["link", "add", &host_if, "type", "veth", "peer", "name", &ns_if]);
-        ip(&["link", "set", &ns_if, "netns", &name]);
-        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &host_if]);
-        ip(&["link", "set", &host_if, "up"]);
-        ip(&["netns", "exec", &name, "ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if]);
-        ip(&["netns", "exec", &name, "ip", "link", "set", &ns_if, "up"]);
-        ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
-        netns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        // Deleting the namespace deletes its end of the veth pair, and with it ours.
-        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-/// The fixture as a Streamable HTTP server `server_id` on the loopback of `netns` (only what
-/// runs in the namespace reaches it): the process (killed when dropped) and its address.
-pub async fn http_fixture_in(netns: &Netns, site: &Site, server_id: &str) -> (tokio::process::Child, String) {
-    use tokio::io::AsyncBufReadExt;
-    let mut upstream = tokio::process::Command::new("ip")
-        .args(["netns", "exec", &netns.name, FIXTURE, "http", "127.0.0.1:0"])
-        .env("FIXTURE_ASSERTION_HEADER", &site.config.upstream.assertion_header)
-        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", site.base_url()))
-        .env("FIXTURE_SERVER_ID", server_id)
-        .env("FIXTURE_ISSUER", site.config.public_url())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the fixture prints its address");
-    let addr = first.strip_prefix("listening on ").expect("listening on ADDR").to_owned();
-    (upstream, addr)
-}
 
 /// An HTTP upstream only the executor can reach: it listens on the loopback of a network
 /// namespace, where the agent runs. The gateway host cannot reach it (a server bound to the
@@ -739,9 +346,9 @@ async fn http_only_the_executor_reaches(backend: Backend) {
     let from_env = json!({"type": "http", "url": url, "headers": {"x-declared": "${SCOPEGATE_TEST_AGENT_ONLY}"}});
     site.serve("acme", "webenv", &from_env, "build-01").await;
 
-    let agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
+    let agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.live.base_url()]);
     site.wait_for_tool("olivia@acme.test", "web__whoami_upstream").await;
-    let olivia = site.client("olivia@acme.test").await;
+    let olivia = site.live.client("olivia@acme.test").await;
     let me = ok(&olivia, "web__whoami_upstream", json!({})).await;
     assert_eq!(me["user"], "olivia@acme.test");
     assert_eq!(me["assertion_source"], "header", "the agent moved the assertion into the header");
@@ -849,35 +456,28 @@ async fn agent_refuses_paths_outside_its_root_even_when_asked() {
 /// not serve them (it never routes a call elsewhere).
 async fn replicas(backend: Backend) {
     let (site, secret) = with_far(backend, &[]).await;
-    let mut config = site.config.clone();
-    config.server.listen = "127.0.0.1:0".parse().unwrap();
-    let second = Gateway::build(config).await.expect("a second replica");
-    let second_url = format!("http://{}", second.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(second.run(async move {
-        let _ = stopped.await;
-    }));
+    let mut second = site.live.replica().await;
+    let second_url = second.base_url();
 
     // Connected to the first replica only: the second one does not serve `far`.
     let first_only = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
-    let olivia = site.client_at(&second_url, "olivia@acme.test").await;
+    let olivia = site.live.client_at(&second_url, "olivia@acme.test").await;
     let tools = olivia.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("far__")), "a replica without the agent serves nothing of it");
     drop(first_only);
 
-    let _both = site.agent_to("build-01", &secret, &[site.base_url(), second_url.clone()]);
+    let _both = site.agent_to("build-01", &secret, &[site.live.base_url(), second_url.clone()]);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
     site.wait_for_tool_at(&second_url, "olivia@acme.test", "far__whoami_upstream").await;
     // `echo` checks no assertion: each replica signs with keys of its own, and the fixture
     // knows only the first one's JWKS.
-    for replica in [site.base_url(), second_url.clone()] {
-        let olivia = site.client_at(&replica, "olivia@acme.test").await;
+    for replica in [site.live.base_url(), second_url.clone()] {
+        let olivia = site.live.client_at(&replica, "olivia@acme.test").await;
         let echoed = call(olivia.peer(), "far__echo", json!({"text": "through this replica"})).await.unwrap();
         assert_ne!(echoed.is_error, Some(true), "{replica}: {echoed:?}");
     }
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+    second.stop().await;
 }
 both_dbs!(remote_agent_keeps_a_connection_to_each_replica, replicas);
 
@@ -924,15 +524,15 @@ async fn file_reads(backend: Backend) {
 
     let read = |relative: &'static str, max_bytes: u64| {
         let (site, id) = (&site, &id);
-        async move { site.agents().read_file(id, &in_root(site, relative), max_bytes, READ_WAIT).await }
+        async move { site.live.agents().read_file(id, &in_root(site, relative), max_bytes, READ_WAIT).await }
     };
     let bytes = read("plugins/demo/.mcp.json", 64 * 1024).await.expect("the plugin's .mcp.json");
     assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), manifest, "the JSON round trip");
     assert_eq!(read("work/small.bin", 1000).await.unwrap(), small, "a file of exactly max_bytes");
     assert_eq!(read("work/empty", 0).await.unwrap(), b"", "an empty file");
     assert_eq!(read("work/big.bin", 8 * 1024 * 1024).await.unwrap(), big, "a file over many windows");
-    assert_eq!(site.agents().link("build-01").unwrap().tunnel.channels_open(), 0, "every read's channel closed");
-    let metrics = site.metrics().await;
+    assert_eq!(site.live.agents().link("build-01").unwrap().tunnel.channels_open(), 0, "every read's channel closed");
+    let metrics = site.live.metrics().await;
     assert!(metrics.contains("scopegate_executor_file_reads_total{outcome=\"ok\"}"), "counted");
 
     agent.kill();
@@ -988,16 +588,16 @@ async fn remote_file_read_refusals_are_typed() {
     ];
     for (what, uri, outcome, reason) in rows {
         let started = Instant::now();
-        let err = site.agents().read_file(&id, &uri, 1000, READ_WAIT).await.expect_err(what);
+        let err = site.live.agents().read_file(&id, &uri, 1000, READ_WAIT).await.expect_err(what);
         assert_eq!(err.outcome(), outcome, "{what}: {err}");
         assert!(err.to_string().contains(reason), "{what}: {err}");
         assert!(!err.to_string().starts_with('['), "{what}: the class code is not part of the reason: {err}");
         assert!(started.elapsed() < Duration::from_secs(2), "{what}: took {:?}", started.elapsed());
     }
     // A link that stays inside is fine, and the agent serves on after every refusal.
-    let bytes = site.agents().read_file(&id, &in_root(&site, "work/inner-link"), 1000, READ_WAIT).await.unwrap();
+    let bytes = site.live.agents().read_file(&id, &in_root(&site, "work/inner-link"), 1000, READ_WAIT).await.unwrap();
     assert_eq!(bytes, b"{}");
-    let metrics = site.metrics().await;
+    let metrics = site.live.metrics().await;
     for outcome in ["outside_root", "not_found", "not_a_file", "too_large"] {
         let line = format!("scopegate_executor_file_reads_total{{outcome=\"{outcome}\"}}");
         assert!(metrics.contains(&line), "{line}");
@@ -1012,7 +612,7 @@ async fn remote_file_read_without_an_agent_fails_at_once() {
     for name in ["build-01", "no-such-executor", "local"] {
         let started = Instant::now();
         let uri = in_root(&site, "work/x.json");
-        let err = site.agents().read_file(&ExecutorId::new(name), &uri, 10, READ_WAIT).await.unwrap_err();
+        let err = site.live.agents().read_file(&ExecutorId::new(name), &uri, 10, READ_WAIT).await.unwrap_err();
         assert_eq!(err, ReadFileError::NotConnected(name.to_owned()));
         assert!(started.elapsed() < Duration::from_secs(1), "{name}");
     }
@@ -1030,20 +630,20 @@ async fn remote_file_read_with_a_stopped_or_killed_agent_does_not_hang() {
     agent.signal("-STOP");
     let short = Duration::from_millis(500);
     let started = Instant::now();
-    let err = site.agents().read_file(&id, &small, 10, short).await.unwrap_err();
+    let err = site.live.agents().read_file(&id, &small, 10, short).await.unwrap_err();
     assert_eq!(err, ReadFileError::Timeout(short));
     assert!(started.elapsed() < Duration::from_secs(2), "bounded by the timeout: {:?}", started.elapsed());
     agent.signal("-CONT");
-    let bytes = site.agents().read_file(&id, &small, 10, READ_WAIT).await.expect("the agent answers again");
+    let bytes = site.live.agents().read_file(&id, &small, 10, READ_WAIT).await.expect("the agent answers again");
     assert_eq!(bytes, b"{}");
 
     // Killed while the open waits on it.
     agent.signal("-STOP");
     let waiting = {
-        let (agents, id, small) = (Arc::clone(site.agents()), id.clone(), small.clone());
+        let (agents, id, small) = (Arc::clone(site.live.agents()), id.clone(), small.clone());
         tokio::spawn(async move { agents.read_file(&id, &small, 10, Duration::from_secs(60)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(UNDER_WAY).await;
     let killed = Instant::now();
     agent.kill();
     let err = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("no hang").unwrap().unwrap_err();
@@ -1057,15 +657,17 @@ async fn remote_file_read_with_a_stopped_or_killed_agent_does_not_hang() {
     let huge = std::fs::File::create(site.root.path().join("work/huge.bin")).unwrap();
     huge.set_len(1 << 30).unwrap();
     let sending = {
-        let (agents, id, uri) = (Arc::clone(site.agents()), id.clone(), in_root(&site, "work/huge.bin"));
+        let (agents, id, uri) = (Arc::clone(site.live.agents()), id.clone(), in_root(&site, "work/huge.bin"));
         tokio::spawn(async move { agents.read_file(&id, &uri, 1 << 30, Duration::from_secs(60)).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(site.agents().link("build-01").unwrap().tunnel.channels_open(), 1, "the read is under way");
+    eventually("the read is under way", || async {
+        site.live.agents().link("build-01").is_some_and(|link| link.tunnel.channels_open() == 1)
+    })
+    .await;
     let killed = Instant::now();
     agent.kill();
     let err = tokio::time::timeout(Duration::from_secs(5), sending).await.expect("no hang").unwrap().unwrap_err();
     assert!(matches!(err, ReadFileError::Disconnected(_)), "{err}");
     assert!(killed.elapsed() < Duration::from_secs(3), "ended with the connection: {:?}", killed.elapsed());
-    assert!(site.metrics().await.contains("scopegate_executor_file_reads_total{outcome=\"disconnected\"}"));
+    assert!(site.live.metrics().await.contains("scopegate_executor_file_reads_total{outcome=\"disconnected\"}"));
 }

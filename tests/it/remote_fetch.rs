@@ -14,8 +14,7 @@ use scopegate::executor::oauth_http::{ExecutorHttp, MAX_RESPONSE_BYTES};
 use scopegate::wire::exchange::FetchError;
 use serde_json::{Value, json};
 
-use crate::remote::{Netns, Site};
-use crate::support::Backend;
+use crate::support::{Backend, Netns, Site};
 
 /// Set (to the address to listen on) when this binary runs as the namespace's web server.
 const SERVE: &str = "SCOPEGATE_TEST_FETCH_WEB_SERVER";
@@ -222,7 +221,7 @@ async fn remote_fetch_goes_over_the_executors_network() {
     .await;
     let secret_file = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
     let (_web, addr) = web_in(&netns).await;
-    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.base_url()]);
+    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret_file, &[site.live.base_url()]);
     site.wait_connected("build-01", true).await;
 
     let direct = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(&addr)).await;
@@ -230,10 +229,14 @@ async fn remote_fetch_goes_over_the_executors_network() {
     let local = ExecutorHttp::local(None).unwrap();
     failed(local.exchange(get(&format!("http://{addr}/echo")), true, WAIT).await, "unreachable");
 
-    let remote = ExecutorHttp::Remote { agents: Arc::clone(site.agents()), executor: "build-01".into() };
+    let remote = ExecutorHttp::Remote { agents: Arc::clone(site.live.agents()), executor: "build-01".into() };
     behaves(&remote, &addr).await;
-    assert_eq!(site.agents().link("build-01").unwrap().tunnel.channels_open(), 0, "every exchange's channel closed");
-    let metrics = site.metrics().await;
+    assert_eq!(
+        site.live.agents().link("build-01").unwrap().tunnel.channels_open(),
+        0,
+        "every exchange's channel closed"
+    );
+    let metrics = site.live.metrics().await;
     for outcome in ["ok", "unreachable", "too_large", "timeout"] {
         let line = format!("scopegate_executor_fetches_total{{outcome=\"{outcome}\"}}");
         assert!(metrics.contains(&line), "{line}");
@@ -247,7 +250,7 @@ async fn remote_fetch_without_an_agent_fails_at_once() {
     site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
     let addr = web_here().await;
     for name in ["build-01", "no-such-executor"] {
-        let remote = ExecutorHttp::Remote { agents: Arc::clone(site.agents()), executor: name.into() };
+        let remote = ExecutorHttp::Remote { agents: Arc::clone(site.live.agents()), executor: name.into() };
         let started = Instant::now();
         let err = remote.exchange(get(&format!("http://{addr}/echo")), true, WAIT).await.unwrap_err();
         assert_eq!(err, FetchError::NotConnected(name.to_owned()));

@@ -10,13 +10,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 
-use rmcp::ServiceExt;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 
-use crate::cli::scopegate;
-use crate::mcp::call;
 use crate::support::*;
 
 /// A `scopegate serve` process; killed when dropped. Its stderr is drained on a thread (a
@@ -80,11 +75,7 @@ const CLIENTS_PER_REPLICA: usize = 4;
 const ROUNDS: usize = 15;
 
 async fn two_replicas_append_to_one_chain(backend: Backend) {
-    scopegate::http::install_tls_provider();
-    let test_db = TestDb::new(backend).await;
-    let config = config_with(&test_db.url, &[]);
-    let db = db_for(&config).await;
-    seed_demo(&db).await;
+    let Prepared { config, db, test_db, .. } = TestGateway::new(backend).prepare().await;
     let dir = tempfile::tempdir().unwrap();
     let replicas = [Replica::start(dir.path(), &test_db.url), Replica::start(dir.path(), &test_db.url)];
     let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
@@ -206,24 +197,22 @@ impl Balancer {
                 sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let mut balancer = Self { child, url: format!("http://127.0.0.1:{port}"), log };
-        // Ready when every replica has answered `/readyz` through it.
+        let balancer = Self { child, url: format!("http://127.0.0.1:{port}"), log };
+        // Ready when every replica has answered `/readyz` through it, one after the other.
         let http = reqwest::Client::new();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let mut ready = 0;
-        while ready < replicas.len() {
-            let ok = http
-                .get(format!("{}/readyz", balancer.url))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == http::StatusCode::OK);
-            ready = if ok { ready + 1 } else { 0 };
+        let ready = std::cell::Cell::new(0);
+        let balancer = std::cell::RefCell::new(balancer);
+        eventually("HAProxy did not come up", || async {
+            let url = format!("{}/readyz", balancer.borrow().url);
+            let ok = http.get(url).send().await.is_ok_and(|r| r.status() == http::StatusCode::OK);
+            ready.set(if ok { ready.get() + 1 } else { 0 });
+            let mut balancer = balancer.borrow_mut();
             let exited = balancer.child.try_wait().ok().flatten();
             assert!(exited.is_none(), "HAProxy exited ({exited:?}): {}", balancer.log());
-            assert!(std::time::Instant::now() < deadline, "HAProxy did not come up: {}", balancer.log());
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        balancer
+            if ready.get() == replicas.len() { Ok(()) } else { Err(balancer.log()) }
+        })
+        .await;
+        balancer.into_inner()
     }
 
     fn mcp(&self) -> String {
@@ -272,11 +261,7 @@ type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
 
 /// rmcp's client in a session (it starts a new session by itself when one answers 404).
 async fn session_client(url: &str, token: &str) -> Client {
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
-    );
-    ().serve(transport).await.expect("client connects")
+    connect(url, token, ()).await
 }
 
 /// A call whose transport failure is a value, not a panic.
@@ -302,11 +287,7 @@ struct Cluster {
 
 impl Cluster {
     async fn start(env: &[(&str, &str)]) -> Self {
-        scopegate::http::install_tls_provider();
-        let test_db = TestDb::new(Backend::Postgres).await;
-        let config = config_with(&test_db.url, &[]);
-        let db = db_for(&config).await;
-        seed_demo(&db).await;
+        let Prepared { config, db, test_db, .. } = TestGateway::new(Backend::Postgres).prepare().await;
         let dir = tempfile::tempdir().unwrap();
         let replicas: Vec<Replica> = (0..3).map(|_| Replica::start_with(dir.path(), &test_db.url, env)).collect();
         let balancer = Balancer::start(dir.path(), &replicas.iter().collect::<Vec<_>>()).await;
@@ -359,10 +340,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     // Stateless calls go anywhere: rmcp's client on 2026-07-28 through the balancer.
     let lifecycle =
         rmcp::ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::new(),
-        StreamableHttpClientTransportConfig::with_uri(balancer.mcp()).auth_header(token.clone()),
-    );
+    let transport = transport(&balancer.mcp(), &token);
     let stateless = rmcp::ClientServiceExt::serve_with_lifecycle((), transport, lifecycle).await.unwrap();
     for _ in 0..9 {
         let result = call(stateless.peer(), "whoami", json!({})).await.unwrap();
@@ -419,11 +397,10 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
         }));
     }
     let total = LB_CLIENTS * LB_ROUNDS * 2;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while done.load(std::sync::atomic::Ordering::Relaxed) < total / 3 {
-        assert!(std::time::Instant::now() < deadline, "the load did not get going");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    eventually_within(std::time::Duration::from_secs(60), "the load did not get going", || async {
+        done.load(std::sync::atomic::Ordering::Relaxed) >= total / 3
+    })
+    .await;
     killed.store(true, std::sync::atomic::Ordering::SeqCst);
     cluster.replicas[1].kill();
     let mut answered = 0;
@@ -538,16 +515,15 @@ async fn a_revocation_applies_on_every_replica() {
     // Each session is refused within the bound (with room for a loaded machine).
     let bound = std::time::Duration::from_secs(5);
     for (at, client) in &clients {
-        let sent = loop {
+        let left = bound.saturating_sub(revoked.elapsed());
+        let sent = eventually_within(left, format!("{at} still serves a disabled user after {bound:?}"), || async {
             let sent = revoked.elapsed();
             match try_call(client, "whoami", json!({})).await {
-                Ok(result) if result.is_error != Some(true) => {
-                    assert!(revoked.elapsed() < bound, "{at} still serves a disabled user after {bound:?}");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                _ => break sent,
+                Ok(result) if result.is_error != Some(true) => None,
+                _ => Some(sent),
             }
-        };
+        })
+        .await;
         eprintln!("{at}: the first refused call was sent {sent:?} after the revocation command returned");
     }
     // And a new session is refused by every replica, at the HTTP layer.
@@ -557,7 +533,7 @@ async fn a_revocation_applies_on_every_replica() {
             .header("authorization", format!("Bearer {token}"))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .body(crate::mcp_http::INIT)
+            .body(INIT)
             .send()
             .await
             .unwrap()
@@ -590,7 +566,7 @@ async fn rate_limits_hold_for_the_cluster() {
     let started = std::time::Instant::now();
     let (mut admitted, mut limited) = (0, 0);
     for id in 0..2 * BURST {
-        let body = crate::mcp_modern::modern_call(id as i64, "whoami", None);
+        let body = modern_call(id as i64, "whoami", None);
         let response = http
             .post(cluster.balancer.mcp())
             .header("authorization", format!("Bearer {token}"))

@@ -5,26 +5,25 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, Implementation, InitializeRequestParams, ReadResourceRequestParams, RequestMetaObject,
 };
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceExt};
 use scopegate::model::Role;
 use scopegate::store::roots;
 use serde_json::{Value, json};
 
-use crate::mcp::{call, ok};
-use crate::mcp_modern::message;
-use crate::remote::{Agent, Netns, Site, http_fixture_in, pid_alive, wait_gone};
 use crate::support::*;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 const KEY: &str = "io.scopegate/selectedRoots";
+
+/// How long the gateway may take, once an agent's link is gone, to act on the loss (the
+/// ready sets it changes and the runtimes it stops are worked out in that same step, with
+/// nothing to wait for): a wait this long with nothing changed shows nothing will.
+const LOSS_HANDLED: Duration = Duration::from_millis(300);
 
 /// A client that selects roots at `initialize` and counts `tools/list_changed`.
 #[derive(Clone, Debug, Default)]
@@ -54,12 +53,7 @@ async fn connect(
     subject: &str,
     roots: Option<Value>,
 ) -> Result<(RunningService<RoleClient, Selecting>, Arc<tokio::sync::Notify>), String> {
-    let tenant = subject.rsplit('@').next().unwrap().split('.').next().unwrap();
-    let token = Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, tenant, subject));
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::new(),
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", site.base_url())).auth_header(token),
-    );
+    let transport = site.live.transport(subject);
     let handler = Selecting { roots, changed: Arc::default() };
     let changed = Arc::clone(&handler.changed);
     handler.serve(transport).await.map(|c| (c, changed)).map_err(|e| e.to_string())
@@ -77,9 +71,9 @@ fn plugin(site: &Site, name: &str, value: &str) -> String {
             "args": ["stdio"],
             "cwd": "bin",
             "env": {
-                "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", site.base_url()),
+                "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", site.live.base_url()),
                 "FIXTURE_SERVER_ID": "demo",
-                "FIXTURE_ISSUER": site.config.public_url(),
+                "FIXTURE_ISSUER": site.live.config.public_url(),
                 "FIXTURE_DECLARED_VALUE": value,
             }
         },
@@ -91,7 +85,7 @@ fn plugin(site: &Site, name: &str, value: &str) -> String {
 }
 
 async fn allow(site: &Site, tenant: &str, executor: &str, base: &str, role: Role) {
-    let mut tx = site.db.begin().await.unwrap();
+    let mut tx = site.live.db.begin().await.unwrap();
     roots::allow_root(&mut tx, tenant, executor, base, role).await.unwrap();
     tx.commit().await.unwrap();
 }
@@ -102,15 +96,15 @@ fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
 
 /// Waits (bounded) until `client` lists `tool` (`present`) or no longer does.
 async fn wait_listed(client: &RunningService<RoleClient, Selecting>, tool: &str, present: bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually(format!("{tool} listed = {present}"), || async {
         let tools = names(&client.list_all_tools().await.unwrap());
         if tools.iter().any(|t| t == tool) == present {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{tool} listed = {}, wanted {present}: {tools:?}", !present))
         }
-        assert!(Instant::now() < deadline, "{tool} listed = {}, wanted {present}: {tools:?}", !present);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Executor `build-01` owned by acme, its agent started, acme's owners allowed under
@@ -141,7 +135,8 @@ async fn only_that_session(backend: Backend) {
     assert_eq!(Path::new(cwd), site.root.path().canonicalize().unwrap().join("plugins/demo/bin"), "cwd under the root");
     let pid = me["pid"].as_u64().unwrap();
     assert_eq!(
-        site.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'r1.demo__whoami_upstream' AND outcome = 'ok'")
+        site.live
+            .count("SELECT COUNT(*) FROM audit_events WHERE tool = 'r1.demo__whoami_upstream' AND outcome = 'ok'")
             .await,
         1,
         "audited like any call"
@@ -209,10 +204,9 @@ async fn refusals(backend: Backend) {
         assert!(err.contains(&want), "case {i} {selection}: {err}");
     }
     assert!(
-        site.count(
-            "SELECT COUNT(*) FROM audit_events WHERE tool = 'io.scopegate/selectedRoots' AND outcome = 'denied'"
-        )
-        .await
+        site.live
+            .count("SELECT COUNT(*) FROM audit_events WHERE tool = 'io.scopegate/selectedRoots' AND outcome = 'denied'")
+            .await
             >= 9,
         "every refusal is audited"
     );
@@ -243,7 +237,8 @@ async fn readiness(backend: Backend) {
     let mut other = site.agent("build-02", &other_secret);
     other.wait_log("connected to the gateway").await;
     other.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    site.wait_connected("build-02", false).await;
+    tokio::time::sleep(LOSS_HANDLED).await;
     let tools = names(&olivia.list_all_tools().await.unwrap());
     assert!(tools.contains(&"r1.demo__whoami_upstream".to_owned()));
     let second = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await["pid"].as_u64().unwrap();
@@ -272,11 +267,10 @@ both_dbs!(selected_root_readiness_follows_the_executor, readiness);
 /// that request alone.
 async fn stateless(backend: Backend) {
     let (site, _agent, _secret, root) = with_plugin(backend).await;
-    let token =
-        Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", "olivia@acme.test"));
+    let token = site.live.token_for("olivia@acme.test");
     let post = |body: Value| {
         let request = reqwest::Client::new()
-            .post(format!("{}/mcp", site.base_url()))
+            .post(format!("{}/mcp", site.live.base_url()))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
@@ -299,19 +293,15 @@ async fn stateless(backend: Backend) {
         meta
     };
     let selection = json!([{ "executor": "build-01", "path": root }]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually("r1.demo__whoami_upstream listed", || async {
         let list = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                                "params": {"_meta": meta(Some(selection.clone()))}}))
         .await;
         let tools: Vec<&str> =
             list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-        if tools.contains(&"r1.demo__whoami_upstream") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never listed: {list}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if tools.contains(&"r1.demo__whoami_upstream") { Ok(()) } else { Err(format!("never listed: {list}")) }
+    })
+    .await;
     let call = |roots: Option<Value>| {
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                "params": {"name": "r1.demo__whoami_upstream", "arguments": {}, "_meta": meta(roots)}})
@@ -350,7 +340,7 @@ async fn http_over_the_executors_network(backend: Backend) {
     let mcp = json!({ "web": { "type": "http", "url": format!("http://{addr}/mcp") } });
     std::fs::write(dir.join(".mcp.json"), mcp.to_string()).unwrap();
     allow(&site, "acme", "build-01", &format!("{}/plugins", site.root_uri()), Role::Owner).await;
-    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret, &[site.base_url()]);
+    let _agent = site.agent_in(Some(&netns.name), "build-01", &secret, &[site.live.base_url()]);
     let selection = json!([{ "executor": "build-01", "path": format!("{}/plugins/web", site.root_uri()) }]);
     let (olivia, _) = connect(&site, "olivia@acme.test", Some(selection)).await.unwrap();
     wait_listed(&olivia, "r1.web__whoami_upstream", true).await;
@@ -376,9 +366,9 @@ async fn windows_root(backend: Backend) {
         "args": ["stdio"],
         "cwd": "bin",
         "env": {
-            "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", site.base_url()),
+            "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", site.live.base_url()),
             "FIXTURE_SERVER_ID": "demo",
-            "FIXTURE_ISSUER": site.config.public_url(),
+            "FIXTURE_ISSUER": site.live.config.public_url(),
             "FIXTURE_DECLARED_VALUE": "${SCOPEGATE_TEST_AGENT_ONLY}",
         }
     }});
@@ -413,10 +403,9 @@ async fn readme_example(backend: Backend) {
     let body = &readme[start + "```json\n".len()..];
     let example: Value = serde_json::from_str(&body[..body.find("```").unwrap()]).expect("the example is JSON");
     assert!(example["params"]["_meta"][KEY].is_array());
-    let token =
-        Signer::hs256(site.config.auth.hs256_secret.expose()).sign(&claims(&site.config, "acme", "olivia@acme.test"));
+    let token = site.live.token_for("olivia@acme.test");
     let response = reqwest::Client::new()
-        .post(format!("{}/mcp", site.base_url()))
+        .post(format!("{}/mcp", site.live.base_url()))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("authorization", format!("Bearer {token}"))

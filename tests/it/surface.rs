@@ -7,7 +7,7 @@
 //! SQLite and PostgreSQL.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[allow(deprecated)]
 use rmcp::model::{
@@ -18,17 +18,18 @@ use rmcp::model::{
     UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService, ServiceError};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ErrorData, ServiceExt};
+use rmcp::{ClientHandler, ErrorData};
 use scopegate::model::Role;
 use scopegate::store::entities::{self, GrantKind};
 use serde_json::{Value, json};
 
-use crate::mcp::{Live, Mode, call};
 use crate::support::*;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
+/// How long to listen for a notification that must not come: one that did come went from
+/// the upstream to the gateway and on to the session's stream as it arrived, in the
+/// milliseconds the notifications waited for above took, and the client's handler task runs
+/// right after. A notification that was on its way arrives well within this.
+const UNSENT_NOTIFICATION: Duration = Duration::from_millis(300);
 
 /// A gateway with the demo data and the local executor.
 struct Surface {
@@ -56,15 +57,7 @@ impl Surface {
         entities::create_entity(&mut tx, tenant, &format!("defaults/mcp-servers/{server}"), &declaration)
             .await
             .unwrap();
-        entities::bind_server_with_prefix(
-            &mut tx,
-            tenant,
-            server,
-            "local",
-            crate::support::unprefixed_beside(prefixed),
-        )
-        .await
-        .unwrap();
+        entities::bind_server_with_prefix(&mut tx, tenant, server, "local", unprefixed_beside(prefixed)).await.unwrap();
         tx.commit().await.unwrap();
     }
 
@@ -89,17 +82,12 @@ impl Surface {
 
     /// rmcp's client with `handler` (its capabilities and its answers) for `subject`.
     async fn client<H: ClientHandler>(&self, subject: &str, handler: H) -> RunningService<RoleClient, H> {
-        let transport = StreamableHttpClientTransport::with_client(
-            reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-            StreamableHttpClientTransportConfig::with_uri(self.live.url()).auth_header(self.live.token_for(subject)),
-        );
-        handler.serve(transport).await.unwrap_or_else(|e| panic!("{subject} connects: {e}"))
+        self.live.client_with(subject, handler).await
     }
 
     /// Audit rows of `tenant` whose tool starts with `prefix`: (tool, outcome, error class).
     async fn audited(&self, prefix: &str) -> Vec<(String, String, Option<String>)> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        eventually(format!("audit events of {prefix}"), || async {
             let mut tx = self.live.db.begin().await.unwrap();
             let rows: Vec<(String, String, Option<String>)> =
                 sqlx::query_as("SELECT tool, outcome, error_class FROM audit_events WHERE tool LIKE $1 ORDER BY seq")
@@ -107,11 +95,9 @@ impl Surface {
                     .fetch_all(&mut *tx)
                     .await
                     .unwrap();
-            if !rows.is_empty() || Instant::now() > deadline {
-                return rows;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            (!rows.is_empty()).then_some(rows)
+        })
+        .await
     }
 }
 
@@ -389,22 +375,20 @@ async fn subscriptions_and_list_changes(backend: Backend) {
     // The fixture sends an update of the watched resource, and list changes, on request.
     call(&a, "ref__update_watched_resource", json!({})).await.unwrap();
     call(&a, "ref__change_lists", json!({})).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (subscribed.updates.lock().unwrap().is_empty() || *other.list_changes.lock().unwrap() == 0)
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the update and the list change arrive", || async {
+        !subscribed.updates.lock().unwrap().is_empty() && *other.list_changes.lock().unwrap() != 0
+    })
+    .await;
     assert_eq!(subscribed.updates.lock().unwrap().clone(), [watched], "under the URI the session knows");
     assert!(*other.list_changes.lock().unwrap() >= 1, "a session that listed hears of the change");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert!(other.updates.lock().unwrap().is_empty(), "not subscribed: no update");
 
     a.unsubscribe(UnsubscribeRequestParams::new(watched)).await.unwrap();
     let not_subscribed = error_of(a.unsubscribe(UnsubscribeRequestParams::new(watched)).await);
     assert_eq!(not_subscribed.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
     call(&a, "ref__update_watched_resource", json!({})).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(UNSENT_NOTIFICATION).await;
     assert_eq!(subscribed.updates.lock().unwrap().len(), 1, "unsubscribed: no more updates");
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
@@ -446,11 +430,8 @@ async fn pages_across_replicas(backend: Backend) {
     let surface = Surface::start(backend, Mode::Stateless).await;
     surface.declare("acme", "many", true, json!({"FIXTURE_EXTRA_RESOURCES": "230"})).await;
     surface.grant("acme", "many", Role::Owner, GrantKind::Resource, "*").await;
-    let mut config = surface.live.config.clone();
-    config.server.listen = "127.0.0.1:0".parse().unwrap();
-    let second = scopegate::Gateway::build(config).await.expect("a second replica");
-    let second_url = format!("http://{}/mcp", second.local_addr());
-    tokio::spawn(second.run(std::future::pending()));
+    let second = surface.live.replica().await;
+    let second_url = second.url();
     let token = surface.live.token_for("olivia@acme.test");
     let a = modern_at(&surface.live.url(), &token, ()).await;
     let b = modern_at(&second_url, &token, ()).await;
@@ -511,10 +492,7 @@ async fn modern<H: ClientHandler>(surface: &Surface, subject: &str, handler: H) 
 /// rmcp's client on protocol 2026-07-28 with `handler`, at `url`.
 async fn modern_at<H: ClientHandler>(url: &str, token: &str, handler: H) -> RunningService<RoleClient, H> {
     use rmcp::{ClientLifecycleMode, ClientServiceExt};
-    let transport = StreamableHttpClientTransport::with_client(
-        reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
-        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
-    );
+    let transport = transport(url, token);
     let subject = "the caller";
     let lifecycle =
         ClientLifecycleMode::Discover { preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28] };

@@ -6,7 +6,6 @@
 use rmcp::model::Tool;
 use serde_json::{Value, json};
 
-use crate::mcp::{Live, Mode, call, error_of};
 use crate::support::*;
 
 fn yesterday() -> String {

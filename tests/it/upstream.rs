@@ -163,19 +163,15 @@ async fn fixture_verifies_the_gateways_identity_assertion() {
     use rmcp::transport::TokioChildProcess;
     use scopegate::auth::assertion::{AssertedCaller, AssertionSigner};
 
-    scopegate::http::install_tls_provider();
-    let test_db = TestDb::new(Backend::Sqlite).await;
-    let config = config_with(&test_db.url, &[("upstream.assertion_ttl_secs", json!(2))]);
-    let gateway = scopegate::Gateway::build(config.clone()).await.unwrap();
-    let addr = gateway.local_addr();
-    let signer = std::sync::Arc::clone(&gateway.state().assertions);
-    tokio::spawn(gateway.run(std::future::pending()));
+    let live = TestGateway::new(Backend::Sqlite).unseeded().set("upstream.assertion_ttl_secs", json!(2)).start().await;
+    let config = &live.config;
+    let signer = std::sync::Arc::clone(&live.state().assertions);
 
     let workdir = tempfile::tempdir().unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_scopegate-fixture-upstream"));
+    let mut cmd = tokio::process::Command::new(FIXTURE);
     cmd.arg("stdio")
         .current_dir(workdir.path())
-        .env("FIXTURE_JWKS_URL", format!("http://{addr}/.well-known/jwks.json"))
+        .env("FIXTURE_JWKS_URL", format!("{}/.well-known/jwks.json", live.base_url()))
         .env("FIXTURE_SERVER_ID", "notes")
         .env("FIXTURE_ISSUER", config.public_url())
         .env("FIXTURE_DECLARED_VALUE", "only-from-the-declaration");

@@ -11,7 +11,6 @@ use scopegate::store::vault::{self, CredentialStatus, TokenVault, VaultError, Va
 use scopegate::store::{Db, TenantId, UserId};
 use serde_json::json;
 
-use crate::cli::admin;
 use crate::support::*;
 
 const KEY_NAME: &str = "upstream.token_key_file";
@@ -279,12 +278,12 @@ async fn key_from_the_environment(backend: Backend) {
     let key_file = write_key(dir.path(), "key", &key_text);
     TokenVault::new(db.clone(), key).put(tenant(&db, "acme").await, "github", None, TOKEN).await.unwrap();
     let status = |envs: &[(&str, &str)]| {
-        let mut command = crate::cli::scopegate(dir.path());
+        let mut command = scopegate(dir.path());
         command.env("SCOPEGATE_DATABASE__URL", &test_db.url).args(["admin", "oauth", "status", "--tenant", "acme"]);
         for (k, v) in envs {
             command.env(k, v);
         }
-        crate::cli::outcome(&command.output().unwrap())
+        outcome(&command.output().unwrap())
     };
     let (done, out, err) =
         status(&[("SCOPEGATE_UPSTREAM__TOKEN_KEY_ENV", "SG_TEST_TOKEN_KEY"), ("SG_TEST_TOKEN_KEY", &key_text)]);
