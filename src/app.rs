@@ -53,8 +53,9 @@ impl Gateway {
         Self::build_with(config, |_| Router::new()).await
     }
 
-    /// Builds the gateway serving `tools` (start from [`ToolSet::native`] and add a SaaS's
-    /// own tool sets with [`ToolSet::with`]).
+    /// Builds the gateway serving `tools` (start from
+    /// [`ToolSet::native`](crate::mcp::ToolSet::native) and add a SaaS's own tool sets with
+    /// [`ToolSet::with`](crate::mcp::ToolSet::with)).
     pub async fn build_with_tools(config: Config, tools: crate::mcp::ToolSet) -> Result<Self, StartError> {
         Self::assemble(config, tools, |_| Router::new()).await
     }
