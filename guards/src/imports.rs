@@ -124,8 +124,8 @@ struct Refs<'a> {
 
 impl Refs<'_> {
     fn record(&mut self, segs: &[String], line: usize) {
-        let target: Vec<String> = match segs.first().map(String::as_str) {
-            Some("crate") => segs[1..].to_vec(),
+        let (target, relative): (Vec<String>, bool) = match segs.first().map(String::as_str) {
+            Some("crate") => (segs[1..].to_vec(), false),
             Some("super") => {
                 let mut base = self.module.clone();
                 let mut rest = segs;
@@ -134,23 +134,12 @@ impl Refs<'_> {
                     rest = &rest[1..];
                 }
                 base.extend(rest.iter().cloned());
-                base
+                (base, false)
             }
-            Some("self") => self.module.iter().chain(&segs[1..]).cloned().collect(),
+            Some("self") => (self.module.iter().chain(&segs[1..]).cloned().collect(), false),
             // Relative to this module: a child module's items (`mod child; child::X`), or a
             // name that is no module of the crate (resolved to this file, so left out).
-            Some(_) => {
-                let target = self.module.iter().chain(segs).cloned().collect();
-                self.out.push(Reference {
-                    file: self.file.clone(),
-                    line,
-                    module: self.module.clone(),
-                    target,
-                    path: segs.join("::"),
-                    relative: true,
-                });
-                return;
-            }
+            Some(_) => (self.module.iter().chain(segs).cloned().collect(), true),
             None => return,
         };
         self.out.push(Reference {
@@ -159,7 +148,7 @@ impl Refs<'_> {
             module: self.module.clone(),
             target,
             path: segs.join("::"),
-            relative: false,
+            relative,
         });
     }
 

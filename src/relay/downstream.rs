@@ -56,14 +56,16 @@ impl Sink {
     pub(crate) async fn notify(&self, notification: ServerNotification) -> Result<(), String> {
         match self {
             Self::Peer(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
-            Self::Stream { answer, session } => {
-                let message = rmcp::model::ServerJsonRpcMessage::notification(notification.clone());
-                let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
-                match answer.send(bytes.into()).await {
-                    Ok(()) => Ok(()),
-                    Err(_) => session.send_notification(notification).await.map_err(|e| e.to_string()),
+            // A place on the answer first: the notification is serialized only when it has
+            // one, and goes to the session whole when the answer is gone.
+            Self::Stream { answer, session } => match answer.reserve().await {
+                Ok(place) => {
+                    let message = rmcp::model::ServerJsonRpcMessage::notification(notification);
+                    place.send(serde_json::to_vec(&message).map_err(|e| e.to_string())?.into());
+                    Ok(())
                 }
-            }
+                Err(_) => session.send_notification(notification).await.map_err(|e| e.to_string()),
+            },
         }
     }
 }

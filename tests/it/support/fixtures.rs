@@ -13,6 +13,23 @@ use super::wait::{PATIENCE, patience};
 /// The fixture upstream binary.
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_scopegate-fixture-upstream");
 
+/// A stdio declaration of the fixture as server `server` of `live`'s gateway (it verifies the
+/// gateway's assertions), in `cwd` `work`, with `value` as the variable only its declaration
+/// supplies (it may be a `${NAME}` reference).
+pub fn stdio_declaration(live: &Live, server: &str, value: &str) -> serde_json::Value {
+    serde_json::json!({
+        "command": FIXTURE,
+        "args": ["stdio"],
+        "cwd": "work",
+        "env": {
+            "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", live.base_url()),
+            "FIXTURE_SERVER_ID": server,
+            "FIXTURE_ISSUER": live.config.public_url(),
+            "FIXTURE_DECLARED_VALUE": value,
+        }
+    })
+}
+
 /// Starts the fixture with `args` (an HTTP mode listening on an address of its own, inside
 /// network namespace `netns` when given) and `env`; returns the child (killed when dropped)
 /// and the address its first line announces.

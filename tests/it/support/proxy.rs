@@ -9,7 +9,7 @@ use scopegate::store::entities;
 use serde_json::{Value, json};
 
 use super::db::Backend;
-use super::fixtures::{FIXTURE, HttpFixture};
+use super::fixtures::{HttpFixture, stdio_declaration};
 use super::gateway::{Live, Mode};
 
 /// A gateway with the demo data, a plugin root holding `work/`, and the local executor.
@@ -46,18 +46,9 @@ impl Proxy {
     /// A stdio declaration of the fixture as server `server`, with `value` as the variable
     /// only its declaration supplies.
     pub fn stdio(&self, server: &str, value: &str) -> Value {
-        json!({
-            "command": FIXTURE,
-            "args": ["stdio"],
-            "cwd": "work",
-            "env": {
-                "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", self.live.base_url()),
-                "FIXTURE_SERVER_ID": server,
-                "FIXTURE_ISSUER": self.live.config.public_url(),
-                "FIXTURE_DECLARED_VALUE": value,
-                "FIXTURE_MARK_FILE": self.marks().display().to_string(),
-            }
-        })
+        let mut declaration = stdio_declaration(&self.live, server, value);
+        declaration["env"]["FIXTURE_MARK_FILE"] = json!(self.marks().display().to_string());
+        declaration
     }
 
     pub async fn declare(&self, tenant: &str, server: &str, declaration: &Value, executor: &str) {

@@ -11,7 +11,7 @@ use scopegate::store::entities;
 use serde_json::{Value, json};
 
 use super::db::Backend;
-use super::fixtures::{FIXTURE, spawn_fixture};
+use super::fixtures::{spawn_fixture, stdio_declaration};
 use super::gateway::{Live, TestGateway};
 use super::netns::Netns;
 use super::process::SCOPEGATE;
@@ -89,17 +89,7 @@ impl Site {
     /// A stdio declaration of the fixture as server `server`: its declared value comes from
     /// `value`, which may be a `${NAME}` reference.
     pub fn stdio(&self, server: &str, value: &str) -> Value {
-        json!({
-            "command": FIXTURE,
-            "args": ["stdio"],
-            "cwd": "work",
-            "env": {
-                "FIXTURE_JWKS_URL": format!("{}/.well-known/jwks.json", self.live.base_url()),
-                "FIXTURE_SERVER_ID": server,
-                "FIXTURE_ISSUER": self.live.config.public_url(),
-                "FIXTURE_DECLARED_VALUE": value,
-            }
-        })
+        stdio_declaration(&self.live, server, value)
     }
 
     pub async fn entity(&self, tenant: &str, name: &str, declaration: &Value) {
