@@ -51,6 +51,8 @@ SUITE_VERSION="0.2.0-alpha.12"    # npm @modelcontextprotocol/conformance
 SDK_VERSION="1.32.2"              # npm @modelcontextprotocol/sdk (its Client validates tool output)
 REVISIONS=(2025-11-25 2026-07-28) # the suite's requirement sets
 TOKEN_SUBJECT="olivia@acme.test"
+TASKS_TENANT="globex"             # the tasks run's tenant and the subject of its token
+TASKS_SUBJECT="gary@globex.test"
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$script_dir/.." && pwd)"
@@ -320,6 +322,10 @@ fi
 # - ref: the reference server, plain Streamable HTTP, without a prefix (so the suite's tool,
 #   prompt and resource names are the gateway's); its protocolVersion only with
 #   --upstream-version.
+# - tasks, for globex (the tasks run's tenant, see run_tasks): the Rust fixture's `tasks` mode
+#   over stdio on 2026-07-28, without a prefix: the tools the suite's tasks-* scenarios call
+#   (`greet`, `slow_compute`, `failing_job`, ...), with the tasks extension (the reference
+#   server has neither).
 # - fixture: the Rust fixture's `everything` mode over stdio, with the prefix `fixture__`.
 #   An rmcp server sends its log lines on its session's own stream, naming no call, and the
 #   gateway forwards such a line only when one session is certainly its source; its logging
@@ -334,14 +340,19 @@ bind_upstreams() {
   admin executor create local --machine conformance-host --user gateway --kind local
   admin entity import --tenant acme --under defaults --file "$work/ref.mcp.json"
   admin entity import --tenant acme --under defaults --file "$work/fixture.mcp.json"
+  printf '{"mcpServers": {"tasks": {"command": "%s", "args": ["tasks", "stdio"], "protocolVersion": "2026-07-28"}}}\n' \
+    "$fixture" >"$work/tasks.mcp.json"
+  admin entity import --tenant "$TASKS_TENANT" --under defaults --file "$work/tasks.mcp.json"
   admin binding set --tenant acme ref local --no-prefix
   admin binding set --tenant acme fixture local
+  admin binding set --tenant "$TASKS_TENANT" tasks local --no-prefix
   for server in ref fixture; do
     for kind in tool prompt resource; do
       admin grant add --tenant acme --server "$server" --role owner --kind "$kind" --name '*'
     done
   done
-  say "upstreams bound for acme: ref ($ref_url, no prefix, protocolVersion ${upstream_version:-negotiated}) and fixture (stdio, prefix fixture__)"
+  admin grant add --tenant "$TASKS_TENANT" --server tasks --role owner --kind tool --name '*'
+  say "upstreams bound for acme: ref ($ref_url, no prefix, protocolVersion ${upstream_version:-negotiated}) and fixture (stdio, prefix fixture__); for $TASKS_TENANT: tasks (stdio, 2026-07-28, no prefix)"
 }
 
 # --- 6. The runs -----------------------------------------------------------------------------
@@ -440,6 +451,40 @@ run_revision() { # revision
   if [ "$verdict" -eq 0 ]; then passed+=("$run"); say "PASS $run"; else failed+=("$run"); say "FAIL $run"; fi
 }
 
+# The tasks run: the suite's tasks-* scenarios (the tasks extension, not scored) at the wire of
+# 2026-07-28, as globex's owner, whose tenant has the fixture's `tasks` mode bound without a
+# prefix. Every scenario must pass: the baseline is empty. With SCENARIO arguments, only the
+# tasks-* ones named.
+run_tasks() {
+  local run=gateway-tasks-2026-07-28 dir log expected t0 rc=0 verdict=0 scenario list=() token
+  dir="$results/$run"
+  log="$dir/suite.log"
+  expected="$dir/baseline.yml"
+  mkdir -p "$dir"
+  echo "server: []" >"$expected"
+  if [ "$whole_suite" -eq 1 ]; then
+    mapfile -t list < <(required_scenarios 2026-07-28 all | grep '^tasks-')
+  else
+    for scenario in "${scenarios[@]}"; do case "$scenario" in tasks-*) list+=("$scenario") ;; esac; done
+  fi
+  [ "${#list[@]}" -gt 0 ] || die "the suite lists no tasks-* scenario for 2026-07-28"
+  token="$(awk -v who="$TASKS_SUBJECT" '$0 ~ who { print $NF; exit }' "$work/gateway.stdout")"
+  [ -n "$token" ] || die "no demo token for $TASKS_SUBJECT"
+  t0=$(date +%s)
+  : >"$log"
+  for scenario in "${list[@]}"; do
+    SCOPEGATE_CONFORMANCE_TOKEN="$token" run_suite "$scenario_timeout" --scenario "$scenario" \
+      --spec-version 2026-07-28 --force --expected-failures "$expected" -o "$dir" >>"$log" 2>&1 || rc=$?
+  done
+  say "$run: ${#list[@]} tasks-* scenarios against $target as $TASKS_SUBJECT, no expected failures ($(( $(date +%s) - t0 )) s):"
+  NODE_PATH="$cache/node_modules" "$node" "$summary" gateway "$dir" "$log" "" "$expected" >&2 || verdict=$?
+  if [ "$rc" -ne 0 ] && [ "$verdict" -eq 0 ]; then
+    say "$run: the suite exited $rc; see $log"
+    verdict=1
+  fi
+  if [ "$verdict" -eq 0 ]; then passed+=("$run"); say "PASS $run"; else failed+=("$run"); say "FAIL $run"; fi
+}
+
 if [ "$direct" -eq 0 ]; then
   # sdk-tool-results checks the gateway's own tools, so it runs before the upstreams' tools
   # join them.
@@ -450,6 +495,9 @@ if [ "$direct" -eq 0 ]; then
 fi
 if [ "$whole_suite" -eq 1 ] || printf '%s\n' "${scenarios[@]}" | grep -qv '^sdk-tool-results$'; then
   for revision in "${revisions[@]}"; do run_revision "$revision"; done
+fi
+if [ "$direct" -eq 0 ] && case " ${revisions[*]} " in *" 2026-07-28 "*) true ;; *) false ;; esac; then
+  if [ "$whole_suite" -eq 1 ] || printf '%s\n' "${scenarios[@]}" | grep -q '^tasks-'; then run_tasks; fi
 fi
 
 elapsed=$(( $(date +%s) - started ))

@@ -88,6 +88,8 @@ impl Gateway {
         crate::store::vault::check_at_start(&db, token_key.as_ref()).await?;
         // Pagination cursors are sealed with a key every replica of the database shares.
         let cursor_secret = db.shared_key("cursors").await?;
+        // So are the handles of tasks: a poll is answered on any replica.
+        let task_secret = db.shared_key("tasks").await?;
         let vault = token_key.map(|key| Arc::new(crate::store::vault::TokenVault::new(db.clone(), key)));
         let checkpointer = match checkpoints {
             Some((key, sink)) => Some(crate::audit::checkpoint::Checkpointer::new(db.clone(), key, sink)?),
@@ -145,6 +147,7 @@ impl Gateway {
             state.shutdown.clone(),
         );
         upstreams.spawn_sweeper(state.shutdown.clone());
+        spawn_task_purge(state.db.clone(), TASK_PURGE_EVERY, state.shutdown.clone());
         if let Some(cache) = &state.gate.cache {
             cache.spawn_poller(state.db.clone(), state.shutdown.clone());
         }
@@ -154,6 +157,7 @@ impl Gateway {
             sessions: &state.sessions,
             audit: &state.audit,
             cursor_secret,
+            task_secret,
         };
         let mcp = crate::mcp::service(shares, tools, Arc::clone(&upstreams), state.shutdown.clone());
         let router = crate::http::gateway_router(&state, mcp, protected(&state), &agents, &upstreams);
@@ -249,6 +253,33 @@ fn spawn_executor_recheck(
             }
         }
         agents.close_all("the gateway is shutting down");
+    });
+}
+
+/// How often expired tasks are deleted (they are unknown to callers from their expiry on).
+const TASK_PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// Deletes the tasks that expired, every `every` until `stop` (any replica may; the delete is
+/// the same on each).
+fn spawn_task_purge(db: Db, every: Duration, stop: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let purged = async {
+                let mut conn = db.pool().acquire().await?;
+                crate::store::tasks::purge_expired(&mut conn, crate::store::now_millis()).await
+            };
+            match purged.await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(purged = n, "expired tasks deleted"),
+                Err(e) => tracing::warn!(error = %e, "deleting expired tasks failed; trying again"),
+            }
+        }
     });
 }
 

@@ -280,7 +280,7 @@ const MODERN_REVISIONS: [&str; 1] = ["2026-07-28"];
 /// methods the revision removed: `initialize`, `ping`, `logging/setLevel`,
 /// `resources/subscribe`, `resources/unsubscribe`; and any unknown method) answers 404 with
 /// -32601, as the revision's HTTP binding requires.
-const MODERN_METHODS: [&str; 10] = [
+const MODERN_METHODS: [&str; 13] = [
     "server/discover",
     "tools/list",
     "tools/call",
@@ -291,6 +291,10 @@ const MODERN_METHODS: [&str; 10] = [
     "resources/read",
     "completion/complete",
     "subscriptions/listen",
+    // The tasks extension (`tasks/result` and `tasks/list` are not part of it).
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 /// Whether the request declares a modern revision in its `MCP-Protocol-Version` header.

@@ -11,6 +11,7 @@ mod rounds;
 mod server;
 mod session;
 mod shared;
+mod tasks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub(crate) struct Shares<'a> {
     pub audit: &'a AuditWriter,
     /// The replicas' shared secret for pagination cursors.
     pub cursor_secret: [u8; 32],
+    /// The replicas' shared secret for task handles.
+    pub task_secret: [u8; 32],
 }
 
 /// The `/mcp` endpoint: the JSON-RPC check, session binding and rmcp's Streamable HTTP
@@ -65,6 +68,7 @@ pub(crate) fn service(
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::from_secret(&state.cursor_secret),
+        tasks_key: cursor::CursorKey::from_secret(&state.task_secret),
         rounds_key: cursor::CursorKey::random(),
         rounds: rounds::Exchanges::default(),
         lean: lean::Sessions::default(),

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 mod call;
 mod proxied;
+mod tasks;
 
 use super::cursor::{self};
 use super::pipeline::call_audit;
@@ -44,6 +45,7 @@ use crate::store::Db;
 use crate::telemetry::{metrics, trace};
 use crate::vocab::names::split_tool_name;
 use call::client_of;
+use tasks::{TaskOrigin, declares_tasks};
 
 /// The per-session (or, stateless, per-request) MCP handler. It holds the session's selected
 /// plugin roots (chosen at `initialize`, checked against the caller then), never a caller.
@@ -372,6 +374,7 @@ impl ServerHandler for GatewayServer {
             .enable_resources_subscribe()
             .enable_completions()
             .enable_logging()
+            .enable_tasks()
             .build();
         // The extension a client uses to bring its own plugin roots (see `selection`).
         let mut extension = serde_json::Map::new();
@@ -394,7 +397,14 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let result = self.negotiate_initialize(&request)?;
+        let mut result = self.negotiate_initialize(&request)?;
+        // The tasks extension is not defined on the revisions with an `initialize`.
+        if let Some(extensions) = result.capabilities.extensions.as_mut() {
+            extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                result.capabilities.extensions = None;
+            }
+        }
         // rmcp hands the request's `_meta` over in the context (the params keep a copy only
         // when it was not moved there).
         let meta = if context.meta.0.is_empty() { request.meta.as_ref().map(|m| &m.0) } else { Some(&context.meta.0) };
@@ -516,7 +526,10 @@ impl ServerHandler for GatewayServer {
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
             let start =
                 move |exchange| async move { upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await };
-            match self.proxied(&ctx, &context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
+            match self
+                .proxied(&ctx, &context, binding, modern, false, state.as_deref(), responses.as_ref(), start)
+                .await?
+            {
                 rounds::Next::Input(input) => Ok(GetPromptResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
@@ -551,7 +564,10 @@ impl ServerHandler for GatewayServer {
             let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
             let start =
                 move |exchange| async move { upstreams.read_resource(&snapshot, request, &call_ctx, exchange).await };
-            match self.proxied(&ctx, &context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
+            match self
+                .proxied(&ctx, &context, binding, modern, false, state.as_deref(), responses.as_ref(), start)
+                .await?
+            {
                 rounds::Next::Input(input) => Ok(ReadResourceResponse::InputRequired(input)),
                 rounds::Next::Done(done) => match *done {
                     ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
@@ -700,6 +716,30 @@ impl ServerHandler for GatewayServer {
         };
         metrics::denial("invalid_params");
         Err(ErrorData::invalid_params(format!("Invalid params for {method}: {detail}"), None))
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.get_task_of(request, context).await
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.update_task_of(request, context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel_task_of(request, context).await
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {

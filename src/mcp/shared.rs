@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub label_tenant: bool,
     /// Seals the aggregated lists' pagination cursors (shared by the replicas).
     pub cursors: CursorKey,
+    /// Seals the handles of tasks (shared by the replicas, see `mcp::tasks`).
+    pub tasks_key: CursorKey,
     /// Seals the multi round-trip's states: this process's own, as the exchanges they name
     /// wait in this process.
     pub rounds_key: CursorKey,

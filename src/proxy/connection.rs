@@ -24,6 +24,13 @@ use crate::wire::client::WireSlot;
 /// A started upstream connection, found to have the tool about to be called.
 pub struct Upstream(pub(super) Peer<RoleClient>);
 
+impl Upstream {
+    /// The peer requests to this upstream are sent to.
+    pub(crate) fn peer(&self) -> Peer<RoleClient> {
+        self.0.clone()
+    }
+}
+
 pub(super) struct Live {
     service: RunningService<RoleClient, ProxyClient>,
     /// Ends the `subscriptions/listen` stream kept open to a 2026-07-28 upstream.

@@ -88,6 +88,18 @@ pub struct Exchange {
 pub struct PassedInput {
     pub responses: Option<rmcp::model::InputResponses>,
     pub state: Option<String>,
+    /// The caller declared the tasks extension (`io.modelcontextprotocol/tasks`) on this
+    /// request: the request declares it to the upstream too, which may then answer a task.
+    pub tasks: bool,
+}
+
+/// How one request is sent (see [`Upstreams::exchange`]).
+struct Sent<'a> {
+    downstream: &'a Downstream,
+    timeout: Duration,
+    cancelled: &'a CancellationToken,
+    /// Declare the tasks extension to the upstream (see [`PassedInput::tasks`]).
+    tasks: bool,
 }
 
 /// Every upstream connection of the gateway, and the sessions' snapshots.
@@ -435,9 +447,12 @@ impl Upstreams {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let call_declares_tasks = passed.as_ref().is_some_and(|p| p.tasks);
         let exchange = Exchange { downstream, timeout, cancelled, passed };
         match self.exchange(connection, peer, ctx, request, exchange).await? {
             answer @ (ServerResult::CallToolResult(_) | ServerResult::InputRequiredResult(_)) => Ok(answer),
+            // A task only to a request that declared the extension (else it is no answer).
+            answer @ ServerResult::CreateTaskResult(_) if call_declares_tasks => Ok(answer),
             _ => Err(ProxyError::Unavailable("the upstream answered a call with something else".to_owned())),
         }
     }
@@ -455,12 +470,13 @@ impl Upstreams {
         mut request: ClientRequest,
         Exchange { downstream, timeout, cancelled, passed }: Exchange,
     ) -> Result<ServerResult, ProxyError> {
-        if let Some(PassedInput { responses, state }) = passed {
+        if let Some(PassedInput { responses, state, tasks }) = passed {
             if responses.is_some() || state.is_some() {
                 request = with_responses(request, responses, state)
                     .ok_or_else(|| unavailable("a request that takes no multi round-trip"))?;
             }
-            let answer = self.send_once(connection, &peer, ctx, request, &downstream, timeout, &cancelled).await?;
+            let sent = Sent { downstream: &downstream, timeout, cancelled: &cancelled, tasks };
+            let answer = self.send_once(connection, &peer, ctx, request, sent).await?;
             if let ServerResult::InputRequiredResult(input) = &answer {
                 crate::relay::audit_passed(connection.server().as_str(), &downstream, connection.caps, input)
                     .await
@@ -472,8 +488,8 @@ impl Upstreams {
         // the gateway asks the caller (the way the caller takes it) and sends the request again
         // with the answers and the upstream's `requestState`, a bounded number of times.
         for _round in 0..=MAX_UPSTREAM_ROUNDS {
-            let answer =
-                self.send_once(connection, &peer, ctx, request.clone(), &downstream, timeout, &cancelled).await?;
+            let sent = Sent { downstream: &downstream, timeout, cancelled: &cancelled, tasks: false };
+            let answer = self.send_once(connection, &peer, ctx, request.clone(), sent).await?;
             let ServerResult::InputRequiredResult(input) = answer else { return Ok(answer) };
             let mut responses = rmcp::model::InputResponses::new();
             for (key, asked) in input.input_requests.unwrap_or_default() {
@@ -487,16 +503,13 @@ impl Upstreams {
     }
 
     /// One request to the upstream and its answer (see [`Upstreams::exchange`]).
-    #[allow(clippy::too_many_arguments)]
     async fn send_once(
         &self,
         connection: &Connection,
         peer: &Peer<RoleClient>,
         ctx: &McpCallContext,
         request: ClientRequest,
-        downstream: &Downstream,
-        timeout: Duration,
-        cancelled: &CancellationToken,
+        Sent { downstream, timeout, cancelled, tasks }: Sent<'_>,
     ) -> Result<ServerResult, ProxyError> {
         let assertion = self
             .signer
@@ -510,6 +523,12 @@ impl Upstreams {
             && let Some(level) = downstream.log_level.level()
         {
             meta.set_log_level(level);
+        }
+        // The tasks extension is declared per request, and only for a caller that declared it
+        // on its own request (rmcp's client declares the connection's capabilities on every
+        // request; these replace them).
+        if tasks && connection.speaks_modern() {
+            meta.set_client_capabilities(connection.caps.declared_with_tasks());
         }
         // The trace context, in `_meta` like the assertion (an HTTP upstream's client moves it
         // into headers): the current span's `traceparent` and `tracestate`, nothing else.

@@ -124,6 +124,35 @@ impl RelayCaps {
         )
     }
 
+    /// The capabilities of [`RelayCaps::key`], when `key` is one.
+    pub fn from_key(key: &str) -> Option<Self> {
+        let (flags, era) = key.strip_prefix("caps:")?.split_once('/')?;
+        let bits: Vec<bool> = flags
+            .chars()
+            .map(|c| match c {
+                '0' => Some(false),
+                '1' => Some(true),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let [sampling, elicitation_form, elicitation_url, roots] = bits[..] else { return None };
+        let modern = match era {
+            "modern" => true,
+            "legacy" => false,
+            _ => return None,
+        };
+        Some(Self { sampling, elicitation_form, elicitation_url, roots, modern })
+    }
+
+    /// What a connection declares on a request of a caller that declared the tasks extension.
+    pub fn declared_with_tasks(self) -> ClientCapabilities {
+        let mut caps = self.declared();
+        caps.extensions
+            .get_or_insert_with(Default::default)
+            .insert(rmcp::model::TASKS_EXTENSION_ID.to_owned(), Default::default());
+        caps
+    }
+
     fn declared(self) -> ClientCapabilities {
         let mut caps = ClientCapabilities::default();
         if self.sampling {

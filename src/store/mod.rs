@@ -11,6 +11,7 @@ pub mod entities;
 pub mod ids;
 pub mod principal;
 pub mod roots;
+pub mod tasks;
 pub mod vault;
 
 use std::path::Path;

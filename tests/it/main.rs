@@ -38,6 +38,7 @@ mod roots;
 mod selected;
 mod store;
 mod surface;
+mod tasks;
 mod tool_results;
 mod type_privacy;
 mod upstream;

@@ -15,6 +15,9 @@ impl GatewayServer {
     ) -> Result<CallToolResponse, ProxyError> {
         let upstreams = &self.shared.upstreams;
         let (connection, _held, tool);
+        // A task may come back only where the gateway can route its polls: a tenant's server
+        // (not a selected root's, whose selection a later request does not carry).
+        let mut tasks = false;
         if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selection::is_selected_server(s)) {
             // A selected root's server: the session's own (the allowance is the grant).
             let selection = self.selection_for(ctx, context).await.map_err(ProxyError::Upstream)?;
@@ -40,6 +43,7 @@ impl GatewayServer {
             }
             _held = None;
             tool = name.to_owned();
+            tasks = declares_tasks(context);
         }
         let tool = tool.as_str();
         let connection = &connection;
@@ -64,6 +68,12 @@ impl GatewayServer {
             by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
         let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
         let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
+        let task_origin = (tasks && connection.speaks_modern()).then(|| TaskOrigin {
+            server: connection.server().as_str().to_owned(),
+            tool: request.name.to_string(),
+            caps: RelayCaps::of(context, ctx.session_id().is_some()),
+            args_digest: digest::arguments_digest(request.arguments.as_ref()),
+        });
         let (tool, arguments) = (tool.to_owned(), request.arguments);
         let modern = connection.speaks_modern();
         let start = move |exchange: Exchange| async move {
@@ -71,10 +81,14 @@ impl GatewayServer {
             let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
             upstreams.call(&connection, upstream, &call_ctx, call).await
         };
-        match self.proxied(ctx, context, binding, modern, state.as_deref(), responses.as_ref(), start).await? {
+        let tasks = task_origin.is_some();
+        match self.proxied(ctx, context, binding, modern, tasks, state.as_deref(), responses.as_ref(), start).await? {
             rounds::Next::Input(input) => Ok(CallToolResponse::InputRequired(input)),
-            rounds::Next::Done(done) => match *done {
-                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+            rounds::Next::Done(done) => match (*done, task_origin) {
+                (ServerResult::CallToolResult(result), _) => Ok(CallToolResponse::Complete(result)),
+                (ServerResult::CreateTaskResult(task), Some(origin)) => {
+                    self.adopt_task(ctx, context, origin, task).await.map(CallToolResponse::Task)
+                }
                 _ => Err(other_kind()),
             },
         }
@@ -110,6 +124,7 @@ impl GatewayServer {
         context: &RequestContext<RoleServer>,
         binding: Option<rounds::Binding>,
         modern_upstream: bool,
+        tasks: bool,
         state: Option<&str>,
         responses: Option<&rmcp::model::InputResponses>,
         start: impl FnOnce(Exchange) -> F,
@@ -121,7 +136,7 @@ impl GatewayServer {
             let key = &self.shared.cursors;
             let upstream_state = state.map(|s| rounds::open_passed(key, binding, s)).transpose()?.flatten();
             let mut exchange = self.exchange(ctx, context);
-            exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state });
+            exchange.passed = Some(PassedInput { responses: responses.cloned(), state: upstream_state, tasks });
             return match start(exchange).await? {
                 ServerResult::InputRequiredResult(mut input) => {
                     let upstream = input.request_state.take();
