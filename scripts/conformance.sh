@@ -451,12 +451,16 @@ run_revision() { # revision
   if [ "$verdict" -eq 0 ]; then passed+=("$run"); say "PASS $run"; else failed+=("$run"); say "FAIL $run"; fi
 }
 
-# The tasks run: the suite's tasks-* scenarios (the tasks extension, not scored) at the wire of
+# The tasks runs: the suite's tasks-* scenarios (the tasks extension, not scored) at the wire of
 # 2026-07-28, as globex's owner, whose tenant has the fixture's `tasks` mode bound without a
-# prefix. Every scenario must pass: the baseline is empty. With SCENARIO arguments, only the
-# tasks-* ones named.
-run_tasks() {
-  local run=gateway-tasks-2026-07-28 dir log expected t0 rc=0 verdict=0 scenario list=() token
+# prefix: first with the extension (the upstream runs the tasks, the gateway relays them),
+# then without it (`tasks stdio --no-extension`, its declaration naming the tools the gateway
+# runs as tasks itself: TASKS_NO_EXTENSION). Every scenario must pass: the baseline is empty.
+# With SCENARIO arguments, only the tasks-* ones named.
+TASKS_NO_EXTENSION='{"slow_compute": "optional", "failing_job": "required", "protocol_error_job": "optional", "confirm_delete": "optional", "multi_input": "optional", "test_tool_with_task": {"support": "required", "inputBeforeTask": true}}'
+
+run_tasks() { # extension|no-extension
+  local run="gateway-tasks-$1-2026-07-28" dir log expected t0 rc=0 verdict=0 scenario list=() token
   dir="$results/$run"
   log="$dir/suite.log"
   expected="$dir/baseline.yml"
@@ -476,7 +480,7 @@ run_tasks() {
     SCOPEGATE_CONFORMANCE_TOKEN="$token" run_suite "$scenario_timeout" --scenario "$scenario" \
       --spec-version 2026-07-28 --force --expected-failures "$expected" -o "$dir" >>"$log" 2>&1 || rc=$?
   done
-  say "$run: ${#list[@]} tasks-* scenarios against $target as $TASKS_SUBJECT, no expected failures ($(( $(date +%s) - t0 )) s):"
+  say "$run: ${#list[@]} tasks-* scenarios against $target as $TASKS_SUBJECT, upstream $1, no expected failures ($(( $(date +%s) - t0 )) s):"
   NODE_PATH="$cache/node_modules" "$node" "$summary" gateway "$dir" "$log" "" "$expected" >&2 || verdict=$?
   if [ "$rc" -ne 0 ] && [ "$verdict" -eq 0 ]; then
     say "$run: the suite exited $rc; see $log"
@@ -497,7 +501,14 @@ if [ "$whole_suite" -eq 1 ] || printf '%s\n' "${scenarios[@]}" | grep -qv '^sdk-
   for revision in "${revisions[@]}"; do run_revision "$revision"; done
 fi
 if [ "$direct" -eq 0 ] && case " ${revisions[*]} " in *" 2026-07-28 "*) true ;; *) false ;; esac; then
-  if [ "$whole_suite" -eq 1 ] || printf '%s\n' "${scenarios[@]}" | grep -q '^tasks-'; then run_tasks; fi
+  if [ "$whole_suite" -eq 1 ] || printf '%s\n' "${scenarios[@]}" | grep -q '^tasks-'; then
+    run_tasks extension
+    # The same server, now without the extension: the gateway runs the tasks.
+    admin entity delete --tenant "$TASKS_TENANT" defaults/mcp-servers/tasks
+    admin entity add --tenant "$TASKS_TENANT" defaults/mcp-servers/tasks --declaration \
+      "$(printf '{"command": "%s", "args": ["tasks", "stdio", "--no-extension"], "protocolVersion": "2026-07-28", "tasks": %s}' "$fixture" "$TASKS_NO_EXTENSION")"
+    run_tasks no-extension
+  fi
 fi
 
 elapsed=$(( $(date +%s) - started ))

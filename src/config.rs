@@ -136,6 +136,12 @@ pub struct McpConfig {
     /// Serve a session's calls of tools on local Streamable HTTP servers on the lean relay
     /// (beside rmcp); off: every call goes through rmcp.
     pub lean_relay: bool,
+    /// How long a task the gateway runs itself (a tool a declaration's `tasks` names, of a
+    /// server without the tasks extension) may run, and its result is kept, from its start.
+    pub task_ttl_secs: u64,
+    /// The largest result of a task the gateway runs that it keeps, in bytes of JSON; a larger
+    /// one fails the task.
+    pub task_max_result_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -370,6 +376,12 @@ impl Config {
         }
         if self.mcp.call_timeout_secs == 0 {
             return Err(ConfigError::invalid("mcp.call_timeout_secs", "must be greater than 0"));
+        }
+        if self.mcp.task_ttl_secs == 0 || self.mcp.task_ttl_secs > 86_400 {
+            return Err(ConfigError::invalid("mcp.task_ttl_secs", "must be 1 to 86400 seconds"));
+        }
+        if self.mcp.task_max_result_bytes == 0 {
+            return Err(ConfigError::invalid("mcp.task_max_result_bytes", "must be greater than 0"));
         }
         if self.mcp.session_idle_secs == 0 {
             return Err(ConfigError::invalid("mcp.session_idle_secs", "must be greater than 0"));

@@ -118,6 +118,51 @@ pub struct ServerDeclaration {
     /// The protocol revision the gateway speaks with it: negotiated, or pinned by the
     /// declaration's `protocolVersion`.
     pub revision: Revision,
+    /// The tools the gateway runs as tasks for callers that declare the tasks extension, when
+    /// the server itself does not offer the extension (the declaration's `tasks`).
+    pub tasks: TaskTools,
+}
+
+/// How the gateway runs the tools of a server without the tasks extension, by their upstream
+/// names. Tools not named are plain calls.
+pub type TaskTools = BTreeMap<String, TaskTool>;
+
+/// How the gateway runs one tool as a task: `"optional"` or `"required"`, or
+/// `{"support": "optional" | "required", "inputBeforeTask": true}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskTool {
+    pub support: TaskSupport,
+    /// A question the upstream asks at once is asked through the call's own multi round-trip,
+    /// before the task exists (the upstream gathers its input first, then works); otherwise
+    /// every question becomes one of the task's input requests.
+    pub input_before_task: bool,
+}
+
+/// `optional`: a task for a caller that declared the tasks extension, else a plain call;
+/// `required`: a task, refused -32021 to a caller that did not declare it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskSupport {
+    Optional,
+    Required,
+}
+
+impl TaskSupport {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Optional => "optional",
+            Self::Required => "required",
+        }
+    }
+}
+
+impl serde::Serialize for TaskTool {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.input_before_task {
+            json!({ "support": self.support.as_str(), "inputBeforeTask": true }).serialize(serializer)
+        } else {
+            serializer.serialize_str(self.support.as_str())
+        }
+    }
 }
 
 /// The protocol revision of an upstream, as its declaration sets it.
@@ -213,6 +258,8 @@ pub struct ResolvedServer {
     pub transport: ResolvedTransport,
     /// The revision spoken with it (see [`ServerDeclaration::revision`]).
     pub revision: Revision,
+    /// See [`ServerDeclaration::tasks`].
+    pub tasks: TaskTools,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +285,9 @@ impl ResolvedServer {
         });
         if let Some(version) = self.revision.pinned() {
             canonical["protocolVersion"] = json!(version);
+        }
+        if !self.tasks.is_empty() {
+            canonical["tasks"] = json!(self.tasks);
         }
         // serde_json writes BTreeMap and `json!` keys in a fixed order, so the text is canonical.
         let digest = Sha256::digest(canonical.to_string().as_bytes());
@@ -277,6 +327,9 @@ impl ServerDeclaration {
         let mut out = self.transport_json();
         if let Some(version) = self.revision.pinned() {
             out["protocolVersion"] = Value::String(version.to_owned());
+        }
+        if !self.tasks.is_empty() {
+            out["tasks"] = serde_json::json!(self.tasks);
         }
         out
     }
@@ -359,15 +412,60 @@ impl ServerDeclaration {
             }
         };
         match transport {
-            Some(transport) => {
-                Ok(ResolvedServer { name: self.name.clone(), executor, transport, revision: self.revision })
-            }
+            Some(transport) => Ok(ResolvedServer {
+                name: self.name.clone(),
+                executor,
+                transport,
+                revision: self.revision,
+                tasks: self.tasks.clone(),
+            }),
             None => Err(errors),
         }
     }
 }
 
-const FIELDS: [&str; 9] = ["type", "command", "args", "env", "cwd", "url", "headers", "oauth", "protocolVersion"];
+const FIELDS: [&str; 10] =
+    ["type", "command", "args", "env", "cwd", "url", "headers", "oauth", "protocolVersion", "tasks"];
+
+/// The longest tool name `tasks` may name (the gateway's names of tools are bounded alike).
+const MAX_TASK_TOOL_LEN: usize = 128;
+
+/// The declaration's `tasks`: an object of tool names to a [`TaskTool`].
+fn task_tools(value: &Value) -> Result<TaskTools, String> {
+    let Value::Object(tools) = value else {
+        return Err(r#"expected an object of tool names to "optional" or "required""#.to_owned());
+    };
+    let support = |tool: &str, value: Option<&Value>| match value.and_then(Value::as_str) {
+        Some("optional") => Ok(TaskSupport::Optional),
+        Some("required") => Ok(TaskSupport::Required),
+        _ => Err(format!(r#"tool {tool:?}: expected "optional" or "required""#)),
+    };
+    tools
+        .iter()
+        .map(|(tool, value)| {
+            if tool.is_empty() || tool.len() > MAX_TASK_TOOL_LEN || tool.chars().any(char::is_control) {
+                return Err(format!("{tool:?} is not a tool name (1 to {MAX_TASK_TOOL_LEN} characters, no controls)"));
+            }
+            let task = match value {
+                Value::Object(fields) => {
+                    if let Some(key) = fields.keys().find(|k| !["support", "inputBeforeTask"].contains(&k.as_str())) {
+                        return Err(format!(
+                            r#"tool {tool:?}: unknown field {key:?} (expected "support", "inputBeforeTask")"#
+                        ));
+                    }
+                    let input_before_task = match fields.get("inputBeforeTask") {
+                        None => false,
+                        Some(Value::Bool(b)) => *b,
+                        Some(_) => return Err(format!(r#"tool {tool:?}: "inputBeforeTask" must be true or false"#)),
+                    };
+                    TaskTool { support: support(tool, fields.get("support"))?, input_before_task }
+                }
+                value => TaskTool { support: support(tool, Some(value))?, input_before_task: false },
+            };
+            Ok((tool.clone(), task))
+        })
+        .collect()
+}
 
 /// The revisions without an `initialize` handshake that `protocolVersion` may pin.
 pub const MODERN_PROTOCOLS: [&str; 1] = ["2026-07-28"];
@@ -482,8 +580,11 @@ fn parse_server(name: &str, value: &Value) -> Result<ServerDeclaration, Vec<Serv
             )),
         ),
     };
-    match revision {
-        Some(revision) if errors.is_empty() => Ok(ServerDeclaration { name: server_name, transport, revision }),
+    let tasks = keep(&mut errors, name, "tasks", fields.get("tasks").map(task_tools).transpose());
+    match (revision, tasks) {
+        (Some(revision), Some(tasks)) if errors.is_empty() => {
+            Ok(ServerDeclaration { name: server_name, transport, revision, tasks: tasks.unwrap_or_default() })
+        }
         _ => Err(errors),
     }
 }
@@ -1222,6 +1323,39 @@ mod tests {
             let bad = parse_declarations(&file).unwrap();
             assert!(bad.servers.is_empty(), "{value}");
             assert_eq!(bad.errors[0].field.as_deref(), Some("protocolVersion"), "{value}: {:?}", bad.errors);
+        }
+    }
+
+    #[test]
+    fn tasks_names_tools_the_gateway_runs_as_tasks_and_round_trips() {
+        let declared = one(r#"{"m": {"command": "x", "tasks": {"a": "optional", "b": "required",
+                "c": {"support": "required", "inputBeforeTask": true}, "d": {"support": "optional"}}}}"#);
+        let tool = |support, input_before_task| TaskTool { support, input_before_task };
+        let want: TaskTools = [
+            ("a".to_owned(), tool(TaskSupport::Optional, false)),
+            ("b".to_owned(), tool(TaskSupport::Required, false)),
+            ("c".to_owned(), tool(TaskSupport::Required, true)),
+            ("d".to_owned(), tool(TaskSupport::Optional, false)),
+        ]
+        .into();
+        assert_eq!(declared.tasks, want);
+        let stored = serde_json::json!({ "m": declared.to_json() });
+        assert_eq!(stored["m"]["tasks"]["c"], serde_json::json!({"support": "required", "inputBeforeTask": true}));
+        assert_eq!(parse_declarations(&stored.to_string()).unwrap().servers[0].tasks, want, "parses back");
+        assert!(one(r#"{"m": {"command": "x"}}"#).to_json().get("tasks").is_none());
+        for value in [
+            r#"["a"]"#,
+            r#"{"a": "sometimes"}"#,
+            r#"{"a": true}"#,
+            r#"{"": "optional"}"#,
+            r#"{"a": {"support": "required", "inputBeforeTask": "yes"}}"#,
+            r#"{"a": {"support": "required", "retries": 3}}"#,
+            r#"{"a": {}}"#,
+        ] {
+            let file = format!(r#"{{"m": {{"command": "x", "tasks": {value}}}}}"#);
+            let bad = parse_declarations(&file).unwrap();
+            assert!(bad.servers.is_empty(), "{value}");
+            assert_eq!(bad.errors[0].field.as_deref(), Some("tasks"), "{value}: {:?}", bad.errors);
         }
     }
 

@@ -65,6 +65,8 @@ pub(crate) fn service(
         tools,
         upstreams,
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
+        task_ttl: Duration::from_secs(config.mcp.task_ttl_secs),
+        task_max_result_bytes: config.mcp.task_max_result_bytes,
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::from_secret(&state.cursor_secret),

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 mod call;
 mod proxied;
+mod task_run;
 mod tasks;
 
 use super::cursor::{self};

@@ -22,6 +22,10 @@ pub(crate) struct Shared {
     pub tools: ToolSet,
     pub upstreams: Arc<Upstreams>,
     pub call_timeout: Duration,
+    /// How long a task the gateway runs may run and is kept (`mcp.task_ttl_secs`).
+    pub task_ttl: Duration,
+    /// The largest result of such a task that is kept (`mcp.task_max_result_bytes`).
+    pub task_max_result_bytes: usize,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
     /// Seals the aggregated lists' pagination cursors (shared by the replicas).

@@ -22,12 +22,18 @@ use crate::telemetry::{metrics, trace};
 use crate::wire::client::WireSlot;
 
 /// A started upstream connection, found to have the tool about to be called.
+#[derive(Clone)]
 pub struct Upstream(pub(super) Peer<RoleClient>);
 
 impl Upstream {
     /// The peer requests to this upstream are sent to.
     pub(crate) fn peer(&self) -> Peer<RoleClient> {
         self.0.clone()
+    }
+
+    /// Whether the upstream offers the tasks extension (it runs its own tasks).
+    pub fn offers_tasks(&self) -> bool {
+        self.0.peer_info().is_some_and(|info| info.capabilities.supports_tasks())
     }
 }
 
@@ -107,6 +113,12 @@ impl Connection {
 
     pub fn server(&self) -> &ServerName {
         &self.server.name
+    }
+
+    /// How the gateway runs `tool` as a task when the upstream has no tasks extension (its
+    /// declaration's `tasks`); `None`: as a plain call.
+    pub fn task_support(&self, tool: &str) -> Option<crate::decl::declaration::TaskTool> {
+        self.server.tasks.get(tool).copied()
     }
 
     /// The gateway's side of the connection: what handles what the upstream sends.

@@ -27,8 +27,8 @@ pub struct TaskRow {
     pub tool: String,
     /// The capabilities of the connection the task was created on (a pool key part).
     pub caps: String,
-    /// The upstream's own task id: never shown to the caller.
-    pub upstream_task_id: String,
+    /// The upstream's own task id (never shown to the caller); `None`: the gateway runs it.
+    pub upstream_task_id: Option<String>,
     pub args_digest: String,
     pub status: String,
     pub created_at: i64,
@@ -36,13 +36,19 @@ pub struct TaskRow {
     pub expires_at: i64,
     pub terminal_at: Option<i64>,
     pub cancel_requested_at: Option<i64>,
+    /// A task the gateway runs: its replica runs it until then (renewed while it does).
+    pub lease_until: Option<i64>,
+    /// A task the gateway runs that completed: the tool result, as JSON.
+    pub result: Option<String>,
+    /// A task the gateway runs that failed: the JSON-RPC error, as JSON.
+    pub error: Option<String>,
 }
 
 /// The columns of a task row, in the order of [`TaskRow`].
 macro_rules! columns {
     () => {
         "id, tenant_id, user_id, server, tool, caps, upstream_task_id, args_digest, status, \
-         created_at, updated_at, expires_at, terminal_at, cancel_requested_at"
+         created_at, updated_at, expires_at, terminal_at, cancel_requested_at, lease_until, result, error"
     };
 }
 
@@ -62,6 +68,9 @@ fn row_of(row: &sqlx::any::AnyRow) -> Result<TaskRow, StoreError> {
         expires_at: row.try_get("expires_at")?,
         terminal_at: row.try_get("terminal_at")?,
         cancel_requested_at: row.try_get("cancel_requested_at")?,
+        lease_until: row.try_get("lease_until")?,
+        result: row.try_get("result")?,
+        error: row.try_get("error")?,
     })
 }
 
@@ -74,7 +83,7 @@ pub async fn insert(conn: &mut AnyConnection, task: &TaskRow) -> Result<(), Stor
     sqlx::query(concat!(
         "INSERT INTO tasks (",
         columns!(),
-        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
     ))
     .bind(&task.id)
     .bind(task.tenant)
@@ -90,6 +99,9 @@ pub async fn insert(conn: &mut AnyConnection, task: &TaskRow) -> Result<(), Stor
     .bind(task.expires_at)
     .bind(task.terminal_at)
     .bind(task.cancel_requested_at)
+    .bind(task.lease_until)
+    .bind(&task.result)
+    .bind(&task.error)
     .execute(conn)
     .await?;
     Ok(())
@@ -150,4 +162,108 @@ pub async fn mark_cancel_requested(conn: &mut AnyConnection, id: &str, now: i64)
 /// Forgets the tasks that expired before `now`; returns how many.
 pub async fn purge_expired(conn: &mut AnyConnection, now: i64) -> Result<u64, StoreError> {
     Ok(sqlx::query("DELETE FROM tasks WHERE expires_at <= $1").bind(now).execute(conn).await?.rows_affected())
+}
+
+/// The task `id`, whoever owns it (for the replica that runs it).
+pub async fn find(conn: &mut AnyConnection, id: &str) -> Result<Option<TaskRow>, StoreError> {
+    let row =
+        sqlx::query(concat!("SELECT ", columns!(), " FROM tasks WHERE id = $1")).bind(id).fetch_optional(conn).await?;
+    row.as_ref().map(row_of).transpose()
+}
+
+/// Ends a task the gateway runs with `status` and its result or error, unless it ended
+/// already. Returns whether this ended it (the end to audit).
+pub async fn finish(
+    conn: &mut AnyConnection,
+    id: &str,
+    status: &str,
+    result: Option<&str>,
+    error: Option<&str>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    if !is_terminal(status) {
+        return Err(StoreError::Invalid { field: "status", message: format!("`{status}` does not end a task") });
+    }
+    let done = sqlx::query(
+        "UPDATE tasks SET status = $1, result = $2, error = $3, updated_at = $4, terminal_at = $4, lease_until = NULL \
+         WHERE id = $5 AND terminal_at IS NULL",
+    )
+    .bind(status)
+    .bind(result)
+    .bind(error)
+    .bind(now)
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Keeps the lease of the replica running task `id` until `until` (while it has not ended).
+pub async fn renew_lease(conn: &mut AnyConnection, id: &str, until: i64) -> Result<(), StoreError> {
+    sqlx::query("UPDATE tasks SET lease_until = $1 WHERE id = $2 AND terminal_at IS NULL")
+        .bind(until)
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Records a question task `id` asks its caller, under `key`.
+pub async fn add_input(
+    conn: &mut AnyConnection,
+    id: &str,
+    key: &str,
+    request: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO task_inputs (task_id, input_key, request, created_at) VALUES ($1, $2, $3, $4)")
+        .bind(id)
+        .bind(key)
+        .bind(request)
+        .bind(now)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The questions of task `id` not answered yet: (key, request), in the order asked.
+pub async fn open_inputs(conn: &mut AnyConnection, id: &str) -> Result<Vec<(String, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT input_key, request FROM task_inputs WHERE task_id = $1 AND response IS NULL ORDER BY created_at, input_key",
+    )
+    .bind(id)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// Answers the question `key` of task `id`, if it is still open; returns whether it was.
+pub async fn answer_input(conn: &mut AnyConnection, id: &str, key: &str, response: &str) -> Result<bool, StoreError> {
+    let done =
+        sqlx::query("UPDATE task_inputs SET response = $1 WHERE task_id = $2 AND input_key = $3 AND response IS NULL")
+            .bind(response)
+            .bind(id)
+            .bind(key)
+            .execute(conn)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The answers of task `id` not yet passed on to the running call, marked passed on at `now`:
+/// (key, response).
+pub async fn take_answers(conn: &mut AnyConnection, id: &str, now: i64) -> Result<Vec<(String, String)>, StoreError> {
+    let answers: Vec<(String, String)> = sqlx::query_as(
+        "SELECT input_key, response FROM task_inputs WHERE task_id = $1 AND response IS NOT NULL AND delivered_at IS NULL",
+    )
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (key, _) in &answers {
+        sqlx::query("UPDATE task_inputs SET delivered_at = $1 WHERE task_id = $2 AND input_key = $3")
+            .bind(now)
+            .bind(id)
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(answers)
 }

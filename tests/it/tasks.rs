@@ -22,34 +22,56 @@ use crate::support::*;
 /// The server name the fixture is bound under (prefixed: `tk__slow_compute`).
 const SERVER: &str = "tk";
 
+/// The server name the fixture without the extension is bound under (`nx__slow_compute`):
+/// the gateway runs the tools its declaration names as tasks itself.
+const NX: &str = "nx";
+
 /// A gateway with acme's `tk`: the fixture's `tasks` mode over Streamable HTTP (so another
-/// replica reaches the same upstream), every tool granted to owners and workers. Its cancelled
-/// tasks are marked in `marks`.
+/// replica reaches the same upstream), and `nx`: the same without the extension; every tool
+/// granted to owners and workers. Their cancelled tasks are marked in `marks`.
 struct Tasks {
     live: Live,
-    _fixture: tokio::process::Child,
+    _fixtures: [tokio::process::Child; 2],
     marks: tempfile::NamedTempFile,
 }
 
 impl Tasks {
     async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, &[]).await
+    }
+
+    async fn start_with(backend: Backend, overrides: &[(&str, Value)]) -> Self {
         let marks = tempfile::NamedTempFile::new().unwrap();
         let mark_file = marks.path().display().to_string();
-        let (fixture, addr) =
-            fixture_http(&["tasks", "http", "127.0.0.1:0"], &[("FIXTURE_MARK_FILE", &mark_file)]).await;
-        let live = Live::start(backend, Mode::Stateless, &[("upstream.connect_timeout_secs", json!(10))]).await;
+        let env = [("FIXTURE_MARK_FILE", mark_file.as_str())];
+        let (tk, tk_addr) = fixture_http(&["tasks", "http", "127.0.0.1:0"], &env).await;
+        let (nx, nx_addr) = fixture_http(&["tasks", "http", "127.0.0.1:0", "--no-extension"], &env).await;
+        let mut all = vec![("upstream.connect_timeout_secs", json!(10))];
+        all.extend(overrides.iter().cloned());
+        let live = Live::start(backend, Mode::Stateless, &all).await;
         let mut tx = live.db.begin().await.unwrap();
         entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
-        let declaration = json!({"type": "http", "url": format!("http://{addr}/mcp"), "protocolVersion": "2026-07-28"});
-        entities::create_entity(&mut tx, "acme", &format!("defaults/mcp-servers/{SERVER}"), &declaration)
-            .await
-            .unwrap();
-        entities::bind_server(&mut tx, "acme", SERVER, "local").await.unwrap();
-        for role in [Role::Owner, Role::Worker] {
-            entities::grant_tool(&mut tx, "acme", SERVER, role, "*").await.unwrap();
+        let tasks = json!({
+            "slow_compute": "optional",
+            "failing_job": "required",
+            "confirm_delete": "optional",
+            "test_tool_with_task": {"support": "required", "inputBeforeTask": true},
+        });
+        let servers = [
+            (SERVER, json!({"type": "http", "url": format!("http://{tk_addr}/mcp"), "protocolVersion": "2026-07-28"})),
+            (NX, json!({"type": "http", "url": format!("http://{nx_addr}/mcp"), "tasks": tasks})),
+        ];
+        for (server, declaration) in servers {
+            entities::create_entity(&mut tx, "acme", &format!("defaults/mcp-servers/{server}"), &declaration)
+                .await
+                .unwrap();
+            entities::bind_server(&mut tx, "acme", server, "local").await.unwrap();
+            for role in [Role::Owner, Role::Worker] {
+                entities::grant_tool(&mut tx, "acme", server, role, "*").await.unwrap();
+            }
         }
         tx.commit().await.unwrap();
-        Self { live, _fixture: fixture, marks }
+        Self { live, _fixtures: [tk, nx], marks }
     }
 
     fn marked(&self) -> String {
@@ -75,8 +97,8 @@ async fn client(live: &Live, subject: &str, tasks: bool) -> RunningService<RoleC
 }
 
 async fn call_once(client: &RunningService<RoleClient, ClientConfig>, tool: &str, args: Value) -> CallToolResponse {
-    let params =
-        CallToolRequestParams::new(format!("{SERVER}__{tool}")).with_arguments(args.as_object().unwrap().clone());
+    let name = if tool.contains("__") { tool.to_owned() } else { format!("{SERVER}__{tool}") };
+    let params = CallToolRequestParams::new(name).with_arguments(args.as_object().unwrap().clone());
     client.call_tool_once(params).await.unwrap_or_else(|e| panic!("{tool}: {e}"))
 }
 
@@ -406,7 +428,7 @@ async fn rows(backend: Backend) {
         server: "tk".into(),
         tool: "tk__slow_compute".into(),
         caps: "caps:0000/modern".into(),
-        upstream_task_id: "up-1".into(),
+        upstream_task_id: Some("up-1".into()),
         args_digest: "d".into(),
         status: "working".into(),
         created_at: 1_000,
@@ -414,6 +436,9 @@ async fn rows(backend: Backend) {
         expires_at: 5_000,
         terminal_at: None,
         cancel_requested_at: None,
+        lease_until: None,
+        result: None,
+        error: None,
     };
     let mut conn = live.db.begin().await.unwrap();
     let bad = TaskRow { id: "t-2".into(), status: "paused".into(), ..row.clone() };
@@ -432,7 +457,162 @@ async fn rows(backend: Backend) {
     let found = tasks::find_owned(&mut conn, "t-1", acme, wanda, 4_000).await.unwrap().unwrap();
     assert_eq!((found.status.as_str(), found.terminal_at, found.updated_at), ("completed", Some(3_000), 3_000));
     assert_eq!(tasks::purge_expired(&mut conn, 5_000).await.unwrap(), 1);
+
+    // A task the gateway runs: questions, answers taken once, its end written once.
+    let run = TaskRow { id: "t-3".into(), upstream_task_id: None, lease_until: Some(9_000), ..row.clone() };
+    let run = TaskRow { expires_at: 50_000, ..run };
+    tasks::insert(&mut conn, &run).await.unwrap();
+    tasks::add_input(&mut conn, "t-3", "input-1", r#"{"method":"roots/list"}"#, 1_100).await.unwrap();
+    tasks::add_input(&mut conn, "t-3", "input-2", r#"{"method":"roots/list"}"#, 1_200).await.unwrap();
+    assert!(tasks::answer_input(&mut conn, "t-3", "input-2", "{\"a\":1}").await.unwrap());
+    assert!(!tasks::answer_input(&mut conn, "t-3", "input-2", "{\"a\":2}").await.unwrap(), "answered once");
+    assert!(!tasks::answer_input(&mut conn, "t-3", "input-9", "{}").await.unwrap());
+    let open: Vec<String> = tasks::open_inputs(&mut conn, "t-3").await.unwrap().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(open, ["input-1"]);
+    assert_eq!(
+        tasks::take_answers(&mut conn, "t-3", 2_000).await.unwrap(),
+        [("input-2".to_owned(), "{\"a\":1}".to_owned())]
+    );
+    assert!(tasks::take_answers(&mut conn, "t-3", 2_100).await.unwrap().is_empty());
+    tasks::renew_lease(&mut conn, "t-3", 12_000).await.unwrap();
+    assert!(tasks::finish(&mut conn, "t-3", "working", None, None, 2_200).await.is_err());
+    assert!(tasks::finish(&mut conn, "t-3", "completed", Some("{}"), None, 2_300).await.unwrap());
+    assert!(!tasks::finish(&mut conn, "t-3", "failed", None, Some("{}"), 2_400).await.unwrap());
+    let ended = tasks::find(&mut conn, "t-3").await.unwrap().unwrap();
+    assert_eq!(
+        (ended.status.as_str(), ended.result.as_deref(), ended.error, ended.lease_until, ended.terminal_at),
+        ("completed", Some("{}"), None, None, Some(2_300))
+    );
     conn.commit().await.unwrap();
-    assert_eq!(live.count("SELECT COUNT(*) FROM tasks").await, 0);
+    assert_eq!(live.count("SELECT COUNT(*) FROM tasks").await, 1);
+    let mut conn = live.db.begin().await.unwrap();
+    assert!(tasks::add_input(&mut conn, "t-3", "input-1", "{}", 1_300).await.is_err(), "a key is asked once");
 }
 both_dbs!(task_rows_are_found_only_for_their_owner_in_time, rows);
+
+/// A server without the extension: the gateway runs the tools its declaration names as tasks
+/// of its own. The row holds no upstream id; the result is kept and inlined; a `required`
+/// tool is refused -32021 to a caller that did not declare the extension and a plain call
+/// stays a plain call; a question the upstream asks becomes the task's input request; a tool
+/// that gathers its input first asks through the call's multi round-trip, then is a task.
+async fn gateway_run(backend: Backend) {
+    let tasks = Tasks::start(backend).await;
+    let live = &tasks.live;
+    let olivia = client(live, "olivia@acme.test", true).await;
+
+    let handle = task_of(&olivia, "nx__slow_compute", json!({"seconds": 1, "label": "gw"})).await.task.task_id;
+    assert_eq!(get(&olivia, &handle).await.unwrap().task.task.task_id, handle);
+    assert_eq!(text_of(&until(&olivia, &handle, TaskStatus::Completed).await), "computed gw after 1s");
+    let upstream_ids: i64 = live.count("SELECT COUNT(*) FROM tasks WHERE upstream_task_id IS NOT NULL").await;
+    assert_eq!(upstream_ids, 0, "the gateway ran it");
+
+    // A tool error completes the task (isError); greet, named nowhere, stays a plain call.
+    let failing = task_of(&olivia, "nx__failing_job", json!({})).await.task.task_id;
+    let ended = until(&olivia, &failing, TaskStatus::Completed).await;
+    let TaskPayload::Completed { result } = &ended.task.payload else { panic!("{ended:?}") };
+    assert_eq!(result["isError"], json!(true), "{result:?}");
+    assert!(matches!(call_once(&olivia, "nx__greet", json!({"name": "x"})).await, CallToolResponse::Complete(_)));
+
+    // Without the extension declared: required refused, optional a plain call, no task.
+    let plain = client(live, "olivia@acme.test", false).await;
+    let params = CallToolRequestParams::new("nx__failing_job");
+    let ServiceError::McpError(required) = plain.call_tool_once(params).await.unwrap_err() else { panic!() };
+    assert_eq!(required.code.0, -32021, "{required:?}");
+    assert_eq!(
+        required.data.unwrap()["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+    match call_once(&plain, "nx__slow_compute", json!({"seconds": 0, "label": "p"})).await {
+        CallToolResponse::Complete(r) => assert_eq!(r.content[0].as_text().unwrap().text, "computed p after 0s"),
+        other => panic!("{other:?}"),
+    }
+
+    // The upstream's question, as the task's input request; answered through tasks/update.
+    let asking = task_of(&olivia, "nx__confirm_delete", json!({"filename": "b.txt"})).await.task.task_id;
+    let asked = until(&olivia, &asking, TaskStatus::InputRequired).await;
+    let TaskPayload::InputRequired { input_requests } = &asked.task.payload else { panic!("{asked:?}") };
+    assert_eq!(input_requests.len(), 1, "{input_requests:?}");
+    let key = input_requests.keys().next().unwrap().clone();
+    let mut responses = rmcp::model::InputResponses::new();
+    responses.insert("no-such-key".to_owned(), json!({"action": "accept", "content": {"confirm": false}}));
+    responses.insert(key, json!({"action": "accept", "content": {"confirm": true}}));
+    olivia.update_task(UpdateTaskParams::new(&asking, responses)).await.unwrap();
+    assert_eq!(text_of(&until(&olivia, &asking, TaskStatus::Completed).await), "deleted b.txt");
+
+    // Input first (inputBeforeTask): the question through the call's round-trip, then a task.
+    let name = format!("{NX}__test_tool_with_task");
+    let first = olivia.call_tool_once(CallToolRequestParams::new(name.clone())).await.unwrap();
+    let CallToolResponse::InputRequired(input) = first else { panic!("{first:?}") };
+    let key = input.input_requests.as_ref().unwrap().keys().next().unwrap().clone();
+    let mut retry = CallToolRequestParams::new(name);
+    retry.input_responses = Some([(key, json!({"action": "accept", "content": {"name": "Alice"}}))].into());
+    retry.request_state = input.request_state;
+    let CallToolResponse::Task(task) = olivia.call_tool_once(retry).await.unwrap() else { panic!("no task") };
+    assert_eq!(text_of(&until(&olivia, &task.task.task_id, TaskStatus::Completed).await), "Hello, Alice!");
+
+    let audit = task_audit(live, "olivia@acme.test").await;
+    let actions: Vec<(&str, Option<&str>)> = audit.iter().map(|(a, t, ..)| (a.as_str(), t.as_deref())).collect();
+    assert_eq!(
+        actions,
+        [
+            ("tasks/create", Some("nx__slow_compute")),
+            ("tasks/completed", Some("nx__slow_compute")),
+            ("tasks/create", Some("nx__failing_job")),
+            ("tasks/completed", Some("nx__failing_job")),
+            ("tasks/create", Some("nx__confirm_delete")),
+            ("tasks/completed", Some("nx__confirm_delete")),
+            ("tasks/create", Some("nx__test_tool_with_task")),
+            ("tasks/completed", Some("nx__test_tool_with_task")),
+        ]
+    );
+}
+both_dbs!(the_gateway_runs_tasks_for_a_server_without_the_extension, gateway_run);
+
+/// A task the gateway runs, seen from another replica: polled there, answered there, and
+/// cancelled there (the running replica cancels the call, which tells the upstream); a task
+/// whose replica stopped answers failed once its lease lapsed.
+async fn gateway_run_replicas(backend: Backend) {
+    let tasks = Tasks::start(backend).await;
+    let live = &tasks.live;
+    let token = live.token_for("olivia@acme.test");
+    let here = client(live, "olivia@acme.test", true).await;
+    let mut replica = live.replica().await;
+    let there = client_at(&replica.url(), &token, true).await;
+
+    let asking = task_of(&here, "nx__confirm_delete", json!({"filename": "c.txt"})).await.task.task_id;
+    let asked = until(&there, &asking, TaskStatus::InputRequired).await;
+    let TaskPayload::InputRequired { input_requests } = &asked.task.payload else { panic!("{asked:?}") };
+    let responses = input_requests.keys().map(|k| (k.clone(), json!({"action": "decline"}))).collect();
+    there.update_task(UpdateTaskParams::new(&asking, responses)).await.unwrap();
+    assert_eq!(text_of(&until(&there, &asking, TaskStatus::Completed).await), "kept c.txt");
+
+    let long = task_of(&here, "nx__slow_compute", json!({"seconds": 60, "label": "long"})).await.task.task_id;
+    assert_eq!(get(&there, &long).await.unwrap().task.task.status, TaskStatus::Working);
+    there.cancel_task(CancelTaskParams::new(&long)).await.unwrap();
+    assert_eq!(until(&there, &long, TaskStatus::Cancelled).await.task.task.status, TaskStatus::Cancelled);
+    eventually("the upstream saw the cancel", || async { tasks.marked().contains("cancelled slow_compute") }).await;
+
+    // Started on the replica, which then stops: once its lease lapsed, the task failed.
+    let orphan = task_of(&there, "nx__slow_compute", json!({"seconds": 60, "label": "orphan"})).await.task.task_id;
+    replica.stop().await;
+    assert_eq!(get(&here, &orphan).await.unwrap().task.task.status, TaskStatus::Working, "its lease still runs");
+    let mut tx = live.db.begin().await.unwrap();
+    sqlx::query("UPDATE tasks SET lease_until = 1 WHERE terminal_at IS NULL").execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let failed = get(&here, &orphan).await.unwrap();
+    let TaskPayload::Failed { error } = &failed.task.payload else { panic!("{failed:?}") };
+    assert_eq!(error["code"], json!(-32603), "{error:?}");
+}
+both_dbs!(a_task_the_gateway_runs_is_served_by_every_replica, gateway_run_replicas);
+
+/// A result larger than `mcp.task_max_result_bytes` is not kept: the task fails, saying so.
+async fn bounded_result(backend: Backend) {
+    let tasks = Tasks::start_with(backend, &[("mcp.task_max_result_bytes", json!(40))]).await;
+    let olivia = client(&tasks.live, "olivia@acme.test", true).await;
+    let handle = task_of(&olivia, "nx__slow_compute", json!({"seconds": 0, "label": "too long to keep"})).await;
+    let ended = until(&olivia, &handle.task.task_id, TaskStatus::Failed).await;
+    let TaskPayload::Failed { error } = &ended.task.payload else { panic!("{ended:?}") };
+    assert!(error["message"].as_str().unwrap().contains("larger than the gateway keeps"), "{error:?}");
+    assert_eq!(tasks.live.count("SELECT COUNT(*) FROM tasks WHERE result IS NOT NULL").await, 0);
+}
+both_dbs!(a_result_beyond_the_bound_fails_the_task, bounded_result);

@@ -3,6 +3,7 @@
 //! result gets.
 
 use super::*;
+use crate::decl::declaration::{TaskSupport, TaskTool};
 
 impl GatewayServer {
     /// A `server__tool` call. `Err(ProxyError::NotFound)`: not a tool this caller has (answered exactly as an
@@ -68,14 +69,49 @@ impl GatewayServer {
             by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
         let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
         let (upstreams, connection, call_ctx) = (Arc::clone(upstreams), Arc::clone(connection), ctx.clone());
-        let task_origin = (tasks && connection.speaks_modern()).then(|| TaskOrigin {
+        let origin = || TaskOrigin {
             server: connection.server().as_str().to_owned(),
             tool: request.name.to_string(),
             caps: RelayCaps::of(context, ctx.session_id().is_some()),
             args_digest: digest::arguments_digest(request.arguments.as_ref()),
-        });
-        let (tool, arguments) = (tool.to_owned(), request.arguments);
+        };
+        // A server without the tasks extension: the gateway runs the tools its declaration
+        // names under `tasks` as tasks of its own (see `task_run`), for a caller that declared
+        // the extension; a `required` one is refused to a caller that did not.
+        let by_gateway = (_held.is_none() && !upstream.offers_tasks()).then(|| connection.task_support(tool)).flatten();
+        let run_by_gateway = match by_gateway {
+            Some(_) if tasks => true,
+            Some(TaskTool { support: TaskSupport::Required, .. }) => {
+                return Err(ProxyError::Upstream(tasks_required()));
+            }
+            _ => false,
+        };
+        let task_origin = (tasks && connection.speaks_modern() && !run_by_gateway).then(origin);
         let modern = connection.speaks_modern();
+        if run_by_gateway {
+            let origin = origin();
+            let binding = binding.ok_or_else(other_kind)?;
+            let upstream_state = match state.as_deref() {
+                Some(s) => rounds::open_passed(&self.shared.cursors, &binding, s)?,
+                None => None,
+            };
+            let (tool, arguments) = (tool.to_owned(), request.arguments);
+            let call: task_run::Call = Arc::new(move |exchange: Exchange| {
+                let (upstreams, connection, call_ctx, upstream) =
+                    (Arc::clone(&upstreams), Arc::clone(&connection), call_ctx.clone(), upstream.clone());
+                let (tool, arguments) = (tool.clone(), arguments.clone());
+                Box::pin(async move {
+                    let Exchange { downstream, timeout, cancelled, passed } = exchange;
+                    let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
+                    upstreams.call(&connection, upstream, &call_ctx, call).await
+                })
+            });
+            let first = PassedInput { responses, state: upstream_state, tasks: false };
+            let input_first = by_gateway.is_some_and(|t| t.input_before_task);
+            let start = task_run::Start { origin, binding, modern_upstream: modern, input_first, first, call };
+            return self.run_as_task(ctx, context, start).await;
+        }
+        let (tool, arguments) = (tool.to_owned(), request.arguments);
         let start = move |exchange: Exchange| async move {
             let Exchange { downstream, timeout, cancelled, passed } = exchange;
             let call = UpstreamCall { tool: &tool, arguments, downstream, timeout, cancelled, passed };
@@ -184,6 +220,12 @@ impl GatewayServer {
             other => other,
         }
     }
+}
+
+/// The refusal of a tool that runs only as a task to a caller that did not declare the tasks
+/// extension (-32021, naming it).
+fn tasks_required() -> ErrorData {
+    ErrorData::missing_required_client_capability(rmcp::model::ClientCapabilities::builder().enable_tasks().build())
 }
 
 /// Marks an upstream's final result `resultType: "complete"` where it left it out: a

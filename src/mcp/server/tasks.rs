@@ -57,7 +57,7 @@ impl Method {
 
 /// The status as the extension (and the task's row) names it. One this gateway does not know
 /// is not an end: the task is kept as still working.
-fn status_name(status: &TaskStatus) -> &'static str {
+pub(super) fn status_name(status: &TaskStatus) -> &'static str {
     match status {
         TaskStatus::Working => "working",
         TaskStatus::InputRequired => "input_required",
@@ -69,20 +69,20 @@ fn status_name(status: &TaskStatus) -> &'static str {
 }
 
 /// The answer to a task the caller may not see: exactly that of one that does not exist.
-fn unknown_task() -> ErrorData {
+pub(super) fn unknown_task() -> ErrorData {
     ErrorData::invalid_params("Failed to retrieve task: Task not found", None)
 }
 
-fn internal(e: impl std::fmt::Display) -> ErrorData {
+pub(super) fn internal(e: impl std::fmt::Display) -> ErrorData {
     tracing::error!(error = %e, "task store failed");
     ErrorData::internal_error("internal error", None)
 }
 
-/// What the gateway reached of a caller's task: its row and the upstream serving it.
+/// What the gateway reached of a caller's task: its row and, for a task of the upstream's own,
+/// the upstream serving it (`None`: the gateway runs the task, see `task_run`).
 struct Reached {
     row: TaskRow,
-    connection: Arc<Connection>,
-    upstream: crate::proxy::Upstream,
+    upstream: Option<(Arc<Connection>, crate::proxy::Upstream)>,
 }
 
 impl GatewayServer {
@@ -104,7 +104,7 @@ impl GatewayServer {
             server: origin.server,
             tool: origin.tool,
             caps: origin.caps.key(),
-            upstream_task_id: std::mem::take(&mut created.task.task_id),
+            upstream_task_id: Some(std::mem::take(&mut created.task.task_id)),
             args_digest: origin.args_digest,
             status: status_name(&created.task.status).to_owned(),
             created_at: now,
@@ -112,6 +112,9 @@ impl GatewayServer {
             expires_at: tasks::expiry(now, created.task.ttl_ms),
             terminal_at: None,
             cancel_requested_at: None,
+            lease_until: None,
+            result: None,
+            error: None,
         };
         let stored = async {
             let mut conn = self.shared.db.pool().acquire().await?;
@@ -139,8 +142,10 @@ impl GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let (ctx, reached) = self.reach(Method::Get, &request.task_id, &context).await?;
-        let upstream =
-            ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(&reached.row.upstream_task_id)));
+        let Some(upstream_id) = reached.row.upstream_task_id.clone() else {
+            return self.get_run_task(reached.row, request.task_id).await;
+        };
+        let upstream = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(upstream_id)));
         let answer = self.relay_task(&ctx, &context, &reached, upstream).await?;
         let ServerResult::GetTaskResult(mut result) = answer else {
             return Err(ErrorData::internal_error("the upstream answered tasks/get with something else", None));
@@ -159,7 +164,10 @@ impl GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let (ctx, reached) = self.reach(Method::Update, &request.task_id, &context).await?;
-        let mut params = UpdateTaskParams::new(&reached.row.upstream_task_id, request.input_responses);
+        let Some(upstream_id) = reached.row.upstream_task_id.clone() else {
+            return self.update_run_task(&reached.row, request.input_responses).await;
+        };
+        let mut params = UpdateTaskParams::new(upstream_id, request.input_responses);
         params.meta = None;
         let upstream = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(params));
         match self.relay_task(&ctx, &context, &reached, upstream).await? {
@@ -180,9 +188,9 @@ impl GatewayServer {
         drop(conn);
         let event = self.task_event(&ctx, &context, "tasks/cancel", &reached.row.tool, None, Outcome::Ok, None);
         self.shared.audit.record_or_withhold(event, &reached.row.tool).await?;
-        let upstream = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(
-            &reached.row.upstream_task_id,
-        )));
+        // A task the gateway runs: the replica running it reads the cancel from the row.
+        let Some(upstream_id) = reached.row.upstream_task_id.clone() else { return Ok(()) };
+        let upstream = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(upstream_id)));
         match self.relay_task(&ctx, &context, &reached, upstream).await? {
             ServerResult::TaskAckResult(_) => Ok(()),
             _ => Err(ErrorData::internal_error("the upstream answered tasks/cancel with something else", None)),
@@ -210,7 +218,7 @@ impl GatewayServer {
         let (row, refusal) = match self.find(&ctx, handle).await? {
             None => (None, "unknown_task"),
             Some(row) => match self.route_task(&ctx, &row).await {
-                Ok(Some((connection, upstream))) => return Ok((ctx, Reached { row, connection, upstream })),
+                Ok(Some(upstream)) => return Ok((ctx, Reached { row, upstream })),
                 Ok(None) => (Some(row), "not_granted"),
                 Err(e) => {
                     let event = self.task_event(
@@ -246,13 +254,14 @@ impl GatewayServer {
         rows::find_owned(&mut conn, &id, ctx.tenant_id(), ctx.user_id(), now).await.map_err(internal)
     }
 
-    /// The connection and upstream of the task's server on the connection it was created on,
-    /// when the caller's grants still allow the tool (`None` otherwise).
+    /// When the caller's grants still allow the task's tool on its server (`None` otherwise):
+    /// for a task of the upstream's own, the connection it was created on and its upstream.
+    #[allow(clippy::type_complexity)]
     async fn route_task(
         &self,
         ctx: &McpCallContext,
         row: &TaskRow,
-    ) -> Result<Option<(Arc<Connection>, crate::proxy::Upstream)>, ProxyError> {
+    ) -> Result<Option<Option<(Arc<Connection>, crate::proxy::Upstream)>>, ProxyError> {
         let Some(caps) = RelayCaps::from_key(&row.caps) else { return Ok(None) };
         let upstreams = &self.shared.upstreams;
         let snapshot = upstreams
@@ -264,8 +273,11 @@ impl GatewayServer {
             return Ok(None);
         }
         let Some(connection) = snapshot.connection(server).cloned() else { return Ok(None) };
+        if row.upstream_task_id.is_none() {
+            return Ok(Some(None));
+        }
         match upstreams.upstream_with(&connection, name, ctx).await? {
-            Some(upstream) => Ok(Some((connection, upstream))),
+            Some(upstream) => Ok(Some(Some((connection, upstream)))),
             None => Ok(None),
         }
     }
@@ -278,12 +290,14 @@ impl GatewayServer {
         reached: &Reached,
         request: ClientRequest,
     ) -> Result<ServerResult, ErrorData> {
+        let Some((connection, upstream)) = &reached.upstream else {
+            return Err(ErrorData::internal_error("internal error", None));
+        };
         let mut exchange = self.exchange(ctx, context);
         exchange.passed = Some(PassedInput { responses: None, state: None, tasks: true });
-        let peer = reached.upstream.peer();
         self.shared
             .upstreams
-            .exchange(&reached.connection, peer, ctx, request, exchange)
+            .exchange(connection, upstream.peer(), ctx, request, exchange)
             .await
             .map_err(ProxyError::into_error_data)
     }
@@ -317,7 +331,7 @@ impl GatewayServer {
 
     /// An audit event of `action` on a task of `tool`, by this caller.
     #[allow(clippy::too_many_arguments)]
-    fn task_event(
+    pub(super) fn task_event(
         &self,
         ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
