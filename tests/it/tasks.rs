@@ -616,3 +616,32 @@ async fn bounded_result(backend: Backend) {
     assert_eq!(tasks.live.count("SELECT COUNT(*) FROM tasks WHERE result IS NOT NULL").await, 0);
 }
 both_dbs!(a_result_beyond_the_bound_fails_the_task, bounded_result);
+
+/// On a remote executor (the fixture over stdio on the agent's machine): a task of the
+/// upstream's own is relayed through the executor tunnel, and one the gateway runs calls
+/// through it too.
+async fn on_a_remote_executor(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    let declaration = |extra: &[&str], tasks: Value| {
+        let mut args = vec!["tasks", "stdio"];
+        args.extend_from_slice(extra);
+        json!({"command": FIXTURE, "args": args, "cwd": "work", "protocolVersion": "2026-07-28", "tasks": tasks})
+    };
+    site.serve("acme", "far", &declaration(&[], json!({})), "build-01").await;
+    let gateway_run = json!({"slow_compute": "optional"});
+    site.serve("acme", "farnx", &declaration(&["--no-extension"], gateway_run), "build-01").await;
+    let _agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__slow_compute").await;
+
+    let olivia = client(&site.live, "olivia@acme.test", true).await;
+    for tool in ["far__slow_compute", "farnx__slow_compute"] {
+        let handle = task_of(&olivia, tool, json!({"seconds": 1, "label": tool})).await.task.task_id;
+        let done = until(&olivia, &handle, TaskStatus::Completed).await;
+        assert_eq!(text_of(&done), format!("computed {tool} after 1s"));
+    }
+    let relayed = site.live.count("SELECT COUNT(*) FROM tasks WHERE upstream_task_id IS NOT NULL").await;
+    let run = site.live.count("SELECT COUNT(*) FROM tasks WHERE upstream_task_id IS NULL").await;
+    assert_eq!((relayed, run), (1, 1));
+}
+both_dbs!(tasks_on_a_remote_executor, on_a_remote_executor);

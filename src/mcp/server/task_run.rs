@@ -45,8 +45,11 @@ const PROMOTE_AFTER: Duration = Duration::from_millis(250);
 /// How often the replica running a task reads its row.
 const POLL: Duration = Duration::from_millis(200);
 
-/// How long a lease lasts past the last check of the running replica.
+/// How long a lease lasts past its last renewal by the running replica.
 const LEASE_MS: i64 = 10_000;
+
+/// How often the running replica renews its lease (a write; the row is read every [`POLL`]).
+const RENEW_EVERY_MS: i64 = 2_000;
 
 /// The most rounds of questions a 2026-07-28 upstream may ask in one task.
 const MAX_ROUNDS: usize = 10;
@@ -197,6 +200,7 @@ impl GatewayServer {
             asked,
             waiting: HashMap::new(),
             minted: 0,
+            renewed: now,
         };
         let again = move |passed: PassedInput| (call)(exchange(Some(passed)));
         tokio::spawn(runner.drive(early, running, modern_upstream, again).in_current_span());
@@ -276,6 +280,8 @@ struct Runner {
     /// The questions waiting for an answer, by key.
     waiting: HashMap<String, oneshot::Sender<Value>>,
     minted: u64,
+    /// When the lease was last renewed (epoch ms).
+    renewed: i64,
 }
 
 /// Why a task stopped before its call ended.
@@ -414,9 +420,12 @@ impl Runner {
         if now >= self.expires_at {
             return Err(Stop::Expired);
         }
+        let renew = now - self.renewed >= RENEW_EVERY_MS;
         let checked = async {
             let mut conn = self.db.pool().acquire().await?;
-            rows::renew_lease(&mut conn, &self.id, now + LEASE_MS).await?;
+            if renew {
+                rows::renew_lease(&mut conn, &self.id, now + LEASE_MS).await?;
+            }
             let row = rows::find(&mut conn, &self.id).await?;
             let answers = rows::take_answers(&mut conn, &self.id, now).await?;
             Ok::<_, crate::store::StoreError>((row, answers, conn))
@@ -428,6 +437,9 @@ impl Runner {
                 return Ok(());
             }
         };
+        if renew {
+            self.renewed = now;
+        }
         match row {
             // Gone (its user deleted, or purged): nobody can see it any more.
             None => return Err(Stop::Cancelled),
