@@ -6,7 +6,7 @@
 //! no audit event), a revocation applied by every replica, and rate limits that hold for the
 //! cluster.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 
@@ -14,70 +14,14 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// A `scopegate serve` process; killed when dropped. Its stderr is drained on a thread (a
-/// full pipe would stall the gateway) and kept for failure messages.
-struct Replica {
-    child: Child,
-    addr: String,
-    log: Arc<std::sync::Mutex<String>>,
-}
-
-impl Replica {
-    fn start(dir: &std::path::Path, db_url: &str) -> Self {
-        Self::start_with(dir, db_url, &[])
-    }
-
-    /// A replica with further `SCOPEGATE_*` settings (after the defaults below, so they win).
-    fn start_with(dir: &std::path::Path, db_url: &str, env: &[(&str, &str)]) -> Self {
-        let mut command = scopegate(dir);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .env("SCOPEGATE_DATABASE__URL", db_url)
-            .env("SCOPEGATE_SERVER__PUBLIC_URL", PUBLIC_URL)
-            // The replicas take the whole load of one tenant; the rate limits are not under test.
-            .env("SCOPEGATE_LIMITS__TENANT_PER_SEC", "0")
-            .env("SCOPEGATE_LIMITS__USER_PER_SEC", "0");
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn scopegate serve");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut seen = String::new();
-        let addr = loop {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap() == 0 {
-                panic!("the gateway exited before listening: {seen}");
-            }
-            if let Some(rest) = line.strip_prefix("scopegate listening on http://") {
-                break rest.trim().to_owned();
-            }
-            seen.push_str(&line);
-        };
-        let log = Arc::new(std::sync::Mutex::new(seen));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = stderr.read_to_string(&mut rest);
-            sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&rest);
-        });
-        Self { child, addr, log }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 const CLIENTS_PER_REPLICA: usize = 4;
 const ROUNDS: usize = 15;
 
 async fn two_replicas_append_to_one_chain(backend: Backend) {
     let Prepared { config, db, test_db, .. } = TestGateway::new(backend).prepare().await;
     let dir = tempfile::tempdir().unwrap();
-    let replicas = [Replica::start(dir.path(), &test_db.url), Replica::start(dir.path(), &test_db.url)];
+    let replicas =
+        [Replica::start(dir.path(), &test_db.url, PUBLIC_URL), Replica::start(dir.path(), &test_db.url, PUBLIC_URL)];
     let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
 
     let mut tasks = Vec::new();
@@ -289,7 +233,8 @@ impl Cluster {
     async fn start(env: &[(&str, &str)]) -> Self {
         let Prepared { config, db, test_db, .. } = TestGateway::new(Backend::Postgres).prepare().await;
         let dir = tempfile::tempdir().unwrap();
-        let replicas: Vec<Replica> = (0..3).map(|_| Replica::start_with(dir.path(), &test_db.url, env)).collect();
+        let replicas: Vec<Replica> =
+            (0..3).map(|_| Replica::start_with(dir.path(), &test_db.url, PUBLIC_URL, env)).collect();
         let balancer = Balancer::start(dir.path(), &replicas.iter().collect::<Vec<_>>()).await;
         let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
         Self { replicas, balancer, db, token, test_db, dir }

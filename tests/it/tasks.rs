@@ -268,6 +268,26 @@ async fn foreign_handles(backend: Backend) {
     tx.commit().await.unwrap();
     eventually("the grant back shows it again", || async { get(&wanda, &handle).await.is_ok() }).await;
 
+    // Her role revoked: her task is unknown to her at once (and to everyone else, as before).
+    let mut tx = live.db.begin().await.unwrap();
+    sqlx::query("DELETE FROM user_roles WHERE user_id = (SELECT id FROM users WHERE subject = 'wanda@acme.test')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    eventually("the revoked role hides the task", || async { get(&wanda, &handle).await.is_err() }).await;
+    assert_eq!(same(get(&wanda, &handle).await.unwrap_err()), expected);
+    let mut tx = live.db.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO user_roles (tenant_id, user_id, role) SELECT tenant_id, id, 'worker' FROM users \
+         WHERE subject = 'wanda@acme.test'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    eventually("the role back shows it again", || async { get(&wanda, &handle).await.is_ok() }).await;
+
     // Expired (its row's expiry passed; the handle's own is a day away): unknown.
     let mut tx = live.db.begin().await.unwrap();
     sqlx::query("UPDATE tasks SET expires_at = 1").execute(&mut *tx).await.unwrap();
@@ -645,3 +665,27 @@ async fn on_a_remote_executor(backend: Backend) {
     assert_eq!((relayed, run), (1, 1));
 }
 both_dbs!(tasks_on_a_remote_executor, on_a_remote_executor);
+
+/// Another gateway process on the same database (`scopegate serve`, not in this process)
+/// answers polls of tasks made here, of both kinds, and its cancel reaches the replica
+/// running a task the gateway runs.
+async fn another_process(backend: Backend) {
+    let tasks = Tasks::start(backend).await;
+    let live = &tasks.live;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = live.config.auth.hs256_secret.expose().to_owned();
+    let env = [("SCOPEGATE_AUTH__HS256_SECRET", secret.as_str()), ("SCOPEGATE_MCP__STATELESS", "true")];
+    let other = Replica::start_with(dir.path(), live.config.database.url.expose(), &live.config.public_url(), &env);
+    let token = live.token_for("olivia@acme.test");
+    let here = client(live, "olivia@acme.test", true).await;
+    let there = client_at(&format!("http://{}/mcp", other.addr), &token, true).await;
+
+    let relayed = task_of(&here, "slow_compute", json!({"seconds": 1, "label": "here"})).await.task.task_id;
+    assert_eq!(text_of(&until(&there, &relayed, TaskStatus::Completed).await), "computed here after 1s");
+    let run = task_of(&here, "nx__slow_compute", json!({"seconds": 60, "label": "run"})).await.task.task_id;
+    assert_eq!(get(&there, &run).await.unwrap().task.task.status, TaskStatus::Working);
+    there.cancel_task(CancelTaskParams::new(&run)).await.unwrap();
+    assert_eq!(until(&here, &run, TaskStatus::Cancelled).await.task.task.status, TaskStatus::Cancelled);
+    eventually("the upstream saw the cancel", || async { tasks.marked().contains("cancelled slow_compute") }).await;
+}
+both_dbs!(another_gateway_process_answers_polls_and_cancels, another_process);

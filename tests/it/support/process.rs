@@ -1,7 +1,10 @@
 //! The `scopegate` binary as a child process (clean of the caller's `SCOPEGATE_*`
-//! environment), its outcome, and whether a process still runs.
+//! environment), its outcome, whether a process still runs, and `scopegate serve` processes
+//! (replicas on one database).
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 use super::wait::eventually;
 
@@ -46,4 +49,64 @@ pub fn pid_alive(pid: u64) -> bool {
 /// Waits until process `pid` (`what`) no longer runs.
 pub async fn wait_gone(pid: u64, what: &str) {
     eventually(format!("{what} (pid {pid}) is still running"), || async { !pid_alive(pid) }).await
+}
+
+/// A `scopegate serve` process; killed when dropped. Its stderr is drained on a thread (a
+/// full pipe would stall the gateway) and kept for failure messages.
+pub struct Replica {
+    pub child: Child,
+    /// `HOST:PORT` it listens on.
+    pub addr: String,
+    pub log: Arc<std::sync::Mutex<String>>,
+}
+
+impl Replica {
+    /// `scopegate serve` in `dir` on the database at `db_url`, its public URL (the tokens'
+    /// audience) `public_url`.
+    pub fn start(dir: &std::path::Path, db_url: &str, public_url: &str) -> Self {
+        Self::start_with(dir, db_url, public_url, &[])
+    }
+
+    /// A replica with further `SCOPEGATE_*` settings (after the defaults below, so they win).
+    pub fn start_with(dir: &std::path::Path, db_url: &str, public_url: &str, env: &[(&str, &str)]) -> Self {
+        let mut command = scopegate(dir);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("SCOPEGATE_DATABASE__URL", db_url)
+            .env("SCOPEGATE_SERVER__PUBLIC_URL", public_url)
+            // The replicas take the whole load of one tenant; the rate limits are not under test.
+            .env("SCOPEGATE_LIMITS__TENANT_PER_SEC", "0")
+            .env("SCOPEGATE_LIMITS__USER_PER_SEC", "0");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn scopegate serve");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        let addr = loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                panic!("the gateway exited before listening: {seen}");
+            }
+            if let Some(rest) = line.strip_prefix("scopegate listening on http://") {
+                break rest.trim().to_owned();
+            }
+            seen.push_str(&line);
+        };
+        let log = Arc::new(std::sync::Mutex::new(seen));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&rest);
+        });
+        Self { child, addr, log }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
