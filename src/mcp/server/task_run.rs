@@ -163,21 +163,7 @@ impl GatewayServer {
             result: None,
             error: None,
         };
-        let stored = async {
-            let mut conn = shared.db.pool().acquire().await?;
-            rows::insert(&mut conn, &row).await
-        };
-        if let Err(e) = stored.await {
-            cancel.cancel();
-            tracing::error!(error = %e, "recording a task failed");
-            return Err(ProxyError::Upstream(ErrorData::internal_error("internal error", None)));
-        }
-        let event = self.task_event(ctx, context, "tasks/create", &row.tool, Some(&row.args_digest), Outcome::Ok, None);
-        if let Err(withheld) = shared.audit.record_or_withhold(event, &row.tool).await {
-            cancel.cancel();
-            return Err(ProxyError::Upstream(withheld.into()));
-        }
-        let handle = tasks::mint(&shared.tasks_key, &row.id, row.tenant, row.user, row.expires_at);
+        let handle = self.record_task(ctx, context, &row).await.inspect_err(|_| cancel.cancel())?;
         let ttl = u64::try_from(row.expires_at - row.created_at).unwrap_or(0);
         let task = Task::new(handle, rmcp::model::TaskStatus::Working, iso(now), iso(now))
             .with_ttl_ms(ttl)

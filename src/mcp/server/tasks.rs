@@ -116,9 +116,26 @@ impl GatewayServer {
             result: None,
             error: None,
         };
+        created.task.task_id = self.record_task(ctx, context, &row).await?;
+        // The gateway keeps the task no longer than this.
+        let left = u64::try_from(row.expires_at - now).unwrap_or(0);
+        created.task.ttl_ms = Some(created.task.ttl_ms.map_or(left, |t| t.min(left)));
+        created.task.poll_interval_ms.get_or_insert(tasks::DEFAULT_POLL_MS);
+        created.meta = None;
+        Ok(created)
+    }
+
+    /// Records a new task and audits its creation, before the caller learns of it; returns the
+    /// caller's handle. Fails closed: no row or no event, no handle.
+    pub(super) async fn record_task(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+        row: &TaskRow,
+    ) -> Result<String, ProxyError> {
         let stored = async {
             let mut conn = self.shared.db.pool().acquire().await?;
-            rows::insert(&mut conn, &row).await
+            rows::insert(&mut conn, row).await
         };
         if let Err(e) = stored.await {
             tracing::error!(error = %e, "recording a task failed");
@@ -126,13 +143,7 @@ impl GatewayServer {
         }
         let event = self.task_event(ctx, context, "tasks/create", &row.tool, Some(&row.args_digest), Outcome::Ok, None);
         self.shared.audit.record_or_withhold(event, &row.tool).await.map_err(|w| ProxyError::Upstream(w.into()))?;
-        created.task.task_id = tasks::mint(&self.shared.tasks_key, &row.id, row.tenant, row.user, row.expires_at);
-        // The gateway keeps the task no longer than this.
-        let left = u64::try_from(row.expires_at - now).unwrap_or(0);
-        created.task.ttl_ms = Some(created.task.ttl_ms.map_or(left, |t| t.min(left)));
-        created.task.poll_interval_ms.get_or_insert(tasks::DEFAULT_POLL_MS);
-        created.meta = None;
-        Ok(created)
+        Ok(tasks::mint(&self.shared.tasks_key, &row.id, row.tenant, row.user, row.expires_at))
     }
 
     /// `tasks/get`: the upstream's state of the caller's task, under the caller's handle.
