@@ -90,6 +90,9 @@ impl Gateway {
         let cursor_secret = db.shared_key("cursors").await?;
         // So are the handles of tasks: a poll is answered on any replica.
         let task_secret = db.shared_key("tasks").await?;
+        // And multi round-trip states: a retry that lands on another replica is sent on to
+        // the one where its exchange waits.
+        let rounds_secret = db.shared_key("rounds").await?;
         let vault = token_key.map(|key| Arc::new(crate::store::vault::TokenVault::new(db.clone(), key)));
         let checkpointer = match checkpoints {
             Some((key, sink)) => Some(crate::audit::checkpoint::Checkpointer::new(db.clone(), key, sink)?),
@@ -118,18 +121,22 @@ impl Gateway {
             AssertionSigner::new(config.public_url(), Duration::from_secs(config.upstream.assertion_ttl_secs))?
                 .with_reuse(Duration::from_millis(config.upstream.assertion_reuse_ms)),
         );
+        // Before anything is served: the signing key is published for every replica's JWKS.
+        let cluster = crate::cluster::Cluster::join(&config, &db, Arc::clone(&assertions)).await?;
         let state = AppState {
             config: Arc::new(config),
             db,
             sessions: Arc::new(SessionRegistry::new()),
             audit,
             assertions,
+            cluster,
             vault,
             gate,
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
-        let agents = crate::executor::remote::Agents::new();
+        let agents =
+            crate::executor::remote::Agents::clustered(Arc::clone(&state.cluster), crate::tunnel::Settings::configured(&state.config.upstream));
         let oauth =
             state.vault.as_ref().map(|v| crate::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
         let upstreams = crate::proxy::Upstreams::from_config(
@@ -158,14 +165,12 @@ impl Gateway {
             audit: &state.audit,
             cursor_secret,
             task_secret,
+            rounds_secret,
+            cluster: &state.cluster,
         };
         let mcp = crate::mcp::service(shares, tools, Arc::clone(&upstreams), state.shutdown.clone());
         let router = crate::http::gateway_router(&state, mcp, protected(&state), &agents, &upstreams);
-        spawn_key_rotation(
-            Arc::clone(&state.assertions),
-            Duration::from_secs(state.config.upstream.key_rotation_secs),
-            state.shutdown.clone(),
-        );
+        state.cluster.spawn(Duration::from_secs(state.config.upstream.key_rotation_secs), state.shutdown.clone());
         if let Some(checkpointer) = checkpointer {
             checkpointer
                 .spawn(Duration::from_secs(state.config.audit.checkpoint_interval_secs), state.shutdown.clone());
@@ -278,22 +283,6 @@ fn spawn_task_purge(db: Db, every: Duration, stop: tokio_util::sync::Cancellatio
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(purged = n, "expired tasks deleted"),
                 Err(e) => tracing::warn!(error = %e, "deleting expired tasks failed; trying again"),
-            }
-        }
-    });
-}
-
-fn spawn_key_rotation(signer: Arc<AssertionSigner>, every: Duration, stop: tokio_util::sync::CancellationToken) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {
-                    if let Err(e) = signer.rotate() {
-                        tracing::error!(error = %e, "assertion key rotation failed; keeping the current key");
-                    }
-                }
             }
         }
     });

@@ -73,6 +73,18 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub upstream: UpstreamConfig,
     pub telemetry: TelemetryConfig,
+    pub cluster: ClusterConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The base URL other replicas reach this one at; empty: derived from `server.listen`
+    /// (its own address, or, listening on every address, the first one this host's name
+    /// resolves to).
+    pub internal_url: String,
+    /// How often a replica says it is alive; three missed heartbeats and it is taken for gone.
+    pub heartbeat_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -330,6 +342,14 @@ impl Config {
 
     /// Checks what serde cannot: presence of a verification key, URL shapes, bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        if !(c.internal_url.is_empty() || c.internal_url.starts_with("http://") || c.internal_url.starts_with("https://"))
+        {
+            return Err(ConfigError::invalid("cluster.internal_url", "must be an http(s) URL, or empty"));
+        }
+        if !(100..=60_000).contains(&c.heartbeat_ms) {
+            return Err(ConfigError::invalid("cluster.heartbeat_ms", "must be between 100 and 60000"));
+        }
         let a = &self.auth;
         if a.hs256_secret.is_empty() && a.jwks_file.is_none() && a.jwks_url.is_none() {
             return Err(ConfigError::invalid(

@@ -59,17 +59,20 @@ pub(crate) struct Inspection {
     id: Option<RequestId>,
     method: Option<Box<str>>,
     name: Option<Box<str>>,
+    /// `params.requestState` and `params.taskId`, when strings (what a stateless request
+    /// continues: see `mcp`).
+    state: Option<Box<str>>,
+    task: Option<Box<str>>,
 }
 
 impl Inspection {
     pub(crate) fn of(body: Bytes) -> Self {
-        let (shape, id, method, name) = match inspect(&body) {
-            Ok(Envelope { id, method, params, .. }) => {
-                (Ok(()), id, method.map(|m| m.into()), params.and_then(|p| p.name))
-            }
+        let (shape, id, method, params) = match inspect(&body) {
+            Ok(Envelope { id, method, params, .. }) => (Ok(()), id, method.map(|m| m.into()), params),
             Err(malformed) => (Err(malformed), None, None, None),
         };
-        Self { body, shape, id, method, name }
+        let ParamsProbe { name, state, task } = params.unwrap_or_default();
+        Self { body, shape, id, method, name, state, task }
     }
 
     /// The JSON-RPC id of the message (`None` for a notification or a malformed body).
@@ -97,6 +100,16 @@ impl Inspection {
         self.name.as_deref()
     }
 
+    /// `params.requestState` when it is a string (a multi round-trip retry).
+    pub(crate) fn request_state(&self) -> Option<&str> {
+        self.state.as_deref()
+    }
+
+    /// `params.taskId` when it is a string (a `tasks/*` request).
+    pub(crate) fn task_id(&self) -> Option<&str> {
+        self.task.as_deref()
+    }
+
     /// Whether this inspection is of exactly `bytes` (the same buffer, not merely equal
     /// contents: comparing four megabytes per request to learn what is almost always true
     /// would cost more than inspecting again).
@@ -121,10 +134,13 @@ fn inspect(bytes: &[u8]) -> Result<Envelope<'_>, Malformed> {
     }
 }
 
-/// `params`, of which only a string `name` member is kept; any other shape is skipped (its
-/// syntax checked) and judged by the transport and the handler.
+/// `params`, of which only the string members `name`, `requestState` and `taskId` are kept;
+/// any other shape is skipped (its syntax checked) and judged by the transport and the handler.
+#[derive(Default)]
 struct ParamsProbe {
     name: Option<Box<str>>,
+    state: Option<Box<str>>,
+    task: Option<Box<str>>,
 }
 
 impl<'de> Deserialize<'de> for ParamsProbe {
@@ -143,51 +159,56 @@ impl<'de> Visitor<'de> for ParamsVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ParamsProbe, A::Error> {
-        let mut name = None;
+        let mut probe = ParamsProbe::default();
         while let Some(key) = map.next_key::<Key>()? {
             match key {
-                Key::Name => name = map.next_value::<NameProbe>()?.0,
+                Key::Name => probe.name = map.next_value::<NameProbe>()?.0,
+                Key::RequestState => probe.state = map.next_value::<NameProbe>()?.0,
+                Key::TaskId => probe.task = map.next_value::<NameProbe>()?.0,
                 Key::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(ParamsProbe { name })
+        Ok(probe)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ParamsProbe, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<ParamsProbe, E> {
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<ParamsProbe, E> {
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<ParamsProbe, E> {
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<ParamsProbe, E> {
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 
     fn visit_str<E: de::Error>(self, _: &str) -> Result<ParamsProbe, E> {
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<ParamsProbe, E> {
-        Ok(ParamsProbe { name: None })
+        Ok(ParamsProbe::default())
     }
 }
 
-/// A member name of `params`: `name` or anything else (compared without allocating).
+/// A member name of `params`: one of those kept, or anything else (compared without
+/// allocating).
 enum Key {
     Name,
+    RequestState,
+    TaskId,
     Other,
 }
 
@@ -200,14 +221,19 @@ impl<'de> Deserialize<'de> for Key {
                 f.write_str("a member name")
             }
             fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
-                Ok(if key == "name" { Key::Name } else { Key::Other })
+                Ok(match key {
+                    "name" => Key::Name,
+                    "requestState" => Key::RequestState,
+                    "taskId" => Key::TaskId,
+                    _ => Key::Other,
+                })
             }
         }
         deserializer.deserialize_identifier(KeyVisitor)
     }
 }
 
-/// The value of `params.name`: kept when it is a string, skipped otherwise.
+/// The value of a kept member of `params`: kept when it is a string, skipped otherwise.
 struct NameProbe(Option<Box<str>>);
 
 impl<'de> Deserialize<'de> for NameProbe {

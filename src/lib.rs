@@ -9,6 +9,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod decl;

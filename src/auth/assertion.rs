@@ -80,6 +80,25 @@ fn generate() -> Result<SigningKey, AssertionError> {
     Ok(SigningKey { pair, header, jwk, retired: None })
 }
 
+fn kid_of(jwk: &Value) -> String {
+    jwk["kid"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A key made but not signing yet: published first (where every replica's JWKS lists it),
+/// then installed with [`AssertionSigner::install`].
+pub struct NextKey(SigningKey);
+
+impl NextKey {
+    pub fn generate() -> Result<Self, AssertionError> {
+        generate().map(Self)
+    }
+
+    /// Its id and its public JWK.
+    pub fn public(&self) -> (String, Value) {
+        (kid_of(&self.0.jwk), self.0.jwk.clone())
+    }
+}
+
 /// An assertion's claims, borrowed from the caller.
 #[derive(Serialize)]
 struct Claims<'a> {
@@ -124,7 +143,20 @@ impl AssertionSigner {
     /// Starts signing with a new key. The old one stays published for one assertion lifetime
     /// (plus a second of slack), then is dropped.
     pub fn rotate(&self) -> Result<(), AssertionError> {
-        let fresh = generate()?;
+        self.install(NextKey(generate()?));
+        Ok(())
+    }
+
+    /// The key signing now: its id and its public JWK.
+    pub fn current(&self) -> (String, Value) {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let current = keys.iter().rev().find(|k| k.retired.is_none()).unwrap_or(&keys[keys.len() - 1]);
+        (kid_of(&current.jwk), current.jwk.clone())
+    }
+
+    /// Starts signing with `next` (see [`NextKey`]); the old key is retired as by [`Self::rotate`].
+    pub fn install(&self, next: NextKey) {
+        let fresh = next.0;
         let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         for k in keys.iter_mut() {
@@ -134,7 +166,6 @@ impl AssertionSigner {
         drop(keys);
         // From now on every assertion is signed with the new key.
         self.recent.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        Ok(())
     }
 
     fn prune(&self) {

@@ -151,6 +151,24 @@ impl PathUri {
         Ok(PathUri { root, segments })
     }
 
+    /// A root an agent reports, read in its own convention: a drive letter (`file:///C:/x`) or
+    /// a server name (`file://server/share`) makes it a Windows path, anything else POSIX.
+    pub fn parse_reported(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix("file:")?;
+        let (authority, path) = match rest.strip_prefix("//") {
+            Some(after) => after.split_at(after.find('/').unwrap_or(after.len())),
+            None => ("", rest),
+        };
+        let drive =
+            path.as_bytes().get(1).is_some_and(u8::is_ascii_alphabetic) && path.as_bytes().get(2) == Some(&b':');
+        let style = if drive || !(authority.is_empty() || authority == "localhost") {
+            PathStyle::Windows
+        } else {
+            PathStyle::Posix
+        };
+        Self::parse(text, style).ok()
+    }
+
     /// The gateway host's own absolute path (POSIX), as a URI: for the local executor's plugin
     /// root, which the gateway reads from its own working directory. `.` and `..` are refused
     /// rather than normalized, since a host path may cross symlinks.

@@ -3,27 +3,34 @@
 //! (the first keeps it; the second is refused until the first is gone). Never authenticates an
 //! agent (the connect route does) and never opens a server (the host handler does); reading a
 //! file through a connected agent is in `file`.
+//!
+//! With replicas (a [`Cluster`]), an agent connected here is registered for the others, and an
+//! agent connected to another replica is reached through it ([`Agents::reach`], over a link:
+//! see `link`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cluster::Cluster;
 use crate::decl::PathUri;
 use crate::store::entities::Executor as ExecutorRow;
 use crate::telemetry::metrics;
-use crate::tunnel::TunnelHandle;
+use crate::tunnel::{Settings, TunnelHandle};
 
 /// How long a name stays reserved for an agent whose upgrade has not completed.
 const UPGRADE_GRACE: Duration = Duration::from_secs(10);
 
-/// A connected agent, as the host handler uses it.
+/// A connected agent, as the host handler uses it: its own tunnel, or a link to the replica
+/// that holds it (channels are opened on either alike).
 #[derive(Clone)]
 pub struct AgentLink {
-    pub executor: ExecutorRow,
     /// The agent's own root: every path of a server opened there stays inside it.
     pub root: PathUri,
     pub tunnel: TunnelHandle,
+    /// The replica it is reached through (`None`: connected here).
+    pub via: Option<String>,
 }
 
 enum State {
@@ -33,7 +40,6 @@ enum State {
 
 struct Slot {
     serial: u64,
-    executor: ExecutorRow,
     root: PathUri,
     secret_hash: String,
     state: State,
@@ -64,6 +70,10 @@ pub struct Agents {
     serial: AtomicU64,
     /// Bumped whenever an agent connects or disconnects: what follows readiness watches it.
     changes: tokio::sync::watch::Sender<u64>,
+    /// The other replicas, when there may be any, and the tunnel settings of links to them.
+    cluster: Option<(Arc<Cluster>, Settings)>,
+    /// Links to agents connected to other replicas, by executor name.
+    relayed: Mutex<HashMap<String, AgentLink>>,
 }
 
 impl Default for Agents {
@@ -73,6 +83,8 @@ impl Default for Agents {
             roots: Mutex::default(),
             serial: AtomicU64::new(0),
             changes: tokio::sync::watch::Sender::new(0),
+            cluster: None,
+            relayed: Mutex::default(),
         }
     }
 }
@@ -84,6 +96,56 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Agents {
     pub fn new() -> Arc<Self> {
         Arc::default()
+    }
+
+    /// The agents of a replica among others: those connected here are registered for the
+    /// others, and those connected elsewhere are reached through links with `settings`.
+    pub fn clustered(cluster: Arc<Cluster>, settings: Settings) -> Arc<Self> {
+        Arc::new(Self { cluster: Some((cluster, settings)), ..Self::default() })
+    }
+
+    /// Executor `name`'s agent wherever it is connected: here, or through the replica that
+    /// holds it (a link kept for the next call, dropped when that replica drops the agent).
+    pub async fn reach(&self, name: &str) -> Option<AgentLink> {
+        if let Some(link) = self.link(name) {
+            metrics::executor_channel("local");
+            return Some(link);
+        }
+        let (cluster, settings) = self.cluster.as_ref()?;
+        let cached = lock(&self.relayed).get(name).filter(|l| !l.tunnel.is_closed()).cloned();
+        if let Some(link) = cached {
+            metrics::executor_channel("relayed");
+            return Some(link);
+        }
+        for holder in cluster.agent_holders(name).await {
+            let Some(root) = PathUri::parse_reported(&holder.root) else {
+                tracing::warn!(executor = name, root = %holder.root, "a replica registered an unreadable root");
+                continue;
+            };
+            match super::link::dial(cluster, &holder, name, settings).await {
+                Ok(tunnel) => {
+                    tracing::info!(executor = name, via = %holder.replica_id, "reaching an agent through another replica");
+                    let link = AgentLink { root, tunnel, via: Some(holder.replica_id) };
+                    lock(&self.relayed).insert(name.to_owned(), link.clone());
+                    metrics::executor_channel("relayed");
+                    return Some(link);
+                }
+                Err(e) => {
+                    tracing::warn!(executor = name, via = %holder.replica_id, error = %e, "a link to another replica failed")
+                }
+            }
+        }
+        None
+    }
+
+    /// The root executor `name`'s agent reports: as last reported here, or, never connected
+    /// here, as reported to a replica that holds it now.
+    pub async fn root_of(&self, name: &str) -> Option<PathUri> {
+        if let Some(root) = self.root(name) {
+            return Some(root);
+        }
+        let (cluster, _) = self.cluster.as_ref()?;
+        cluster.agent_holders(name).await.iter().find_map(|h| PathUri::parse_reported(&h.root))
     }
 
     /// Reserves `executor`'s name for an agent that has authenticated and is upgrading. The
@@ -103,7 +165,7 @@ impl Agents {
         let name = executor.name.clone();
         slots.insert(
             name.clone(),
-            Slot { serial, executor, root, secret_hash, state: State::Upgrading(Instant::now()) },
+            Slot { serial, root, secret_hash, state: State::Upgrading(Instant::now()) },
         );
         Ok(Reservation { agents: Arc::clone(self), name, serial, live: false })
     }
@@ -114,7 +176,7 @@ impl Agents {
         let slot = slots.get(name)?;
         match &slot.state {
             State::Live(tunnel) if !tunnel.is_closed() => {
-                Some(AgentLink { executor: slot.executor.clone(), root: slot.root.clone(), tunnel: tunnel.clone() })
+                Some(AgentLink { root: slot.root.clone(), tunnel: tunnel.clone(), via: None })
             }
             _ => None,
         }
@@ -195,12 +257,21 @@ impl Reservation {
             slot.root.clone()
         };
         self.live = true;
+        let reported = root.to_string();
         let returning = lock(&self.agents.roots).insert(self.name.clone(), root).is_some();
         metrics::executor_connected(returning);
         tracing::info!(executor = %self.name, returning, "executor agent connected");
         self.agents.changed();
+        let cluster = self.agents.cluster.as_ref().map(|(c, _)| Arc::clone(c));
+        let since = match &cluster {
+            Some(cluster) => Some(cluster.agent_arrived(&self.name, &reported).await),
+            None => None,
+        };
         let why = tunnel.closed().await;
         tracing::info!(executor = %self.name, reason = %why, "executor agent disconnected");
+        if let (Some(cluster), Some(since)) = (cluster, since) {
+            cluster.agent_left(&self.name, since).await;
+        }
         why
     }
 }

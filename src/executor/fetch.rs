@@ -36,7 +36,7 @@ impl Agents {
         let started = tokio::time::Instant::now();
         let url = redacted(request.uri());
         let method = request.method().clone();
-        let result = match self.link(executor) {
+        let result = match self.reach(executor).await {
             None => Err(FetchError::NotConnected(executor.to_owned())),
             Some(link) => exchange(&link.tunnel, request, follow_redirects, timeout, max_bytes).await,
         };

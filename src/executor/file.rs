@@ -87,7 +87,7 @@ impl Agents {
         timeout: Duration,
     ) -> Result<Vec<u8>, ReadFileError> {
         let started = tokio::time::Instant::now();
-        let result = match self.link(executor.as_str()) {
+        let result = match self.reach(executor.as_str()).await {
             None => Err(ReadFileError::NotConnected(executor.to_string())),
             Some(link) if !link.root.contains(uri) => Err(ReadFileError::OutsideRoot(format!(
                 "{uri} is outside the root {} of executor `{executor}`",

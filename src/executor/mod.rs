@@ -11,6 +11,7 @@ pub mod agents;
 pub mod channel;
 pub mod fetch;
 pub mod file;
+pub mod link;
 pub mod oauth_http;
 pub mod remote;
 
@@ -149,14 +150,14 @@ pub enum Executor {
 impl Executor {
     /// The executor for a bound executor's row: `local` runs on this host, `remote` through
     /// the remote host handler.
-    pub fn for_row(
+    pub async fn for_row(
         row: &ExecutorRow,
         local: &Arc<LocalExecutor>,
         remote: &Arc<RemoteHostHandler>,
     ) -> Result<Self, UpstreamError> {
         match row.kind.as_str() {
             "local" => Ok(Self::Local { id: ExecutorId::new(&row.name), host: Arc::clone(local) }),
-            "remote" => remote.executor(row),
+            "remote" => remote.executor(row).await,
             other => Err(UpstreamError::Config { key: "executor.kind", message: format!("unknown kind {other:?}") }),
         }
     }

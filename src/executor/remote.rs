@@ -74,10 +74,11 @@ impl RemoteHostHandler {
         &self.agents
     }
 
-    /// The executor for a remote executor's row: placed under the root its agent reported.
-    /// An executor whose agent never connected to this replica has no root yet: refused.
-    pub fn executor(self: &Arc<Self>, row: &ExecutorRow) -> Result<Executor, UpstreamError> {
-        let root = self.agents.root(&row.name).ok_or_else(|| UpstreamError::Offline(row.name.clone()))?;
+    /// The executor for a remote executor's row: placed under the root its agent reported
+    /// (here, or to the replica that holds it). An executor whose agent no replica has heard
+    /// from has no root yet: refused.
+    pub async fn executor(self: &Arc<Self>, row: &ExecutorRow) -> Result<Executor, UpstreamError> {
+        let root = self.agents.root_of(&row.name).await.ok_or_else(|| UpstreamError::Offline(row.name.clone()))?;
         Ok(Executor::Remote { id: ExecutorId::new(&row.name), root, host: Arc::clone(self) })
     }
 
@@ -87,7 +88,7 @@ impl RemoteHostHandler {
     pub async fn resolve(self: &Arc<Self>, tenant: TenantId, server: &str) -> Result<ResolvedServer, ResolveError> {
         let entity =
             self.db.resolve_server(tenant, server).await?.ok_or_else(|| ResolveError::NotFound(server.to_owned()))?;
-        let executor = self.executor(&entity.executor)?;
+        let executor = self.executor(&entity.executor).await?;
         executor
             .resolve(server, &entity.declaration)
             .map_err(|problem| ResolveError::Declaration { server: server.to_owned(), problem })
@@ -107,7 +108,7 @@ impl RemoteHostHandler {
         auth: Option<rmcp::transport::auth::AuthorizationManager>,
     ) -> Result<RunningService<RoleClient, ProxyClient>, UpstreamError> {
         let name = server.executor.as_str();
-        let link = self.agents.link(name).ok_or_else(|| UpstreamError::Offline(name.to_owned()))?;
+        let link = self.agents.reach(name).await.ok_or_else(|| UpstreamError::Offline(name.to_owned()))?;
         let open = match &server.transport {
             ResolvedTransport::Stdio { command, args, env, cwd } => {
                 if !link.root.contains(cwd) {

@@ -9,7 +9,6 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use http::{StatusCode, header};
 
-use crate::decl::PathStyle;
 use crate::decl::PathUri;
 use crate::executor::remote::Agents;
 use crate::store::Db;
@@ -34,21 +33,9 @@ fn header_text<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
     request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
 
-/// The root an agent reports, in its own convention: a drive letter (`file:///C:/x`) or a
-/// server name (`file://server/share`) makes it a Windows path, anything else POSIX.
+/// The root an agent reports, in its own convention (see [`PathUri::parse_reported`]).
 fn parse_root(text: &str) -> Option<PathUri> {
-    let rest = text.strip_prefix("file:")?;
-    let (authority, path) = match rest.strip_prefix("//") {
-        Some(after) => after.split_at(after.find('/').unwrap_or(after.len())),
-        None => ("", rest),
-    };
-    let drive = path.as_bytes().get(1).is_some_and(u8::is_ascii_alphabetic) && path.as_bytes().get(2) == Some(&b':');
-    let style = if drive || !(authority.is_empty() || authority == "localhost") {
-        PathStyle::Windows
-    } else {
-        PathStyle::Posix
-    };
-    PathUri::parse(text, style).ok()
+    PathUri::parse_reported(text)
 }
 
 pub async fn connect(State(route): State<ExecutorRoute>, mut request: Request) -> Response {
@@ -105,6 +92,7 @@ pub async fn connect(State(route): State<ExecutorRoute>, mut request: Request) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decl::PathStyle;
 
     #[test]
     fn an_agent_root_is_read_in_its_own_convention() {

@@ -2,6 +2,7 @@
 //! and the app-wide state they share. Decides nothing about identity; mounts the gate. The
 //! gateway is built, run and shut down in `app`.
 
+mod agent_link;
 mod executors;
 mod health;
 mod limits;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub audit: AuditWriter,
     /// Signs identity assertions for upstream servers.
     pub assertions: Arc<AssertionSigner>,
+    /// This replica among the others on the database (the published keys, links, forwarding).
+    pub cluster: Arc<crate::cluster::Cluster>,
     /// Upstream OAuth credentials, sealed at rest; `None` when `upstream.token_key_file` is unset.
     pub vault: Option<Arc<crate::store::vault::TokenVault>>,
     pub(crate) gate: Arc<Gate>,
@@ -74,13 +77,14 @@ where
     let executors = executors::ExecutorRoute {
         db: state.db.clone(),
         agents: Arc::clone(agents),
-        settings: crate::tunnel::Settings {
-            max_frame: state.config.upstream.executor_max_frame_bytes,
-            heartbeat: Duration::from_secs(state.config.upstream.executor_heartbeat_secs),
-            ..crate::tunnel::Settings::default()
-        },
+        settings: crate::tunnel::Settings::configured(&state.config.upstream),
     };
-    router(state, mcp, protected, executors, login)
+    let link = agent_link::LinkRoute {
+        cluster: Arc::clone(&state.cluster),
+        agents: Arc::clone(agents),
+        settings: crate::tunnel::Settings::configured(&state.config.upstream),
+    };
+    router(state, mcp, protected, executors, link, login)
 }
 
 /// The router: public routes, the gated `/mcp` endpoint and `protected` routes, and the
@@ -94,6 +98,7 @@ fn router<M>(
     mcp: M,
     protected: Router,
     executors: executors::ExecutorRoute,
+    link: agent_link::LinkRoute,
     login: oauth::LoginRoute,
 ) -> Router
 where
@@ -115,6 +120,7 @@ where
         .route("/.well-known/jwks.json", get(well_known::jwks))
         .with_state(state.clone())
         .route(crate::tunnel::CONNECT_PATH, get(executors::connect).with_state(executors))
+        .route(crate::vocab::routes::AGENT_LINK_PATH, get(agent_link::agent_link).with_state(link))
         .merge(
             Router::new()
                 .route(&format!("{}/{{secret}}", crate::oauth::START_PATH), get(oauth::start))

@@ -17,7 +17,8 @@ pub(crate) async fn protected_resource(State(state): State<AppState>) -> Json<Va
     }))
 }
 
-/// The keys upstream servers verify identity assertions with.
+/// The keys upstream servers verify identity assertions with: every replica's (see
+/// `cluster::keys`).
 pub(crate) async fn jwks(State(state): State<AppState>) -> Json<Value> {
-    Json(state.assertions.jwks())
+    Json(state.cluster.jwks().await)
 }

@@ -42,15 +42,6 @@ struct Sealed {
 }
 
 impl CursorKey {
-    /// A fresh random key (two v4 UUIDs: 244 random bits): what it seals is good in this
-    /// process only.
-    pub fn random() -> Self {
-        let mut bytes = [0u8; 32];
-        bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        Self::from_secret(&bytes)
-    }
-
     /// The key of a secret the replicas share (see [`crate::store::Db::shared_key`]): what it
     /// seals is good on every replica of the database.
     pub fn from_secret(secret: &[u8; 32]) -> Self {

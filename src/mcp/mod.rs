@@ -26,6 +26,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use tower::{Service, ServiceBuilder};
 
 use crate::audit::AuditWriter;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::identity::SessionRegistry;
 use crate::proxy::Upstreams;
@@ -45,6 +46,10 @@ pub(crate) struct Shares<'a> {
     pub cursor_secret: [u8; 32],
     /// The replicas' shared secret for task handles.
     pub task_secret: [u8; 32],
+    /// The replicas' shared secret for multi round-trip states.
+    pub rounds_secret: [u8; 32],
+    /// This replica among the others (where a continuation is forwarded).
+    pub cluster: &'a Arc<Cluster>,
 }
 
 /// The `/mcp` endpoint: the JSON-RPC check, session binding and rmcp's Streamable HTTP
@@ -71,7 +76,8 @@ pub(crate) fn service(
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::from_secret(&state.cursor_secret),
         tasks_key: cursor::CursorKey::from_secret(&state.task_secret),
-        rounds_key: cursor::CursorKey::random(),
+        rounds_key: cursor::CursorKey::from_secret(&state.rounds_secret),
+        replica: state.cluster.id().to_owned(),
         rounds: rounds::Exchanges::default(),
         lean: lean::Sessions::default(),
     });
@@ -111,9 +117,15 @@ pub(crate) fn service(
     session::spawn_sweeper(Arc::clone(state.sessions), manager, Arc::clone(&shared), shutdown);
     // Served through `handle(&self)` behind an `Arc`: as a tower service it would be cloned
     // (configuration and all) by every layer, on every request.
+    let continuations = Arc::new(Continuations { shared: Arc::clone(&shared), cluster: Arc::clone(state.cluster) });
     let endpoint = tower::service_fn(move |request: Request| {
-        let (service, relay) = (Arc::clone(&service), relay.clone());
+        let (service, relay, continuations) = (Arc::clone(&service), relay.clone(), Arc::clone(&continuations));
         async move {
+            // A stateless retry of an exchange waiting in another replica goes on to that one.
+            let request = match continuations.forward(request).await {
+                Ok(response) => return Ok(response),
+                Err(request) => request,
+            };
             // A proxied call the lean relay takes is answered there; everything else by rmcp.
             let request = match &relay {
                 Some(relay) => match relay.serve(request).await {
@@ -131,6 +143,59 @@ pub(crate) fn service(
         .layer(middleware::from_fn(jsonrpc::check))
         .layer(middleware::from_fn_with_state(binding, session::bind))
         .service(endpoint)
+}
+
+/// Sends a stateless request on to the replica where what it continues waits.
+struct Continuations {
+    shared: Arc<shared::Shared>,
+    cluster: Arc<Cluster>,
+}
+
+impl Continuations {
+    /// The replica `request` must be served by, when it is another one: a session-less POST,
+    /// not already forwarded, whose `requestState` names an exchange waiting elsewhere, or a
+    /// `tasks/*` request for a task pinned elsewhere.
+    fn elsewhere(&self, request: &Request) -> Option<String> {
+        if request.method() != http::Method::POST
+            || request.headers().contains_key(crate::identity::SESSION_HEADER)
+            || request.headers().contains_key(crate::cluster::FORWARDED_HEADER)
+        {
+            return None;
+        }
+        let inspection = request.extensions().get::<crate::jsonrpc::Inspection>()?;
+        let replica = match (inspection.method()?, inspection.request_state(), inspection.task_id()) {
+            ("tasks/get" | "tasks/update" | "tasks/cancel", _, Some(handle)) => {
+                tasks::pinned_to(&self.shared.tasks_key, handle, crate::store::now_millis())
+            }
+            (_, Some(state), _) => rounds::waits_in(&self.shared.rounds_key, state),
+            _ => None,
+        }?;
+        (replica != self.shared.replica).then_some(replica)
+    }
+
+    /// The other replica's answer to `request`, or `request` back to be served here (it waits
+    /// here, or nowhere, or its replica is gone: then it is refused here as unknown).
+    async fn forward(&self, request: Request) -> Result<Response, Request> {
+        let Some(to) = self.elsewhere(&request) else { return Err(request) };
+        let body = match request.extensions().get::<crate::jsonrpc::Inspection>() {
+            Some(inspection) => inspection.body().clone(),
+            None => return Err(request),
+        };
+        let (head, rest) = request.into_parts();
+        match self.cluster.forward(&to, &head, body).await {
+            Ok(response) => {
+                crate::telemetry::metrics::forwarded("ok");
+                tracing::debug!(replica = %to, "a continuation forwarded to the replica it waits in");
+                Ok(response.map(axum::body::Body::new))
+            }
+            Err(e) => {
+                let outcome = if matches!(e, crate::cluster::ForwardError::Gone(_)) { "gone" } else { "failed" };
+                crate::telemetry::metrics::forwarded(outcome);
+                tracing::warn!(replica = %to, error = %e, "a continuation could not be forwarded; answered here");
+                Err(Request::from_parts(head, rest))
+            }
+        }
+    }
 }
 
 /// A session `DELETE` that succeeded answers 200. rmcp answers 202 Accepted, which the official

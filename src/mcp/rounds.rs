@@ -11,12 +11,14 @@
 //!   the answer of its request, and the retry gets what happens next: the call's result, or
 //!   the next question (with a new `requestState`).
 //!
-//! The `requestState` is sealed (HMAC-SHA256, a key of this process) and names the waiting
-//! exchange, the tenant, the user, the tool, the digest of the arguments and an expiry. A
-//! forged, altered or expired one, one presented by another caller or for another tool or
-//! arguments, or one already used, is refused (-32602) and changes nothing; a waiting exchange
-//! nobody resumes ends at its expiry (the upstream's request fails, and so its call). An
-//! exchange lives in the replica that started it: a retry that reaches another is refused.
+//! The `requestState` is sealed (HMAC-SHA256, a key the replicas share) and names the waiting
+//! exchange, the replica it waits in, the tenant, the user, the tool, the digest of the
+//! arguments and an expiry. A forged, altered or expired one, one presented by another caller
+//! or for another tool or arguments, or one already used, is refused (-32602) and changes
+//! nothing; a waiting exchange nobody resumes ends at its expiry (the upstream's request fails,
+//! and so its call). An exchange lives in the replica that started it (its upstream request is
+//! open there): a retry that reaches another replica is forwarded to that one ([`waits_in`]);
+//! when that replica is gone, so is the exchange, and the retry is refused.
 //!
 //! When the upstream speaks 2026-07-28 too, nothing waits: the upstream's `input_required`
 //! passes through as it is (every request, under the upstream's own keys, in one round), its
@@ -55,9 +57,19 @@ pub struct Binding {
 #[derive(Serialize, Deserialize)]
 struct State {
     id: String,
+    /// The replica the exchange waits in.
+    replica: String,
     #[serde(flatten)]
     binding: Binding,
     exp: i64,
+}
+
+/// The replica a `requestState` of a waiting exchange names, when it is intact and unexpired
+/// (a state passed through from a 2026-07-28 upstream waits nowhere: `None`). Says nothing of
+/// whom it was issued to: the replica it names checks that.
+pub fn waits_in(key: &CursorKey, state: &str) -> Option<String> {
+    let state: State = key.unseal(state)?;
+    (state.exp > now_millis()).then_some(state.replica)
 }
 
 /// The gateway's `requestState` around an upstream's own (multi round-trip passed through).
@@ -135,6 +147,7 @@ impl Exchanges {
     pub async fn next(
         &self,
         key: &CursorKey,
+        replica: &str,
         binding: Binding,
         mut running: Running,
         timeout: Duration,
@@ -149,7 +162,12 @@ impl Exchanges {
             Round::Ask { request, answer } => {
                 let id = uuid::Uuid::new_v4().to_string();
                 let expires_ms = now_millis() + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
-                let state = key.seal(&State { id: id.clone(), binding: binding.clone(), exp: expires_ms });
+                let state = key.seal(&State {
+                    id: id.clone(),
+                    replica: replica.to_owned(),
+                    binding: binding.clone(),
+                    exp: expires_ms,
+                });
                 let waiting = Waiting { expires_ms, rounds: running.rounds, answer, _call: running.call };
                 let mut all = self.lock();
                 let now = now_millis();

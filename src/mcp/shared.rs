@@ -32,9 +32,11 @@ pub(crate) struct Shared {
     pub cursors: CursorKey,
     /// Seals the handles of tasks (shared by the replicas, see `mcp::tasks`).
     pub tasks_key: CursorKey,
-    /// Seals the multi round-trip's states: this process's own, as the exchanges they name
-    /// wait in this process.
+    /// Seals the multi round-trip's states (shared by the replicas: a retry that lands on
+    /// another replica is forwarded to the one its exchange waits in).
     pub rounds_key: CursorKey,
+    /// This replica's id (what a `requestState` names).
+    pub replica: String,
     /// Calls of 2026-07-28 callers waiting for an answer (multi round-trip).
     pub rounds: rounds::Exchanges,
     /// The sessions the lean relay may serve (recorded when their clients are initialized).

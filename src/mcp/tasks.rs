@@ -6,6 +6,10 @@
 //! altered, forged, minted for another caller or that expired opens to nothing, and is then
 //! answered exactly as an unknown task (-32602), as is a handle whose row is gone (expired,
 //! purged, its user deleted).
+//!
+//! A task that lives in one replica's process (a relayed task of a stdio upstream: only the
+//! process that created it knows it) is pinned: its handle names that replica too, and a
+//! `tasks/*` request for it that lands elsewhere is forwarded there ([`pinned_to`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -28,11 +32,33 @@ struct Sealed {
     u: String,
     /// Expiry, epoch milliseconds.
     x: i64,
+    /// The replica a pinned task lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    r: Option<String>,
 }
 
-/// The handle of task `id` of this owner, good until `expires_at`.
-pub fn mint(key: &CursorKey, id: &str, tenant: TenantId, user: UserId, expires_at: i64) -> String {
-    key.seal(&Sealed { i: id.to_owned(), t: tenant.to_string(), u: user.to_string(), x: expires_at })
+/// The handle of task `id` of this owner, good until `expires_at`; `pinned`: the replica the
+/// task lives in, when only that one can reach it.
+pub fn mint(
+    key: &CursorKey,
+    id: &str,
+    tenant: TenantId,
+    user: UserId,
+    expires_at: i64,
+    pinned: Option<&str>,
+) -> String {
+    let r = pinned.map(str::to_owned);
+    key.seal(&Sealed { i: id.to_owned(), t: tenant.to_string(), u: user.to_string(), x: expires_at, r })
+}
+
+/// The replica an intact, unexpired handle's task is pinned to (`None`: any replica serves
+/// it). Says nothing of whose it is: the replica it names checks that.
+pub fn pinned_to(key: &CursorKey, handle: &str, now: i64) -> Option<String> {
+    let sealed: Sealed = key.unseal(handle)?;
+    if sealed.x <= now {
+        return None;
+    }
+    sealed.r
 }
 
 /// The gateway's id of the task `handle` names, when it is intact, was minted for this owner
@@ -55,21 +81,33 @@ mod tests {
 
     #[test]
     fn a_handle_opens_only_for_its_owner_intact_and_in_time() {
-        let key = CursorKey::random();
+        let key = CursorKey::from_secret(&[1; 32]);
         let (tenant, user) = (TenantId::generate(), UserId::generate());
-        let handle = mint(&key, "task-1", tenant, user, 2_000);
+        let handle = mint(&key, "task-1", tenant, user, 2_000, None);
         assert_eq!(open(&key, &handle, tenant, user, 1_000).as_deref(), Some("task-1"));
         // Expired, another user, another tenant, another key, altered: nothing.
         assert_eq!(open(&key, &handle, tenant, user, 2_000), None);
         assert_eq!(open(&key, &handle, tenant, UserId::generate(), 1_000), None);
         assert_eq!(open(&key, &handle, TenantId::generate(), user, 1_000), None);
-        assert_eq!(open(&CursorKey::random(), &handle, tenant, user, 1_000), None);
+        assert_eq!(open(&CursorKey::from_secret(&[2; 32]), &handle, tenant, user, 1_000), None);
         let (body, tag) = handle.split_once('.').unwrap();
-        let forged = mint(&CursorKey::random(), "task-1", tenant, user, i64::MAX);
+        let forged = mint(&CursorKey::from_secret(&[2; 32]), "task-1", tenant, user, i64::MAX, None);
         let forged_body = forged.split_once('.').unwrap().0;
         assert_eq!(open(&key, &format!("{forged_body}.{tag}"), tenant, user, 1_000), None);
         assert_eq!(open(&key, &format!("{body}x.{tag}"), tenant, user, 1_000), None);
         assert_eq!(open(&key, "task-1", tenant, user, 1_000), None);
+        assert_eq!(pinned_to(&key, &handle, 1_000), None, "not pinned");
+    }
+
+    #[test]
+    fn a_pinned_handle_names_its_replica_while_it_is_good() {
+        let key = CursorKey::from_secret(&[1; 32]);
+        let (tenant, user) = (TenantId::generate(), UserId::generate());
+        let handle = mint(&key, "task-1", tenant, user, 2_000, Some("replica-a"));
+        assert_eq!(pinned_to(&key, &handle, 1_000).as_deref(), Some("replica-a"));
+        assert_eq!(open(&key, &handle, tenant, user, 1_000).as_deref(), Some("task-1"));
+        assert_eq!(pinned_to(&key, &handle, 2_000), None, "expired");
+        assert_eq!(pinned_to(&CursorKey::from_secret(&[2; 32]), &handle, 1_000), None, "another key");
     }
 
     #[test]

@@ -115,6 +115,12 @@ impl Connection {
         &self.server.name
     }
 
+    /// Whether what the upstream keeps (its tasks) lives in a process only this replica
+    /// reaches: a stdio server, launched here or through an agent's channel held here.
+    pub fn in_process(&self) -> bool {
+        matches!(self.server.transport, crate::decl::ResolvedTransport::Stdio { .. })
+    }
+
     /// How the gateway runs `tool` as a task when the upstream has no tasks extension (its
     /// declaration's `tasks`); `None`: as a plain call.
     pub fn task_support(&self, tool: &str) -> Option<crate::decl::declaration::TaskTool> {

@@ -247,7 +247,8 @@ impl Upstreams {
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("server `{server}` is not bound for the tenant"))?;
-        let executor = Executor::for_row(&entity.executor, &self.local, &self.remote).map_err(|e| e.to_string())?;
+        let executor =
+            Executor::for_row(&entity.executor, &self.local, &self.remote).await.map_err(|e| e.to_string())?;
         let resolved = executor.resolve(server, &entity.declaration)?;
         Ok((resolved, executor))
     }
@@ -260,7 +261,7 @@ impl Upstreams {
         let mut servers = BTreeMap::new();
         let mut unprefixed = Vec::new();
         for (server, entity) in entities {
-            let executor = match Executor::for_row(&entity.executor, &self.local, &self.remote) {
+            let executor = match Executor::for_row(&entity.executor, &self.local, &self.remote).await {
                 Ok(executor) => executor,
                 Err(e) => {
                     tracing::warn!(%server, error = %e, "upstream server not served");

@@ -47,6 +47,9 @@ use crate::store::entities::{GRANT_ALL, GrantKind, GrantRow};
 use crate::store::{Db, StoreError, TenantId, UserId};
 use crate::vocab::names::NAME_SEPARATOR;
 
+/// How often a session's selected roots look for agents connected to other replicas.
+const ELSEWHERE_EVERY: Duration = Duration::from_secs(2);
+
 /// The `_meta` key (of `initialize`, or of a stateless request) naming the selected roots.
 pub const SELECTED_ROOTS_KEY: &str = "io.scopegate/selectedRoots";
 
@@ -247,6 +250,11 @@ impl Selection {
             let weak: Weak<Self> = Arc::downgrade(&selection);
             let stop = selection.stop.clone();
             tokio::spawn(async move {
+                // An agent that connects to another replica changes nothing here: looked for
+                // again every few seconds.
+                let mut elsewhere = tokio::time::interval(ELSEWHERE_EVERY);
+                elsewhere.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                elsewhere.tick().await;
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
@@ -255,6 +263,7 @@ impl Selection {
                                 return;
                             }
                         }
+                        _ = elsewhere.tick() => {}
                     }
                     let Some(selection) = weak.upgrade() else { return };
                     selection.refresh(true).await;
@@ -281,7 +290,7 @@ impl Selection {
         let mut frozen = self.frozen.lock().await;
         let mut ready = Vec::with_capacity(self.roots.len());
         for (i, root) in self.roots.iter().enumerate() {
-            let mut is_ready = agents.link(&root.executor).is_some();
+            let mut is_ready = agents.reach(&root.executor).await.is_some();
             if is_ready && frozen[i].is_none() {
                 match self.read(root).await {
                     Ok(read) => frozen[i] = Some(Arc::new(read)),
@@ -301,7 +310,7 @@ impl Selection {
         let mut servers = BTreeMap::new();
         for (i, root) in self.roots.iter().enumerate() {
             let Some(read) = frozen[i].as_ref().filter(|_| ready[i]) else { continue };
-            let Some(link) = agents.link(&root.executor) else { continue };
+            let Some(link) = agents.reach(&root.executor).await else { continue };
             for server in &read.servers {
                 let name = session_server_name(i, server.name.as_str());
                 let connection = match old.servers.get(&name).filter(|_| old.ready[i]) {

@@ -6,6 +6,7 @@
 //! the transaction.
 
 pub mod admin;
+pub mod cluster;
 pub mod demo;
 pub mod entities;
 pub mod ids;

@@ -133,6 +133,19 @@ pub fn executor_file_read(outcome: &'static str) {
     metrics::counter!("scopegate_executor_file_reads_total", "outcome" => outcome).increment(1);
 }
 
+/// A channel opened on an executor's agent, by route: `local` (the agent is connected to this
+/// replica), `relayed` (through the replica that holds it), `served` (this replica carried it
+/// for another one).
+pub fn executor_channel(route: &'static str) {
+    metrics::counter!("scopegate_executor_channels_total", "route" => route).increment(1);
+}
+
+/// A request sent on to the replica where what it continues waits, by outcome (`ok`, `gone`,
+/// `failed`).
+pub fn forwarded(outcome: &'static str) {
+    metrics::counter!("scopegate_forwarded_requests_total", "outcome" => outcome).increment(1);
+}
+
 /// One HTTP exchange through an executor's agent, by outcome (`ok` or the error's outcome).
 pub fn executor_fetch(outcome: &'static str) {
     metrics::counter!("scopegate_executor_fetches_total", "outcome" => outcome).increment(1);

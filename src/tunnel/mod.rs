@@ -80,6 +80,17 @@ pub struct Settings {
     pub heartbeat: Duration,
 }
 
+impl Settings {
+    /// The gateway's settings, for its agents' tunnels and its links to other replicas.
+    pub fn configured(upstream: &crate::config::UpstreamConfig) -> Self {
+        Self {
+            max_frame: upstream.executor_max_frame_bytes,
+            heartbeat: Duration::from_secs(upstream.executor_heartbeat_secs),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self { max_frame: 16 * 1024 * 1024, window: 64, heartbeat: Duration::from_secs(10) }
@@ -397,4 +408,15 @@ pub async fn dial(
     settings: &Settings,
 ) -> Result<tokio_tungstenite::WebSocketStream<reqwest::Upgraded>, DialError> {
     ws::dial(client, base, headers, settings).await
+}
+
+/// [`dial`] for another path under `base` (a replica dialing another replica's link route).
+pub async fn dial_at(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    headers: http::HeaderMap,
+    settings: &Settings,
+) -> Result<tokio_tungstenite::WebSocketStream<reqwest::Upgraded>, DialError> {
+    ws::dial_at(client, base, path, headers, settings).await
 }

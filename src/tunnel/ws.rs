@@ -91,6 +91,16 @@ fn chain(error: &dyn std::error::Error) -> String {
 pub(super) async fn dial(
     client: &reqwest::Client,
     base: &str,
+    headers: HeaderMap,
+    settings: &Settings,
+) -> Result<WebSocketStream<reqwest::Upgraded>, DialError> {
+    dial_at(client, base, CONNECT_PATH, headers, settings).await
+}
+
+pub(super) async fn dial_at(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
     mut headers: HeaderMap,
     settings: &Settings,
 ) -> Result<WebSocketStream<reqwest::Upgraded>, DialError> {
@@ -98,7 +108,7 @@ pub(super) async fn dial(
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
         return Err(DialError::Network(format!("the gateway URL {base:?} is not an http: or https: URL")));
     }
-    let url = format!("{}{CONNECT_PATH}", base.trim_end_matches('/'));
+    let url = format!("{}{path}", base.trim_end_matches('/'));
     let key = generate_key();
     // Ours replace any the caller set: the handshake is not the caller's to change.
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));

@@ -74,6 +74,7 @@ impl GatewayServer {
             tool: request.name.to_string(),
             caps: RelayCaps::of(context, ctx.session_id().is_some()),
             args_digest: digest::arguments_digest(request.arguments.as_ref()),
+            pinned: connection.in_process(),
         };
         // A server without the tasks extension: the gateway runs the tools its declaration
         // names under `tasks` as tasks of its own (see `task_run`), for a caller that declared
@@ -212,7 +213,7 @@ impl GatewayServer {
                 rounds::Running { rounds: receiver, call: cancel.drop_guard() }
             }
         };
-        match self.shared.rounds.next(key, binding, running, self.shared.call_timeout).await {
+        match self.shared.rounds.next(key, &self.shared.replica, binding, running, self.shared.call_timeout).await {
             Ok(rounds::Next::Done(mut done)) => {
                 completed(&mut done);
                 Ok(rounds::Next::Done(done))

@@ -163,7 +163,8 @@ impl GatewayServer {
             result: None,
             error: None,
         };
-        let handle = self.record_task(ctx, context, &row).await.inspect_err(|_| cancel.cancel())?;
+        // Any replica serves it: its state is in the database, and its lease says who runs it.
+        let handle = self.record_task(ctx, context, &row, false).await.inspect_err(|_| cancel.cancel())?;
         let ttl = u64::try_from(row.expires_at - row.created_at).unwrap_or(0);
         let task = Task::new(handle, rmcp::model::TaskStatus::Working, iso(now), iso(now))
             .with_ttl_ms(ttl)

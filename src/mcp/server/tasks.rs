@@ -35,6 +35,8 @@ pub(crate) struct TaskOrigin {
     pub tool: String,
     pub caps: RelayCaps,
     pub args_digest: String,
+    /// Only this replica can reach the task (a relayed task of a stdio upstream).
+    pub pinned: bool,
 }
 
 /// The three requests on a task.
@@ -97,6 +99,7 @@ impl GatewayServer {
         mut created: CreateTaskResult,
     ) -> Result<CreateTaskResult, ProxyError> {
         let now = now_millis();
+        let pinned = origin.pinned;
         let row = TaskRow {
             id: uuid::Uuid::new_v4().to_string(),
             tenant: ctx.tenant_id(),
@@ -116,7 +119,7 @@ impl GatewayServer {
             result: None,
             error: None,
         };
-        created.task.task_id = self.record_task(ctx, context, &row).await?;
+        created.task.task_id = self.record_task(ctx, context, &row, pinned).await?;
         // The gateway keeps the task no longer than this.
         let left = u64::try_from(row.expires_at - now).unwrap_or(0);
         created.task.ttl_ms = Some(created.task.ttl_ms.map_or(left, |t| t.min(left)));
@@ -132,6 +135,7 @@ impl GatewayServer {
         ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
         row: &TaskRow,
+        pinned: bool,
     ) -> Result<String, ProxyError> {
         let stored = async {
             let mut conn = self.shared.db.pool().acquire().await?;
@@ -143,7 +147,8 @@ impl GatewayServer {
         }
         let event = self.task_event(ctx, context, "tasks/create", &row.tool, Some(&row.args_digest), Outcome::Ok, None);
         self.shared.audit.record_or_withhold(event, &row.tool).await.map_err(|w| ProxyError::Upstream(w.into()))?;
-        Ok(tasks::mint(&self.shared.tasks_key, &row.id, row.tenant, row.user, row.expires_at))
+        let replica = pinned.then_some(self.shared.replica.as_str());
+        Ok(tasks::mint(&self.shared.tasks_key, &row.id, row.tenant, row.user, row.expires_at, replica))
     }
 
     /// `tasks/get`: the upstream's state of the caller's task, under the caller's handle.
