@@ -135,8 +135,10 @@ impl Gateway {
             ready: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
-        let agents =
-            crate::executor::remote::Agents::clustered(Arc::clone(&state.cluster), crate::tunnel::Settings::configured(&state.config.upstream));
+        let agents = crate::executor::remote::Agents::clustered(
+            Arc::clone(&state.cluster),
+            crate::tunnel::Settings::configured(&state.config.upstream),
+        );
         let oauth =
             state.vault.as_ref().map(|v| crate::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
         let upstreams = crate::proxy::Upstreams::from_config(

@@ -343,7 +343,9 @@ impl Config {
     /// Checks what serde cannot: presence of a verification key, URL shapes, bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.cluster;
-        if !(c.internal_url.is_empty() || c.internal_url.starts_with("http://") || c.internal_url.starts_with("https://"))
+        if !(c.internal_url.is_empty()
+            || c.internal_url.starts_with("http://")
+            || c.internal_url.starts_with("https://"))
         {
             return Err(ConfigError::invalid("cluster.internal_url", "must be an http(s) URL, or empty"));
         }

@@ -163,10 +163,7 @@ impl Agents {
         }
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let name = executor.name.clone();
-        slots.insert(
-            name.clone(),
-            Slot { serial, root, secret_hash, state: State::Upgrading(Instant::now()) },
-        );
+        slots.insert(name.clone(), Slot { serial, root, secret_hash, state: State::Upgrading(Instant::now()) });
         Ok(Reservation { agents: Arc::clone(self), name, serial, live: false })
     }
 

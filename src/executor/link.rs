@@ -43,8 +43,8 @@ pub(super) async fn dial(
     let mut headers = HeaderMap::new();
     let name = HeaderValue::from_str(executor).map_err(|e| e.to_string())?;
     headers.insert(HeaderName::from_static(EXECUTOR_HEADER), name);
-    let auth = HeaderValue::from_str(&cluster.authorize(&holder.replica_id, &purpose(executor)))
-        .map_err(|e| e.to_string())?;
+    let auth =
+        HeaderValue::from_str(&cluster.authorize(&holder.replica_id, &purpose(executor))).map_err(|e| e.to_string())?;
     headers.insert(HeaderName::from_static(REPLICA_HEADER), auth);
     let ws = tunnel::dial_at(cluster.http(), &holder.internal_url, AGENT_LINK_PATH, headers, settings)
         .await
@@ -55,8 +55,12 @@ pub(super) async fn dial(
 
 /// Serves one link (the holding replica's side) until the agent's tunnel or the link ends:
 /// every channel the asking replica opens is opened on the agent and spliced to it.
-pub async fn serve<S>(agents: Arc<Agents>, executor: String, ws: tokio_tungstenite::WebSocketStream<S>, settings: Settings)
-where
+pub async fn serve<S>(
+    agents: Arc<Agents>,
+    executor: String,
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    settings: Settings,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (link, mut incoming) = tunnel::start(ws, Side::Agent, settings);

@@ -28,7 +28,8 @@ fn header_text<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
 }
 
 pub async fn agent_link(State(route): State<LinkRoute>, mut request: Request) -> Response {
-    let (Some(executor), Some(presented)) = (header_text(&request, EXECUTOR_HEADER), header_text(&request, REPLICA_HEADER))
+    let (Some(executor), Some(presented)) =
+        (header_text(&request, EXECUTOR_HEADER), header_text(&request, REPLICA_HEADER))
     else {
         return crate::error_body::json_error(StatusCode::UNAUTHORIZED, "unauthorized", "not a replica link");
     };

@@ -10,6 +10,13 @@ use std::io::Read;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 
+use rmcp::model::{
+    CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, GetTaskParams, Implementation,
+    ProtocolVersion, TaskStatus,
+};
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use scopegate::model::Role;
+use scopegate::store::entities;
 use serde_json::json;
 
 use crate::support::*;
@@ -218,7 +225,7 @@ async fn try_call(client: &Client, tool: &str, args: serde_json::Value) -> Resul
     }
 }
 
-/// Three replicas on a PostgreSQL database of their own with the demo data and the settings
+/// Three replicas on a database of their own (PostgreSQL unless said) with the demo data and the settings
 /// given, HAProxy in front of them, and olivia's token.
 struct Cluster {
     replicas: Vec<Replica>,
@@ -231,7 +238,11 @@ struct Cluster {
 
 impl Cluster {
     async fn start(env: &[(&str, &str)]) -> Self {
-        let Prepared { config, db, test_db, .. } = TestGateway::new(Backend::Postgres).prepare().await;
+        Self::start_on(Backend::Postgres, env).await
+    }
+
+    async fn start_on(backend: Backend, env: &[(&str, &str)]) -> Self {
+        let Prepared { config, db, test_db, .. } = TestGateway::new(backend).prepare().await;
         let dir = tempfile::tempdir().unwrap();
         let replicas: Vec<Replica> =
             (0..3).map(|_| Replica::start_with(dir.path(), &test_db.url, PUBLIC_URL, env)).collect();
@@ -546,3 +557,315 @@ async fn rate_limits_hold_for_the_cluster() {
     cluster.stop();
     cluster.db.close().await;
 }
+
+// ---- any replica serves anything: one key set, agents and continuations that travel ----
+
+/// rmcp's client on 2026-07-28 (no session: each request may reach another replica), able to
+/// answer elicitation and declaring the tasks extension.
+async fn stateless_client(url: &str, token: &str) -> rmcp::service::RunningService<rmcp::RoleClient, ClientConfig> {
+    let mut caps = ClientCapabilities::builder().enable_elicitation().build();
+    caps.extensions = ClientCapabilities::builder().enable_tasks().build().extensions;
+    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    ClientConfig::new(caps, Implementation::new("replicas-test", "1.0"))
+        .serve_with_lifecycle(transport(url, token), lifecycle)
+        .await
+        .unwrap_or_else(|e| panic!("connects on 2026-07-28 at {url}: {e}"))
+}
+
+/// The gateway host as executor `local`.
+async fn local_executor(db: &scopegate::store::Db) {
+    let mut tx = db.begin().await.unwrap();
+    entities::create_executor(&mut tx, "local", "gw-host", "gateway", "local", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// acme's server `server` (under `defaults/`), bound to `executor`, every tool granted to owners.
+async fn declare(db: &scopegate::store::Db, server: &str, declaration: &serde_json::Value, executor: &str) {
+    let mut tx = db.begin().await.unwrap();
+    entities::create_entity(&mut tx, "acme", &format!("defaults/mcp-servers/{server}"), declaration).await.unwrap();
+    entities::bind_server(&mut tx, "acme", server, executor).await.unwrap();
+    entities::grant_tool(&mut tx, "acme", server, Role::Owner, "*").await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// One number from the database.
+async fn count(db: &scopegate::store::Db, sql: &'static str) -> i64 {
+    let mut tx = db.begin().await.unwrap();
+    let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    n
+}
+
+/// `n` calls of `tool`, each of which must succeed (`what` says when, for the failure).
+async fn calls_ok<H: rmcp::ClientHandler>(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, H>,
+    tool: &str,
+    args: serde_json::Value,
+    n: usize,
+    what: &str,
+) {
+    for i in 0..n {
+        let params = rmcp::model::CallToolRequestParams::new(tool.to_owned())
+            .with_arguments(args.as_object().cloned().unwrap_or_default());
+        match tokio::time::timeout(std::time::Duration::from_secs(20), client.peer().call_tool(params)).await {
+            Ok(Ok(result)) if result.is_error != Some(true) => {}
+            other => panic!("{what}: call {i} of {n} to {tool} failed: {other:?}"),
+        }
+    }
+}
+
+/// The key ids `/.well-known/jwks.json` at `base` lists, sorted.
+async fn published_kids(base: &str) -> Vec<String> {
+    let jwks: serde_json::Value =
+        reqwest::get(format!("{base}/.well-known/jwks.json")).await.unwrap().json().await.unwrap();
+    let mut kids: Vec<String> =
+        jwks["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_owned()).collect();
+    kids.sort();
+    kids
+}
+
+const WHO: &str = "who__whoami_upstream";
+const WHO_OK: [&str; 2] = ["tool=\"who__whoami_upstream\"", "outcome=\"ok\""];
+
+/// Identity assertions verify through the balancer whichever replica signed them. An upstream
+/// that fetches `<balancer>/.well-known/jwks.json` (once, then again for an unknown key id)
+/// verifies every assertion of 200 calls spread over the three replicas; again after one
+/// replica restarts with a new key, and after that replica rotates its key (every two seconds);
+/// and every replica publishes the same key set, the restarted replica's old key included
+/// (assertions it signed before the restart are still valid).
+async fn one_key_set(backend: Backend) {
+    let mut cluster = Cluster::start_on(backend, &[]).await;
+    let jwks = format!("{}/.well-known/jwks.json", cluster.balancer.url);
+    let env = [("FIXTURE_JWKS_URL", jwks.as_str()), ("FIXTURE_SERVER_ID", "who"), ("FIXTURE_ISSUER", PUBLIC_URL)];
+    let (_upstream, addr) = fixture_http(&["http", "127.0.0.1:0"], &env).await;
+    local_executor(&cluster.db).await;
+    declare(&cluster.db, "who", &json!({"type": "http", "url": format!("http://{addr}/mcp")}), "local").await;
+    let client = stateless_client(&cluster.balancer.mcp(), &cluster.token).await;
+    calls_ok(&client, WHO, json!({}), 200, "three replicas").await;
+    for (i, r) in cluster.replicas.iter().enumerate() {
+        assert!(r.counter("scopegate_tool_calls_total", &WHO_OK).await >= 1.0, "replica {i} signed no assertion");
+    }
+    let before = published_kids(&cluster.balancer.url).await;
+    assert_eq!(before.len(), 3, "one key per replica: {before:?}");
+
+    // Replica 1 restarts where it was, with a new key that it rotates every two seconds.
+    let addr1 = cluster.replicas[1].addr.clone();
+    cluster.replicas[1].kill();
+    let fast = [("SCOPEGATE_UPSTREAM__ASSERTION_TTL_SECS", "2"), ("SCOPEGATE_UPSTREAM__KEY_ROTATION_SECS", "2")];
+    cluster.replicas[1] = Replica::start_on(cluster.dir.path(), &cluster.test_db.url, PUBLIC_URL, &addr1, &fast);
+    eventually("the restarted replica rotates its key", || async {
+        count(&cluster.db, "SELECT COUNT(*) FROM signing_keys").await >= 5
+    })
+    .await;
+    // Until the balancer sends it work again (two health checks), every call still verifies.
+    let restarted = &cluster.replicas[1];
+    eventually("the restarted replica is sent calls", || async {
+        calls_ok(&client, WHO, json!({}), 10, "while the replica comes back").await;
+        restarted.counter("scopegate_tool_calls_total", &WHO_OK).await >= 1.0
+    })
+    .await;
+    let served_before = restarted.counter("scopegate_tool_calls_total", &WHO_OK).await;
+    calls_ok(&client, WHO, json!({}), 200, "after a restart and rotations").await;
+    let served = restarted.counter("scopegate_tool_calls_total", &WHO_OK).await - served_before;
+    assert!(served >= 20.0, "the restarted replica signed {served} of 200 assertions");
+
+    // One key set, from every replica: the old key of the restarted replica is still in it.
+    let everywhere: Vec<Vec<String>> =
+        futures_util::future::join_all(cluster.replicas.iter().map(|r| published_kids_of(&r.addr))).await;
+    assert!(everywhere.windows(2).all(|w| w[0] == w[1]), "the replicas publish different sets: {everywhere:?}");
+    assert!(before.iter().all(|kid| everywhere[0].contains(kid)), "{before:?} not all in {:?}", everywhere[0]);
+    assert!(everywhere[0].len() >= 5, "the new key and a rotated one: {:?}", everywhere[0]);
+    client.cancel().await.ok();
+    cluster.stop();
+    cluster.db.close().await;
+}
+both_dbs!(every_replica_publishes_every_replicas_keys, one_key_set);
+
+async fn published_kids_of(addr: &str) -> Vec<String> {
+    published_kids(&format!("http://{addr}")).await
+}
+
+/// An executor agent that dials the balancer (and so reaches one replica) serves calls that
+/// arrive on every replica: the replica holding its tunnel carries the others' channels over
+/// links. When that replica is killed, the agent reconnects through the balancer and calls are
+/// served again within seconds.
+async fn agent_behind_the_balancer(backend: Backend) {
+    let mut cluster = Cluster::start_on(backend, &[("SCOPEGATE_CLUSTER__HEARTBEAT_MS", "500")]).await;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(root.path().join("work")).unwrap();
+    let mut tx = cluster.db.begin().await.unwrap();
+    let secret = entities::create_executor(&mut tx, "build-01", "build-host", "builder", "remote", &["acme"])
+        .await
+        .unwrap()
+        .expect("a remote executor gets a secret");
+    tx.commit().await.unwrap();
+    let secret_file = cluster.dir.path().join("build-01.secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+    declare(&cluster.db, "far", &json!({"command": FIXTURE, "args": ["stdio"], "cwd": "work"}), "build-01").await;
+    let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
+    let _agent = agent_process(
+        cluster.dir.path(),
+        None,
+        "build-01",
+        &secret_file,
+        std::slice::from_ref(&cluster.balancer.url),
+        &["--root".into(), root_uri.into()],
+    );
+    eventually("the agent connects through the balancer", || async {
+        count(&cluster.db, "SELECT COUNT(*) FROM replica_agents WHERE executor = 'build-01'").await == 1
+    })
+    .await;
+
+    let client = stateless_client(&cluster.balancer.mcp(), &cluster.token).await;
+    let echo_ok = ["tool=\"far__echo\"", "outcome=\"ok\""];
+    calls_ok(&client, "far__echo", json!({"text": "anywhere"}), 60, "one agent, three replicas").await;
+    let mut served = Vec::new();
+    for r in &cluster.replicas {
+        let calls = r.counter("scopegate_tool_calls_total", &echo_ok).await;
+        let relayed = r.counter("scopegate_executor_channels_total", &["route=\"relayed\""]).await;
+        let carried = r.counter("scopegate_executor_channels_total", &["route=\"served\""]).await;
+        served.push((r.addr.clone(), calls, relayed, carried));
+    }
+    println!("per replica (address, calls, channels relayed, channels carried for others): {served:?}");
+    assert!(served.iter().all(|(_, calls, ..)| *calls >= 1.0), "a replica served no call: {served:?}");
+    assert!(served.iter().filter(|(_, _, relayed, _)| *relayed >= 1.0).count() >= 2, "{served:?}");
+    assert!(served.iter().any(|(.., carried)| *carried >= 1.0), "{served:?}");
+
+    // The replica holding the agent dies; the agent comes back through the balancer.
+    let mut tx = cluster.db.begin().await.unwrap();
+    let holder: String = sqlx::query_scalar(
+        "SELECT r.internal_url FROM replica_agents a JOIN replicas r ON r.id = a.replica_id WHERE a.executor = 'build-01'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let holder = cluster.replicas.iter().position(|r| holder.ends_with(&r.addr)).expect("the holder is a replica");
+    cluster.replicas[holder].kill();
+    let killed = std::time::Instant::now();
+    let params = || {
+        rmcp::model::CallToolRequestParams::new("far__echo")
+            .with_arguments(json!({"text": "again"}).as_object().cloned().unwrap())
+    };
+    loop {
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), client.peer().call_tool(params())).await;
+        if matches!(&answer, Ok(Ok(r)) if r.is_error != Some(true)) {
+            break;
+        }
+        assert!(killed.elapsed() < std::time::Duration::from_secs(30), "not served again in 30 s: {answer:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let back = killed.elapsed();
+    println!("served again {back:?} after the agent's replica was killed");
+    assert!(back < std::time::Duration::from_secs(15), "served again only after {back:?}");
+    // Once the balancer has marked the dead replica down, nothing fails.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    calls_ok(&client, "far__echo", json!({"text": "after"}), 30, "after the agent moved").await;
+    client.cancel().await.ok();
+    cluster.stop();
+    cluster.db.close().await;
+}
+both_dbs!(an_agent_behind_the_balancer_serves_every_replica, agent_behind_the_balancer);
+
+/// A 2026-07-28 caller's continuations may land on any replica. Its multi round-trip retry
+/// sent to another replica than the one whose upstream call waits for the answer is forwarded
+/// there and completes; its polls and cancel of a task that lives in one replica's stdio
+/// upstream are too.
+async fn continuations_travel(backend: Backend) {
+    let Prepared { config, db, test_db, .. } = TestGateway::new(backend).prepare().await;
+    local_executor(&db).await;
+    // Pinned to 2025-11-25, the upstream asks with a request in the middle of the call: the
+    // exchange waits in the replica that holds that call.
+    let everything = json!({"command": FIXTURE, "args": ["everything", "stdio"], "protocolVersion": "2025-11-25"});
+    declare(&db, "ev", &everything, "local").await;
+    let tasks = json!({"command": FIXTURE, "args": ["tasks", "stdio"], "protocolVersion": "2026-07-28"});
+    declare(&db, "tk", &tasks, "local").await;
+    let dir = tempfile::tempdir().unwrap();
+    let replicas =
+        [Replica::start(dir.path(), &test_db.url, PUBLIC_URL), Replica::start(dir.path(), &test_db.url, PUBLIC_URL)];
+    let token = Signer::dev().sign(&claims(&config, "acme", "olivia@acme.test"));
+    let here = stateless_client(&format!("http://{}/mcp", replicas[0].addr), &token).await;
+    let there = stateless_client(&format!("http://{}/mcp", replicas[1].addr), &token).await;
+
+    let ask = |state: Option<String>| {
+        let mut p = rmcp::model::CallToolRequestParams::new("ev__test_elicitation")
+            .with_arguments(json!({"message": "who is there?"}).as_object().cloned().unwrap());
+        if let Some(state) = state {
+            p.request_state = Some(state);
+            let answer = json!({"action": "accept", "content": {"username": "olivia", "email": "olivia@acme.test"}});
+            p.input_responses = Some([("input".to_owned(), answer)].into_iter().collect());
+        }
+        p
+    };
+    for (first, retry) in [(&here, &there), (&there, &here)] {
+        let asked = first.call_tool_once(ask(None)).await.unwrap();
+        let CallToolResponse::InputRequired(asked) = asked else { panic!("input_required expected: {asked:?}") };
+        let state = asked.request_state.expect("a requestState");
+        let done = retry.call_tool_once(ask(Some(state.clone()))).await.unwrap();
+        let CallToolResponse::Complete(done) = done else { panic!("the call's result expected: {done:?}") };
+        assert!(serde_json::to_string(&done).unwrap().contains("olivia"), "{done:?}");
+        // Used once, wherever it is presented again.
+        let again = first.call_tool_once(ask(Some(state))).await;
+        assert!(
+            matches!(&again, Err(rmcp::ServiceError::McpError(e)) if e.message.contains("requestState")),
+            "{again:?}"
+        );
+    }
+
+    let task = |client| async move {
+        let params = rmcp::model::CallToolRequestParams::new("tk__slow_compute")
+            .with_arguments(json!({"seconds": 1, "label": "pinned"}).as_object().cloned().unwrap());
+        match rmcp::service::RunningService::call_tool_once(client, params).await.unwrap() {
+            CallToolResponse::Task(task) => task.task.task_id,
+            other => panic!("a task expected: {other:?}"),
+        }
+    };
+    let made_here = task(&here).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let got = there.get_task(GetTaskParams::new(&made_here)).await.unwrap();
+        if got.task.task.status == TaskStatus::Completed {
+            assert!(serde_json::to_string(&got).unwrap().contains("computed pinned after 1s"), "{got:?}");
+            break;
+        }
+        assert!(!got.task.task.status.is_terminal() && std::time::Instant::now() < deadline, "{got:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let made_there = task(&there).await;
+    here.cancel_task(CancelTaskParams::new(&made_there)).await.unwrap();
+    let got = there.get_task(GetTaskParams::new(&made_there)).await.unwrap();
+    assert_eq!(got.task.task.status, TaskStatus::Cancelled, "{got:?}");
+    for r in &replicas {
+        assert!(r.counter("scopegate_forwarded_requests_total", &["outcome=\"ok\""]).await >= 2.0, "{}", r.addr);
+    }
+    // Kept from going on (a caller may set the mark), the poll reaches this replica's own
+    // upstream process, which knows no such task: answered as an unknown task, without the
+    // upstream's own id.
+    let poll = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": made_here, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    }}});
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("http://{}/mcp", replicas[1].addr))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tasks/get")
+        .header("mcp-name", made_here.as_str())
+        .header("scopegate-forwarded", "the caller")
+        .body(poll.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["error"]["message"], "Failed to retrieve task: Task not found", "{answer}");
+    assert!(answer["error"].get("data").is_none(), "{answer}");
+    here.cancel().await.ok();
+    there.cancel().await.ok();
+    drop(replicas);
+    db.close().await;
+}
+both_dbs!(continuations_are_served_by_the_replica_they_wait_in, continuations_travel);

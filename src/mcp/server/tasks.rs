@@ -75,6 +75,20 @@ pub(super) fn unknown_task() -> ErrorData {
     ErrorData::invalid_params("Failed to retrieve task: Task not found", None)
 }
 
+/// An upstream's error about one of its tasks, as the caller may see it: a task it does not
+/// know is the gateway's unknown task; any other error loses its `data` and every mention of
+/// the upstream's own id.
+fn private(mut e: ErrorData, upstream_id: Option<&str>) -> ErrorData {
+    if e.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+        return unknown_task();
+    }
+    if let Some(id) = upstream_id.filter(|id| !id.is_empty()) {
+        e.message = e.message.replace(id, "(the task)").into();
+    }
+    e.data = None;
+    e
+}
+
 pub(super) fn internal(e: impl std::fmt::Display) -> ErrorData {
     tracing::error!(error = %e, "task store failed");
     ErrorData::internal_error("internal error", None)
@@ -311,11 +325,8 @@ impl GatewayServer {
         };
         let mut exchange = self.exchange(ctx, context);
         exchange.passed = Some(PassedInput { responses: None, state: None, tasks: true });
-        self.shared
-            .upstreams
-            .exchange(connection, upstream.peer(), ctx, request, exchange)
-            .await
-            .map_err(ProxyError::into_error_data)
+        let answer = self.shared.upstreams.exchange(connection, upstream.peer(), ctx, request, exchange).await;
+        answer.map_err(|e| private(e.into_error_data(), reached.row.upstream_task_id.as_deref()))
     }
 
     /// Records the status a poll saw; the first terminal one is audited (`tasks/<status>`).

@@ -69,9 +69,14 @@ impl Replica {
 
     /// A replica with further `SCOPEGATE_*` settings (after the defaults below, so they win).
     pub fn start_with(dir: &std::path::Path, db_url: &str, public_url: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_on(dir, db_url, public_url, "127.0.0.1:0", env)
+    }
+
+    /// [`Replica::start_with`] listening on `listen` (a replica restarted where it was).
+    pub fn start_on(dir: &std::path::Path, db_url: &str, public_url: &str, listen: &str, env: &[(&str, &str)]) -> Self {
         let mut command = scopegate(dir);
         command
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .env("SCOPEGATE_DATABASE__URL", db_url)
             .env("SCOPEGATE_SERVER__PUBLIC_URL", public_url)
             // The replicas take the whole load of one tenant; the rate limits are not under test.

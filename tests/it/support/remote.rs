@@ -140,30 +140,7 @@ impl Site {
         gateways: &[String],
         root_args: &[std::ffi::OsString],
     ) -> Agent {
-        let log = self.files.path().join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()));
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = std::process::Command::new("ip");
-                c.args(["netns", "exec", ns, SCOPEGATE]);
-                c
-            }
-            None => std::process::Command::new(SCOPEGATE),
-        };
-        command.arg("executor");
-        for gateway in gateways {
-            command.args(["--gateway", gateway]);
-        }
-        command
-            .args(["--name", name, "--secret-file"])
-            .arg(secret_file)
-            .args(root_args)
-            .args(["--backoff-max-secs", "1", "--heartbeat-secs", "1"])
-            .env(AGENT_ONLY, format!("ran-on-{name}"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        Agent { child: command.spawn().expect("scopegate executor starts"), log }
+        agent_process(self.files.path(), netns, name, secret_file, gateways, root_args)
     }
 
     /// Waits until a new session of `subject` lists `tool`: the agent is connected.
@@ -179,6 +156,42 @@ impl Site {
         })
         .await
     }
+}
+
+/// Starts `scopegate executor` for `name` with `secret_file` against `gateways` (inside network
+/// namespace `netns` when given), logging into a file under `log_dir`.
+pub fn agent_process(
+    log_dir: &Path,
+    netns: Option<&str>,
+    name: &str,
+    secret_file: &Path,
+    gateways: &[String],
+    root_args: &[std::ffi::OsString],
+) -> Agent {
+    let log = log_dir.join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()));
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns, SCOPEGATE]);
+            c
+        }
+        None => std::process::Command::new(SCOPEGATE),
+    };
+    command.arg("executor");
+    for gateway in gateways {
+        command.args(["--gateway", gateway]);
+    }
+    command
+        .args(["--name", name, "--secret-file"])
+        .arg(secret_file)
+        .args(root_args)
+        .args(["--backoff-max-secs", "1", "--heartbeat-secs", "1"])
+        .env(AGENT_ONLY, format!("ran-on-{name}"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    Agent { child: command.spawn().expect("scopegate executor starts"), log }
 }
 
 /// A running agent process; killed when dropped.
