@@ -230,6 +230,7 @@ impl Gateway {
                 Ok(())
             }
         };
+        self.state.cluster.leave().await;
         self.state.db.close().await;
         result
     }

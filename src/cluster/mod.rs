@@ -203,9 +203,8 @@ impl Cluster {
         self.publish_current_key().await
     }
 
-    /// Heartbeats until `stop`, and a key rotation every `rotate_every`; on `stop`, leaves
-    /// (its row and its agents' rows go; its keys stay published until their assertions
-    /// have expired).
+    /// Heartbeats until `stop`, and a key rotation every `rotate_every` (see [`Self::leave`]
+    /// for the end).
     pub fn spawn(self: &Arc<Self>, rotate_every: Duration, stop: tokio_util::sync::CancellationToken) {
         let cluster = Arc::clone(self);
         tokio::spawn(async move {
@@ -229,10 +228,15 @@ impl Cluster {
                     _ = purge.tick() => cluster.purge().await,
                 }
             }
-            if let Err(e) = cluster.db.replica_gone(&cluster.id).await {
-                tracing::warn!(error = %e, "leaving the replicas failed; this replica lapses by itself");
-            }
         });
+    }
+
+    /// This replica stops: its row and its agents' rows go, so no other replica looks for
+    /// anything here any more. Its keys stay published until their assertions have expired.
+    pub async fn leave(&self) {
+        if let Err(e) = self.db.replica_gone(&self.id).await {
+            tracing::warn!(error = %e, "leaving the replicas failed; this replica lapses by itself");
+        }
     }
 
     async fn purge(&self) {

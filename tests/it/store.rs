@@ -193,3 +193,54 @@ async fn commits_are_durable_by_default(backend: Backend) {
     db.close().await;
 }
 both_dbs!(store_commits_are_durable_by_default, commits_are_durable_by_default);
+
+/// What the replicas keep of each other: who is alive and where, which holds which agent
+/// (only while alive, the newest connection first), and the published keys (while their
+/// `publish_until` is ahead, never shortened); a stopped replica's rows go, and rows silent for
+/// long are purged.
+async fn replica_rows(backend: Backend) {
+    let test_db = TestDb::new(backend).await;
+    let db = Db::connect(&config_with(&test_db.url, &[]).database).await.unwrap();
+    db.migrate().await.unwrap();
+    db.register_replica("a", "http://10.0.0.1:8080", 1_000).await.unwrap();
+    db.register_replica("b", "http://10.0.0.2:8080", 1_000).await.unwrap();
+    assert!(db.replica_seen("a", 5_000).await.unwrap());
+    assert!(!db.replica_seen("nobody", 5_000).await.unwrap(), "an unknown replica is told to register");
+    assert_eq!(db.live_replica_url("a", 4_000).await.unwrap().as_deref(), Some("http://10.0.0.1:8080"));
+    assert_eq!(db.live_replica_url("b", 4_000).await.unwrap(), None, "b was last seen before");
+
+    db.agent_held("build-01", "a", "file:///srv/a", 2_000).await.unwrap();
+    db.agent_held("build-01", "b", "file:///srv/b", 3_000).await.unwrap();
+    let holders = |since| {
+        let db = db.clone();
+        async move { db.agent_holders("build-01", since).await.unwrap() }
+    };
+    let all: Vec<String> = holders(0).await.into_iter().map(|h| h.replica_id).collect();
+    assert_eq!(all, ["b", "a"], "the newest connection first");
+    let alive = holders(4_000).await;
+    assert_eq!(alive.len(), 1);
+    assert_eq!((alive[0].replica_id.as_str(), alive[0].root.as_str()), ("a", "file:///srv/a"));
+    // A release of an older connection leaves a newer one's row.
+    db.agent_released("build-01", "b", 2_500).await.unwrap();
+    assert_eq!(holders(0).await.len(), 2);
+    db.agent_released("build-01", "b", 3_000).await.unwrap();
+    assert_eq!(holders(0).await.len(), 1);
+
+    db.publish_signing_key("k1", r#"{"kid":"k1"}"#, "a", 1_000, 10_000).await.unwrap();
+    db.publish_signing_key("k2", r#"{"kid":"k2"}"#, "b", 2_000, 20_000).await.unwrap();
+    db.extend_signing_key("k1", 30_000).await.unwrap();
+    db.extend_signing_key("k2", 15_000).await.unwrap();
+    assert_eq!(db.published_signing_keys(12_000).await.unwrap().len(), 2);
+    assert_eq!(db.published_signing_keys(25_000).await.unwrap(), [r#"{"kid":"k1"}"#], "k2 kept its later end");
+    assert_eq!(db.purge_signing_keys(25_000).await.unwrap(), 1);
+    assert_eq!(count(&db, "signing_keys").await, 1);
+
+    db.replica_gone("a").await.unwrap();
+    assert_eq!(db.live_replica_url("a", 0).await.unwrap(), None);
+    assert!(holders(0).await.is_empty(), "a stopped replica's agents go with it");
+    db.agent_held("build-01", "b", "file:///srv/b", 6_000).await.unwrap();
+    assert_eq!(db.purge_replicas(2_000).await.unwrap(), 1, "b, last seen at 1000");
+    assert_eq!((count(&db, "replicas").await, count(&db, "replica_agents").await), (0, 0));
+    db.close().await;
+}
+both_dbs!(store_replica_rows, replica_rows);
