@@ -9,7 +9,10 @@
 //! server and client instead of the lean relay): the path every proxied call took before the
 //! relay. A `remote` row calls the same upstream through a remote executor: a real
 //! `scopegate executor` agent process on loopback, so the gateway reaches the upstream over
-//! the agent's tunnel; it is compared with the `scopegate` row (the local executor). Prints
+//! the agent's tunnel; it is compared with the `scopegate` row (the local executor). A
+//! `via-peer` row makes the same remote-executor call on a second gateway on the same database,
+//! to which the agent is not connected: it reaches the agent through the first gateway (a
+//! replica-to-replica link); it is compared with the `remote` row. Prints
 //! figures, with the CPU time per call of the serving side and of the upstream (process CPU
 //! over the row's turns / calls, from `/proc`); asserts nothing. In a session, the
 //! `scopegate` row's calls take the lean relay.
@@ -17,7 +20,7 @@
 //! `cargo bench --bench proxy` (SECONDS per row, default 5, measured in ROUNDS turns, default
 //! 4: the rows take turns, so a change in a shared machine's load falls on all of them;
 //! DATABASES, default `sqlite,postgres`; CLIENTS, default `1,16`; ROWS, default
-//! `direct,bare-fwd,scopegate,rmcp-path,remote,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
+//! `direct,bare-fwd,scopegate,rmcp-path,remote,via-peer,native`; IDENTITY_CACHE_MS and ASSERTION_REUSE_MS, default as
 //! shipped; PostgreSQL at
 //! SCOPEGATE_BENCH_PG_URL or postgres://postgres@127.0.0.1:5432).
 
@@ -141,8 +144,8 @@ async fn main() {
         .map(|n| n.trim().parse().expect("CLIENTS: comma-separated client counts"))
         .collect();
     let clients_rt = client_runtime();
-    let rows_spec =
-        std::env::var("ROWS").unwrap_or_else(|_| "direct,bare-fwd,scopegate,rmcp-path,remote,native".to_owned());
+    let rows_spec = std::env::var("ROWS")
+        .unwrap_or_else(|_| "direct,bare-fwd,scopegate,rmcp-path,remote,via-peer,native".to_owned());
     let rows: Vec<&str> = rows_spec.split(',').map(str::trim).collect();
     let databases = std::env::var("DATABASES").unwrap_or_else(|_| "sqlite,postgres".to_owned());
     let pg_server =
@@ -214,8 +217,18 @@ async fn main() {
         let token = dev_token(&live_config, "acme", "olivia@acme.test", 3600).unwrap();
         let gw_url = format!("http://{addr}/mcp");
         let bare_url = bare_forwarder(&upstream_url).await;
-        if rows.contains(&"remote") {
+        if rows.contains(&"remote") || rows.contains(&"via-peer") {
             wait_for_tool(&gw_url, &token, "rx__echo").await;
+        }
+        // A second replica on the same database, without the agent (same public URL: the
+        // tokens' audience).
+        let mut peer_config = config.clone();
+        peer_config.server.public_url = Some(public.clone());
+        let peer = Gateway::build(peer_config).await.expect("the second replica");
+        let peer_url = format!("http://{}/mcp", peer.local_addr());
+        tokio::spawn(peer.run(std::future::pending()));
+        if rows.contains(&"via-peer") {
+            wait_for_tool(&peer_url, &token, "rx__echo").await;
         }
 
         for &clients in &client_counts {
@@ -227,6 +240,7 @@ async fn main() {
                     "scopegate" => ("scopegate", gw_url.clone(), Some(token.clone()), "fx__echo"),
                     "rmcp-path" => ("rmcp-path", gw_url.clone(), Some(token.clone()), "fx__echo"),
                     "remote" => ("remote", gw_url.clone(), Some(token.clone()), "rx__echo"),
+                    "via-peer" => ("via-peer", peer_url.clone(), Some(token.clone()), "rx__echo"),
                     // A native call through the same gateway: what the gateway costs without an upstream.
                     "native" => ("native", gw_url.clone(), Some(token.clone()), "whoami"),
                     other => panic!("ROWS: unknown row {other}"),
@@ -245,7 +259,7 @@ async fn main() {
                 let peers =
                     on_clients(&clients_rt, async move { connect_all_as(&url, token.as_deref(), clients, info).await })
                         .await;
-                let agent_pid = if name == "remote" { agent.id() } else { None };
+                let agent_pid = if matches!(name, "remote" | "via-peer") { agent.id() } else { None };
                 let upstream_pids = child.id().filter(|_| name != "native").into_iter().collect();
                 targets.push(
                     Target::new(name, peers, tool, args).with_pids(agent_pid.into_iter().collect(), upstream_pids),
@@ -268,6 +282,7 @@ async fn main() {
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             let mut direct_row: Option<Row> = None;
             let mut local_row: Option<Row> = None;
+            let mut remote_row: Option<Row> = None;
             for mut target in targets {
                 let row = target.row();
                 let versus = |base: &Row| {
@@ -277,9 +292,10 @@ async fn main() {
                         ms(row.p50) - ms(base.p50)
                     )
                 };
-                let versus = match (target.name, &direct_row, &local_row) {
-                    ("bare-fwd" | "scopegate" | "rmcp-path", Some(direct), _) => versus(direct),
-                    ("remote", _, Some(local)) => versus(local),
+                let versus = match (target.name, &direct_row, &local_row, &remote_row) {
+                    ("bare-fwd" | "scopegate" | "rmcp-path", Some(direct), ..) => versus(direct),
+                    ("remote", _, Some(local), _) => versus(local),
+                    ("via-peer", .., Some(remote)) => versus(remote),
                     _ => String::new(),
                 };
                 let versus = if versus.is_empty() { format!("{:>30}", "") } else { versus };
@@ -295,6 +311,7 @@ async fn main() {
                 match target.name {
                     "direct" => direct_row = Some(row),
                     "scopegate" => local_row = Some(row),
+                    "remote" => remote_row = Some(row),
                     _ => {}
                 }
                 on_clients(&clients_rt, close(target.peers)).await;
@@ -319,7 +336,9 @@ async fn main() {
     }
     println!(
         "serving µs/call: CPU of the bench process less its client threads (the gateway, or the bare \
-         forwarder, whichever the row calls; plus the executor agent for `remote`) per call; \
+         forwarder, whichever the row calls; both replicas for `via-peer`; plus the executor agent \
+         for `remote` and `via-peer`) per call; `vs direct/local`: `remote` against `scopegate`, \
+         `via-peer` against `remote`; \
          upstream µs/call: CPU of the fixture process per call"
     );
     // A runtime may not be dropped inside another one.

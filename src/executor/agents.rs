@@ -17,7 +17,7 @@ use crate::cluster::Cluster;
 use crate::decl::PathUri;
 use crate::store::entities::Executor as ExecutorRow;
 use crate::telemetry::metrics;
-use crate::tunnel::{Settings, TunnelHandle};
+use crate::tunnel::{Channel, Settings, TunnelError, TunnelHandle};
 
 /// How long a name stays reserved for an agent whose upgrade has not completed.
 const UPGRADE_GRACE: Duration = Duration::from_secs(10);
@@ -28,9 +28,33 @@ const UPGRADE_GRACE: Duration = Duration::from_secs(10);
 pub struct AgentLink {
     /// The agent's own root: every path of a server opened there stays inside it.
     pub root: PathUri,
-    pub tunnel: TunnelHandle,
+    tunnel: TunnelHandle,
     /// The replica it is reached through (`None`: connected here).
     pub via: Option<String>,
+}
+
+impl AgentLink {
+    /// Opens a channel on the agent (see [`TunnelHandle::open`]), counted by route.
+    pub async fn open(&self, open: &crate::tunnel::Open, timeout: Duration) -> Result<Channel, TunnelError> {
+        let channel = self.tunnel.open(open, timeout).await?;
+        self.counted();
+        Ok(channel)
+    }
+
+    /// Counts a channel opened on this link (`scopegate_executor_channels_total{route}`).
+    pub(super) fn counted(&self) {
+        metrics::executor_channel(if self.via.is_some() { "relayed" } else { "local" });
+    }
+
+    /// Channels open now on the tunnel (or link) this reaches the agent by.
+    pub fn channels_open(&self) -> usize {
+        self.tunnel.channels_open()
+    }
+
+    /// The agent's tunnel itself (connected here) or the link to its replica.
+    pub(super) fn tunnel(&self) -> &TunnelHandle {
+        &self.tunnel
+    }
 }
 
 enum State {
@@ -108,14 +132,12 @@ impl Agents {
     /// holds it (a link kept for the next call, dropped when that replica drops the agent).
     pub async fn reach(&self, name: &str) -> Option<AgentLink> {
         if let Some(link) = self.link(name) {
-            metrics::executor_channel("local");
             return Some(link);
         }
         let (cluster, settings) = self.cluster.as_ref()?;
         let cached = lock(&self.relayed).get(name).filter(|l| !l.tunnel.is_closed()).cloned();
-        if let Some(link) = cached {
-            metrics::executor_channel("relayed");
-            return Some(link);
+        if cached.is_some() {
+            return cached;
         }
         for holder in cluster.agent_holders(name).await {
             let Some(root) = PathUri::parse_reported(&holder.root) else {
@@ -127,7 +149,6 @@ impl Agents {
                     tracing::info!(executor = name, via = %holder.replica_id, "reaching an agent through another replica");
                     let link = AgentLink { root, tunnel, via: Some(holder.replica_id) };
                     lock(&self.relayed).insert(name.to_owned(), link.clone());
-                    metrics::executor_channel("relayed");
                     return Some(link);
                 }
                 Err(e) => {

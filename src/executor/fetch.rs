@@ -38,7 +38,11 @@ impl Agents {
         let method = request.method().clone();
         let result = match self.reach(executor).await {
             None => Err(FetchError::NotConnected(executor.to_owned())),
-            Some(link) => exchange(&link.tunnel, request, follow_redirects, timeout, max_bytes).await,
+            Some(link) => {
+                let answer = exchange(link.tunnel(), request, follow_redirects, timeout, max_bytes).await;
+                link.counted();
+                answer
+            }
         };
         let elapsed_ms = started.elapsed().as_millis() as u64;
         match &result {

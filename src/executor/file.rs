@@ -93,7 +93,11 @@ impl Agents {
                 "{uri} is outside the root {} of executor `{executor}`",
                 link.root
             ))),
-            Some(link) => read(&link.tunnel, uri, max_bytes, timeout).await,
+            Some(link) => {
+                let read = read(link.tunnel(), uri, max_bytes, timeout).await;
+                link.counted();
+                read
+            }
         };
         let elapsed_ms = started.elapsed().as_millis() as u64;
         match &result {

@@ -70,13 +70,13 @@ pub async fn serve<S>(
     };
     loop {
         tokio::select! {
-            why = agent.tunnel.closed() => {
+            why = agent.tunnel().closed() => {
                 link.close(&format!("the agent left this replica: {why}"));
                 return;
             }
             pending = incoming.next() => {
                 let Some(pending) = pending else { return };
-                tokio::spawn(carry(agent.tunnel.clone(), pending));
+                tokio::spawn(carry(agent.tunnel().clone(), pending));
             }
         }
     }

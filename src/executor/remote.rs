@@ -130,7 +130,7 @@ impl RemoteHostHandler {
             },
         };
         let started = tokio::time::Instant::now();
-        let channel = link.tunnel.open(&open, timeout).await.map_err(|e| match e {
+        let channel = link.open(&open, timeout).await.map_err(|e| match e {
             TunnelError::Timeout(t) => UpstreamError::ConnectTimeout(t),
             other => UpstreamError::Remote(other.to_string()),
         })?;

@@ -295,6 +295,7 @@ fn route(path: &str) -> &'static str {
         "/.well-known/oauth-protected-resource/mcp",
         "/.well-known/jwks.json",
         crate::vocab::routes::CONNECT_PATH,
+        crate::vocab::routes::AGENT_LINK_PATH,
         CALLBACK_PATH,
     ];
     match loggable_path(path) {

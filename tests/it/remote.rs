@@ -531,7 +531,7 @@ async fn file_reads(backend: Backend) {
     assert_eq!(read("work/small.bin", 1000).await.unwrap(), small, "a file of exactly max_bytes");
     assert_eq!(read("work/empty", 0).await.unwrap(), b"", "an empty file");
     assert_eq!(read("work/big.bin", 8 * 1024 * 1024).await.unwrap(), big, "a file over many windows");
-    assert_eq!(site.live.agents().link("build-01").unwrap().tunnel.channels_open(), 0, "every read's channel closed");
+    assert_eq!(site.live.agents().link("build-01").unwrap().channels_open(), 0, "every read's channel closed");
     let metrics = site.live.metrics().await;
     assert!(metrics.contains("scopegate_executor_file_reads_total{outcome=\"ok\"}"), "counted");
 
@@ -661,7 +661,7 @@ async fn remote_file_read_with_a_stopped_or_killed_agent_does_not_hang() {
         tokio::spawn(async move { agents.read_file(&id, &uri, 1 << 30, Duration::from_secs(60)).await })
     };
     eventually("the read is under way", || async {
-        site.live.agents().link("build-01").is_some_and(|link| link.tunnel.channels_open() == 1)
+        site.live.agents().link("build-01").is_some_and(|link| link.channels_open() == 1)
     })
     .await;
     let killed = Instant::now();

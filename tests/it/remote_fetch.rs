@@ -231,11 +231,7 @@ async fn remote_fetch_goes_over_the_executors_network() {
 
     let remote = ExecutorHttp::Remote { agents: Arc::clone(site.live.agents()), executor: "build-01".into() };
     behaves(&remote, &addr).await;
-    assert_eq!(
-        site.live.agents().link("build-01").unwrap().tunnel.channels_open(),
-        0,
-        "every exchange's channel closed"
-    );
+    assert_eq!(site.live.agents().link("build-01").unwrap().channels_open(), 0, "every exchange's channel closed");
     let metrics = site.live.metrics().await;
     for outcome in ["ok", "unreachable", "too_large", "timeout"] {
         let line = format!("scopegate_executor_fetches_total{{outcome=\"{outcome}\"}}");

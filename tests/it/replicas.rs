@@ -869,3 +869,60 @@ async fn continuations_travel(backend: Backend) {
     db.close().await;
 }
 both_dbs!(continuations_are_served_by_the_replica_they_wait_in, continuations_travel);
+
+/// The link route serves only one of the database's replicas, once per authorization, for the
+/// executor it was authorized for, and only while the agent is connected to it: anything else
+/// is refused (401), and a link for an agent that is elsewhere is 404.
+async fn link_route(backend: Backend) {
+    use scopegate::cluster::Cluster as Replicas;
+    let live = TestGateway::new(backend).start().await;
+    let here = live.state().cluster.id().to_owned();
+    // Another replica of the same database (it shares the key), and an authorization of its.
+    let signer = Arc::new(
+        scopegate::auth::assertion::AssertionSigner::new(PUBLIC_URL, std::time::Duration::from_secs(30)).unwrap(),
+    );
+    let other = Replicas::join(&live.config, &live.db, signer).await.unwrap();
+    let purpose = scopegate::executor::link::purpose("build-01");
+    let http = reqwest::Client::new();
+    let url = format!("{}/internal/agent-link", live.base_url());
+    let ask = |executor: &'static str, auth: Option<String>| {
+        let mut request = http
+            .get(&url)
+            .header("upgrade", "websocket")
+            .header("connection", "Upgrade")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("scopegate-executor", executor);
+        if let Some(auth) = auth {
+            request = request.header("scopegate-replica", auth);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap_or_default())
+        }
+    };
+    let (status, body) = ask("build-01", None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("\"unauthorized\""), "the gateway's JSON error body: {body}");
+    assert_eq!(ask("build-01", Some("garbage".into())).await.0, 401);
+    assert_eq!(ask("other-executor", Some(other.authorize(&here, &purpose))).await.0, 401, "another executor");
+    assert_eq!(ask("build-01", Some(other.authorize("some-other-replica", &purpose))).await.0, 401, "not for us");
+    let valid = other.authorize(&here, &purpose);
+    let (status, body) = ask("build-01", Some(valid.clone())).await;
+    assert_eq!(status, 404, "a replica's authorization, but the agent is not here: {body}");
+    assert_eq!(ask("build-01", Some(valid)).await.0, 401, "an authorization is used once");
+    // A key of another database: refused.
+    let foreign = TestGateway::new(backend).start().await;
+    let stranger = Replicas::join(
+        &foreign.config,
+        &foreign.db,
+        Arc::new(
+            scopegate::auth::assertion::AssertionSigner::new(PUBLIC_URL, std::time::Duration::from_secs(30)).unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ask("build-01", Some(stranger.authorize(&here, &purpose))).await.0, 401, "another database's replica");
+}
+both_dbs!(the_link_route_serves_only_the_replicas_of_its_database, link_route);

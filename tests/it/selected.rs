@@ -421,3 +421,30 @@ async fn readme_example(backend: Backend) {
     );
 }
 both_dbs!(selected_roots_readme_example_is_what_the_gateway_reads, readme_example);
+
+/// A replica the agent is not connected to serves a session that selects a root on it: the
+/// plugin's `.mcp.json` is read, and its server run, through the replica that holds the agent.
+async fn through_another_replica(backend: Backend) {
+    let (site, _agent, _secret, root) = with_plugin(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = site.live.config.auth.hs256_secret.expose().to_owned();
+    let other = Replica::start_with(
+        dir.path(),
+        site.live.config.database.url.expose(),
+        &site.live.config.public_url(),
+        &[("SCOPEGATE_AUTH__HS256_SECRET", secret.as_str())],
+    );
+    let selection = json!([{ "executor": "build-01", "path": root }]);
+    let handler = Selecting { roots: Some(selection), changed: Arc::default() };
+    let url = format!("http://{}/mcp", other.addr);
+    let olivia = handler.serve(transport(&url, &site.live.token_for("olivia@acme.test"))).await.unwrap();
+    wait_listed(&olivia, "r1.demo__whoami_upstream", true).await;
+    let me = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await;
+    assert_eq!(me["declared_value"], "ran-on-build-01", "it ran on the executor: {me}");
+    let metrics = reqwest::get(format!("http://{}/metrics", other.addr)).await.unwrap().text().await.unwrap();
+    let relayed = metrics.lines().find(|l| l.starts_with("scopegate_executor_channels_total{route=\"relayed\"}"));
+    assert!(relayed.is_some_and(|l| !l.ends_with(" 0")), "channels through the other replica: {metrics}");
+    assert!(metrics.contains("scopegate_executor_file_reads_total{outcome=\"ok\"}"), "{metrics}");
+    olivia.cancel().await.unwrap();
+}
+both_dbs!(a_replica_without_the_agent_serves_a_selected_root, through_another_replica);
