@@ -451,35 +451,34 @@ async fn agent_refuses_paths_outside_its_root_even_when_asked() {
     let _ = agent.wait();
 }
 
-/// Two replicas on one database: an agent given both URLs keeps a connection to each, and
-/// each replica serves the executor's servers. A replica the agent is not connected to does
-/// not serve them (it never routes a call elsewhere).
+/// Two replicas on one database. An agent connected to the first only is reached from the
+/// second through the first (a link between them), and the second's assertions verify against
+/// the first's JWKS (one key set). An agent given both URLs keeps a connection to each, and
+/// each replica serves the executor's servers over its own.
 async fn replicas(backend: Backend) {
     let (site, secret) = with_far(backend, &[]).await;
     let mut second = site.live.replica().await;
     let second_url = second.base_url();
 
-    // Connected to the first replica only: the second one does not serve `far`.
     let first_only = site.agent("build-01", &secret);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    site.wait_for_tool_at(&second_url, "olivia@acme.test", "far__whoami_upstream").await;
     let olivia = site.live.client_at(&second_url, "olivia@acme.test").await;
-    let tools = olivia.list_all_tools().await.unwrap();
-    assert!(tools.iter().all(|t| !t.name.starts_with("far__")), "a replica without the agent serves nothing of it");
+    let me = ok(olivia.peer(), "far__whoami_upstream", json!({})).await;
+    assert_eq!(me["user"], "olivia@acme.test", "through the first replica, asserted by the second: {me}");
     drop(first_only);
 
     let _both = site.agent_to("build-01", &secret, &[site.live.base_url(), second_url.clone()]);
     site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
     site.wait_for_tool_at(&second_url, "olivia@acme.test", "far__whoami_upstream").await;
-    // `echo` checks no assertion: each replica signs with keys of its own, and the fixture
-    // knows only the first one's JWKS.
     for replica in [site.live.base_url(), second_url.clone()] {
         let olivia = site.live.client_at(&replica, "olivia@acme.test").await;
-        let echoed = call(olivia.peer(), "far__echo", json!({"text": "through this replica"})).await.unwrap();
-        assert_ne!(echoed.is_error, Some(true), "{replica}: {echoed:?}");
+        let me = ok(olivia.peer(), "far__whoami_upstream", json!({})).await;
+        assert_eq!(me["user"], "olivia@acme.test", "{replica}: {me}");
     }
     second.stop().await;
 }
-both_dbs!(remote_agent_keeps_a_connection_to_each_replica, replicas);
+both_dbs!(remote_agent_serves_every_replica_through_one_or_each, replicas);
 
 // ---- files read through an executor ----
 

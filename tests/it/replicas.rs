@@ -10,11 +10,7 @@ use std::io::Read;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 
-use rmcp::model::{
-    CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, GetTaskParams, Implementation,
-    ProtocolVersion, TaskStatus,
-};
-use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::model::{CallToolResponse, CancelTaskParams, ClientConfig, GetTaskParams, TaskStatus};
 use scopegate::model::Role;
 use scopegate::store::entities;
 use serde_json::json;
@@ -563,13 +559,7 @@ async fn rate_limits_hold_for_the_cluster() {
 /// rmcp's client on 2026-07-28 (no session: each request may reach another replica), able to
 /// answer elicitation and declaring the tasks extension.
 async fn stateless_client(url: &str, token: &str) -> rmcp::service::RunningService<rmcp::RoleClient, ClientConfig> {
-    let mut caps = ClientCapabilities::builder().enable_elicitation().build();
-    caps.extensions = ClientCapabilities::builder().enable_tasks().build().extensions;
-    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-    ClientConfig::new(caps, Implementation::new("replicas-test", "1.0"))
-        .serve_with_lifecycle(transport(url, token), lifecycle)
-        .await
-        .unwrap_or_else(|e| panic!("connects on 2026-07-28 at {url}: {e}"))
+    modern_client(url, token, true).await
 }
 
 /// The gateway host as executor `local`.

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, CreateTaskResult,
-    GetTaskParams, GetTaskResult, Implementation, ProtocolVersion, TaskPayload, TaskStatus, UpdateTaskParams,
+    GetTaskParams, GetTaskResult, Implementation, TaskPayload, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError};
-use rmcp::{ClientLifecycleMode, ClientServiceExt, ErrorData, ServiceExt};
+use rmcp::{ErrorData, ServiceExt};
 use scopegate::model::Role;
 use scopegate::store::entities;
 use serde_json::{Value, json};
@@ -81,15 +81,7 @@ impl Tasks {
 
 /// rmcp's client on 2026-07-28 at `url`, declaring the tasks extension (or not).
 async fn client_at(url: &str, token: &str, tasks: bool) -> RunningService<RoleClient, ClientConfig> {
-    let mut caps = ClientCapabilities::builder().enable_elicitation().build();
-    if tasks {
-        caps.extensions = ClientCapabilities::builder().enable_tasks().build().extensions;
-    }
-    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-    ClientConfig::new(caps, Implementation::new("tasks-test", "1.0"))
-        .serve_with_lifecycle(transport(url, token), lifecycle)
-        .await
-        .unwrap_or_else(|e| panic!("connects on 2026-07-28: {e}"))
+    modern_client(url, token, tasks).await
 }
 
 async fn client(live: &Live, subject: &str, tasks: bool) -> RunningService<RoleClient, ClientConfig> {
@@ -612,8 +604,10 @@ async fn gateway_run_replicas(backend: Backend) {
     assert_eq!(until(&there, &long, TaskStatus::Cancelled).await.task.task.status, TaskStatus::Cancelled);
     eventually("the upstream saw the cancel", || async { tasks.marked().contains("cancelled slow_compute") }).await;
 
-    // Started on the replica, which then stops: once its lease lapsed, the task failed.
+    // Started on the replica, which then dies (it loses its database first, so it can write
+    // nothing more, as a killed process could not): once its lease lapsed, the task failed.
     let orphan = task_of(&there, "nx__slow_compute", json!({"seconds": 60, "label": "orphan"})).await.task.task_id;
+    replica.state().db.close().await;
     replica.stop().await;
     assert_eq!(get(&here, &orphan).await.unwrap().task.task.status, TaskStatus::Working, "its lease still runs");
     let mut tx = live.db.begin().await.unwrap();

@@ -32,6 +32,24 @@ pub async fn connect<H: ClientHandler>(url: &str, token: &str, handler: H) -> Ru
     handler.serve(transport(url, token)).await.unwrap_or_else(|e| panic!("a client of {url} connects: {e}"))
 }
 
+/// rmcp's client on 2026-07-28 at `url` (no session: each request stands alone), able to answer
+/// elicitation, declaring the tasks extension when `tasks`.
+pub async fn modern_client(url: &str, token: &str, tasks: bool) -> RunningService<RoleClient, ClientConfig> {
+    use rmcp::model::{ClientCapabilities, Implementation, ProtocolVersion};
+    let mut caps = ClientCapabilities::builder().enable_elicitation().build();
+    if tasks {
+        caps.extensions = ClientCapabilities::builder().enable_tasks().build().extensions;
+    }
+    let lifecycle = rmcp::ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    rmcp::ClientServiceExt::serve_with_lifecycle(
+        ClientConfig::new(caps, Implementation::new("it", "1.0")),
+        transport(url, token),
+        lifecycle,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connects on 2026-07-28 at {url}: {e}"))
+}
+
 pub async fn call(client: &Peer<RoleClient>, tool: &str, args: Value) -> Result<CallToolResult, ErrorData> {
     let params =
         CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().cloned().unwrap_or_default());

@@ -260,6 +260,10 @@ impl Running {
         format!("{}/mcp", self.base_url())
     }
 
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
     /// Tells the gateway to stop and hands back its task, which ends when it has.
     pub fn shutdown(&mut self) -> JoinHandle<io::Result<()>> {
         if let Some(stop) = self.stop.take() {

@@ -123,24 +123,13 @@ impl Site {
 
     /// An agent, inside network namespace `netns` when given.
     pub fn agent_in(&self, netns: Option<&str>, name: &str, secret_file: &Path, gateways: &[String]) -> Agent {
-        self.spawn_agent(netns, name, secret_file, gateways, &["--root".into(), self.root_uri().into()])
+        agent_process(self.files.path(), netns, name, secret_file, gateways, &["--root".into(), self.root_uri().into()])
     }
 
     /// An agent whose root is `root` standing for `dir` on this machine (`--root-dir`).
     pub fn agent_mapped(&self, name: &str, secret_file: &Path, root: &str, dir: &Path) -> Agent {
         let root_args = ["--root".into(), root.into(), "--root-dir".into(), dir.into()];
-        self.spawn_agent(None, name, secret_file, &[self.live.base_url()], &root_args)
-    }
-
-    fn spawn_agent(
-        &self,
-        netns: Option<&str>,
-        name: &str,
-        secret_file: &Path,
-        gateways: &[String],
-        root_args: &[std::ffi::OsString],
-    ) -> Agent {
-        agent_process(self.files.path(), netns, name, secret_file, gateways, root_args)
+        agent_process(self.files.path(), None, name, secret_file, &[self.live.base_url()], &root_args)
     }
 
     /// Waits until a new session of `subject` lists `tool`: the agent is connected.
