@@ -28,6 +28,9 @@ pub use crate::vocab::routes::AGENT_LINK_PATH;
 /// asking replica's own timeout ends it sooner when shorter).
 const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long dialing a link may take, the WebSocket handshake included.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What a link is authorized for: one executor's agent.
 pub fn purpose(executor: &str) -> String {
     format!("agent:{executor}")
@@ -46,8 +49,10 @@ pub(super) async fn dial(
     let auth =
         HeaderValue::from_str(&cluster.authorize(&holder.replica_id, &purpose(executor))).map_err(|e| e.to_string())?;
     headers.insert(HeaderName::from_static(REPLICA_HEADER), auth);
-    let ws = tunnel::dial_at(cluster.http(), &holder.internal_url, AGENT_LINK_PATH, headers, settings)
+    let dialing = tunnel::dial_at(cluster.http(), &holder.internal_url, AGENT_LINK_PATH, headers, settings);
+    let ws = tokio::time::timeout(DIAL_TIMEOUT, dialing)
         .await
+        .map_err(|_| format!("no answer from {} within {DIAL_TIMEOUT:?}", holder.internal_url))?
         .map_err(|e| e.to_string())?;
     let (handle, _incoming) = tunnel::start(ws, Side::Gateway, settings.clone());
     Ok(handle)
