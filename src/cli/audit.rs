@@ -58,7 +58,8 @@ pub enum AuditCommand {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Signed checkpoints (JSON lines, as the checkpoint sink wrote them): every exported
-        /// row they name must have the signed hash. Each must carry a good signature.
+        /// row they name must have the signed hash, and the export must reach the newest one of
+        /// its tenant (an export ending below it was cut short). Each must carry a good signature.
         #[arg(long, value_name = "FILE")]
         checkpoints: Option<PathBuf>,
         /// A public key checkpoints may be signed with (base64url); repeatable. Default: the
