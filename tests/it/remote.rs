@@ -231,6 +231,51 @@ async fn secrets(backend: Backend) {
 }
 both_dbs!(remote_agent_secrets_are_checked_at_connect_and_rotation_drops_it, secrets);
 
+/// `/executors/connect` answers an unknown name, a local executor's name and a wrong secret
+/// alike (status, headers, body), so it tells no one which executors exist; the refusal
+/// metric still tells them apart.
+async fn connect_refusals_look_alike(backend: Backend) {
+    let live = Live::start(backend, Mode::Stateless, &[]).await;
+    let mut tx = live.db.begin().await.unwrap();
+    entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
+    entities::create_executor(&mut tx, "gw-local", "gw-host", "gateway", "local", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    let client = reqwest::Client::new();
+    let mut answers = Vec::new();
+    for name in ["nobody-by-this-name", "build-01", "gw-local"] {
+        let response = client
+            .get(format!("{}/executors/connect", live.base_url()))
+            .header("scopegate-executor", name)
+            .header("authorization", "Bearer sgx_not-the-secret")
+            .header("scopegate-executor-root", "file:///srv/mcp")
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let mut headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .filter(|(k, _)| !["date", "x-request-id"].contains(&k.as_str()))
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        headers.sort();
+        let body = response.bytes().await.unwrap();
+        answers.push((name, status, headers, body));
+    }
+    let (_, status, headers, body) = &answers[0];
+    assert_eq!(*status, http::StatusCode::UNAUTHORIZED);
+    for (name, other_status, other_headers, other_body) in &answers[1..] {
+        assert_eq!((other_status, other_headers), (status, headers), "{name}: answered otherwise");
+        assert_eq!(other_body, body, "{name}: another body");
+    }
+    let metrics = live.metrics().await;
+    for reason in ["unknown", "wrong_secret", "not_remote"] {
+        let counted = format!("scopegate_executor_refusals_total{{reason=\"{reason}\"}}");
+        assert!(metrics.contains(&counted), "{counted} missing");
+    }
+}
+both_dbs!(remote_connect_refusals_look_alike, connect_refusals_look_alike);
+
 /// One agent stopped mid-call (SIGSTOP) does not slow calls to another executor.
 async fn slow_agent(backend: Backend) {
     let (site, secret) = with_far(backend, &[("mcp.call_timeout_secs", json!(30))]).await;
