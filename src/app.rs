@@ -18,7 +18,7 @@ use crate::auth::{AuthSetupError, Authenticator};
 use crate::config::Config;
 use crate::http::AppState;
 use crate::identity::{Gate, SessionRegistry};
-use crate::store::{Db, StoreError};
+use crate::store::{Db, IfMissing, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -82,7 +82,7 @@ impl Gateway {
             listener.local_addr().map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
         // With port 0 the real port is known only now; the default public URL follows it.
         config.server.listen = local_addr;
-        let db = Db::connect(&config.database).await?;
+        let db = Db::connect(&config.database, IfMissing::Create).await?;
         db.migrate().await?;
         // Stored credentials need the key they were sealed with, or nothing can use them.
         crate::store::vault::check_at_start(&db, token_key.as_ref()).await?;

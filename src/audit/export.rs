@@ -190,6 +190,11 @@ impl Anchors {
     pub fn insert(&mut self, tenant: TenantId, seq: i64, hash: String) {
         self.0.insert((tenant, seq), hash);
     }
+
+    /// The highest seq checkpointed for `tenant`.
+    fn newest(&self, tenant: TenantId) -> Option<i64> {
+        self.0.keys().filter(|(t, _)| *t == tenant).map(|(_, seq)| *seq).max()
+    }
 }
 
 /// What `audit verify-export` found in an export that holds: every row's hash is that of its
@@ -393,7 +398,9 @@ fn csv_row(cells: Vec<Option<String>>) -> Result<ReadRow, String> {
 
 /// Checks an export (JSON lines or CSV, told apart by its first byte) as it is read: each row's
 /// hash against its own fields, its link to the row before, one tenant throughout.
-/// A row that a checkpoint in `anchors` names must have the checkpointed hash.
+/// A row that a checkpoint in `anchors` names must have the checkpointed hash, and the export
+/// must reach its tenant's newest checkpoint: an export always runs to the head of the chain
+/// (`--since` moves only its start), so one that ends below a signed head was cut short.
 pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Checked, ExportProblem> {
     let problem = |line: usize, reason: String| ExportProblem { line, reason };
     let first_byte = input.fill_buf().map_err(|e| problem(1, format!("reading: {e}")))?.first().copied();
@@ -439,6 +446,18 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
             checked.first = Some((row.seq, row.prev_hash));
         }
         checked.head = Some((row.seq, row.hash));
+    }
+    if let (Some(tenant), Some((last, _))) = (checked.tenant, &checked.head)
+        && let Some(signed) = anchors.newest(tenant).filter(|signed| signed > last)
+    {
+        return Err(problem(
+            line + 1,
+            format!(
+                "the export ends at seq {last}, below the signed checkpoint at seq {signed}: the rows after \
+                 seq {last} were cut off (an export made before that checkpoint was signed can only be \
+                 checked against the checkpoints signed before it)"
+            ),
+        ));
     }
     Ok(checked)
 }

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::admin::{self, Listing};
 use crate::store::entities::GrantKind;
-use crate::store::{Db, StoreError, entities, roots};
+use crate::store::{Db, IfMissing, StoreError, entities, roots};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
@@ -386,7 +386,7 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
         AdminArgs { command: AdminCommand::Oauth(cmd), .. } => return super::oauth::run(config, cmd).await,
         args => args,
     };
-    let db = Db::connect(&config.database).await?;
+    let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let result = execute(&db, args).await;
     db.close().await;

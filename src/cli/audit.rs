@@ -13,7 +13,7 @@ use crate::audit::checkpoint::{self, CheckpointKey, Checkpointer, VerifyingKey};
 use crate::audit::export::{self, Anchors, Format};
 use crate::audit::verify::{Checkpoints, verify_with_checkpoints};
 use crate::config::Config;
-use crate::store::Db;
+use crate::store::{Db, IfMissing};
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -58,7 +58,8 @@ pub enum AuditCommand {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Signed checkpoints (JSON lines, as the checkpoint sink wrote them): every exported
-        /// row they name must have the signed hash. Each must carry a good signature.
+        /// row they name must have the signed hash, and the export must reach the newest one of
+        /// its tenant (an export ending below it was cut short). Each must carry a good signature.
         #[arg(long, value_name = "FILE")]
         checkpoints: Option<PathBuf>,
         /// A public key checkpoints may be signed with (base64url); repeatable. Default: the
@@ -105,7 +106,7 @@ async fn verify(
             (checkpoint::parse_lines(&text), checkpoint_keys(config, public_keys)?)
         }
     };
-    let db = Db::connect(&config.database).await?;
+    let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let given = checkpoints.map(|_| Checkpoints { lines: &lines, keys: &keys });
     let verdict = verify_with_checkpoints(&db, tenant, given).await;
@@ -152,7 +153,7 @@ fn since_millis(text: &str) -> Result<i64, CliError> {
 
 async fn export(config: &Config, tenant: &str, since: Option<&str>, format: Format) -> Result<(), CliError> {
     let since = since.map(since_millis).transpose()?;
-    let db = Db::connect(&config.database).await?;
+    let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let done = export::export(&db, tenant, since, format, &mut out).await;
@@ -242,7 +243,7 @@ async fn checkpoint_now(config: &Config) -> Result<(), CliError> {
                 .into(),
         ));
     };
-    let db = Db::connect(&config.database).await?;
+    let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let written = Checkpointer::new(db.clone(), key, sink)?.all().await;
     db.close().await;

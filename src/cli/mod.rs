@@ -29,7 +29,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the gateway.
     Serve(serve::ServeArgs),
-    /// Apply pending database migrations and exit.
+    /// Apply pending database migrations and exit (creating a missing SQLite database).
     Migrate,
     /// Mint a development token (HS256) and print it alone on stdout.
     Token(token::TokenArgs),

@@ -16,7 +16,7 @@ use crate::decl::declaration::TokenScope;
 use crate::decl::parse_declarations;
 use crate::oauth::{TokenOwner, UpstreamOAuth};
 use crate::store::vault::{self, TokenVault, VaultKey};
-use crate::store::{Db, TenantId, UserId, admin};
+use crate::store::{Db, IfMissing, TenantId, UserId, admin};
 
 #[derive(Debug, Subcommand)]
 pub enum OauthCmd {
@@ -68,7 +68,7 @@ pub async fn run(config: &Config, cmd: OauthCmd) -> Result<(), CliError> {
             // Both keys are read before the database is touched.
             let old = VaultKey::load(&old_key_file, "--old-key-file")?;
             let new = VaultKey::load(&new_key_file, "--new-key-file")?;
-            let db = Db::connect(&config.database).await?;
+            let db = Db::connect(&config.database, IfMissing::Refuse).await?;
             db.migrate().await?;
             let result = vault::rotate_key(&db, &old, &new).await;
             db.close().await;
@@ -133,7 +133,7 @@ where
                 .to_owned(),
         )
     })?;
-    let db = Db::connect(&config.database).await?;
+    let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let result = async {
         vault::check_at_start(&db, Some(&key)).await?;

@@ -49,7 +49,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decl::ExecutorEnv;
 use crate::decl::ExecutorId;
-use crate::decl::path_uri::PathUri;
+use crate::decl::path_uri::{PathError, PathUri};
 
 /// A validated server name: 1 to 64 letters, digits, `-` or `_`, without `__` and not ending
 /// in `_`, so that the tool name `server__tool` splits back unambiguously.
@@ -211,11 +211,18 @@ pub struct ServerError {
     pub server: String,
     pub field: Option<String>,
     pub problem: String,
+    /// The problem is a path that leaves the root it must stay under (audited as `outside_root`).
+    pub outside_root: bool,
 }
 
 impl ServerError {
     fn new(server: &str, field: Option<&str>, problem: impl Into<String>) -> Self {
-        Self { server: server.to_owned(), field: field.map(str::to_owned), problem: problem.into() }
+        Self {
+            server: server.to_owned(),
+            field: field.map(str::to_owned),
+            problem: problem.into(),
+            outside_root: false,
+        }
     }
 }
 
@@ -374,7 +381,12 @@ impl ServerDeclaration {
                     .iter()
                     .map(|(k, v)| (k.clone(), keep(&mut errors, name, "env", expand(v, env, &executor))))
                     .collect();
-                let cwd = keep(&mut errors, name, "cwd", resolve_cwd(cwd.as_deref(), placement));
+                let cwd = resolve_cwd(cwd.as_deref(), placement)
+                    .map_err(|problem| {
+                        let outside_root = problem.outside_root;
+                        errors.push(ServerError { outside_root, ..ServerError::new(name, Some("cwd"), problem.text) });
+                    })
+                    .ok();
                 match cwd {
                     Some(cwd) if errors.is_empty() => Some(ResolvedTransport::Stdio {
                         command: command.clone(),
@@ -803,7 +815,32 @@ pub fn expand(text: &str, env: &dyn ExecutorEnv, executor: &ExecutorId) -> Resul
     Ok(out)
 }
 
-fn resolve_cwd(cwd: Option<&str>, placement: &Placement) -> Result<PathUri, String> {
+/// Why a `cwd` can't be used, and whether that is because it leaves the root (the plugin root,
+/// or for a declared file its folder).
+struct CwdProblem {
+    text: String,
+    outside_root: bool,
+}
+
+impl From<String> for CwdProblem {
+    fn from(text: String) -> Self {
+        Self { text, outside_root: false }
+    }
+}
+
+impl From<&str> for CwdProblem {
+    fn from(text: &str) -> Self {
+        text.to_owned().into()
+    }
+}
+
+impl From<PathError> for CwdProblem {
+    fn from(e: PathError) -> Self {
+        Self { outside_root: matches!(e, PathError::Escapes(_)), text: e.to_string() }
+    }
+}
+
+fn resolve_cwd(cwd: Option<&str>, placement: &Placement) -> Result<PathUri, CwdProblem> {
     let (base, root) = match placement {
         Placement::Declared { file } => (file.parent().ok_or("the declaring file has no folder")?, None),
         Placement::Environment { root, .. } => (root.clone(), Some(root)),
@@ -818,20 +855,22 @@ fn resolve_cwd(cwd: Option<&str>, placement: &Placement) -> Result<PathUri, Stri
             && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
     };
     if cwd.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("file:")) {
-        let path = PathUri::parse(cwd, style).map_err(|e| e.to_string())?;
+        let path = PathUri::parse(cwd, style)?;
         return match root {
-            Some(root) if !root.contains(&path) => Err(format!("{path} is outside the plugin root {root}")),
+            Some(root) if !root.contains(&path) => {
+                Err(CwdProblem { text: format!("{path} is outside the plugin root {root}"), outside_root: true })
+            }
             _ => Ok(path),
         };
     }
     let drive = cwd.as_bytes().get(1) == Some(&b':') && cwd.as_bytes()[0].is_ascii_alphabetic();
     if cwd.starts_with(['/', '\\', '~']) || drive {
-        return Err(format!("{cwd:?} is a native path; write a file: URI or a path relative to {base}"));
+        return Err(format!("{cwd:?} is a native path; write a file: URI or a path relative to {base}").into());
     }
     if has_scheme(cwd) {
-        return Err(format!("{cwd:?} is not a file: URI"));
+        return Err(format!("{cwd:?} is not a file: URI").into());
     }
-    base.join(cwd).map_err(|e| e.to_string())
+    Ok(base.join(cwd)?)
 }
 
 /// The servers of a file in document order, duplicates kept so they can be reported.

@@ -69,6 +69,22 @@ pub enum UpstreamError {
     Unauthorized { server: String },
 }
 
+/// Why a stored declaration can't be served on its executor: every problem, and whether one
+/// of them is a path outside the root (the call of such a server's tool is audited as
+/// `outside_root`, not as an unknown tool).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{problem}")]
+pub struct Unusable {
+    pub problem: String,
+    pub outside_root: bool,
+}
+
+impl From<String> for Unusable {
+    fn from(problem: String) -> Self {
+        Self { problem, outside_root: false }
+    }
+}
+
 /// The gateway host's environment, as a declaration on the local executor sees it.
 struct HostEnv;
 
@@ -165,18 +181,23 @@ impl Executor {
     /// One stored server declaration (the JSON of one `.mcp.json` entry), resolved for this
     /// executor: placed under its root, references resolved on its environment (or left for
     /// a remote agent to resolve on its own).
-    pub fn resolve(&self, server: &str, declaration: &str) -> Result<ResolvedServer, String> {
+    pub fn resolve(&self, server: &str, declaration: &str) -> Result<ResolvedServer, Unusable> {
         let value: serde_json::Value =
-            serde_json::from_str(declaration).map_err(|e| format!("stored declaration: {e}"))?;
+            serde_json::from_str(declaration).map_err(|e| Unusable::from(format!("stored declaration: {e}")))?;
         let file = serde_json::json!({ server: value }).to_string();
-        let parsed = crate::decl::parse_declarations(&file).map_err(|e| e.to_string())?;
+        let parsed = crate::decl::parse_declarations(&file).map_err(|e| Unusable::from(e.to_string()))?;
         if let Some(error) = parsed.errors.first() {
-            return Err(error.to_string());
+            return Err(error.to_string().into());
         }
-        let declared = parsed.servers.into_iter().next().ok_or("no server in the declaration")?;
-        declared
-            .resolve(&self.placement(), self.env())
-            .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+        let declared = parsed
+            .servers
+            .into_iter()
+            .next()
+            .ok_or_else(|| Unusable::from("no server in the declaration".to_owned()))?;
+        declared.resolve(&self.placement(), self.env()).map_err(|errors| Unusable {
+            problem: errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            outside_root: errors.iter().any(|e| e.outside_root),
+        })
     }
 
     /// Where an entity's declaration is placed: installed on this executor, under its root.

@@ -91,7 +91,7 @@ impl RemoteHostHandler {
         let executor = self.executor(&entity.executor).await?;
         executor
             .resolve(server, &entity.declaration)
-            .map_err(|problem| ResolveError::Declaration { server: server.to_owned(), problem })
+            .map_err(|e| ResolveError::Declaration { server: server.to_owned(), problem: e.problem })
     }
 
     /// Opens `server` on its executor's agent and completes the MCP handshake within

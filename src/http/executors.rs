@@ -29,6 +29,14 @@ fn refuse(status: StatusCode, reason: &'static str, message: &str) -> Response {
     crate::error_body::json_error(status, reason, message)
 }
 
+/// A failed authentication, whatever failed: an unknown name, a local executor's name and a
+/// wrong secret get the same answer, so the route tells no one which executors exist. The
+/// metric and the log keep the reason.
+fn refuse_authentication(reason: &'static str) -> Response {
+    metrics::executor_refused(reason);
+    crate::error_body::json_error(StatusCode::UNAUTHORIZED, "unauthorized", "executor authentication failed")
+}
+
 fn header_text<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
     request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
@@ -58,7 +66,7 @@ pub async fn connect(State(route): State<ExecutorRoute>, mut request: Request) -
                 AgentAuthError::WrongSecret => "wrong_secret",
             };
             tracing::warn!(executor = %name, reason, "executor agent refused");
-            return refuse(StatusCode::UNAUTHORIZED, reason, "executor authentication failed");
+            return refuse_authentication(reason);
         }
         Err(e) => {
             tracing::error!(error = %e, "executor authentication: the database is unavailable");

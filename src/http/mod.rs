@@ -22,8 +22,6 @@ use axum::response::Response;
 use axum::routing::get;
 use http::{HeaderName, StatusCode, header};
 use tower::{Service, ServiceBuilder};
-use tower_http::body::Limited;
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -163,12 +161,26 @@ where
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(server.request_timeout_secs),
         ))
-        .layer(RequestBodyLimitLayer::new(server.body_limit_bytes))
-        .map_request(|request: http::Request<Limited<Body>>| request.map(Body::new))
+        .layer(middleware::from_fn_with_state(server.body_limit_bytes, limit_body))
         .layer(middleware::from_fn_with_state(origins, check_origin))
         .layer(middleware::from_fn(count_status))
         .service(routes);
     Router::new().fallback_service(layered)
+}
+
+/// A body over `server.body_limit_bytes` gets 413 in our error body: at once when its declared
+/// length is over the limit, else (a chunked body) where reading it passes the limit, which the
+/// reader (the gate) tells by [`crate::error_body::is_over_limit`].
+async fn limit_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return crate::error_body::payload_too_large();
+    }
+    next.run(request.map(|body| Body::new(http_body_util::Limited::new(body, limit)))).await
 }
 
 async fn count_status(request: Request, next: Next) -> Response {

@@ -47,9 +47,7 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     let (parts, body) = request.into_parts();
     let bytes = match buffer(&parts.headers, body, gate.body_limit).await {
         Ok(bytes) => bytes,
-        Err(BodyError::TooLarge) => {
-            return json_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "request body too large");
-        }
+        Err(BodyError::TooLarge) => return crate::error_body::payload_too_large(),
         Err(BodyError::Read) => {
             return json_error(StatusCode::BAD_REQUEST, "bad_request", "the request body could not be read");
         }
@@ -108,7 +106,11 @@ async fn buffer(headers: &http::HeaderMap, body: Body, limit: usize) -> Result<B
     let mut first: Option<Bytes> = None;
     let mut joined: Option<BytesMut> = None;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(|_| BodyError::Read)?.into_data() else {
+        // A body without a declared length (chunked) ends in an error where it passes the
+        // limit: it is too large, not unreadable.
+        let frame =
+            frame.map_err(|e| if crate::error_body::is_over_limit(e) { BodyError::TooLarge } else { BodyError::Read });
+        let Ok(data) = frame?.into_data() else {
             continue;
         };
         let held = first.as_ref().map_or(0, Bytes::len) + joined.as_ref().map_or(0, BytesMut::len);

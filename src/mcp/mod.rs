@@ -135,7 +135,7 @@ pub(crate) fn service(
                 None => request,
             };
             let terminating = request.method() == http::Method::DELETE;
-            let response = service.handle(request).await.into_response();
+            let response = crate::error_body::ours(service.handle(request).await.into_response()).await;
             Ok::<_, Infallible>(if terminating { terminated(response) } else { response })
         }
     });

@@ -99,6 +99,10 @@ pub(super) enum Verdict<A> {
     TimedOut,
     /// A proxied call failed on the way to or from its upstream.
     ProxyFailed(ProxyError),
+    /// A tool of a server the tenant bound that is not served because a path of its declaration
+    /// lies outside its executor's root, called by a caller with a grant on the server: never
+    /// listed, so answered as an unknown tool, but audited with the reason (`outside_root`).
+    OutsideRoot,
 }
 
 impl<A> From<Result<A, ProxyError>> for Verdict<A> {
@@ -108,6 +112,7 @@ impl<A> From<Result<A, ProxyError>> for Verdict<A> {
         match result {
             Ok(answer) => Verdict::Answered(Ok(answer)),
             Err(ProxyError::NotFound) => Verdict::Unknown { listed: false },
+            Err(ProxyError::OutsideRoot(_)) => Verdict::OutsideRoot,
             Err(e) => Verdict::ProxyFailed(e),
         }
     }
@@ -117,7 +122,7 @@ impl<A: Answer> Verdict<A> {
     /// Whether the tool exists for the metrics (a proxied tool that answered or failed, or a
     /// native one).
     fn known(&self) -> bool {
-        !matches!(self, Verdict::Unknown { listed: false })
+        !matches!(self, Verdict::Unknown { listed: false } | Verdict::OutsideRoot)
     }
 
     /// The answer, and what the audit records of it.
@@ -130,6 +135,10 @@ impl<A: Answer> Verdict<A> {
             Verdict::Answered(result) => {
                 let (outcome, class) = A::classify(&result);
                 (result, outcome, class)
+            }
+            Verdict::OutsideRoot => {
+                metrics::denial("outside_root");
+                (Err(unknown_tool()), Outcome::Denied, Some("outside_root".to_owned()))
             }
             Verdict::TimedOut => (
                 Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None)),

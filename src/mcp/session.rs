@@ -57,11 +57,17 @@ pub(crate) async fn bind(State(binding): State<Arc<Binding>>, request: Request, 
             Some(_) => {
                 tracing::warn!(%method, "session presented by another principal; answered as unknown");
                 metrics::denial("session_not_owned");
-                let action = format!("mcp/session {method}");
+                // A refused `tools/call` is audited as one, with its tool and request id (the
+                // presenter's own); anything else as a use of the session.
+                let call = request.extensions().get::<Inspection>().filter(|i| i.method() == Some("tools/call"));
+                let action = match call {
+                    Some(_) => "tools/call".to_owned(),
+                    None => format!("mcp/session {method}"),
+                };
                 let refused = Refused {
                     action: &action,
-                    tool: None,
-                    request_id: None,
+                    tool: call.and_then(Inspection::name),
+                    request_id: call.and_then(Inspection::request_id).map(id_text),
                     session_id: None,
                     class: "session_not_owned",
                 };

@@ -11,7 +11,7 @@
 //! `surface` names upstream tools, prompts and resources for clients and routes them back;
 //! `features` serves the surface beyond tools; `lean` is the upstream's side of the lean relay.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -249,7 +249,7 @@ impl Upstreams {
             .ok_or_else(|| format!("server `{server}` is not bound for the tenant"))?;
         let executor =
             Executor::for_row(&entity.executor, &self.local, &self.remote).await.map_err(|e| e.to_string())?;
-        let resolved = executor.resolve(server, &entity.declaration)?;
+        let resolved = executor.resolve(server, &entity.declaration).map_err(|e| e.problem)?;
         Ok((resolved, executor))
     }
 
@@ -259,6 +259,7 @@ impl Upstreams {
     async fn resolve(&self, tenant: TenantId, user: UserId, caps: RelayCaps) -> Result<Snapshot, StoreError> {
         let (entities, grants) = tokio::try_join!(self.db.resolve_servers(tenant), self.db.upstream_grants(tenant))?;
         let mut servers = BTreeMap::new();
+        let mut outside_root = BTreeSet::new();
         let mut unprefixed = Vec::new();
         for (server, entity) in entities {
             let executor = match Executor::for_row(&entity.executor, &self.local, &self.remote).await {
@@ -272,6 +273,9 @@ impl Upstreams {
                 Ok(resolved) => resolved,
                 Err(problem) => {
                     tracing::warn!(%server, entity = %entity.entity, %problem, "upstream declaration unusable; not served");
+                    if problem.outside_root {
+                        outside_root.insert(server);
+                    }
                     continue;
                 }
             };
@@ -312,7 +316,7 @@ impl Upstreams {
                 None
             }
         };
-        Ok(Snapshot { tenant, user, servers, grants, bare })
+        Ok(Snapshot { tenant, user, servers, grants, bare, outside_root })
     }
 
     /// The upstream tools the caller may use, named `server__tool` (or `tool` for the
@@ -375,6 +379,10 @@ impl Upstreams {
         match connection.ready(self.connect_timeout).await {
             Ok((peer, tools)) => Ok(tools.iter().any(|t| t.name == tool).then_some(Upstream(peer))),
             Err(UpstreamError::LoginNeeded { .. }) => Err(self.login_needed(connection, ctx).await),
+            Err(e @ UpstreamError::OutsideRoot { .. }) => {
+                tracing::warn!(error = %e, "upstream server not served");
+                Err(ProxyError::OutsideRoot(connection.server().to_string()))
+            }
             Err(e) => Err(unavailable(e)),
         }
     }

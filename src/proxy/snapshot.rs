@@ -1,7 +1,7 @@
 //! A session's frozen view of the tenant's upstream servers and grants: which connections it
 //! names and which tools each of the caller's roles may use. Never another tenant's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::model::Role;
@@ -18,6 +18,9 @@ pub struct Snapshot {
     pub(super) grants: Vec<GrantRow>,
     /// The one server bound without the `server__` prefix, if any (see `surface`).
     pub(super) bare: Option<String>,
+    /// Servers the tenant bound that are not served because a path of their declaration lies
+    /// outside their executor's root: a call of one of their tools is audited as `outside_root`.
+    pub(super) outside_root: BTreeSet<String>,
 }
 
 impl crate::proxy::surface::NameSpace for Snapshot {
@@ -33,7 +36,7 @@ impl crate::proxy::surface::NameSpace for Snapshot {
 impl Snapshot {
     /// A snapshot with no server: what a caller sees when its own can't be used.
     pub fn empty(tenant: TenantId, user: UserId) -> Self {
-        Self { tenant, user, servers: BTreeMap::new(), grants: Vec::new(), bare: None }
+        Self { tenant, user, servers: BTreeMap::new(), grants: Vec::new(), bare: None, outside_root: BTreeSet::new() }
     }
 
     /// A snapshot of `servers`, all prefixed, under `grants`.
@@ -43,7 +46,7 @@ impl Snapshot {
         servers: BTreeMap<String, Arc<Connection>>,
         grants: Vec<GrantRow>,
     ) -> Self {
-        Self { tenant, user, servers, grants, bare: None }
+        Self { tenant, user, servers, grants, bare: None, outside_root: BTreeSet::new() }
     }
 
     /// Whether `server` is in the snapshot, and bound with a prefix.
@@ -78,6 +81,15 @@ impl Snapshot {
     pub fn connection(&self, server: &str) -> Option<&Arc<Connection>> {
         self.servers.get(server)
     }
+
+    /// The server of `exposed` (a `server__tool` name), when that server is not served because
+    /// it leaves its executor's root and the caller holds a grant on it: then the call is
+    /// refused for that reason, not as a call of a tool that does not exist.
+    pub fn outside_root(&self, exposed: &str, roles: &[Role]) -> Option<&str> {
+        let (server, _) = crate::vocab::names::split_tool_name(exposed)?;
+        let server = self.outside_root.get(server)?;
+        self.any_grant(server, roles).then_some(server.as_str())
+    }
 }
 
 #[cfg(test)]
@@ -95,6 +107,7 @@ mod tests {
             servers: BTreeMap::new(),
             grants,
             bare: None,
+            outside_root: BTreeSet::new(),
         }
     }
 

@@ -24,6 +24,12 @@ pub enum ProxyError {
     /// caller is answered exactly as for a name that does not exist).
     #[error("not found")]
     NotFound,
+    /// The server is not served because a path of its declaration lies outside its executor's
+    /// root (refused when placed, or when opened after the agent came back with another root).
+    /// Its tools are never listed, so a call is answered as an unknown tool, but audited as
+    /// `outside_root`; the log names the path.
+    #[error("server `{0}`: a path of its declaration lies outside its executor's root")]
+    OutsideRoot(String),
 }
 
 impl ProxyError {
@@ -36,6 +42,7 @@ impl ProxyError {
             Self::Assertion => "internal",
             Self::LoginNeeded { .. } => "login_needed",
             Self::NotFound => "not_found",
+            Self::OutsideRoot(_) => "outside_root",
         }
     }
 
@@ -47,7 +54,9 @@ impl ProxyError {
             Self::Timeout => ErrorData::internal_error("tool call timed out", None),
             Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
             Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
-            Self::Assertion | Self::NotFound => ErrorData::internal_error("internal error", None),
+            Self::Assertion | Self::NotFound | Self::OutsideRoot(_) => {
+                ErrorData::internal_error("internal error", None)
+            }
             Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(
                 format!("server `{server}` needs a login: open {link} in a browser to log in, then call again"),
                 Some(json!({ "loginUrl": link, "server": server })),

@@ -136,6 +136,10 @@ fn new_executor_secret() -> Result<String, StoreError> {
     Ok(format!("{SECRET_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
 }
 
+/// What a presented secret's hash is compared with when there is no stored one: as long as a
+/// real hash, so the comparison takes as long.
+const NO_SECRET_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
 /// Equality whose time does not depend on where two equally long values first differ.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -359,29 +363,34 @@ pub async fn delete_executor(conn: &mut AnyConnection, name: &str) -> Result<(),
 
 impl Db {
     /// The remote executor `name`, if `secret` is its current secret (constant-time compare of hashes).
+    ///
+    /// Every outcome costs the same work: one query, one hash of the presented secret and one
+    /// comparison, so how long a refusal takes does not tell an unknown name (or a local
+    /// executor's) from a wrong secret.
     pub async fn authenticate_executor(
         &self,
         name: &str,
         secret: &str,
     ) -> Result<Result<Executor, AgentAuthError>, StoreError> {
-        let Some(row) =
-            sqlx::query("SELECT id, name, machine, run_as, kind, secret_hash FROM executors WHERE name = $1")
-                .bind(name)
-                .fetch_optional(self.pool())
-                .await?
-        else {
-            return Ok(Err(AgentAuthError::Unknown));
+        let presented = executor_secret_hash(secret);
+        let row = sqlx::query("SELECT id, name, machine, run_as, kind, secret_hash FROM executors WHERE name = $1")
+            .bind(name)
+            .fetch_optional(self.pool())
+            .await?;
+        let (executor, stored): (Option<Executor>, Option<String>) = match &row {
+            Some(row) => (Some(executor_from_row(row)?), row.try_get("secret_hash")?),
+            None => (None, None),
         };
-        let executor = executor_from_row(&row)?;
-        if executor.kind != "remote" {
-            return Ok(Err(AgentAuthError::NotRemote));
-        }
-        // No stored hash (a remote executor from before secrets existed): nothing matches.
-        let stored: Option<String> = row.try_get("secret_hash")?;
-        match stored {
-            Some(stored) if same_bytes(stored.as_bytes(), executor_secret_hash(secret).as_bytes()) => Ok(Ok(executor)),
-            _ => Ok(Err(AgentAuthError::WrongSecret)),
-        }
+        // No stored hash (unknown, local, or a remote executor from before secrets existed):
+        // compared with a stand-in all the same, and nothing matches.
+        let matches = same_bytes(stored.as_deref().unwrap_or(NO_SECRET_HASH).as_bytes(), presented.as_bytes())
+            && stored.is_some();
+        Ok(match executor {
+            None => Err(AgentAuthError::Unknown),
+            Some(executor) if executor.kind != "remote" => Err(AgentAuthError::NotRemote),
+            Some(executor) if matches => Ok(executor),
+            Some(_) => Err(AgentAuthError::WrongSecret),
+        })
     }
 
     /// name -> secret hash of every remote executor (one query; the gateway polls it to drop

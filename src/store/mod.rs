@@ -38,12 +38,27 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database url: {0}")]
     Url(String),
+    /// Only `serve` and `migrate` create a database; every other command needs one.
+    #[error("database {url} does not exist: create it with `scopegate migrate` (or `scopegate serve`) first")]
+    Missing { url: String },
+    #[error("database {url}: {source}")]
+    Connect { url: String, source: sqlx::Error },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
     NotFound(String),
     #[error("invalid {field}: {message}")]
     Invalid { field: &'static str, message: String },
+}
+
+/// What [`Db::connect`] does when the SQLite file does not exist: `serve` and `migrate` create
+/// it (with its folder); every other command refuses, so a mistyped URL or the wrong working
+/// folder is reported instead of answered from a new, empty database. A PostgreSQL database is
+/// never created: connecting to a missing one fails either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMissing {
+    Create,
+    Refuse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,19 +95,25 @@ pub fn now_millis() -> i64 {
 }
 
 impl Db {
-    /// Connects (creating an SQLite file and its folder when missing) and sets pool limits.
-    /// Does not migrate: call [`Db::migrate`].
-    pub async fn connect(cfg: &DatabaseConfig) -> Result<Self, StoreError> {
+    /// Connects and sets pool limits; a missing SQLite file (and its folder) is created or
+    /// refused as `missing` says. Errors name the URL, without its password. Does not migrate:
+    /// call [`Db::migrate`].
+    pub async fn connect(cfg: &DatabaseConfig, missing: IfMissing) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let url = cfg.url.expose();
+        let shown = shown_url(url);
         let (kind, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
-            (DbKind::Sqlite, sqlite_url(rest)?)
+            match sqlite_url(rest, missing)? {
+                Some(url) => (DbKind::Sqlite, url),
+                None => return Err(StoreError::Missing { url: shown }),
+            }
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (DbKind::Postgres, url.to_owned())
         } else {
             return Err(StoreError::Url("expected sqlite:, postgres:// or postgresql://".into()));
         };
-        let options = AnyConnectOptions::from_str(&url)?;
+        let connect_error = |source| StoreError::Connect { url: shown.clone(), source };
+        let options = AnyConnectOptions::from_str(&url).map_err(connect_error)?;
         let busy_ms = cfg.sqlite_busy_timeout_ms;
         let synchronous = cfg.sqlite_synchronous.pragma();
         let pool = AnyPoolOptions::new()
@@ -128,7 +149,8 @@ impl Db {
                 })
             })
             .connect_with(options)
-            .await?;
+            .await
+            .map_err(connect_error)?;
         Ok(Self { pool, kind })
     }
 
@@ -176,9 +198,10 @@ impl Db {
     }
 }
 
-/// `sqlite://data/x.db` -> an absolute-or-relative path URL with `mode=rwc`, and the
-/// parent folder created so a fresh machine needs nothing.
-fn sqlite_url(rest: &str) -> Result<String, StoreError> {
+/// `sqlite://data/x.db` -> an absolute-or-relative path URL. To create: `mode=rwc`, and the
+/// parent folder created so a fresh machine needs nothing. To refuse: `None` when the file
+/// does not exist, else `mode=rw` (nothing is created should it vanish meanwhile).
+fn sqlite_url(rest: &str, missing: IfMissing) -> Result<Option<String>, StoreError> {
     let rest = rest.trim_start_matches("//");
     let (path, query) = match rest.split_once('?') {
         Some((p, q)) => (p, Some(q)),
@@ -189,18 +212,60 @@ fn sqlite_url(rest: &str) -> Result<String, StoreError> {
             "sqlite needs a file path (an in-memory database is one database per connection)".into(),
         ));
     }
-    if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| StoreError::Url(format!("cannot create {}: {e}", parent.display())))?;
-    }
+    let mode = match missing {
+        IfMissing::Create => {
+            if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| StoreError::Url(format!("cannot create {}: {e}", parent.display())))?;
+            }
+            "mode=rwc"
+        }
+        IfMissing::Refuse if !Path::new(path).exists() => return Ok(None),
+        IfMissing::Refuse => "mode=rw",
+    };
     let mut query = query.map(str::to_owned).unwrap_or_default();
     if !query.split('&').any(|kv| kv.starts_with("mode=")) {
         if !query.is_empty() {
             query.push('&');
         }
-        query.push_str("mode=rwc");
+        query.push_str(mode);
     }
-    Ok(format!("sqlite://{path}?{query}"))
+    Ok(Some(format!("sqlite://{path}?{query}")))
+}
+
+/// A database URL as it may be shown in an error: a password, in the user part or as a
+/// `password` parameter, replaced.
+fn shown_url(url: &str) -> String {
+    const HIDDEN: &str = "[redacted]";
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut shown = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) if userinfo.contains(':') => {
+                    let user = userinfo.split(':').next().unwrap_or_default();
+                    format!("{scheme}://{user}:{HIDDEN}@{host}{path}")
+                }
+                _ => head.to_owned(),
+            }
+        }
+        None => head.to_owned(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}={HIDDEN}"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&params.join("&"));
+    }
+    shown
 }
 
 impl Db {

@@ -327,3 +327,53 @@ async fn export_and_verify(backend: Backend) {
     assert!(!ok_ && out.contains("missing.jsonl"), "{out}");
 }
 both_dbs!(audit_export_verifies_row_by_row, export_and_verify);
+
+/// An export always runs to the head of its chain, so one that ends below a signed checkpoint
+/// of its tenant was cut short: `verify-export --checkpoints` names both seqs and fails, in
+/// either format. An export that reaches the checkpoint, one that starts later (`--since`) and
+/// the same cut checked without checkpoints all pass.
+async fn export_cut_below_a_checkpoint(backend: Backend) {
+    let live = Live::start(backend, Mode::Stateless, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    keygen(dir.path(), "checkpoint.pem");
+    some_calls(&live, "olivia@acme.test", 5).await;
+    let (ok_, out) = audit(&live, dir.path(), &["checkpoint"]);
+    assert!(ok_, "{out}");
+    some_calls(&live, "olivia@acme.test", 2).await;
+    let verify = |file: &str| audit(&live, dir.path(), &["verify-export", file, "--checkpoints", "checkpoints.jsonl"]);
+    let first_lines = |text: &str, n: usize| text.lines().take(n).map(|l| format!("{l}\n")).collect::<String>();
+
+    let (ok_, jsonl, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme"]);
+    assert!(ok_ && jsonl.lines().count() == 7, "{stderr}");
+    std::fs::write(dir.path().join("whole.jsonl"), &jsonl).unwrap();
+    let (ok_, out) = verify("whole.jsonl");
+    assert!(ok_, "{out}");
+
+    std::fs::write(dir.path().join("cut.jsonl"), first_lines(&jsonl, 3)).unwrap();
+    let (ok_, out) = verify("cut.jsonl");
+    assert!(!ok_, "an export cut below the checkpoint must fail: {out}");
+    assert!(out.contains("cut.jsonl: line 4: the export ends at seq 3, below the signed checkpoint at seq 5"), "{out}");
+    let (ok_, out) = audit(&live, dir.path(), &["verify-export", "cut.jsonl"]);
+    assert!(ok_, "without checkpoints nothing shows the cut: {out}");
+
+    let (ok_, csv, _) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--format", "csv"]);
+    assert!(ok_);
+    std::fs::write(dir.path().join("cut.csv"), first_lines(&csv, 5)).unwrap();
+    let (ok_, out) = verify("cut.csv");
+    assert!(!ok_ && out.contains("ends at seq 4, below the signed checkpoint at seq 5"), "{out}");
+
+    // Cut at the checkpointed row itself: what was signed is all there.
+    std::fs::write(dir.path().join("to-checkpoint.jsonl"), first_lines(&jsonl, 5)).unwrap();
+    let (ok_, out) = verify("to-checkpoint.jsonl");
+    assert!(ok_, "{out}");
+
+    // From a time on: it starts past the checkpoint and runs to the head.
+    let sixth: Value = serde_json::from_str(jsonl.lines().nth(5).unwrap()).unwrap();
+    let since = sixth["occurred_at"].as_i64().unwrap().to_string();
+    let (ok_, later, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--since", &since]);
+    assert!(ok_ && later.lines().last() == jsonl.lines().last(), "{stderr}");
+    std::fs::write(dir.path().join("later.jsonl"), &later).unwrap();
+    let (ok_, out) = verify("later.jsonl");
+    assert!(ok_, "{out}");
+}
+both_dbs!(audit_export_cut_below_a_checkpoint, export_cut_below_a_checkpoint);

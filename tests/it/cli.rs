@@ -120,6 +120,49 @@ fn migrate_creates_the_default_sqlite_database() {
     assert!(dir.path().join("data/scopegate.db").exists());
 }
 
+/// Only `serve` and `migrate` create a database. Every other command refuses a missing one,
+/// exits non-zero naming the URL it tried (never its password), and creates nothing: with no
+/// URL configured, no `data/` folder appears in the working folder.
+#[test]
+fn other_commands_refuse_a_missing_database() {
+    let commands: [&[&str]; 3] =
+        [&["audit", "verify"], &["audit", "export", "--tenant", "acme"], &["admin", "tenant", "list"]];
+    let refused = |dir: &std::path::Path, url: Option<&str>, shown: &str| {
+        for args in commands {
+            let mut cmd = scopegate(dir);
+            if let Some(url) = url {
+                cmd.env("SCOPEGATE_DATABASE__URL", url);
+            }
+            let (success, stdout, stderr) = outcome(&cmd.args(args).output().unwrap());
+            assert!(!success, "{args:?} must fail: {stdout}");
+            assert!(stderr.contains(&format!("database {shown}")), "{args:?} names {shown}: {stderr}");
+            assert!(!stderr.contains("s3cret"), "{args:?}: the password is shown: {stderr}");
+        }
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    refused(dir.path(), None, "sqlite://data/scopegate.db does not exist: create it with `scopegate migrate`");
+    assert!(!dir.path().join("data").exists(), "nothing was created");
+
+    let file = dir.path().join("elsewhere").join("gate.db");
+    let url = format!("sqlite://{}", file.display());
+    refused(dir.path(), Some(&url), &url);
+    assert!(!dir.path().join("elsewhere").exists(), "nothing was created");
+    // Once migrated, the same command runs.
+    migrate(dir.path(), &url);
+    let out = scopegate(dir.path()).env("SCOPEGATE_DATABASE__URL", &url).args(["audit", "verify"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // PostgreSQL: connecting to a database that does not exist fails; the error names it.
+    let server = pg_server_url();
+    let (scheme, rest) = server.split_once("://").unwrap();
+    let (user, host) = rest.rsplit_once('@').expect("the test server URL names a user");
+    let user = user.split(':').next().unwrap();
+    let name = format!("sg_missing_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{scheme}://{user}:s3cret@{host}/{name}");
+    refused(dir.path(), Some(&url), &format!("{scheme}://{user}:[redacted]@{host}/{name}"));
+}
+
 /// `serve --demo` on a fresh folder: seeds, prints a token per demo user, answers /readyz,
 /// and exits cleanly on SIGTERM.
 #[tokio::test]
@@ -200,6 +243,7 @@ fn the_log_never_holds_a_start_links_secret() {
 async fn admin_commands(backend: Backend) {
     let test_db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
+    migrate(dir.path(), &test_db.url);
     let run = |args: &[&str]| admin(dir.path(), &test_db.url, args);
     let ok = |args: &[&str]| {
         let (success, stdout, stderr) = run(args);
@@ -307,6 +351,7 @@ both_dbs!(cli_admin_commands, admin_commands);
 async fn unprefixed_bindings(backend: Backend) {
     let test_db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
+    migrate(dir.path(), &test_db.url);
     let run = |args: &[&str]| admin(dir.path(), &test_db.url, args);
     let ok = |args: &[&str]| {
         let (success, stdout, stderr) = run(args);

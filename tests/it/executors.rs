@@ -255,6 +255,7 @@ both_dbs!(executors_refused_creates_write_nothing, refused_creates_write_nothing
 async fn cli_prints_the_secret_once(backend: Backend) {
     let test_db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
+    migrate(dir.path(), &test_db.url);
     let run = |args: &[&str]| admin(dir.path(), &test_db.url, args);
     let ok = |args: &[&str]| {
         let (success, stdout, stderr) = run(args);

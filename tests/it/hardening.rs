@@ -273,6 +273,78 @@ async fn error_shapes(backend: Backend, mode: Mode) {
 }
 all_modes!(hardening_error_shapes, error_shapes);
 
+/// Refusals made before a message is read carry the gateway's error body, with the right
+/// status: a chunked body (no declared length) over `server.body_limit_bytes` gets 413 like
+/// one whose declared length is over it; a body not declared JSON 415; a POST whose `Accept`
+/// lacks the types the transport needs, or a GET whose `Accept` lacks `text/event-stream`, 406.
+async fn http_refusals_in_our_body(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[("server.body_limit_bytes", json!(65536))]).await;
+    let token = live.token_for("olivia@acme.test");
+    let session = open_session(&live, &token).await.expect("session mode issues a session id");
+    // A connection per request: one refused before its body was read is closed by the server.
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let request = |method: reqwest::Method, content_type: &str, accept: &str| {
+        client
+            .request(method, live.url())
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", content_type)
+            .header("accept", accept)
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &session)
+    };
+    let both = "application/json, text/event-stream";
+    let padded = tool_call(2, "whoami", json!({"pad": "x".repeat(100_000)})).into_bytes();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = padded.chunks(16 * 1024).map(|c| Ok(c.to_vec())).collect();
+    let cases: Vec<(&str, reqwest::RequestBuilder, StatusCode, &str)> = vec![
+        (
+            "a chunked body over the limit",
+            request(reqwest::Method::POST, "application/json", both)
+                .body(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        (
+            "a declared length over the limit",
+            request(reqwest::Method::POST, "application/json", both).body(padded.clone()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        (
+            "a body not declared JSON",
+            request(reqwest::Method::POST, "text/plain", both).body(tool_call(3, "whoami", json!({}))),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            "a POST that does not accept SSE",
+            request(reqwest::Method::POST, "application/json", "application/json").body(tool_call(
+                4,
+                "whoami",
+                json!({}),
+            )),
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+        ),
+        (
+            "a GET that does not accept SSE",
+            request(reqwest::Method::GET, "application/json", "application/json"),
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+        ),
+    ];
+    for (why, request, status, code) in cases {
+        let response = request.send().await.unwrap_or_else(|e| panic!("{why}: {e}"));
+        assert_eq!(response.status(), status, "{why}");
+        let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(content_type.as_deref(), Some("application/json"), "{why}");
+        let body: Value = response.json().await.unwrap_or_else(|e| panic!("{why}: not JSON: {e}"));
+        assert_eq!(body["error"], code, "{why}: {body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{why}: {body}");
+    }
+    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'whoami'").await, 0, "nothing ran");
+}
+both_dbs!(hardening_http_refusals_in_our_body, http_refusals_in_our_body);
+
 /// One rule: a token is honoured until the instant `exp` + `auth.leeway_secs`. Its POSTs are
 /// accepted until then and refused from then on, and a stream it opened lives exactly as long.
 async fn one_expiry_rule(backend: Backend) {

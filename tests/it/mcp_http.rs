@@ -47,6 +47,25 @@ async fn session_hijack(backend: Backend) {
         )
         .await;
     assert_eq!(refused, 3, "POST, GET and DELETE");
+    // The refused tools/call is audited as one, naming its tool and request id.
+    let mut tx = live.db.begin().await.unwrap();
+    let events: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT a.action, a.tool, a.request_id FROM audit_events a JOIN tenants t ON t.id = a.tenant_id \
+         WHERE t.slug = 'globex' AND a.error_class = 'session_not_owned' ORDER BY a.seq",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    drop(tx);
+    let call = Some("record_egg_count".to_owned());
+    assert_eq!(
+        events,
+        [
+            ("tools/call".to_owned(), call, Some("2".to_owned())),
+            ("mcp/session GET".to_owned(), None, None),
+            ("mcp/session DELETE".to_owned(), None, None),
+        ]
+    );
     let acme_after = live
         .count("SELECT COUNT(*) FROM audit_events a JOIN tenants t ON t.id = a.tenant_id WHERE t.slug = 'acme'")
         .await;

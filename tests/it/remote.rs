@@ -231,6 +231,51 @@ async fn secrets(backend: Backend) {
 }
 both_dbs!(remote_agent_secrets_are_checked_at_connect_and_rotation_drops_it, secrets);
 
+/// `/executors/connect` answers an unknown name, a local executor's name and a wrong secret
+/// alike (status, headers, body), so it tells no one which executors exist; the refusal
+/// metric still tells them apart.
+async fn connect_refusals_look_alike(backend: Backend) {
+    let live = Live::start(backend, Mode::Stateless, &[]).await;
+    let mut tx = live.db.begin().await.unwrap();
+    entities::create_executor(&mut tx, "build-01", "build-01", "ci", "remote", &["acme"]).await.unwrap();
+    entities::create_executor(&mut tx, "gw-local", "gw-host", "gateway", "local", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    let client = reqwest::Client::new();
+    let mut answers = Vec::new();
+    for name in ["nobody-by-this-name", "build-01", "gw-local"] {
+        let response = client
+            .get(format!("{}/executors/connect", live.base_url()))
+            .header("scopegate-executor", name)
+            .header("authorization", "Bearer sgx_not-the-secret")
+            .header("scopegate-executor-root", "file:///srv/mcp")
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let mut headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .filter(|(k, _)| !["date", "x-request-id"].contains(&k.as_str()))
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        headers.sort();
+        let body = response.bytes().await.unwrap();
+        answers.push((name, status, headers, body));
+    }
+    let (_, status, headers, body) = &answers[0];
+    assert_eq!(*status, http::StatusCode::UNAUTHORIZED);
+    for (name, other_status, other_headers, other_body) in &answers[1..] {
+        assert_eq!((other_status, other_headers), (status, headers), "{name}: answered otherwise");
+        assert_eq!(other_body, body, "{name}: another body");
+    }
+    let metrics = live.metrics().await;
+    for reason in ["unknown", "wrong_secret", "not_remote"] {
+        let counted = format!("scopegate_executor_refusals_total{{reason=\"{reason}\"}}");
+        assert!(metrics.contains(&counted), "{counted} missing");
+    }
+}
+both_dbs!(remote_connect_refusals_look_alike, connect_refusals_look_alike);
+
 /// One agent stopped mid-call (SIGSTOP) does not slow calls to another executor.
 async fn slow_agent(backend: Backend) {
     let (site, secret) = with_far(backend, &[("mcp.call_timeout_secs", json!(30))]).await;
@@ -275,8 +320,61 @@ async fn escaping_root(backend: Backend) {
     let olivia = site.live.client("olivia@acme.test").await;
     let tools = olivia.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| !t.name.starts_with("esc__")), "the gateway refused the placement");
+
+    // A call of its tool answers as an unknown tool does, and is audited for what it is: a
+    // server outside its root (for a caller with a grant on it; without one, an unknown tool).
+    let refused = call(olivia.peer(), "esc__whoami_upstream", json!({})).await.expect_err("not served");
+    let unknown = call(olivia.peer(), "nope__whoami_upstream", json!({})).await.expect_err("no such tool");
+    assert_eq!(refused, unknown, "answered as an unknown tool");
+    let wanda = site.live.client("wanda@acme.test").await;
+    assert_eq!(call(wanda.peer(), "esc__whoami_upstream", json!({})).await.expect_err("no grant"), unknown);
+    let mut tx = site.live.db.begin().await.unwrap();
+    let audited: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT tool, outcome, error_class FROM audit_events \
+         WHERE tool IN ('esc__whoami_upstream', 'nope__whoami_upstream') ORDER BY seq",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    drop(tx);
+    let row = |tool: &str, class: &str| (tool.to_owned(), "denied".to_owned(), Some(class.to_owned()));
+    assert_eq!(
+        audited,
+        [
+            row("esc__whoami_upstream", "outside_root"),
+            row("nope__whoami_upstream", "unknown_tool"),
+            row("esc__whoami_upstream", "unknown_tool"),
+        ]
+    );
 }
 both_dbs!(remote_declaration_escaping_the_root_is_refused, escaping_root);
+
+/// A server placed under its agent's root, then opened after the agent came back with another
+/// root: the gateway refuses to open it there, and the session's next call answers as an
+/// unknown tool, audited as `outside_root`.
+async fn root_changed_under_a_session(backend: Backend) {
+    let (site, secret) = with_far(backend, &[]).await;
+    let mut agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", "far__whoami_upstream").await;
+    let olivia = site.live.client("olivia@acme.test").await;
+    ok(&olivia, "far__whoami_upstream", json!({})).await;
+
+    agent.kill();
+    site.wait_connected("build-01", false).await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let _moved = site.agent_mapped("build-01", &secret, "file:///srv/elsewhere", elsewhere.path());
+    site.wait_connected("build-01", true).await;
+
+    let refused = call(olivia.peer(), "far__whoami_upstream", json!({})).await.expect_err("not opened there");
+    let unknown = call(olivia.peer(), "nope__whoami_upstream", json!({})).await.expect_err("no such tool");
+    assert_eq!(refused, unknown, "answered as an unknown tool");
+    let classes = site
+        .live
+        .count("SELECT COUNT(*) FROM audit_events WHERE tool = 'far__whoami_upstream' AND error_class = 'outside_root'")
+        .await;
+    assert_eq!(classes, 1, "audited as outside its root");
+}
+both_dbs!(remote_server_opened_outside_a_new_root, root_changed_under_a_session);
 
 /// A Windows-convention root handled lexically end to end: the agent (on this Linux host)
 /// serves `file:///C:/plugins` from a test folder (`--root-dir`) and reports only the URI. The

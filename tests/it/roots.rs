@@ -242,6 +242,7 @@ both_dbs!(roots_decision_over_stored_rows, decision_over_stored_rows);
 async fn cli(backend: Backend) {
     let test_db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
+    migrate(dir.path(), &test_db.url);
     let run = |args: &[&str]| admin(dir.path(), &test_db.url, args);
     let ok = |args: &[&str]| {
         let (success, stdout, stderr) = run(args);

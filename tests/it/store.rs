@@ -5,7 +5,7 @@
 use http::StatusCode;
 use scopegate::model::Role;
 use scopegate::store::demo::{self, SeedOutcome};
-use scopegate::store::{Db, StoreError};
+use scopegate::store::{Db, IfMissing, StoreError};
 use tower::ServiceExt;
 
 use crate::support::*;
@@ -18,7 +18,7 @@ async fn count(db: &Db, table: &str) -> i64 {
 async fn migrations_and_readiness(backend: Backend) {
     let test_db = TestDb::new(backend).await;
     let config = config_with(&test_db.url, &[]);
-    let db = Db::connect(&config.database).await.unwrap();
+    let db = Db::connect(&config.database, IfMissing::Create).await.unwrap();
     assert!(!db.is_ready().await, "not ready before migrations");
     db.migrate().await.unwrap();
     db.migrate().await.expect("migrating twice is a no-op");
@@ -200,7 +200,7 @@ both_dbs!(store_commits_are_durable_by_default, commits_are_durable_by_default);
 /// long are purged.
 async fn replica_rows(backend: Backend) {
     let test_db = TestDb::new(backend).await;
-    let db = Db::connect(&config_with(&test_db.url, &[]).database).await.unwrap();
+    let db = Db::connect(&config_with(&test_db.url, &[]).database, IfMissing::Create).await.unwrap();
     db.migrate().await.unwrap();
     db.register_replica("a", "http://10.0.0.1:8080", 1_000).await.unwrap();
     db.register_replica("b", "http://10.0.0.2:8080", 1_000).await.unwrap();

@@ -28,6 +28,9 @@ impl GatewayServer {
             tool = name.to_owned();
         } else {
             let snapshot = self.snapshot(ctx, context).await.map_err(ProxyError::Upstream)?;
+            if let Some(server) = snapshot.outside_root(&request.name, ctx.roles()) {
+                return Err(ProxyError::OutsideRoot(server.to_owned()));
+            }
             let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(ProxyError::NotFound)?;
             connection = Arc::clone(snapshot.connection(server).ok_or(ProxyError::NotFound)?);
             if !snapshot.allowed(server, name, ctx.roles()) {

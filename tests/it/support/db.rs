@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use scopegate::config::{Config, DEFAULT_TOML};
-use scopegate::store::{Db, demo};
+use scopegate::store::{Db, IfMissing, demo};
 use serde_json::Value;
 use sqlx::Connection;
 
@@ -27,7 +27,7 @@ pub struct TestDb {
     pg_name: Option<String>,
 }
 
-fn pg_server_url() -> String {
+pub fn pg_server_url() -> String {
     std::env::var("SCOPEGATE_TEST_PG_URL").unwrap_or_else(|_| PG_DEFAULT.to_owned())
 }
 
@@ -91,7 +91,7 @@ pub fn config_with(db_url: &str, overrides: &[(&str, Value)]) -> Config {
 
 /// Connected and migrated.
 pub async fn db_for(config: &Config) -> Db {
-    let db = Db::connect(&config.database).await.expect("connect");
+    let db = Db::connect(&config.database, IfMissing::Create).await.expect("connect");
     db.migrate().await.expect("migrate");
     db
 }

@@ -24,6 +24,13 @@ pub fn scopegate(dir: &std::path::Path) -> Command {
     cmd
 }
 
+/// Runs `scopegate migrate` on the database at `url`, in `dir`: it creates a missing SQLite
+/// database, which the admin commands refuse to do.
+pub fn migrate(dir: &std::path::Path, url: &str) {
+    let out = scopegate(dir).env("SCOPEGATE_DATABASE__URL", url).arg("migrate").output().unwrap();
+    assert!(out.status.success(), "migrate: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Runs `scopegate admin ARGS` against the database at `url`, in `dir`: (success, stdout, stderr).
 pub fn admin(dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, String, String) {
     let out = scopegate(dir).env("SCOPEGATE_DATABASE__URL", url).arg("admin").args(args).output().unwrap();
