@@ -597,7 +597,8 @@ async fn calls_ok<H: rmcp::ClientHandler>(
     for i in 0..n {
         let params = rmcp::model::CallToolRequestParams::new(tool.to_owned())
             .with_arguments(args.as_object().cloned().unwrap_or_default());
-        match tokio::time::timeout(std::time::Duration::from_secs(20), client.peer().call_tool(params)).await {
+        match tokio::time::timeout(patience(std::time::Duration::from_secs(20)), client.peer().call_tool(params)).await
+        {
             Ok(Ok(result)) if result.is_error != Some(true) => {}
             other => panic!("{what}: call {i} of {n} to {tool} failed: {other:?}"),
         }
@@ -738,16 +739,17 @@ async fn agent_behind_the_balancer(backend: Backend) {
             .with_arguments(json!({"text": "again"}).as_object().cloned().unwrap())
     };
     loop {
-        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), client.peer().call_tool(params())).await;
+        let answer =
+            tokio::time::timeout(patience(std::time::Duration::from_secs(5)), client.peer().call_tool(params())).await;
         if matches!(&answer, Ok(Ok(r)) if r.is_error != Some(true)) {
             break;
         }
-        assert!(killed.elapsed() < std::time::Duration::from_secs(30), "not served again in 30 s: {answer:?}");
+        assert!(killed.elapsed() < patience(std::time::Duration::from_secs(30)), "not served again: {answer:?}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let back = killed.elapsed();
     println!("served again {back:?} after the agent's replica was killed");
-    assert!(back < std::time::Duration::from_secs(15), "served again only after {back:?}");
+    assert!(back < patience(std::time::Duration::from_secs(15)), "served again only after {back:?}");
     // Once the balancer has marked the dead replica down, nothing fails.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     calls_ok(&client, "far__echo", json!({"text": "after"}), 30, "after the agent moved").await;
@@ -811,7 +813,7 @@ async fn continuations_travel(backend: Backend) {
         }
     };
     let made_here = task(&here).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + patience(std::time::Duration::from_secs(20));
     loop {
         let got = there.get_task(GetTaskParams::new(&made_here)).await.unwrap();
         if got.task.task.status == TaskStatus::Completed {
