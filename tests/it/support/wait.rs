@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Multiplies every bound of [`eventually`] and [`eventually_within`] (a number, e.g. `2.5`),
-/// for machines slower than CI's.
-pub const PATIENCE_VAR: &str = "SCOPEGATE_TEST_PATIENCE";
+/// for machines slower than CI's. Not `SCOPEGATE_`-prefixed: the gateway reads every variable
+/// with that prefix as configuration, and refuses one it does not know.
+pub const PATIENCE_VAR: &str = "SG_TEST_PATIENCE";
 
 /// The first pause between two checks, doubled after each until [`MAX_PAUSE`]: quick answers
 /// are seen at once, and a slow one is not polled harder than it needs.
