@@ -113,8 +113,9 @@ impl Cluster {
         &self.id
     }
 
-    pub fn internal_url(&self) -> &str {
-        &self.internal_url
+    /// How often this replica says it is alive.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
     }
 
     /// The HTTP client for links and forwarded requests to other replicas.
@@ -160,6 +161,18 @@ impl Cluster {
             Err(e) => {
                 tracing::warn!(error = %e, executor, "looking up an executor's replica failed");
                 Vec::new()
+            }
+        }
+    }
+
+    /// Which agents the other live replicas hold now (executor and replica, in order); `None`
+    /// when the database can't say.
+    pub async fn agents_elsewhere(&self) -> Option<Vec<(String, String)>> {
+        match self.db.agents_held_since(self.alive_since()).await {
+            Ok(all) => Some(all.into_iter().filter(|(_, replica)| *replica != self.id).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the other replicas' agents failed");
+                None
             }
         }
     }

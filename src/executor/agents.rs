@@ -124,8 +124,32 @@ impl Agents {
 
     /// The agents of a replica among others: those connected here are registered for the
     /// others, and those connected elsewhere are reached through links with `settings`.
+    /// Every heartbeat it reads which agents the other replicas hold, and a change there is a
+    /// change here too (see [`Agents::changes`]): what follows readiness hears of an agent that
+    /// connected to, or left, another replica. Call it inside a Tokio runtime; the watch ends
+    /// with the registry.
     pub fn clustered(cluster: Arc<Cluster>, settings: Settings) -> Arc<Self> {
-        Arc::new(Self { cluster: Some((cluster, settings)), ..Self::default() })
+        let agents = Arc::new(Self { cluster: Some((Arc::clone(&cluster), settings)), ..Self::default() });
+        let weak = Arc::downgrade(&agents);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(cluster.heartbeat());
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seen = None;
+            loop {
+                tick.tick().await;
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                let Some(now) = cluster.agents_elsewhere().await else { continue };
+                if seen.as_ref().is_some_and(|before| *before != now)
+                    && let Some(agents) = weak.upgrade()
+                {
+                    agents.changed();
+                }
+                seen = Some(now);
+            }
+        });
+        agents
     }
 
     /// Executor `name`'s agent wherever it is connected: here, or through the replica that

@@ -10,6 +10,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use http::StatusCode;
 
+use super::executors::header_text;
 use crate::cluster::{Cluster, REPLICA_HEADER};
 use crate::executor::link;
 use crate::executor::remote::Agents;
@@ -21,10 +22,6 @@ pub struct LinkRoute {
     pub cluster: Arc<Cluster>,
     pub agents: Arc<Agents>,
     pub settings: tunnel::Settings,
-}
-
-fn header_text<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
-    request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
 
 pub async fn agent_link(State(route): State<LinkRoute>, mut request: Request) -> Response {

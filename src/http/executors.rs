@@ -37,7 +37,7 @@ fn refuse_authentication(reason: &'static str) -> Response {
     crate::error_body::json_error(StatusCode::UNAUTHORIZED, "unauthorized", "executor authentication failed")
 }
 
-fn header_text<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+pub(super) fn header_text<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
     request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
 

@@ -47,9 +47,6 @@ use crate::store::entities::{GRANT_ALL, GrantKind, GrantRow};
 use crate::store::{Db, StoreError, TenantId, UserId};
 use crate::vocab::names::NAME_SEPARATOR;
 
-/// How often a session's selected roots look for agents connected to other replicas.
-const ELSEWHERE_EVERY: Duration = Duration::from_secs(2);
-
 /// The `_meta` key (of `initialize`, or of a stateless request) naming the selected roots.
 pub const SELECTED_ROOTS_KEY: &str = "io.scopegate/selectedRoots";
 
@@ -250,11 +247,6 @@ impl Selection {
             let weak: Weak<Self> = Arc::downgrade(&selection);
             let stop = selection.stop.clone();
             tokio::spawn(async move {
-                // An agent that connects to another replica changes nothing here: looked for
-                // again every few seconds.
-                let mut elsewhere = tokio::time::interval(ELSEWHERE_EVERY);
-                elsewhere.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                elsewhere.tick().await;
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
@@ -263,7 +255,6 @@ impl Selection {
                                 return;
                             }
                         }
-                        _ = elsewhere.tick() => {}
                     }
                     let Some(selection) = weak.upgrade() else { return };
                     selection.refresh(true).await;

@@ -122,6 +122,19 @@ impl Db {
             .collect()
     }
 
+    /// Every (executor, replica) pair of an agent held by a replica seen at or after `since`,
+    /// in order.
+    pub async fn agents_held_since(&self, since: i64) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT a.executor, a.replica_id FROM replica_agents a JOIN replicas r ON r.id = a.replica_id \
+             WHERE r.seen_at >= $1 ORDER BY a.executor, a.replica_id",
+        )
+        .bind(since)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get("executor")?, row.try_get("replica_id")?))).collect()
+    }
+
     /// Publishes a signing key's public JWK (`jwk`, JSON) until `until`.
     pub async fn publish_signing_key(
         &self,

@@ -217,6 +217,11 @@ async fn replica_rows(backend: Backend) {
     };
     let all: Vec<String> = holders(0).await.into_iter().map(|h| h.replica_id).collect();
     assert_eq!(all, ["b", "a"], "the newest connection first");
+    assert_eq!(
+        db.agents_held_since(0).await.unwrap(),
+        [("build-01".to_owned(), "a".to_owned()), ("build-01".to_owned(), "b".to_owned())]
+    );
+    assert_eq!(db.agents_held_since(4_000).await.unwrap(), [("build-01".to_owned(), "a".to_owned())], "b is not alive");
     let alive = holders(4_000).await;
     assert_eq!(alive.len(), 1);
     assert_eq!((alive[0].replica_id.as_str(), alive[0].root.as_str()), ("a", "file:///srv/a"));
