@@ -448,3 +448,32 @@ async fn through_another_replica(backend: Backend) {
     olivia.cancel().await.unwrap();
 }
 both_dbs!(a_replica_without_the_agent_serves_a_selected_root, through_another_replica);
+
+/// A session on a replica the agent is not connected to selects a root before the agent is up
+/// anywhere: once the agent connects to another replica, the root becomes ready here too.
+async fn agent_arrives_elsewhere(backend: Backend) {
+    let site = Site::start(backend, &[]).await;
+    let secret = site.remote_executor("build-01", "build-01", "ci", &["acme"]).await;
+    let root = plugin(&site, "demo", "${SCOPEGATE_TEST_AGENT_ONLY}");
+    allow(&site, "acme", "build-01", &format!("{}/plugins", site.root_uri()), Role::Owner).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hs256 = site.live.config.auth.hs256_secret.expose().to_owned();
+    let other = Replica::start_with(
+        dir.path(),
+        site.live.config.database.url.expose(),
+        &site.live.config.public_url(),
+        &[("SCOPEGATE_AUTH__HS256_SECRET", hs256.as_str()), ("SCOPEGATE_CLUSTER__HEARTBEAT_MS", "200")],
+    );
+    let selection = json!([{ "executor": "build-01", "path": root }]);
+    let handler = Selecting { roots: Some(selection), changed: Arc::default() };
+    let url = format!("http://{}/mcp", other.addr);
+    let olivia = handler.serve(transport(&url, &site.live.token_for("olivia@acme.test"))).await.unwrap();
+    let tools = names(&olivia.list_all_tools().await.unwrap());
+    assert!(tools.iter().all(|t| !t.starts_with("r1.")), "no agent anywhere yet: {tools:?}");
+    let _agent = site.agent("build-01", &secret);
+    wait_listed(&olivia, "r1.demo__whoami_upstream", true).await;
+    let me = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await;
+    assert_eq!(me["declared_value"], "ran-on-build-01", "{me}");
+    olivia.cancel().await.unwrap();
+}
+both_dbs!(a_root_becomes_ready_when_its_agent_connects_to_another_replica, agent_arrives_elsewhere);
