@@ -16,8 +16,13 @@
 //! - params of a plain call (a name, object arguments, a progress token at most: no task, no
 //!   multi round-trip);
 //! - a tool of one of the tenant's servers (not a native one, not a selected root's) that the
-//!   caller's grants allow and that [`Upstreams::lean_target`] can reach: a session whose
-//!   client declared nothing the upstream could ask it.
+//!   caller's grants allow and that [`Upstreams::lean_target`] can reach.
+//!
+//! A request the upstream makes of the caller while serving the call (sampling, elicitation,
+//! roots, for a client that declared them) goes out as an event of the call's answer, as rmcp
+//! would send it, with an id of the relay's own (`scopegate-ask-N`); the client's answer, POSTed
+//! in the same session, is taken here and handed to the call that asked (only that session's
+//! answer is: another session presenting the id is left to rmcp, which knows no such request).
 //!
 //! Its calls' cancellations (`notifications/cancelled` naming one of them) are taken here too.
 
@@ -98,6 +103,8 @@ pub(crate) struct Relay {
     allowed_hosts: Vec<String>,
     calls: Mutex<HashMap<(String, String), (u64, CancellationToken)>>,
     next_call: std::sync::atomic::AtomicU64,
+    /// The requests the relay's calls asked their clients, waiting for the answers.
+    asks: Arc<crate::relay::Asks>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +127,21 @@ struct CallParams<'a> {
     request_state: Option<&'a RawValue>,
     #[serde(rename = "inputResponses", borrow)]
     input_responses: Option<&'a RawValue>,
+}
+
+/// What the relay serves of a POSTed message.
+enum Kind {
+    Call,
+    Cancel,
+    /// A client's answer (to a request the relay may have asked it).
+    Answer,
+}
+
+/// A client's answer to a request.
+#[derive(Deserialize)]
+struct AnswerEnvelope {
+    result: Option<serde_json::Value>,
+    error: Option<rmcp::ErrorData>,
 }
 
 #[derive(Deserialize)]
@@ -159,7 +181,14 @@ struct Accepted {
 
 impl Relay {
     pub(crate) fn new(shared: Arc<Shared>, manager: Arc<LocalSessionManager>, allowed_hosts: Vec<String>) -> Self {
-        Self { shared, manager, allowed_hosts, calls: Mutex::default(), next_call: Default::default() }
+        Self {
+            shared,
+            manager,
+            allowed_hosts,
+            calls: Mutex::default(),
+            next_call: Default::default(),
+            asks: Arc::default(),
+        }
     }
 
     fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (u64, CancellationToken)>> {
@@ -171,10 +200,11 @@ impl Relay {
         if request.method() != Method::POST {
             return Err(request);
         }
-        // Only two kinds of message are the relay's; anything else goes on without a copy made.
-        let cancel = match request.extensions().get::<Inspection>() {
-            Some(i) if i.method() == Some("tools/call") && i.is_request() => false,
-            Some(i) if i.method() == Some("notifications/cancelled") && !i.is_request() => true,
+        // Only three kinds of message are the relay's; anything else goes on without a copy made.
+        let kind = match request.extensions().get::<Inspection>() {
+            Some(i) if i.method() == Some("tools/call") && i.is_request() => Kind::Call,
+            Some(i) if i.method() == Some("notifications/cancelled") && !i.is_request() => Kind::Cancel,
+            Some(i) if i.method().is_none() && i.request_id().is_some() => Kind::Answer,
             _ => return Err(request),
         };
         let Some(inspection) = request.extensions().get::<Inspection>().cloned() else { return Err(request) };
@@ -182,9 +212,10 @@ impl Relay {
         else {
             return Err(request);
         };
-        match cancel {
-            true if self.cancel(&session, inspection.body()) => Ok(accepted()),
-            false if self.plain(request.headers()) => {
+        match kind {
+            Kind::Cancel if self.cancel(&session, inspection.body()) => Ok(accepted()),
+            Kind::Answer if self.answered(&session, &inspection) => Ok(accepted()),
+            Kind::Call if self.plain(request.headers()) => {
                 let (parts, body) = request.into_parts();
                 match self.accept(&parts, &session, &inspection).await {
                     Some(accepted) => {
@@ -209,6 +240,19 @@ impl Relay {
             }
             None => false,
         }
+    }
+
+    /// Hands a client's answer to the request of the relay's it answers (one the relay put on
+    /// a call's answer in this session); false when it answers nothing of the relay's.
+    fn answered(&self, session: &str, inspection: &Inspection) -> bool {
+        let Some(id) = inspection.request_id() else { return false };
+        let Ok(answer) = serde_json::from_slice::<AnswerEnvelope>(inspection.body()) else { return false };
+        let answer = match answer {
+            AnswerEnvelope { result: Some(result), error: None } => Ok(result),
+            AnswerEnvelope { result: None, error: Some(error) } => Err(error),
+            _ => return false,
+        };
+        self.asks.answer(session, &id_text(id), answer)
     }
 
     /// Whether the request's headers are ones rmcp accepts for a session's request without
@@ -244,9 +288,6 @@ impl Relay {
     async fn accept(&self, parts: &http::request::Parts, session: &str, inspection: &Inspection) -> Option<Accepted> {
         let shared = &self.shared;
         let known = shared.lean.get(session)?;
-        if known.caps != RelayCaps::default() {
-            return None;
-        }
         let call: CallEnvelope = serde_json::from_slice(inspection.body()).ok()?;
         let params = call.params;
         let object_arguments = params.arguments.is_none_or(|a| a.get().trim_start().starts_with('{'));
@@ -349,7 +390,7 @@ impl Relay {
         let call = call_audit(&ctx, session.client.clone(), tool.clone(), args_digest, args_raw);
         let downstream = Downstream {
             owner: session_id.clone().unwrap_or_default(),
-            sink: Sink::Stream { answer: notes, session: session.peer.clone() },
+            sink: Sink::Stream { answer: notes, session: session.peer.clone(), asks: Arc::clone(&self.asks) },
             progress,
             log_level: Arc::clone(&session.log_level),
             rounds: None,

@@ -15,8 +15,7 @@
 //! waits for those. At the timeout, or when the caller cancels, the upstream is told to cancel.
 //!
 //! Everything else (stdio and remote upstreams, credentials, tools that take request headers
-//! from their arguments, callers that declared something the upstream could ask them) stays on
-//! rmcp's side: [`Upstreams::lean_target`] says which.
+//! from their arguments) stays on rmcp's side: [`Upstreams::lean_target`] says which.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -171,12 +170,10 @@ impl From<ProxyError> for LeanFailure {
 impl Upstreams {
     /// Whether a call of `tool` on `connection` can take the lean leg, and how: the
     /// connection is running (it is started if need be) and has the tool; it reaches a local
-    /// Streamable HTTP session that carries no credential; its upstream is told of no
-    /// capability of its clients (nothing it could ask needs the caller's rmcp session); and
-    /// the tool takes no request header from its arguments (SEP-2243), nor needs its name
-    /// encoded for one.
+    /// Streamable HTTP session that carries no credential; and the tool takes no request
+    /// header from its arguments (SEP-2243), nor needs its name encoded for one.
     pub(crate) async fn lean_target(&self, connection: &Arc<Connection>, tool: &str) -> Option<LeanTarget> {
-        if connection.caps != Default::default() || connection.auth.is_some() {
+        if connection.auth.is_some() {
             return None;
         }
         let (peer, tools) = connection.ready(self.connect_timeout).await.ok()?;

@@ -119,8 +119,9 @@ pub(crate) async fn relay_to(
             },
             () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
         }
+    } else if let Sink::Stream { answer, asks, .. } = &target.sink {
+        ask_on_answer(method, asks, &target.owner, answer, request, parse, origin.timeout, ct).await
     } else {
-        // The lean relay serves only callers that declared nothing to ask (see `mcp::lean`).
         refuse("upstream_request_unroutable");
         Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
     };
@@ -167,6 +168,38 @@ pub(crate) async fn audit_passed(
             Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None))
         }
         None => Ok(()),
+    }
+}
+
+/// Asks a caller of the lean relay on its call's answer (an event stream by then): the request
+/// goes out as an event before the answer, and the client POSTs its answer to the endpoint in
+/// the same session, where the relay hands it here (`mcp::lean`).
+#[allow(clippy::too_many_arguments)]
+async fn ask_on_answer(
+    method: &str,
+    asks: &Asks,
+    session: &str,
+    answer: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+    request: ServerRequest,
+    parse: Parse,
+    timeout: Duration,
+    ct: &tokio_util::sync::CancellationToken,
+) -> Result<ClientResult, (ErrorData, &'static str)> {
+    let gone = || (ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable");
+    let (id, mut waiting) = asks.wait(session);
+    let message = rmcp::model::ServerJsonRpcMessage::Request(rmcp::model::JsonRpcRequest::new(id, request));
+    let bytes = serde_json::to_vec(&message).map_err(|_| gone())?;
+    answer.send(bytes.into()).await.map_err(|_| gone())?;
+    tokio::select! {
+        answered = tokio::time::timeout(timeout, &mut waiting.answered) => match answered {
+            Ok(Ok(Ok(value))) => parse(value).map_err(|e| {
+                (ErrorData::invalid_params(format!("{method}: the client's answer does not fit: {e}"), None), "client_error")
+            }),
+            Ok(Ok(Err(e))) => Err((e, "client_error")),
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout")),
+        },
+        () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
     }
 }
 

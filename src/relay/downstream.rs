@@ -41,7 +41,60 @@ pub enum Sink {
     /// serialized JSON-RPC notification, written before the answer, in order. Once the answer
     /// is gone, what still comes for the call (a log line an upstream sent on its own stream,
     /// routed within the linger) goes through the caller's rmcp session, as on the rmcp path.
-    Stream { answer: tokio::sync::mpsc::Sender<bytes::Bytes>, session: Peer<RoleServer> },
+    /// A request the upstream makes of the caller goes on the answer too, and the client's
+    /// answer to it comes back through `asks`.
+    Stream { answer: tokio::sync::mpsc::Sender<bytes::Bytes>, session: Peer<RoleServer>, asks: Arc<Asks> },
+}
+
+/// What a client answered to a request the lean relay put on one of its calls' answers.
+pub(crate) type AskAnswer = Result<Value, rmcp::ErrorData>;
+
+/// The requests the lean relay asked its callers on their calls' answers and whose answers
+/// (POSTed to the endpoint like any message of the session) it waits for: by session and
+/// request id. Only the session a request went to can answer it.
+#[derive(Default)]
+pub struct Asks {
+    waiting: std::sync::Mutex<std::collections::HashMap<(String, String), tokio::sync::oneshot::Sender<AskAnswer>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// A request waiting for its answer; it stops waiting when dropped.
+pub(crate) struct Waiting<'a> {
+    asks: &'a Asks,
+    key: (String, String),
+    pub(crate) answered: tokio::sync::oneshot::Receiver<AskAnswer>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.asks.lock().remove(&self.key);
+    }
+}
+
+impl Asks {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), tokio::sync::oneshot::Sender<AskAnswer>>>
+    {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new request id for `session` (a string, so it never meets the numbers rmcp gives the
+    /// session's own requests), waiting for its answer.
+    pub(crate) fn wait(&self, session: &str) -> (rmcp::model::RequestId, Waiting<'_>) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("scopegate-ask-{n}");
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let key = (session.to_owned(), id.clone());
+        self.lock().insert(key.clone(), answer);
+        (rmcp::model::RequestId::String(id.into()), Waiting { asks: self, key, answered })
+    }
+
+    /// Hands `answer` to the request `id` of `session` waits; false when none waits.
+    pub(crate) fn answer(&self, session: &str, id: &str, answer: AskAnswer) -> bool {
+        let waiting = self.lock().remove(&(session.to_owned(), id.to_owned()));
+        waiting.is_some_and(|w| w.send(answer).is_ok())
+    }
 }
 
 impl Sink {
@@ -58,7 +111,7 @@ impl Sink {
             Self::Peer(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
             // A place on the answer first: the notification is serialized only when it has
             // one, and goes to the session whole when the answer is gone.
-            Self::Stream { answer, session } => match answer.reserve().await {
+            Self::Stream { answer, session, .. } => match answer.reserve().await {
                 Ok(place) => {
                     let message = rmcp::model::ServerJsonRpcMessage::notification(notification);
                     place.send(serde_json::to_vec(&message).map_err(|e| e.to_string())?.into());

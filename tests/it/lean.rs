@@ -99,8 +99,9 @@ async fn serves_plain_session_calls(backend: Backend) {
 }
 both_dbs!(lean_relay_serves_plain_session_calls, serves_plain_session_calls);
 
-/// A client that declared something the upstream could ask it (sampling here) is served by
-/// rmcp, whose session can ask it; so is a request whose headers rmcp must judge.
+/// A client that declared something the upstream could ask it (sampling here) is served by the
+/// relay too (it asks on the call's answer: `surface::asked_on_the_answer`); a request whose
+/// headers rmcp must judge is left to rmcp.
 async fn leaves_to_rmcp(backend: Backend) {
     let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
     let live = &proxy.live;
@@ -109,9 +110,7 @@ async fn leaves_to_rmcp(backend: Backend) {
     let reply = post(live, &olivia, None, init, &[]).await;
     let session = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
     post(live, &olivia, Some(&session), INITIALIZED, &[]).await;
-    tokio::time::sleep(INITIALIZED_HANDLED).await;
-    let call = post(live, &olivia, Some(&session), &tool_call(2, "fx__whoami_upstream", json!({})), &[]).await;
-    assert!(content_type(&call).starts_with("text/event-stream"), "rmcp serves it: {:?}", call.headers);
+    let call = lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
     assert_eq!(result_json(&call)["user"], "olivia@acme.test");
 
     let plain = open_session(live, &olivia).await.unwrap();

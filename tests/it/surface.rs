@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use reqwest::StatusCode;
 #[allow(deprecated)]
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CompleteRequestParams, CreateMessageRequestParams, CreateMessageResult,
@@ -337,6 +338,132 @@ async fn requests_of_the_client(backend: Backend) {
 
 both_dbs!(surface_relays_requests_of_the_client_to_the_calling_session, requests_of_the_client);
 
+/// The reference upstream over Streamable HTTP as `web` of acme, granted wholly to owners (its
+/// process is kept by the caller).
+async fn with_web(surface: &Surface) -> tokio::process::Child {
+    let (child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
+    let declaration = json!({"url": format!("http://{addr}/mcp")});
+    let mut tx = surface.live.db.begin().await.unwrap();
+    entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/web", &declaration).await.unwrap();
+    entities::bind_server(&mut tx, "acme", "web", "local").await.unwrap();
+    tx.commit().await.unwrap();
+    surface.grant("acme", "web", Role::Owner, GrantKind::Tool, "*").await;
+    child
+}
+
+/// The same over Streamable HTTP, where the calls of a client that declared sampling,
+/// elicitation and roots take the lean relay: the upstream's requests go out on the call's
+/// answer and the client's answers come back to the call that asked.
+async fn requests_of_the_client_over_http(backend: Backend) {
+    let surface = Surface::start(backend, Mode::Session).await;
+    let _web = with_web(&surface).await;
+    let answering = Answering::default();
+    let olivia = surface.client("olivia@acme.test", answering.clone()).await;
+    let silent = Answering { silent: true, ..Answering::default() };
+    let plain = surface.client("olivia@acme.test", silent.clone()).await;
+
+    let result = call(&olivia, "web__test_sampling", json!({"prompt": "hello over http"})).await.unwrap();
+    assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
+    let result = call(&olivia, "web__test_elicitation", json!({"message": "who are you?"})).await.unwrap();
+    assert!(text_of(&result).contains("olivia"), "{result:?}");
+    let result = call(&olivia, "web__list_client_roots", json!({})).await.unwrap();
+    assert_eq!(text_of(&result), "roots: file:///work/project", "{result:?}");
+    let asked = answering.asked.lock().unwrap().clone();
+    assert!(asked.iter().any(|a| a.starts_with("sampling") && a.contains("hello over http")), "{asked:?}");
+
+    let before = answering.asked.lock().unwrap().len();
+    let result = call(&plain, "web__test_sampling", json!({"prompt": "not you"})).await.unwrap();
+    assert!(!text_of(&result).contains("a sampled answer"), "{result:?}");
+    assert_eq!(answering.asked.lock().unwrap().len(), before, "nobody else was asked");
+    assert!(silent.asked.lock().unwrap().is_empty(), "a client that declared nothing is asked nothing");
+
+    let rows = surface.audited("web:").await;
+    assert!(rows.iter().any(|(t, o, _)| t == "web:sampling/createMessage" && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(t, o, _)| t == "web:elicitation/create" && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(t, o, _)| t == "web:roots/list" && o == "ok"), "{rows:?}");
+    olivia.cancel().await.unwrap();
+    plain.cancel().await.unwrap();
+}
+
+both_dbs!(surface_relays_requests_of_the_client_over_http, requests_of_the_client_over_http);
+
+/// On the lean relay, seen from a raw client: the upstream's sampling request comes as an event
+/// of the call's answer, and only the session it went to can answer it. The same principal's
+/// other session answering that id is not taken for the answer (rmcp gets it, and it answers
+/// nothing); the right session's answer is what the upstream receives.
+async fn asked_on_the_answer(backend: Backend) {
+    let surface = Surface::start(backend, Mode::Session).await;
+    let _web = with_web(&surface).await;
+    let live = &surface.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
+    let reply = post(live, &olivia, None, init, &[]).await;
+    let session = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
+    post(live, &olivia, Some(&session), INITIALIZED, &[]).await;
+    let other = open_session(live, &olivia).await.unwrap();
+    // Once the session's `initialized` is handled the relay serves its calls (a plain JSON
+    // answer shows it; rmcp answers with an event stream).
+    eventually("the relay serves the session", || async {
+        let reply = post(live, &olivia, Some(&session), &tool_call(9, "web__test_simple_text", json!({})), &[]).await;
+        let kind = reply.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        if kind.starts_with("application/json") { Ok(()) } else { Err(kind) }
+    })
+    .await;
+
+    let http = reqwest::Client::new();
+    let answer = |id: &Value, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "result": {
+            "role": "assistant", "model": "raw", "content": {"type": "text", "text": text}}})
+        .to_string()
+    };
+    let mut response = http
+        .post(live.url())
+        .header("authorization", format!("Bearer {olivia}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-session-id", &session)
+        .body(tool_call(2, "web__test_sampling", json!({"prompt": "raw prompt"})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut text = String::new();
+    let mut asked = None;
+    let mut result = None;
+    while result.is_none() {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk()).await.unwrap().unwrap();
+        let Some(chunk) = chunk else { break };
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            for data in event.lines().filter_map(|l| l.strip_prefix("data:")) {
+                let Ok(message) = serde_json::from_str::<Value>(data.trim()) else { continue };
+                if message["method"] == "sampling/createMessage" {
+                    assert!(message["params"].to_string().contains("raw prompt"), "{message}");
+                    let id = message["id"].clone();
+                    // The principal's other session can't answer it.
+                    let wrong = post(live, &olivia, Some(&other), &answer(&id, "WRONG"), &[]).await;
+                    assert!(wrong.status.is_success() || wrong.status.is_client_error(), "{}", wrong.status);
+                    let right = post(live, &olivia, Some(&session), &answer(&id, "RIGHT"), &[]).await;
+                    assert!(right.status.is_success(), "{}", right.status);
+                    asked = Some(id);
+                } else if message["id"] == 2 {
+                    result = Some(message);
+                }
+            }
+        }
+    }
+    assert!(asked.is_some(), "the upstream's request came on the call's answer");
+    let result = result.expect("the call's answer");
+    let sampled = result["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(sampled.contains("RIGHT") && !sampled.contains("WRONG"), "{result}");
+    let rows = surface.audited("web:sampling").await;
+    assert!(rows.iter().any(|(_, o, _)| o == "ok"), "{rows:?}");
+}
+
+both_dbs!(surface_asks_on_the_answer_and_takes_only_its_sessions_reply, asked_on_the_answer);
+
 /// Each session gets upstream log lines at or above its own `logging/setLevel`.
 #[allow(deprecated)]
 async fn log_levels(backend: Backend) {
@@ -457,13 +584,7 @@ both_dbs!(surface_pages_continue_on_another_replica, pages_across_replicas);
 /// rmcp, which sends log lines on its session's own stream: those keep the conservative rule.
 async fn exact_routing_over_http(backend: Backend) {
     let surface = Surface::start(backend, Mode::Session).await;
-    let (_child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
-    let declaration = json!({"url": format!("http://{addr}/mcp")});
-    let mut tx = surface.live.db.begin().await.unwrap();
-    entities::create_entity(&mut tx, "acme", "defaults/mcp-servers/web", &declaration).await.unwrap();
-    entities::bind_server(&mut tx, "acme", "web", "local").await.unwrap();
-    tx.commit().await.unwrap();
-    surface.grant("acme", "web", Role::Owner, GrantKind::Tool, "*").await;
+    let _web = with_web(&surface).await;
 
     let (first, second) = (Answering::default(), Answering::default());
     let a = surface.client("olivia@acme.test", first.clone()).await;
