@@ -269,6 +269,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    scopegate::tls::install_provider();
     let (load_cpu, server_cpu) = (env_or("LOAD_CPU", "0"), env_or("SERVER_CPU", "1"));
     let seconds = Duration::from_secs_f64(env_or("SECONDS", "5").parse().expect("SECONDS"));
     let rounds: usize = env_or("ROUNDS", "2").parse().expect("ROUNDS");
@@ -297,8 +298,9 @@ fn main() {
             "postgres" => {
                 let admin = env_or("SCOPEGATE_BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432");
                 let name = format!("sg_harness_{}", std::process::id());
-                let sql = format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}");
-                let ok = Command::new("psql").args([&admin, "-qc", &sql]).status().is_ok_and(|s| s.success());
+                let (drop, create) = (format!("DROP DATABASE IF EXISTS {name}"), format!("CREATE DATABASE {name}"));
+                let psql = Command::new("psql").args([&admin, "-q", "-c", &drop, "-c", &create]).status();
+                let ok = psql.is_ok_and(|s| s.success());
                 assert!(ok, "psql could not make the bench database at {admin}");
                 dropped_pg = Some((admin.clone(), name.clone()));
                 format!("{}/{name}", admin.trim_end_matches('/'))

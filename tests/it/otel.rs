@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use rmcp::ServiceExt;
-use rmcp::model::{ClientCapabilities, ClientConfig, ElicitationCapability, Implementation, UrlElicitationCapability};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -341,11 +341,11 @@ async fn spans_of_proxied_calls(backend: Backend) {
     let over_lean = ok(&olivia, "web__whoami_upstream", json!({})).await;
     let over_stdio = ok(&olivia, "fx__whoami_upstream", json!({})).await;
     olivia.cancel().await.ok();
-    // A client that takes URL elicitation is served on rmcp's path, not the lean relay.
-    let mut capabilities = ClientCapabilities::default();
-    capabilities.elicitation = Some(ElicitationCapability::new().with_url(UrlElicitationCapability::new()));
-    let asking = ClientConfig::new(capabilities, Implementation::new("it-asking", "1"));
-    let olivia = client(&served.addr, &token, asking, trace_headers()).await;
+    // A client whose requests carry an `Origin` (a browser's page, here the gateway's own) is
+    // served on rmcp's path, which judges the header, not the lean relay.
+    let mut browser = trace_headers();
+    browser.insert(HeaderName::from_static("origin"), HeaderValue::from_static(PUBLIC_URL));
+    let olivia = client(&served.addr, &token, plain_info(), browser).await;
     let over_rmcp = ok(&olivia, "web__whoami_upstream", json!({})).await;
     olivia.cancel().await.ok();
     // A malformed traceparent is ignored: the call is served, in a trace of its own.
