@@ -4,6 +4,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// jemalloc, not the system allocator: a proxied call allocates and frees hundreds of small
+/// buffers across threads, and glibc's malloc spent a tenth of the gateway's CPU on them
+/// (docs/benchmarks.md, "The side-by-side harness"). jemalloc returns freed memory to the
+/// system gradually; mimalloc, measured first, was as fast but its purges of freed pages put
+/// the p99 at 16 clients at about 2.5 times glibc's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = scopegate::cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
