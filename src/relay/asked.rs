@@ -99,31 +99,13 @@ pub(crate) async fn relay_to(
         ))
     } else if let Some(rounds) = &target.rounds {
         ask_by_round(method, rounds, request, parse, origin.timeout, ct).await
-    } else if let Some(peer) = target.sink.peer() {
-        let options = PeerRequestOptions::with_timeout(origin.timeout);
-        let sent = async {
-            let handle = peer.send_request_with_option(request, options).await?;
-            handle.await_response().await
-        };
-        tokio::select! {
-            answer = sent => match answer {
-                Ok(result) => Ok(result),
-                Err(ServiceError::McpError(e)) => Err((e, "client_error")),
-                Err(ServiceError::Timeout { .. }) => {
-                    Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout"))
-                }
-                Err(e) => {
-                    tracing::debug!(%server, %method, error = %e, "relayed request failed");
-                    Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
-                }
-            },
-            () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
-        }
-    } else if let Sink::Stream { answer, asks, .. } = &target.sink {
-        ask_on_answer(method, asks, &target.owner, answer, request, parse, origin.timeout, ct).await
     } else {
-        refuse("upstream_request_unroutable");
-        Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
+        match &target.sink {
+            Sink::Peer(peer) => ask_through_peer(server, method, peer, request, origin.timeout, ct).await,
+            Sink::Stream { answer, asks, .. } => {
+                ask_on_answer(method, asks, &target.owner, answer, request, parse, origin.timeout, ct).await
+            }
+        }
     };
     let event = match &outcome {
         Ok(_) => audit.event(Outcome::Ok, None),
@@ -168,6 +150,36 @@ pub(crate) async fn audit_passed(
             Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("the client does not support {method}"), None))
         }
         None => Ok(()),
+    }
+}
+
+/// Asks a caller through its rmcp session (rmcp puts the request on the call's event stream).
+async fn ask_through_peer(
+    server: &str,
+    method: &str,
+    peer: &rmcp::service::Peer<rmcp::RoleServer>,
+    request: ServerRequest,
+    timeout: Duration,
+    ct: &tokio_util::sync::CancellationToken,
+) -> Result<ClientResult, (ErrorData, &'static str)> {
+    let options = PeerRequestOptions::with_timeout(timeout);
+    let sent = async {
+        let handle = peer.send_request_with_option(request, options).await?;
+        handle.await_response().await
+    };
+    tokio::select! {
+        answer = sent => match answer {
+            Ok(result) => Ok(result),
+            Err(ServiceError::McpError(e)) => Err((e, "client_error")),
+            Err(ServiceError::Timeout { .. }) => {
+                Err((ErrorData::internal_error(format!("{method}: the client did not answer in time"), None), "timeout"))
+            }
+            Err(e) => {
+                tracing::debug!(%server, %method, error = %e, "relayed request failed");
+                Err((ErrorData::internal_error(format!("{method}: the client could not be asked"), None), "unavailable"))
+            }
+        },
+        () = ct.cancelled() => Err((ErrorData::internal_error("cancelled by the server", None), "cancelled")),
     }
 }
 

@@ -98,14 +98,6 @@ impl Asks {
 }
 
 impl Sink {
-    /// The rmcp peer, when the caller is reached through one (the only way to ask it something).
-    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
-        match self {
-            Self::Peer(peer) => Some(peer),
-            Self::Stream { .. } => None,
-        }
-    }
-
     pub(crate) async fn notify(&self, notification: ServerNotification) -> Result<(), String> {
         match self {
             Self::Peer(peer) => peer.send_notification(notification).await.map_err(|e| e.to_string()),
