@@ -106,10 +106,7 @@ async fn leaves_to_rmcp(backend: Backend) {
     let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
     let live = &proxy.live;
     let olivia = live.token_for("olivia@acme.test");
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
-    let reply = post(live, &olivia, None, init, &[]).await;
-    let session = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
-    post(live, &olivia, Some(&session), INITIALIZED, &[]).await;
+    let session = open_session_declaring(live, &olivia, json!({"sampling": {}})).await;
     let call = lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
     assert_eq!(result_json(&call)["user"], "olivia@acme.test");
 

@@ -300,21 +300,20 @@ impl ClientHandler for Answering {
     }
 }
 
-/// Sampling and elicitation an upstream asks for while serving a call reach the session that
-/// made it (a client that declared them) and the answers go back; a client that did not
-/// declare them is never asked. Each relayed request is audited.
-async fn requests_of_the_client(backend: Backend) {
-    let surface = Surface::with_ref(backend, Mode::Session).await;
+/// What [`requests_of_the_client`] and [`requests_of_the_client_over_http`] check, with the
+/// reference upstream as `server`.
+async fn relays_requests_of_the_client(surface: &Surface, server: &str) {
+    let tool = |name: &str| format!("{server}__{name}");
     let answering = Answering::default();
     let olivia = surface.client("olivia@acme.test", answering.clone()).await;
     let silent = Answering { silent: true, ..Answering::default() };
     let plain = surface.client("olivia@acme.test", silent.clone()).await;
 
-    let result = call(&olivia, "ref__test_sampling", json!({"prompt": "hello from the test"})).await.unwrap();
+    let result = call(&olivia, &tool("test_sampling"), json!({"prompt": "hello from the test"})).await.unwrap();
     assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
-    let result = call(&olivia, "ref__test_elicitation", json!({"message": "who are you?"})).await.unwrap();
+    let result = call(&olivia, &tool("test_elicitation"), json!({"message": "who are you?"})).await.unwrap();
     assert!(text_of(&result).contains("olivia"), "{result:?}");
-    let result = call(&olivia, "ref__list_client_roots", json!({})).await.unwrap();
+    let result = call(&olivia, &tool("list_client_roots"), json!({})).await.unwrap();
     assert_eq!(text_of(&result), "roots: file:///work/project", "{result:?}");
     let asked = answering.asked.lock().unwrap().clone();
     assert!(asked.iter().any(|a| a.starts_with("sampling") && a.contains("hello from the test")), "{asked:?}");
@@ -323,17 +322,25 @@ async fn requests_of_the_client(backend: Backend) {
     // The client without the capabilities: the upstream is not told it has them, and the
     // answering client (another session) is never asked on its behalf.
     let before = answering.asked.lock().unwrap().len();
-    let result = call(&plain, "ref__test_sampling", json!({"prompt": "not you"})).await.unwrap();
+    let result = call(&plain, &tool("test_sampling"), json!({"prompt": "not you"})).await.unwrap();
     assert!(!text_of(&result).contains("a sampled answer"), "{result:?}");
     assert_eq!(answering.asked.lock().unwrap().len(), before, "nobody else was asked");
     assert!(silent.asked.lock().unwrap().is_empty(), "a client that declared nothing is asked nothing");
 
-    let rows = surface.audited("ref:").await;
-    assert!(rows.iter().any(|(t, o, _)| t == "ref:sampling/createMessage" && o == "ok"), "{rows:?}");
-    assert!(rows.iter().any(|(t, o, _)| t == "ref:elicitation/create" && o == "ok"), "{rows:?}");
-    assert!(rows.iter().any(|(t, o, _)| t == "ref:roots/list" && o == "ok"), "{rows:?}");
+    let rows = surface.audited(&format!("{server}:")).await;
+    assert!(rows.iter().any(|(t, o, _)| *t == format!("{server}:sampling/createMessage") && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(t, o, _)| *t == format!("{server}:elicitation/create") && o == "ok"), "{rows:?}");
+    assert!(rows.iter().any(|(t, o, _)| *t == format!("{server}:roots/list") && o == "ok"), "{rows:?}");
     olivia.cancel().await.unwrap();
     plain.cancel().await.unwrap();
+}
+
+/// Sampling and elicitation an upstream asks for while serving a call reach the session that
+/// made it (a client that declared them) and the answers go back; a client that did not
+/// declare them is never asked. Each relayed request is audited.
+async fn requests_of_the_client(backend: Backend) {
+    let surface = Surface::with_ref(backend, Mode::Session).await;
+    relays_requests_of_the_client(&surface, "ref").await;
 }
 
 both_dbs!(surface_relays_requests_of_the_client_to_the_calling_session, requests_of_the_client);
@@ -357,32 +364,7 @@ async fn with_web(surface: &Surface) -> tokio::process::Child {
 async fn requests_of_the_client_over_http(backend: Backend) {
     let surface = Surface::start(backend, Mode::Session).await;
     let _web = with_web(&surface).await;
-    let answering = Answering::default();
-    let olivia = surface.client("olivia@acme.test", answering.clone()).await;
-    let silent = Answering { silent: true, ..Answering::default() };
-    let plain = surface.client("olivia@acme.test", silent.clone()).await;
-
-    let result = call(&olivia, "web__test_sampling", json!({"prompt": "hello over http"})).await.unwrap();
-    assert!(text_of(&result).contains("a sampled answer"), "{result:?}");
-    let result = call(&olivia, "web__test_elicitation", json!({"message": "who are you?"})).await.unwrap();
-    assert!(text_of(&result).contains("olivia"), "{result:?}");
-    let result = call(&olivia, "web__list_client_roots", json!({})).await.unwrap();
-    assert_eq!(text_of(&result), "roots: file:///work/project", "{result:?}");
-    let asked = answering.asked.lock().unwrap().clone();
-    assert!(asked.iter().any(|a| a.starts_with("sampling") && a.contains("hello over http")), "{asked:?}");
-
-    let before = answering.asked.lock().unwrap().len();
-    let result = call(&plain, "web__test_sampling", json!({"prompt": "not you"})).await.unwrap();
-    assert!(!text_of(&result).contains("a sampled answer"), "{result:?}");
-    assert_eq!(answering.asked.lock().unwrap().len(), before, "nobody else was asked");
-    assert!(silent.asked.lock().unwrap().is_empty(), "a client that declared nothing is asked nothing");
-
-    let rows = surface.audited("web:").await;
-    assert!(rows.iter().any(|(t, o, _)| t == "web:sampling/createMessage" && o == "ok"), "{rows:?}");
-    assert!(rows.iter().any(|(t, o, _)| t == "web:elicitation/create" && o == "ok"), "{rows:?}");
-    assert!(rows.iter().any(|(t, o, _)| t == "web:roots/list" && o == "ok"), "{rows:?}");
-    olivia.cancel().await.unwrap();
-    plain.cancel().await.unwrap();
+    relays_requests_of_the_client(&surface, "web").await;
 }
 
 both_dbs!(surface_relays_requests_of_the_client_over_http, requests_of_the_client_over_http);
@@ -396,10 +378,7 @@ async fn asked_on_the_answer(backend: Backend) {
     let _web = with_web(&surface).await;
     let live = &surface.live;
     let olivia = live.token_for("olivia@acme.test");
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw-test","version":"1.0"}}}"#;
-    let reply = post(live, &olivia, None, init, &[]).await;
-    let session = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
-    post(live, &olivia, Some(&session), INITIALIZED, &[]).await;
+    let session = open_session_declaring(live, &olivia, json!({"sampling": {}})).await;
     let other = open_session(live, &olivia).await.unwrap();
     // Once the session's `initialized` is handled the relay serves its calls (a plain JSON
     // answer shows it; rmcp answers with an event stream).
@@ -410,23 +389,13 @@ async fn asked_on_the_answer(backend: Backend) {
     })
     .await;
 
-    let http = reqwest::Client::new();
     let answer = |id: &Value, text: &str| {
         json!({"jsonrpc": "2.0", "id": id, "result": {
             "role": "assistant", "model": "raw", "content": {"type": "text", "text": text}}})
         .to_string()
     };
-    let mut response = http
-        .post(live.url())
-        .header("authorization", format!("Bearer {olivia}"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .header("mcp-session-id", &session)
-        .body(tool_call(2, "web__test_sampling", json!({"prompt": "raw prompt"})))
-        .send()
-        .await
-        .unwrap();
+    let call = tool_call(2, "web__test_sampling", json!({"prompt": "raw prompt"}));
+    let mut response = send(live, &olivia, Some(&session), call.into_bytes(), &[]).await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut text = String::new();
     let mut asked = None;

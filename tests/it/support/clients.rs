@@ -148,6 +148,22 @@ pub async fn post_bytes(
     body: Vec<u8>,
     extra: &[(&str, &str)],
 ) -> Reply {
+    let response = send(live, token, session, body, extra).await;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    Reply { status, headers, message: message_in(&text) }
+}
+
+/// [`post_bytes`]'s request, answered with its response unread (to read an event stream as
+/// it comes).
+pub async fn send(
+    live: &Live,
+    token: &str,
+    session: Option<&str>,
+    body: Vec<u8>,
+    extra: &[(&str, &str)],
+) -> reqwest::Response {
     let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
     let mut req = client
         .post(live.url())
@@ -162,11 +178,7 @@ pub async fn post_bytes(
     for (k, v) in extra {
         req = req.header(*k, *v);
     }
-    let response = req.send().await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let text = response.text().await.unwrap();
-    Reply { status, headers, message: message_in(&text) }
+    req.send().await.unwrap()
 }
 
 /// The JSON-RPC message of a response body: the body itself, or the last SSE `data:` line
@@ -213,6 +225,18 @@ pub async fn open_session(live: &Live, token: &str) -> Option<String> {
     let session = reply.headers.get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
     let done = post(live, token, session.as_deref(), INITIALIZED, &[]).await;
     assert!(done.status.is_success(), "{}", done.status);
+    session
+}
+
+/// Initializes a session whose client declares `capabilities` (and says it is initialized);
+/// returns its id.
+pub async fn open_session_declaring(live: &Live, token: &str, capabilities: Value) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": capabilities,
+        "clientInfo": {"name": "raw-test", "version": "1.0"}}});
+    let reply = post(live, token, None, &init.to_string(), &[]).await;
+    let session = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
+    post(live, token, Some(&session), INITIALIZED, &[]).await;
     session
 }
 
