@@ -10,8 +10,9 @@
 //! so a ratio to `direct` (the same loop against the upstream itself) is CPU per call on one
 //! core.
 //!
-//! Rows: `direct`; `scopegate-<db>` (a session that declares no capability); and
-//! `desktop-<db>` (a session that declares `roots` and `sampling`, as desktop clients do).
+//! Rows: `direct`; `scopegate-<db>` (a session that declares no capability); `desktop-<db>`
+//! (a session that declares `roots` and `sampling`, as desktop clients do); and `stdio-<db>`
+//! (that desktop-like session calling the same fixture run by the gateway over stdio).
 //! Each row runs SECONDS (default 5) per turn, ROUNDS turns (default 2, the rows taking turns
 //! so a change of the machine's load falls on all of them), medians reported, at each of
 //! CLIENTS (default `16,1`); DATABASES default `sqlite,postgres` (PostgreSQL at
@@ -126,13 +127,19 @@ fn gateway(cpu: &str, database_url: &str, upstream: &str, work: &std::path::Path
     }
     // The demo tenants exist once `serve --demo` seeded them: declare, bind and grant now.
     let file = work.join("mcp.json");
-    std::fs::write(&file, json!({"mcpServers": {"echo": {"url": upstream}}}).to_string()).unwrap();
+    let servers = json!({"mcpServers": {
+        "echo": {"url": upstream},
+        "echo-stdio": {"command": FIXTURE, "args": ["stdio"]},
+    }});
+    std::fs::write(&file, servers.to_string()).unwrap();
     cli(
         &env,
         &["admin", "entity", "import", "--tenant", "acme", "--under", "defaults", "--file", file.to_str().unwrap()],
     );
-    cli(&env, &["admin", "binding", "set", "--tenant", "acme", "echo", "local"]);
-    cli(&env, &["admin", "grant", "add", "--tenant", "acme", "--server", "echo", "--role", "owner", "--tool", "*"]);
+    for server in ["echo", "echo-stdio"] {
+        cli(&env, &["admin", "binding", "set", "--tenant", "acme", server, "local"]);
+        cli(&env, &["admin", "grant", "add", "--tenant", "acme", "--server", server, "--role", "owner", "--tool", "*"]);
+    }
     let token = cli(&env, &["token", "--tenant", "acme", "--user", "olivia@acme.test"]);
     let token = token.lines().rev().find(|l| !l.trim().is_empty()).expect("a token").trim().to_owned();
     (gateway, format!("{public}/mcp"), token)
@@ -309,17 +316,13 @@ fn main() {
         };
         let (process, mcp, token) = gateway(&server_cpu, &url, &upstream_url, work.path());
         processes.push(process);
-        for (label, caps) in [
-            (format!("scopegate-{db}"), json!({})),
-            (format!("desktop-{db}"), json!({"roots": {"listChanged": true}, "sampling": {}})),
+        let desktop = json!({"roots": {"listChanged": true}, "sampling": {}});
+        for (label, tool, caps) in [
+            (format!("scopegate-{db}"), "echo__echo", json!({})),
+            (format!("desktop-{db}"), "echo__echo", desktop.clone()),
+            (format!("stdio-{db}"), "echo-stdio__echo", desktop),
         ] {
-            targets.push(Target {
-                label,
-                url: mcp.clone(),
-                token: Some(token.clone()),
-                tool: "echo__echo".into(),
-                caps,
-            });
+            targets.push(Target { label, url: mcp.clone(), token: Some(token.clone()), tool: tool.into(), caps });
         }
     }
 

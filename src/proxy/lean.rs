@@ -14,8 +14,10 @@
 //! any other, so what the upstream sends on its session's own stream finds it too; the answer
 //! waits for those. At the timeout, or when the caller cancels, the upstream is told to cancel.
 //!
-//! Everything else (stdio and remote upstreams, credentials, tools that take request headers
-//! from their arguments) stays on rmcp's side: [`Upstreams::lean_target`] says which.
+//! The relay's other calls (stdio upstreams, those through a remote executor, those that
+//! carry a credential, tools that take request headers from their arguments) go through
+//! rmcp's client on the running connection, exactly as on the rmcp path, and only the result
+//! is turned into JSON here: [`Upstreams::lean_target`] says which leg a call takes.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -59,9 +61,18 @@ const CANCEL_BOUND: Duration = Duration::from_secs(5);
 /// numbers rmcp's client gives its requests on the same session.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A call that can take the lean leg: the running connection, how its session is reached,
+/// A call the lean relay can serve, and how it reaches its upstream.
+pub enum LeanTarget {
+    /// POSTed by the gateway itself on the session rmcp's client opened.
+    Http(HttpTarget),
+    /// Sent by rmcp's client on its running connection: a stdio upstream, one through a
+    /// remote executor, one that carries a credential, or a tool that takes request headers.
+    Peer { connection: Arc<Connection>, peer: Peer<RoleClient> },
+}
+
+/// A call that takes the lean HTTP leg: the running connection, how its session is reached,
 /// and its peer (for an upstream session that expired: rmcp's side opens a new one).
-pub struct LeanTarget {
+pub struct HttpTarget {
     connection: Arc<Connection>,
     wire: Arc<Wire>,
     peer: Peer<RoleClient>,
@@ -168,22 +179,28 @@ impl From<ProxyError> for LeanFailure {
 }
 
 impl Upstreams {
-    /// Whether a call of `tool` on `connection` can take the lean leg, and how: the
-    /// connection is running (it is started if need be) and has the tool; it reaches a local
-    /// Streamable HTTP session that carries no credential; and the tool takes no request
-    /// header from its arguments (SEP-2243), nor needs its name encoded for one.
+    /// Whether a call of `tool` on `connection` can be served by the lean relay, and how: the
+    /// connection is running (it is started if need be) and has the tool, which the gateway
+    /// does not run as a task of its own. The call takes the lean HTTP leg when it reaches a
+    /// local Streamable HTTP session that carries no credential and the tool takes no request
+    /// header from its arguments (SEP-2243), nor needs its name encoded for one; else it goes
+    /// through rmcp's client.
     pub(crate) async fn lean_target(&self, connection: &Arc<Connection>, tool: &str) -> Option<LeanTarget> {
-        if connection.auth.is_some() {
-            return None;
-        }
         let (peer, tools) = connection.ready(self.connect_timeout).await.ok()?;
-        let wire = connection.wire.current()?;
         let listed = tools.iter().find(|t| t.name == tool)?;
-        if wire.standard_headers && (!tool.bytes().all(|b| b.is_ascii_graphic()) || takes_headers(&listed.input_schema))
-        {
+        if connection.task_support(tool).is_some() && !crate::proxy::Upstream(peer.clone()).offers_tasks() {
             return None;
         }
-        Some(LeanTarget { connection: Arc::clone(connection), wire, peer })
+        let connection = Arc::clone(connection);
+        let wire = connection.wire.current().filter(|wire| {
+            connection.auth.is_none()
+                && !(wire.standard_headers
+                    && (!tool.bytes().all(|b| b.is_ascii_graphic()) || takes_headers(&listed.input_schema)))
+        });
+        Some(match wire {
+            Some(wire) => LeanTarget::Http(HttpTarget { connection, wire, peer }),
+            None => LeanTarget::Peer { connection, peer },
+        })
     }
 
     /// Calls `tool` on the target's upstream for the caller: the call carries an identity
@@ -195,8 +212,15 @@ impl Upstreams {
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
-        Exchange { downstream, timeout, cancelled, .. }: Exchange,
+        exchange: Exchange,
     ) -> Result<LeanResult, ProxyError> {
+        let target = match target {
+            LeanTarget::Http(target) => target,
+            LeanTarget::Peer { connection, peer } => {
+                return self.call_by_peer(connection, peer, ctx, tool, arguments, exchange).await;
+            }
+        };
+        let Exchange { downstream, timeout, cancelled, .. } = exchange;
         let connection = &target.connection;
         let call = connection.begin_call();
         let span = trace::upstream_span(connection.server().as_str(), tool, "lean");
@@ -207,37 +231,55 @@ impl Upstreams {
             Err(LeanFailure::SessionGone) => {
                 // The upstream's session ended: rmcp's client opens a new one.
                 tracing::debug!(server = %connection.server(), "upstream session gone; the call goes through rmcp");
-                let call = crate::proxy::UpstreamCall {
-                    tool,
-                    arguments: match arguments {
-                        Some(raw) => serde_json::from_str(raw.get()).map_err(unavailable)?,
-                        None => None,
-                    },
-                    downstream,
-                    timeout,
-                    cancelled,
-                    passed: None,
-                };
-                let rmcp::model::ServerResult::CallToolResult(result) =
-                    self.call(connection, crate::proxy::Upstream(target.peer.clone()), ctx, call).await?
-                else {
-                    return Err(unavailable("the upstream answered a call with something else"));
-                };
-                let error_class =
-                    (result.is_error == Some(true)).then(|| crate::vocab::text::error_class(result.meta.as_ref()));
-                let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
-                Ok(LeanResult { result, error_class })
+                let exchange = Exchange { downstream, timeout, cancelled, passed: None };
+                self.call_by_peer(connection, &target.peer, ctx, tool, arguments, exchange).await
             }
             Err(LeanFailure::Failed(e)) => Err(e),
             Ok(done) => Ok(done),
         }
     }
 
+    /// Calls `tool` through rmcp's client on the running connection, as the rmcp path does
+    /// ([`Upstreams::call`]: the same assertion, relaying, cancellation and login check), and
+    /// gives back its result as JSON, as a caller on a session's revision gets it.
+    async fn call_by_peer(
+        &self,
+        connection: &Connection,
+        peer: &Peer<RoleClient>,
+        ctx: &McpCallContext,
+        tool: &str,
+        arguments: Option<&RawValue>,
+        Exchange { downstream, timeout, cancelled, .. }: Exchange,
+    ) -> Result<LeanResult, ProxyError> {
+        let call = crate::proxy::UpstreamCall {
+            tool,
+            arguments: match arguments {
+                Some(raw) => serde_json::from_str(raw.get()).map_err(unavailable)?,
+                None => None,
+            },
+            downstream,
+            timeout,
+            cancelled,
+            passed: None,
+        };
+        let rmcp::model::ServerResult::CallToolResult(mut result) =
+            self.call(connection, crate::proxy::Upstream(peer.clone()), ctx, call).await?
+        else {
+            return Err(unavailable("the upstream answered a call with something else"));
+        };
+        // The relay serves session revisions, whose results carry no `resultType`.
+        result.result_type = None;
+        let error_class =
+            (result.is_error == Some(true)).then(|| crate::vocab::text::error_class(result.meta.as_ref()));
+        let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
+        Ok(LeanResult { result, error_class })
+    }
+
     /// `Err(LeanFailure::SessionGone)`: the upstream session is gone and nothing was sent.
     #[allow(clippy::too_many_arguments)]
     async fn call_lean_inner(
         &self,
-        target: &LeanTarget,
+        target: &HttpTarget,
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
@@ -320,7 +362,7 @@ impl Upstreams {
     #[allow(clippy::too_many_arguments)]
     async fn lean_exchange(
         &self,
-        target: &LeanTarget,
+        target: &HttpTarget,
         tool: &str,
         assertion: &str,
         id: &str,
@@ -379,7 +421,7 @@ impl Upstreams {
     /// Handles one message from the upstream; `Some` when it ends the exchange.
     async fn lean_message(
         &self,
-        target: &LeanTarget,
+        target: &HttpTarget,
         text: &str,
         id: &str,
         downstream: &Downstream,
@@ -426,7 +468,7 @@ impl Upstreams {
     /// on rmcp's side.
     async fn asked(
         &self,
-        target: &LeanTarget,
+        target: &HttpTarget,
         text: &str,
         downstream: &Downstream,
         cancelled: &CancellationToken,
@@ -450,7 +492,7 @@ impl Upstreams {
     /// A notification on the call's stream.
     async fn lean_notification(
         &self,
-        target: &LeanTarget,
+        target: &HttpTarget,
         id: &str,
         method: &str,
         params: &str,
@@ -486,7 +528,7 @@ impl Upstreams {
     }
 
     /// Tells the upstream to cancel the call `id` (bounded; a failure is only logged).
-    async fn lean_cancel(&self, target: &LeanTarget, id: &str, reason: &str) {
+    async fn lean_cancel(&self, target: &HttpTarget, id: &str, reason: &str) {
         let message = serde_json::json!({
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",

@@ -1,4 +1,4 @@
-//! The lean relay for proxied `tools/call` (a session's calls to a Streamable HTTP upstream),
+//! The lean relay for proxied `tools/call` (a session's calls to an upstream),
 //! seen from a raw HTTP client: which calls it takes (answered as plain JSON; rmcp answers a
 //! session's request with an event stream), that it asserts the caller, enforces the grants,
 //! audits before answering and fails closed, and that it leaves to rmcp what it can't serve
@@ -99,6 +99,52 @@ async fn serves_plain_session_calls(backend: Backend) {
 }
 both_dbs!(lean_relay_serves_plain_session_calls, serves_plain_session_calls);
 
+/// A stdio upstream is served by the relay too, through rmcp's client on the running
+/// connection: the same assertion (in `_meta` over stdio), grants, audit before the answer,
+/// and failing closed; a tool the gateway runs as a task stays with rmcp.
+async fn serves_stdio_upstreams(backend: Backend) {
+    let proxy = Proxy::start(backend, Mode::Session, &[]).await;
+    let mut declaration = proxy.stdio("fx", "from-the-declaration");
+    declaration["tasks"] = json!({"crash": "required"});
+    proxy.declare("acme", "fx", &declaration, "local").await;
+    proxy.grant("acme", "fx", Role::Owner, "*").await;
+    proxy.grant("acme", "fx", Role::Worker, "whoami_upstream").await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let session = open_session_declaring(live, &olivia, json!({"roots": {"listChanged": true}})).await;
+
+    let reply = lean_call(&proxy, &olivia, &session, 2, "fx__whoami_upstream", json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.message["id"], 2);
+    let me = result_json(&reply);
+    assert_eq!((me["tenant"].as_str(), me["user"].as_str()), (Some("acme"), Some("olivia@acme.test")));
+    assert_eq!(me["assertion_source"], "meta", "over stdio the assertion travels in _meta");
+    assert!(reply.message["result"].get("resultType").is_none(), "{:?}", reply.message);
+    let sql = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream' AND outcome = 'ok'";
+    assert!(live.count(sql).await >= 1, "the call was audited before it was answered");
+    let echoed = post(live, &olivia, Some(&session), &tool_call(3, "fx__echo", json!({"text": "héllo"})), &[]).await;
+    assert!(content_type(&echoed).starts_with("application/json"), "{:?}", echoed.headers);
+    assert_eq!(echoed.message["result"]["content"][0]["text"], "héllo");
+    // A tool the gateway runs as a task of its own is left to rmcp, which refuses it to a
+    // caller that can't take a task.
+    let task = post(live, &olivia, Some(&session), &tool_call(5, "fx__crash", json!({})), &[]).await;
+    assert_eq!(task.message["error"]["code"], -32021, "{:?}", task.message);
+
+    // The worker's grant names one tool: the other is not found, and is audited denied.
+    let wanda = live.token_for("wanda@acme.test");
+    let theirs = open_session(live, &wanda).await.unwrap();
+    lean_call(&proxy, &wanda, &theirs, 2, "fx__whoami_upstream", json!({})).await;
+    let refused = post(live, &wanda, Some(&theirs), &tool_call(3, "fx__echo", json!({"text": "x"})), &[]).await;
+    assert_eq!(refused.message["error"]["message"], "tool not found", "{:?}", refused.message);
+
+    sabotage_audit(&live.db, backend).await;
+    let reply = post(live, &olivia, Some(&session), &tool_call(4, "fx__whoami_upstream", json!({})), &[]).await;
+    assert!(content_type(&reply).starts_with("application/json"), "the relay answered: {:?}", reply.headers);
+    assert_eq!(reply.message["error"]["message"], "internal error", "{:?}", reply.message);
+    assert!(reply.message.get("result").is_none());
+}
+both_dbs!(lean_relay_serves_stdio_upstreams, serves_stdio_upstreams);
+
 /// A client that declared something the upstream could ask it (sampling here) is served by the
 /// relay too (it asks on the call's answer: `surface::asked_on_the_answer`); a request whose
 /// headers rmcp must judge is left to rmcp.
@@ -140,6 +186,16 @@ async fn fails_closed(backend: Backend) {
     assert!(content_type(&reply).starts_with("application/json"), "the relay answered: {:?}", reply.headers);
     assert_eq!(reply.message["error"]["message"], "internal error", "{:?}", reply.message);
     assert!(reply.message.get("result").is_none());
+
+    // Once the audit can be written again, so is the next call's event, after the last one
+    // in its chain: the failed write left nothing open behind it.
+    restore_audit(&live.db, backend).await;
+    let reply = post(live, &olivia, Some(&session), &tool_call(4, "fx__whoami_upstream", json!({})), &[]).await;
+    assert_eq!(result_json(&reply)["user"], "olivia@acme.test", "{:?}", reply.message);
+    let sql = "SELECT COUNT(*) FROM audit_events WHERE request_id = '4' AND outcome = 'ok'";
+    assert_eq!(live.count(sql).await, 1);
+    let chains = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
+    assert!(chains.iter().all(|c| c.broken.is_none()), "{chains:?}");
 }
 both_dbs!(lean_relay_fails_closed_without_its_audit, fails_closed);
 
