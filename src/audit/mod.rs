@@ -199,20 +199,17 @@ pub(crate) fn link<'a>(head: &Head, event: &'a AuditEvent) -> Link<'a> {
 
 const COLUMNS: usize = 19;
 
-/// Inserts `links` with ONE statement (atomic by itself, one round trip).
-pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -> Result<(), StoreError> {
-    if links.is_empty() {
-        return Ok(());
-    }
-    let mut sql = String::from(
-        "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
-         client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
-         duration_us, calls, prev_hash, hash) VALUES ",
-    );
-    // SQLite binds a numbered placeholder by looking its name up among all of the
-    // statement's (a scan each: quadratic in a batch's 300 values), an anonymous one by place.
-    let anonymous = conn.backend_name() == "SQLite";
-    for i in 0..links.len() {
+/// The columns of an event row, in the order [`bind_links`] binds them.
+const EVENT_COLUMNS: &str = "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, \
+     request_id, client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
+     duration_us, calls, prev_hash, hash) ";
+
+/// Appends the placeholders of `rows` event rows to `sql`: `(?, ...), (...)` when
+/// `anonymous` (SQLite binds a numbered placeholder by looking its name up among all of the
+/// statement's, a scan each: quadratic in a batch's 300 values; an anonymous one by place),
+/// else numbered from `$1`.
+fn push_rows(sql: &mut String, rows: usize, anonymous: bool) {
+    for i in 0..rows {
         sql.push_str(if i == 0 { "(" } else { ", (" });
         for c in 1..=COLUMNS {
             if c > 1 {
@@ -227,8 +224,12 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
         }
         sql.push(')');
     }
-    // Only placeholders are interpolated; every value is bound.
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Binds the values of `links`, row after row, in [`EVENT_COLUMNS`] order.
+fn bind_links<'q>(mut query: AnyQuery<'q>, links: &[Link<'_>]) -> AnyQuery<'q> {
     for l in links {
         let e = l.event;
         query = query
@@ -252,8 +253,87 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
             .bind(l.prev_hash.clone())
             .bind(l.hash.clone());
     }
-    query.execute(conn).await?;
+    query
+}
+
+/// Inserts `links` with ONE statement (atomic by itself, one round trip).
+pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -> Result<(), StoreError> {
+    if links.is_empty() {
+        return Ok(());
+    }
+    let mut sql = format!("{EVENT_COLUMNS}VALUES ");
+    push_rows(&mut sql, links.len(), conn.backend_name() == "SQLite");
+    // Only placeholders are interpolated; every value is bound.
+    bind_links(sqlx::query(sqlx::AssertSqlSafe(sql)), links).execute(conn).await?;
     Ok(())
+}
+
+/// One tenant's part of a SQLite batch whose heads are all known (see [`append_known`]).
+pub(crate) struct KnownChain<'a> {
+    pub tenant: TenantId,
+    pub cached: &'a Head,
+    pub events: &'a [&'a AuditEvent],
+}
+
+/// Appends a batch to SQLite in one trip to its worker thread instead of four: `BEGIN
+/// IMMEDIATE`, then for each tenant its head moved from the cached one (compare and swap) and
+/// its events inserted only where that head is now theirs, then `COMMIT`, all as one list of
+/// statements. A tenant whose head another process moved since it was cached gets nothing
+/// written (its head untouched, no event): `None` in its place, for the caller to append it
+/// again after the real head. Any error leaves the transaction open: the caller rolls it back.
+pub(crate) async fn append_known(
+    conn: &mut AnyConnection,
+    chains: &[KnownChain<'_>],
+) -> Result<Vec<Option<Head>>, StoreError> {
+    use futures_util::TryStreamExt as _;
+    use sqlx::Executor as _;
+    let mut sql = String::from("BEGIN IMMEDIATE; ");
+    let mut linked = Vec::with_capacity(chains.len());
+    for chain in chains {
+        let (links, head) = link_all(chain.cached, chain.events);
+        sql.push_str("UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant_id = ? AND seq = ?; ");
+        sql.push_str(EVENT_COLUMNS);
+        sql.push_str("SELECT * FROM (VALUES ");
+        push_rows(&mut sql, links.len(), true);
+        sql.push_str(") WHERE EXISTS (SELECT 1 FROM audit_heads WHERE tenant_id = ? AND seq = ? AND hash = ?); ");
+        linked.push((links, head));
+    }
+    sql.push_str("COMMIT");
+    // Only placeholders are interpolated; every value is bound, in the statements' order.
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for (chain, (links, head)) in chains.iter().zip(&linked) {
+        query = query.bind(head.seq).bind(head.hash.clone()).bind(chain.tenant).bind(chain.cached.seq);
+        query = bind_links(query, links);
+        query = query.bind(chain.tenant).bind(head.seq).bind(head.hash.clone());
+    }
+    // One result per statement, in order: BEGIN, then an UPDATE and an INSERT per tenant,
+    // then COMMIT (SQLite reports no count of its own for BEGIN and COMMIT).
+    let changed: Vec<u64> = conn
+        .fetch_many(query)
+        .try_filter_map(|step| async move { Ok(step.left().map(|done| done.rows_affected())) })
+        .try_collect()
+        .await?;
+    if changed.len() != 2 + 2 * chains.len() {
+        return Err(StoreError::Invalid {
+            field: "audit_events",
+            message: format!("the audit batch ran {} statements of {}", changed.len(), 2 + 2 * chains.len()),
+        });
+    }
+    let mut heads = Vec::with_capacity(chains.len());
+    for (i, (links, head)) in linked.into_iter().enumerate() {
+        let (moved, inserted) = (changed[1 + 2 * i], changed[2 + 2 * i]);
+        heads.push(match (moved, inserted) {
+            (1, n) if n == links.len() as u64 => Some(head),
+            (0, 0) => None,
+            _ => {
+                return Err(StoreError::Invalid {
+                    field: "audit_heads",
+                    message: format!("a chain's head moved {moved} and {inserted} of {} events went in", links.len()),
+                });
+            }
+        });
+    }
+    Ok(heads)
 }
 
 /// Inserts `event` as the next link of its tenant's chain on `conn` (inside the caller's

@@ -126,6 +126,19 @@ pub async fn sabotage_audit(db: &Db, backend: Backend) {
     tx.commit().await.unwrap();
 }
 
+/// Undoes [`sabotage_audit`]: audit events can be inserted again.
+pub async fn restore_audit(db: &Db, backend: Backend) {
+    let statements: &[&str] = match backend {
+        Backend::Sqlite => &["DROP TRIGGER audit_sabotage"],
+        Backend::Postgres => &["DROP TRIGGER audit_sabotage ON audit_events", "DROP FUNCTION audit_sabotage()"],
+    };
+    let mut tx = db.begin().await.unwrap();
+    for sql in statements {
+        sqlx::query(*sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
 /// What `binding set` passes the store for `prefixed`: `None` keeps the prefix, else the
 /// gateway's native tool names, which an unprefixed server may not shadow.
 pub fn unprefixed_beside(prefixed: bool) -> Option<&'static [&'static str]> {
