@@ -300,7 +300,9 @@ async fn slow_agent(backend: Backend) {
         ok(&olivia, "near__whoami_upstream", json!({})).await;
     }
     assert!(started.elapsed() < Duration::from_secs(5), "calls to the other executor went on");
-    assert!(!blocked.is_finished(), "the stopped agent's call is still waiting");
+    if blocked.is_finished() {
+        panic!("the stopped agent's call ended: {:?}", blocked.await);
+    }
     stuck.signal("-CONT");
     blocked.abort();
 }

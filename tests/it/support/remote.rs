@@ -209,9 +209,29 @@ impl Agent {
         let _ = self.child.wait();
     }
 
+    /// Sends `signal` to the agent; for `-STOP`, returns once every thread of it is stopped
+    /// (`kill` returns when the signal is queued, and a busy machine may run the agent a
+    /// little longer).
     pub fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        let pid = self.child.id();
+        let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
         assert!(status.success());
+        if signal != "-STOP" {
+            return;
+        }
+        let stopped = || {
+            let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+            threads.flatten().all(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // The state follows the command's closing parenthesis.
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+            })
+        };
+        let started = std::time::Instant::now();
+        while !stopped() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "the agent did not stop");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
