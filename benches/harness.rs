@@ -12,7 +12,9 @@
 //!
 //! Rows: `direct`; `scopegate-<db>` (a session that declares no capability); `desktop-<db>`
 //! (a session that declares `roots` and `sampling`, as desktop clients do); and `stdio-<db>`
-//! (that desktop-like session calling the same fixture run by the gateway over stdio).
+//! (that desktop-like session calling the same fixture run by the gateway over stdio); and
+//! `remote-<db>` (the same, the fixture run by an executor agent connected to the gateway over
+//! the loopback, pinned beside it: its added p50 over `stdio-<db>` is the remote hop).
 //! Each row runs SECONDS (default 5) per turn, ROUNDS turns (default 2, the rows taking turns
 //! so a change of the machine's load falls on all of them), medians reported, at each of
 //! CLIENTS (default `16,1`); DATABASES default `sqlite,postgres` (PostgreSQL at
@@ -93,7 +95,7 @@ fn cli(env: &[(String, String)], args: &[&str]) -> String {
 
 /// A gateway on `database_url` in front of `upstream`, set up as an operator would: the
 /// process, its `/mcp` URL and a token of olivia@acme.test (an owner of acme).
-fn gateway(cpu: &str, database_url: &str, upstream: &str, work: &std::path::Path) -> (Process, String, String) {
+fn gateway(cpu: &str, database_url: &str, upstream: &str, work: &std::path::Path) -> (Vec<Process>, String, String) {
     let port = free_port();
     let public = format!("http://127.0.0.1:{port}");
     let env: Vec<(String, String)> = [
@@ -126,23 +128,39 @@ fn gateway(cpu: &str, database_url: &str, upstream: &str, work: &std::path::Path
         std::thread::sleep(Duration::from_millis(100));
     }
     // The demo tenants exist once `serve --demo` seeded them: declare, bind and grant now.
+    let far = ["admin", "executor", "create", "far", "--machine", "bench-far", "--user", "bench", "--kind", "remote"];
+    let secret = cli(&env, &[&far[..], &["--tenant", "acme"]].concat());
+    let secret_file = work.join("far.secret");
+    std::fs::write(&secret_file, secret.lines().rev().find(|l| !l.trim().is_empty()).expect("a secret")).unwrap();
     let file = work.join("mcp.json");
     let servers = json!({"mcpServers": {
         "echo": {"url": upstream},
         "echo-stdio": {"command": FIXTURE, "args": ["stdio"]},
+        "echo-far": {"command": FIXTURE, "args": ["stdio"]},
     }});
     std::fs::write(&file, servers.to_string()).unwrap();
     cli(
         &env,
         &["admin", "entity", "import", "--tenant", "acme", "--under", "defaults", "--file", file.to_str().unwrap()],
     );
-    for server in ["echo", "echo-stdio"] {
-        cli(&env, &["admin", "binding", "set", "--tenant", "acme", server, "local"]);
+    for (server, executor) in [("echo", "local"), ("echo-stdio", "local"), ("echo-far", "far")] {
+        cli(&env, &["admin", "binding", "set", "--tenant", "acme", server, executor]);
         cli(&env, &["admin", "grant", "add", "--tenant", "acme", "--server", server, "--role", "owner", "--tool", "*"]);
     }
     let token = cli(&env, &["token", "--tenant", "acme", "--user", "olivia@acme.test"]);
     let token = token.lines().rev().find(|l| !l.trim().is_empty()).expect("a token").trim().to_owned();
-    (gateway, format!("{public}/mcp"), token)
+    // The executor agent of `far`, on the loopback beside the gateway, on the same CPU.
+    let root = format!("file://{}", work.canonicalize().unwrap().display());
+    let agent = pinned(cpu, SCOPEGATE)
+        .args(["executor", "--gateway", &public, "--name", "far", "--secret-file"])
+        .arg(&secret_file)
+        .args(["--root", &root])
+        .env("SCOPEGATE_TELEMETRY__FILTER", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the executor agent starts");
+    (vec![gateway, Process(agent)], format!("{public}/mcp"), token)
 }
 
 /// Whether `url` answers a GET with a success (on a throwaway runtime).
@@ -314,19 +332,30 @@ fn main() {
             }
             other => panic!("DATABASES: sqlite or postgres, not {other}"),
         };
-        let (process, mcp, token) = gateway(&server_cpu, &url, &upstream_url, work.path());
-        processes.push(process);
+        let (running, mcp, token) = gateway(&server_cpu, &url, &upstream_url, work.path());
+        processes.extend(running);
         let desktop = json!({"roots": {"listChanged": true}, "sampling": {}});
         for (label, tool, caps) in [
             (format!("scopegate-{db}"), "echo__echo", json!({})),
             (format!("desktop-{db}"), "echo__echo", desktop.clone()),
-            (format!("stdio-{db}"), "echo-stdio__echo", desktop),
+            (format!("stdio-{db}"), "echo-stdio__echo", desktop.clone()),
+            (format!("remote-{db}"), "echo-far__echo", desktop),
         ] {
             targets.push(Target { label, url: mcp.clone(), token: Some(token.clone()), tool: tool.into(), caps });
         }
     }
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // The remote rows wait for their agent to connect.
+    for target in targets.iter().filter(|t| t.label.starts_with("remote-")) {
+        let started = Instant::now();
+        runtime.block_on(async {
+            while Session::open(target).await.call(&target.tool, 1).await.is_err() {
+                assert!(started.elapsed() < Duration::from_secs(60), "{}: the agent never connected", target.label);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
     println!(
         "harness: {} s x {rounds} turns per row, load on CPU {load_cpu}, upstream and gateways on CPU {server_cpu}",
         seconds.as_secs_f64()

@@ -145,8 +145,8 @@ pub struct McpConfig {
     pub max_sessions_per_user: usize,
     /// SSE keep-alive interval.
     pub sse_keep_alive_secs: u64,
-    /// Serve a session's calls of tools on local Streamable HTTP servers on the lean relay
-    /// (beside rmcp); off: every call goes through rmcp.
+    /// Serve a session's calls of upstream tools on the lean relay (beside rmcp's server);
+    /// off: every call goes through rmcp.
     pub lean_relay: bool,
     /// How long a task the gateway runs itself (a tool a declaration's `tasks` names, of a
     /// server without the tasks extension) may run, and its result is kept, from its start.
