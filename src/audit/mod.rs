@@ -207,8 +207,12 @@ const EVENT_COLUMNS: &str = "INSERT INTO audit_events (id, tenant_id, seq, occur
 /// Appends the placeholders of `rows` event rows to `sql`: `(?, ...), (...)` when
 /// `anonymous` (SQLite binds a numbered placeholder by looking its name up among all of the
 /// statement's, a scan each: quadratic in a batch's 300 values; an anonymous one by place),
-/// else numbered from `$1`.
+/// else numbered from `$1` (`$after + 1` with [`push_rows_after`]).
 fn push_rows(sql: &mut String, rows: usize, anonymous: bool) {
+    push_rows_after(sql, rows, anonymous, 0);
+}
+
+fn push_rows_after(sql: &mut String, rows: usize, anonymous: bool, after: usize) {
     for i in 0..rows {
         sql.push_str(if i == 0 { "(" } else { ", (" });
         for c in 1..=COLUMNS {
@@ -219,7 +223,7 @@ fn push_rows(sql: &mut String, rows: usize, anonymous: bool) {
                 sql.push('?');
             } else {
                 // Writing to a String cannot fail.
-                let _ = write!(sql, "${}", i * COLUMNS + c);
+                let _ = write!(sql, "${}", after + i * COLUMNS + c);
             }
         }
         sql.push(')');
@@ -268,72 +272,41 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
     Ok(())
 }
 
-/// One tenant's part of a SQLite batch whose heads are all known (see [`append_known`]).
+/// Appends one tenant's events to PostgreSQL in one statement, which commits by itself (one
+/// round trip instead of four: no `BEGIN`, no `COMMIT`): the head is moved from the cached one
+/// (compare and swap) in a data-modifying `WITH`, and the events are inserted only where it
+/// moved. `None`: another replica moved the head since it was cached, and nothing was written.
+pub(crate) async fn append_known_alone(
+    conn: &mut AnyConnection,
+    chain: &KnownChain<'_>,
+) -> Result<Option<Head>, StoreError> {
+    let (links, head) = link_all(chain.cached, chain.events);
+    let mut sql = String::from(
+        "WITH moved AS (UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant_id = $3 AND seq = $4 RETURNING 1) ",
+    );
+    sql.push_str(EVENT_COLUMNS);
+    sql.push_str("SELECT * FROM (VALUES ");
+    push_rows_after(&mut sql, links.len(), false, 4);
+    sql.push_str(") AS linked WHERE EXISTS (SELECT 1 FROM moved)");
+    // Only placeholders are interpolated; every value is bound.
+    let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(head.seq).bind(head.hash.clone()).bind(chain.tenant);
+    let query = bind_links(query.bind(chain.cached.seq), &links);
+    let inserted = query.execute(conn).await?.rows_affected();
+    match inserted {
+        0 => Ok(None),
+        n if n == links.len() as u64 => Ok(Some(head)),
+        n => Err(StoreError::Invalid {
+            field: "audit_events",
+            message: format!("{n} of {} events went in", links.len()),
+        }),
+    }
+}
+
+/// A tenant's events to append after its cached head (see [`append_known_alone`]).
 pub(crate) struct KnownChain<'a> {
     pub tenant: TenantId,
     pub cached: &'a Head,
     pub events: &'a [&'a AuditEvent],
-}
-
-/// Appends a batch to SQLite in one trip to its worker thread instead of four: `BEGIN
-/// IMMEDIATE`, then for each tenant its head moved from the cached one (compare and swap) and
-/// its events inserted only where that head is now theirs, then `COMMIT`, all as one list of
-/// statements. A tenant whose head another process moved since it was cached gets nothing
-/// written (its head untouched, no event): `None` in its place, for the caller to append it
-/// again after the real head. Any error leaves the transaction open: the caller rolls it back.
-pub(crate) async fn append_known(
-    conn: &mut AnyConnection,
-    chains: &[KnownChain<'_>],
-) -> Result<Vec<Option<Head>>, StoreError> {
-    use futures_util::TryStreamExt as _;
-    use sqlx::Executor as _;
-    let mut sql = String::from("BEGIN IMMEDIATE; ");
-    let mut linked = Vec::with_capacity(chains.len());
-    for chain in chains {
-        let (links, head) = link_all(chain.cached, chain.events);
-        sql.push_str("UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant_id = ? AND seq = ?; ");
-        sql.push_str(EVENT_COLUMNS);
-        sql.push_str("SELECT * FROM (VALUES ");
-        push_rows(&mut sql, links.len(), true);
-        sql.push_str(") WHERE EXISTS (SELECT 1 FROM audit_heads WHERE tenant_id = ? AND seq = ? AND hash = ?); ");
-        linked.push((links, head));
-    }
-    sql.push_str("COMMIT");
-    // Only placeholders are interpolated; every value is bound, in the statements' order.
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-    for (chain, (links, head)) in chains.iter().zip(&linked) {
-        query = query.bind(head.seq).bind(head.hash.clone()).bind(chain.tenant).bind(chain.cached.seq);
-        query = bind_links(query, links);
-        query = query.bind(chain.tenant).bind(head.seq).bind(head.hash.clone());
-    }
-    // One result per statement, in order: BEGIN, then an UPDATE and an INSERT per tenant,
-    // then COMMIT (SQLite reports no count of its own for BEGIN and COMMIT).
-    let changed: Vec<u64> = conn
-        .fetch_many(query)
-        .try_filter_map(|step| async move { Ok(step.left().map(|done| done.rows_affected())) })
-        .try_collect()
-        .await?;
-    if changed.len() != 2 + 2 * chains.len() {
-        return Err(StoreError::Invalid {
-            field: "audit_events",
-            message: format!("the audit batch ran {} statements of {}", changed.len(), 2 + 2 * chains.len()),
-        });
-    }
-    let mut heads = Vec::with_capacity(chains.len());
-    for (i, (links, head)) in linked.into_iter().enumerate() {
-        let (moved, inserted) = (changed[1 + 2 * i], changed[2 + 2 * i]);
-        heads.push(match (moved, inserted) {
-            (1, n) if n == links.len() as u64 => Some(head),
-            (0, 0) => None,
-            _ => {
-                return Err(StoreError::Invalid {
-                    field: "audit_heads",
-                    message: format!("a chain's head moved {moved} and {inserted} of {} events went in", links.len()),
-                });
-            }
-        });
-    }
-    Ok(heads)
 }
 
 /// Inserts `event` as the next link of its tenant's chain on `conn` (inside the caller's

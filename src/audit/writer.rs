@@ -8,7 +8,7 @@ use sqlx::Any;
 use sqlx::pool::PoolConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{AuditEvent, Chains, Head, KnownChain, append_known, claim, insert_links};
+use super::{AuditEvent, Chains, Head, KnownChain, append_known_alone, claim, insert_links};
 use crate::store::{Db, DbKind, StoreError, TenantId};
 
 struct Pending {
@@ -129,8 +129,8 @@ async fn run(db: Db, chains: Arc<Chains>, mut rx: mpsc::Receiver<Pending>, max_b
 
 /// Appends `batch` in one transaction: each tenant's head row moved (in tenant order, so
 /// replicas committing batches of the same tenants can't deadlock), then one multi-row INSERT;
-/// on SQLite with every head known, the whole transaction as one list of statements
-/// ([`append_known`]).
+/// on PostgreSQL, a batch of one tenant whose head is known in one statement
+/// ([`append_known_alone`]).
 /// Holds the in-process chain lock of every tenant in it (taken in tenant order, before
 /// touching the database).
 async fn commit(
@@ -152,47 +152,31 @@ async fn commit(
             Some(conn) => conn,
             None => held.insert(db.pool().acquire().await?),
         };
-        let mut heads: Vec<Option<Head>> = vec![None; by_tenant.len()];
-        // SQLite with every head known: one trip to its worker thread. A tenant whose head
-        // another process moved meanwhile is appended again below, after its real head.
-        let one_trip = db.kind() == DbKind::Sqlite && guards.iter().all(|g| g.is_some());
-        if one_trip {
-            let chains: Vec<KnownChain<'_>> = by_tenant
-                .iter()
-                .zip(guards.iter())
-                .filter_map(|((tenant, events), guard)| {
-                    guard.as_ref().map(|cached| KnownChain { tenant: *tenant, cached, events })
-                })
-                .collect();
-            match append_known(conn, &chains).await {
-                Ok(written) => heads = written,
-                Err(e) => {
-                    // The statements stopped part way: the transaction they opened goes.
-                    if sqlx::query("ROLLBACK").execute(&mut **conn).await.is_err() {
-                        conn.close_on_drop();
-                    }
-                    return Err(e);
-                }
-            }
-            if heads.iter().all(Option::is_some) {
-                return Ok(heads.into_iter().flatten().collect());
+        // PostgreSQL, one tenant whose head is known: one statement that commits by itself.
+        // When another replica moved the head meanwhile, nothing was written and the head is
+        // read again below.
+        let mut swapped = false;
+        if let (DbKind::Postgres, Some((tenant, events)), [guard]) =
+            (db.kind(), by_tenant.first_key_value().filter(|_| by_tenant.len() == 1), &guards[..])
+            && let Some(cached) = guard.as_ref()
+        {
+            match append_known_alone(conn, &KnownChain { tenant: *tenant, cached, events }).await? {
+                Some(head) => return Ok(vec![head]),
+                None => swapped = true,
             }
         }
         let mut tx = db.begin_on(conn).await?;
         let mut links = Vec::with_capacity(batch.len());
-        for (((tenant, events), guard), head) in by_tenant.iter().zip(guards.iter()).zip(heads.iter_mut()) {
-            if head.is_some() {
-                continue;
-            }
-            // After a failed swap the cached head is known to be stale.
-            let cached = if one_trip { None } else { guard.as_ref() };
-            let (mut tenant_links, new_head) = claim(&mut tx, *tenant, cached, events).await?;
+        let mut heads = Vec::with_capacity(by_tenant.len());
+        for ((tenant, events), guard) in by_tenant.iter().zip(guards.iter()) {
+            let cached = if swapped { None } else { guard.as_ref() };
+            let (mut tenant_links, head) = claim(&mut tx, *tenant, cached, events).await?;
             links.append(&mut tenant_links);
-            *head = Some(new_head);
+            heads.push(head);
         }
         insert_links(&mut tx, &links).await?;
         tx.commit().await?;
-        Ok(heads.into_iter().flatten().collect())
+        Ok(heads)
     }
     .await;
     match result {
