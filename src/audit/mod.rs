@@ -207,12 +207,8 @@ const EVENT_COLUMNS: &str = "INSERT INTO audit_events (id, tenant_id, seq, occur
 /// Appends the placeholders of `rows` event rows to `sql`: `(?, ...), (...)` when
 /// `anonymous` (SQLite binds a numbered placeholder by looking its name up among all of the
 /// statement's, a scan each: quadratic in a batch's 300 values; an anonymous one by place),
-/// else numbered from `$1` (`$after + 1` with [`push_rows_after`]).
-fn push_rows(sql: &mut String, rows: usize, anonymous: bool) {
-    push_rows_after(sql, rows, anonymous, 0);
-}
-
-fn push_rows_after(sql: &mut String, rows: usize, anonymous: bool, after: usize) {
+/// else numbered from `$after + 1`.
+fn push_rows(sql: &mut String, rows: usize, anonymous: bool, after: usize) {
     for i in 0..rows {
         sql.push_str(if i == 0 { "(" } else { ", (" });
         for c in 1..=COLUMNS {
@@ -266,7 +262,7 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
         return Ok(());
     }
     let mut sql = format!("{EVENT_COLUMNS}VALUES ");
-    push_rows(&mut sql, links.len(), conn.backend_name() == "SQLite");
+    push_rows(&mut sql, links.len(), conn.backend_name() == "SQLite", 0);
     // Only placeholders are interpolated; every value is bound.
     bind_links(sqlx::query(sqlx::AssertSqlSafe(sql)), links).execute(conn).await?;
     Ok(())
@@ -278,19 +274,21 @@ pub(crate) async fn insert_links(conn: &mut AnyConnection, links: &[Link<'_>]) -
 /// moved. `None`: another replica moved the head since it was cached, and nothing was written.
 pub(crate) async fn append_known_alone(
     conn: &mut AnyConnection,
-    chain: &KnownChain<'_>,
+    tenant: TenantId,
+    cached: &Head,
+    events: &[&AuditEvent],
 ) -> Result<Option<Head>, StoreError> {
-    let (links, head) = link_all(chain.cached, chain.events);
+    let (links, head) = link_all(cached, events);
     let mut sql = String::from(
         "WITH moved AS (UPDATE audit_heads SET seq = $1, hash = $2 WHERE tenant_id = $3 AND seq = $4 RETURNING 1) ",
     );
     sql.push_str(EVENT_COLUMNS);
     sql.push_str("SELECT * FROM (VALUES ");
-    push_rows_after(&mut sql, links.len(), false, 4);
+    push_rows(&mut sql, links.len(), false, 4);
     sql.push_str(") AS linked WHERE EXISTS (SELECT 1 FROM moved)");
     // Only placeholders are interpolated; every value is bound.
-    let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(head.seq).bind(head.hash.clone()).bind(chain.tenant);
-    let query = bind_links(query.bind(chain.cached.seq), &links);
+    let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(head.seq).bind(head.hash.clone()).bind(tenant);
+    let query = bind_links(query.bind(cached.seq), &links);
     let inserted = query.execute(conn).await?.rows_affected();
     match inserted {
         0 => Ok(None),
@@ -300,13 +298,6 @@ pub(crate) async fn append_known_alone(
             message: format!("{n} of {} events went in", links.len()),
         }),
     }
-}
-
-/// A tenant's events to append after its cached head (see [`append_known_alone`]).
-pub(crate) struct KnownChain<'a> {
-    pub tenant: TenantId,
-    pub cached: &'a Head,
-    pub events: &'a [&'a AuditEvent],
 }
 
 /// Inserts `event` as the next link of its tenant's chain on `conn` (inside the caller's

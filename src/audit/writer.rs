@@ -8,7 +8,7 @@ use sqlx::Any;
 use sqlx::pool::PoolConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{AuditEvent, Chains, Head, KnownChain, append_known_alone, claim, insert_links};
+use super::{AuditEvent, Chains, Head, append_known_alone, claim, insert_links};
 use crate::store::{Db, DbKind, StoreError, TenantId};
 
 struct Pending {
@@ -156,11 +156,11 @@ async fn commit(
         // When another replica moved the head meanwhile, nothing was written and the head is
         // read again below.
         let mut swapped = false;
-        if let (DbKind::Postgres, Some((tenant, events)), [guard]) =
-            (db.kind(), by_tenant.first_key_value().filter(|_| by_tenant.len() == 1), &guards[..])
+        if db.kind() == DbKind::Postgres
+            && let ([guard], Some((tenant, events))) = (&guards[..], by_tenant.first_key_value())
             && let Some(cached) = guard.as_ref()
         {
-            match append_known_alone(conn, &KnownChain { tenant: *tenant, cached, events }).await? {
+            match append_known_alone(conn, *tenant, cached, events).await? {
                 Some(head) => return Ok(vec![head]),
                 None => swapped = true,
             }

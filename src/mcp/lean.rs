@@ -173,8 +173,11 @@ struct Accepted {
     tool: String,
     upstream_tool: String,
     progress: Option<ProgressToken>,
-    /// The arguments as the caller sent them, and what the audit records of them.
+    /// The arguments in the form the call's leg sends them: as the caller sent them on the
+    /// lean HTTP leg, parsed (once, for the audit too) through rmcp's client; and what the
+    /// audit records of them.
     arguments: Option<Box<RawValue>>,
+    parsed: Option<serde_json::Map<String, serde_json::Value>>,
     args_digest: String,
     args_raw: Option<String>,
 }
@@ -334,6 +337,11 @@ impl Relay {
             None => None,
         };
         let (args_digest, args_raw) = argument_digests(parsed.as_ref(), shared.record_raw_arguments);
+        // Each leg keeps the form it sends: the caller's bytes, or the parsed arguments.
+        let (arguments, parsed) = match target {
+            crate::proxy::LeanTarget::Http(_) => (params.arguments.map(|raw| raw.to_owned()), None),
+            crate::proxy::LeanTarget::Peer { .. } => (None, parsed),
+        };
         Some(Accepted {
             ctx,
             session: known,
@@ -341,7 +349,8 @@ impl Relay {
             tool: tool.to_owned(),
             upstream_tool: name.to_owned(),
             progress,
-            arguments: params.arguments.map(|raw| raw.to_owned()),
+            arguments,
+            parsed,
             args_digest,
             args_raw,
         })
@@ -383,7 +392,7 @@ impl Relay {
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
     async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Bytes>, cancelled: &CancellationToken) -> Bytes {
         let shared = &self.shared;
-        let Accepted { ctx, session, target, tool, upstream_tool, progress, arguments, args_digest, args_raw } =
+        let Accepted { ctx, session, target, tool, upstream_tool, progress, arguments, parsed, args_digest, args_raw } =
             accepted;
         let request_id = ctx.request_id().clone();
         let session_id = ctx.session_id().map(str::to_owned);
@@ -411,6 +420,7 @@ impl Relay {
                 &ctx,
                 &upstream_tool,
                 arguments.as_deref(),
+                parsed,
                 Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None },
             )
             .await;

@@ -206,18 +206,21 @@ impl Upstreams {
     /// Calls `tool` on the target's upstream for the caller: the call carries an identity
     /// assertion (audience: the server id) and nothing of the client's own credentials. It
     /// ends at `timeout` or when `cancelled`; either way the upstream is told to cancel.
+    /// `parsed`: the same arguments already parsed, when the caller has them (rmcp's client
+    /// sends them so; without them they are parsed from `arguments` when needed).
     pub(crate) async fn call_lean(
         &self,
         target: &LeanTarget,
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
+        parsed: Option<Map<String, Value>>,
         exchange: Exchange,
     ) -> Result<LeanResult, ProxyError> {
         let target = match target {
             LeanTarget::Http(target) => target,
             LeanTarget::Peer { connection, peer } => {
-                return self.call_by_peer(connection, peer, ctx, tool, arguments, exchange).await;
+                return self.call_by_peer(connection, peer, ctx, tool, arguments, parsed, exchange).await;
             }
         };
         let Exchange { downstream, timeout, cancelled, .. } = exchange;
@@ -232,7 +235,7 @@ impl Upstreams {
                 // The upstream's session ended: rmcp's client opens a new one.
                 tracing::debug!(server = %connection.server(), "upstream session gone; the call goes through rmcp");
                 let exchange = Exchange { downstream, timeout, cancelled, passed: None };
-                self.call_by_peer(connection, &target.peer, ctx, tool, arguments, exchange).await
+                self.call_by_peer(connection, &target.peer, ctx, tool, arguments, parsed, exchange).await
             }
             Err(LeanFailure::Failed(e)) => Err(e),
             Ok(done) => Ok(done),
@@ -242,6 +245,7 @@ impl Upstreams {
     /// Calls `tool` through rmcp's client on the running connection, as the rmcp path does
     /// ([`Upstreams::call`]: the same assertion, relaying, cancellation and login check), and
     /// gives back its result as JSON, as a caller on a session's revision gets it.
+    #[allow(clippy::too_many_arguments)]
     async fn call_by_peer(
         &self,
         connection: &Connection,
@@ -249,19 +253,15 @@ impl Upstreams {
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
+        parsed: Option<Map<String, Value>>,
         Exchange { downstream, timeout, cancelled, .. }: Exchange,
     ) -> Result<LeanResult, ProxyError> {
-        let call = crate::proxy::UpstreamCall {
-            tool,
-            arguments: match arguments {
-                Some(raw) => serde_json::from_str(raw.get()).map_err(unavailable)?,
-                None => None,
-            },
-            downstream,
-            timeout,
-            cancelled,
-            passed: None,
+        let arguments = match (parsed, arguments) {
+            (Some(parsed), _) => Some(parsed),
+            (None, Some(raw)) => serde_json::from_str(raw.get()).map_err(unavailable)?,
+            (None, None) => None,
         };
+        let call = crate::proxy::UpstreamCall { tool, arguments, downstream, timeout, cancelled, passed: None };
         let rmcp::model::ServerResult::CallToolResult(mut result) =
             self.call(connection, crate::proxy::Upstream(peer.clone()), ctx, call).await?
         else {
