@@ -14,7 +14,10 @@
 //! (a session that declares `roots` and `sampling`, as desktop clients do); and `stdio-<db>`
 //! (that desktop-like session calling the same fixture run by the gateway over stdio); and
 //! `remote-<db>` (the same, the fixture run by an executor agent connected to the gateway over
-//! the loopback, pinned beside it: its added p50 over `stdio-<db>` is the remote hop).
+//! the loopback, pinned beside it: its added p50 over `stdio-<db>` is the remote hop); and
+//! `modern-<db>` (a 2026-07-28 caller: no session, each `tools/call` standing alone with its
+//! `_meta` (the revision, `roots` and `sampling` declared, the client's name) and the
+//! revision's `Mcp-Method`/`Mcp-Name` headers).
 //! Each row runs SECONDS (default 5) per turn, ROUNDS turns (default 2, the rows taking turns
 //! so a change of the machine's load falls on all of them), medians reported, at each of
 //! CLIENTS (default `16,1`); DATABASES default `sqlite,postgres` (PostgreSQL at
@@ -65,6 +68,8 @@ struct Target {
     token: Option<String>,
     tool: String,
     caps: Value,
+    /// A 2026-07-28 caller: no session, each request with its own `_meta` and headers.
+    modern: bool,
 }
 
 /// The fixture upstream on Streamable HTTP, pinned: the process and its `/mcp` URL.
@@ -187,6 +192,8 @@ struct Session {
     token: Option<String>,
     id: Option<String>,
     version: String,
+    /// On 2026-07-28: what every request's `_meta` says of the client.
+    meta: Option<Value>,
 }
 
 impl Session {
@@ -198,6 +205,13 @@ impl Session {
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", &self.version)
             .body(body.to_string());
+        if self.meta.is_some() {
+            // 2026-07-28's standard headers.
+            request = request.header("mcp-method", body["method"].as_str().unwrap_or_default());
+            if let Some(name) = body["params"]["name"].as_str() {
+                request = request.header("mcp-name", name);
+            }
+        }
         if let Some(token) = &self.token {
             request = request.header("authorization", format!("Bearer {token}"));
         }
@@ -215,7 +229,17 @@ impl Session {
             token: target.token.clone(),
             id: None,
             version: "2025-11-25".into(),
+            meta: None,
         };
+        if target.modern {
+            session.version = "2026-07-28".into();
+            session.meta = Some(json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": target.caps,
+                "io.modelcontextprotocol/clientInfo": {"name": "scopegate-harness", "version": "1"},
+            }));
+            return session;
+        }
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": target.caps,
             "clientInfo": {"name": "scopegate-harness", "version": "1"}}});
@@ -237,8 +261,11 @@ impl Session {
     /// One call of the tool, checked: its latency.
     async fn call(&self, tool: &str, id: u64) -> Result<Duration, String> {
         let started = Instant::now();
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                          "params": {"name": tool, "arguments": {"text": TEXT}}});
+        let mut body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                              "params": {"name": tool, "arguments": {"text": TEXT}}});
+        if let Some(meta) = &self.meta {
+            body["params"]["_meta"] = meta.clone();
+        }
         let response = self.post(&body).await?;
         let status = response.status();
         let sse =
@@ -315,6 +342,7 @@ fn main() {
         token: None,
         tool: "echo".into(),
         caps: json!({}),
+        modern: false,
     }];
     let mut dropped_pg = None;
     for db in databases.split(',').map(str::trim).filter(|d| !d.is_empty()) {
@@ -335,13 +363,15 @@ fn main() {
         let (running, mcp, token) = gateway(&server_cpu, &url, &upstream_url, work.path());
         processes.extend(running);
         let desktop = json!({"roots": {"listChanged": true}, "sampling": {}});
-        for (label, tool, caps) in [
-            (format!("scopegate-{db}"), "echo__echo", json!({})),
-            (format!("desktop-{db}"), "echo__echo", desktop.clone()),
-            (format!("stdio-{db}"), "echo-stdio__echo", desktop.clone()),
-            (format!("remote-{db}"), "echo-far__echo", desktop),
+        for (label, tool, caps, modern) in [
+            (format!("scopegate-{db}"), "echo__echo", json!({}), false),
+            (format!("desktop-{db}"), "echo__echo", desktop.clone(), false),
+            (format!("stdio-{db}"), "echo-stdio__echo", desktop.clone(), false),
+            (format!("remote-{db}"), "echo-far__echo", desktop.clone(), false),
+            (format!("modern-{db}"), "echo__echo", desktop, true),
         ] {
-            targets.push(Target { label, url: mcp.clone(), token: Some(token.clone()), tool: tool.into(), caps });
+            let token = Some(token.clone());
+            targets.push(Target { label, url: mcp.clone(), token, tool: tool.into(), caps, modern });
         }
     }
 

@@ -13,6 +13,17 @@
 //!   notification the gateway saw, with the headers rmcp accepts without a second look (a
 //!   JSON body, an `Accept` of JSON and event streams, an allowed `Host`, no `Origin`, no
 //!   protocol version beyond 2025-11-25);
+//! - or a 2026-07-28 `tools/call` standing alone (no session), with those headers, the
+//!   revision's own (one `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` matching the
+//!   request, no `Mcp-Param-*`), and a `_meta` rmcp accepts (the revision, valid client
+//!   capabilities), selecting no roots, and not declaring tasks to a 2026-07-28 upstream
+//!   (which may answer with a task the rmcp path adopts). Its client's capabilities, name and
+//!   log level are the request's own. The first round only: a retry (`requestState`,
+//!   `inputResponses`) goes to rmcp. What its upstream asks the client answers the request
+//!   `input_required`, exactly as on the rmcp path: an upstream on an older revision asks by a
+//!   request, and the call waits in the multi round-trip ([`super::rounds`]); a 2026-07-28
+//!   upstream's own `input_required` passes through, its state sealed. Its result carries
+//!   `resultType`, and an error the HTTP status rmcp would give it;
 //! - params of a plain call (a name, object arguments, a progress token at most: no task, no
 //!   multi round-trip);
 //! - a tool of one of the tenant's servers (not a native one, not a selected root's) that the
@@ -35,7 +46,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderMap, Method, StatusCode, header};
-use rmcp::model::{ProgressToken, RequestId};
+use rmcp::model::{ProgressToken, RequestId, ServerResult};
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use serde::{Deserialize, Serialize};
@@ -46,11 +57,14 @@ use tracing::Instrument;
 
 use super::jsonrpc::{Inspection, id_text};
 use super::pipeline::{Verdict, argument_digests, call_audit, conclude};
+use super::rounds;
 use super::shared::Shared;
 use crate::context::{CallSite, McpCallContext};
 use crate::identity::SESSION_HEADER;
 use crate::proxy::surface;
-use crate::proxy::{CallOrigin, Downstream, Exchange, LogLevel, RelayCaps, Sink};
+use crate::proxy::{
+    CallOrigin, Downstream, Exchange, LeanResult, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink,
+};
 use crate::selection;
 use crate::telemetry::trace;
 use crate::vocab::names::split_tool_name;
@@ -92,8 +106,16 @@ impl Sessions {
 /// nothing more of them for a `tools/call`).
 const SESSION_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
-/// The per-request protocol version of 2026-07-28 requests: such a request stays with rmcp.
+/// The revision whose requests stand alone (no session): the relay serves its `tools/call`
+/// too, with what the request's `_meta` says of its client.
+const ALONE_VERSION: &str = "2026-07-28";
+
+/// The per-request protocol version of 2026-07-28 requests (in a session's request, it goes to
+/// rmcp), and what else such a request's `_meta` says of its client.
 const REQUEST_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
+const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
 /// The relay: the endpoint's shared state, rmcp's sessions, and the calls in flight (so a
 /// cancellation finds them).
@@ -168,7 +190,7 @@ struct Answer<'a> {
 /// A call the relay takes: everything decided, nothing sent yet.
 struct Accepted {
     ctx: McpCallContext,
-    session: Arc<LeanSession>,
+    caller: Caller,
     target: crate::proxy::LeanTarget,
     tool: String,
     upstream_tool: String,
@@ -180,6 +202,27 @@ struct Accepted {
     parsed: Option<serde_json::Map<String, serde_json::Value>>,
     args_digest: String,
     args_raw: Option<String>,
+}
+
+/// Who the relay serves a call for, as the call's downstream needs it.
+struct Caller {
+    /// The session's rmcp peer: what comes for a call after its answer went goes through it
+    /// (`None`: a 2026-07-28 caller, without a session).
+    peer: Option<rmcp::service::Peer<rmcp::RoleServer>>,
+    client: Option<(String, String)>,
+    log_level: Arc<LogLevel>,
+    /// A 2026-07-28 caller: what binds the `requestState` of its multi round-trip.
+    binding: Option<rounds::Binding>,
+    /// The call's upstream speaks 2026-07-28 too: its questions pass through.
+    modern_upstream: bool,
+}
+
+/// The caller's side of a call the relay takes: in a session the relay knows, or a 2026-07-28
+/// request standing alone.
+#[derive(Clone, Copy)]
+enum Asking<'a> {
+    Session(&'a str),
+    Alone,
 }
 
 impl Relay {
@@ -211,24 +254,27 @@ impl Relay {
             _ => return Err(request),
         };
         let Some(inspection) = request.extensions().get::<Inspection>().cloned() else { return Err(request) };
-        let Some(session) = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned)
-        else {
-            return Err(request);
+        let session = match request.headers().get(SESSION_HEADER) {
+            Some(value) => match value.to_str() {
+                Ok(session) => Some(session.to_owned()),
+                Err(_) => return Err(request),
+            },
+            None => None,
         };
-        match kind {
-            Kind::Cancel if self.cancel(&session, inspection.body()) => Ok(accepted()),
-            Kind::Answer if self.answered(&session, &inspection) => Ok(accepted()),
-            Kind::Call if self.plain(request.headers()) => {
-                let (parts, body) = request.into_parts();
-                match self.accept(&parts, &session, &inspection).await {
-                    Some(accepted) => {
-                        let span = trace::tool_span(trace::parent_in(&parts.extensions));
-                        Ok(self.relay(accepted, &session, span).await)
-                    }
-                    None => Err(Request::from_parts(parts, body)),
-                }
+        let asking = match (&kind, &session) {
+            (Kind::Cancel, Some(session)) if self.cancel(session, inspection.body()) => return Ok(accepted()),
+            (Kind::Answer, Some(session)) if self.answered(session, &inspection) => return Ok(accepted()),
+            (Kind::Call, Some(session)) if self.plain(request.headers()) => Asking::Session(session),
+            (Kind::Call, None) if self.plain_alone(request.headers()) => Asking::Alone,
+            _ => return Err(request),
+        };
+        let (parts, body) = request.into_parts();
+        match self.accept(&parts, asking, &inspection).await {
+            Some(accepted) => {
+                let span = trace::tool_span(trace::parent_in(&parts.extensions));
+                Ok(self.relay(accepted, session.as_deref(), span).await)
             }
-            _ => Err(request),
+            None => Err(Request::from_parts(parts, body)),
         }
     }
 
@@ -261,6 +307,36 @@ impl Relay {
     /// Whether the request's headers are ones rmcp accepts for a session's request without
     /// another look (anything else goes to rmcp, which answers it).
     fn plain(&self, headers: &HeaderMap) -> bool {
+        let version_ok = match headers.get("mcp-protocol-version").map(|v| v.to_str().ok()) {
+            None => true,
+            Some(Some(v)) => SESSION_VERSIONS.contains(&v),
+            Some(None) => false,
+        };
+        version_ok && self.plain_transport(headers)
+    }
+
+    /// Whether the headers of a request without a session are ones rmcp accepts for a
+    /// 2026-07-28 `tools/call` without another look: one `MCP-Protocol-Version` naming that
+    /// revision, one `Mcp-Method` naming the method, and no `Mcp-Param-*` header (the relay's
+    /// tools declare none: rmcp would have to read them). `Mcp-Name` is checked against the
+    /// tool when the params are read.
+    fn plain_alone(&self, headers: &HeaderMap) -> bool {
+        let sole = |name: &str| {
+            let mut values = headers.get_all(name).iter();
+            match (values.next(), values.next()) {
+                (Some(value), None) => value.to_str().ok(),
+                _ => None,
+            }
+        };
+        sole("mcp-protocol-version") == Some(ALONE_VERSION)
+            && sole("mcp-method") == Some("tools/call")
+            && !headers.keys().any(|name| name.as_str().starts_with("mcp-param-"))
+            && self.plain_transport(headers)
+    }
+
+    /// What every request the relay takes has: a JSON body, an `Accept` of JSON and event
+    /// streams, an allowed `Host` and no `Origin`.
+    fn plain_transport(&self, headers: &HeaderMap) -> bool {
         let text = |name: &str| headers.get(name).map(|v| v.to_str().ok());
         let json_body = text(header::CONTENT_TYPE.as_str()).flatten().is_some_and(|v| {
             v.split(';').next().is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
@@ -268,16 +344,11 @@ impl Relay {
         let accepts = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>();
         let accepts_both = accepts.iter().any(|v| v.contains("application/json"))
             && accepts.iter().any(|v| v.contains("text/event-stream"));
-        let version_ok = match text("mcp-protocol-version") {
-            None => true,
-            Some(Some(v)) => SESSION_VERSIONS.contains(&v),
-            Some(None) => false,
-        };
         let host_ok = match text(header::HOST.as_str()) {
             Some(Some(host)) => self.host_allowed(host),
             _ => false,
         };
-        json_body && accepts_both && version_ok && host_ok && !headers.contains_key(header::ORIGIN)
+        json_body && accepts_both && host_ok && !headers.contains_key(header::ORIGIN)
     }
 
     /// `Host` is one of the allowed hosts, compared plainly (an entry without a port allows
@@ -288,9 +359,13 @@ impl Relay {
 
     /// Decides whether the relay takes the call, exactly as the rmcp path would decide its
     /// caller, name and grant; `None` hands it to rmcp.
-    async fn accept(&self, parts: &http::request::Parts, session: &str, inspection: &Inspection) -> Option<Accepted> {
+    async fn accept(
+        &self,
+        parts: &http::request::Parts,
+        asking: Asking<'_>,
+        inspection: &Inspection,
+    ) -> Option<Accepted> {
         let shared = &self.shared;
-        let known = shared.lean.get(session)?;
         let call: CallEnvelope = serde_json::from_slice(inspection.body()).ok()?;
         let params = call.params;
         let object_arguments = params.arguments.is_none_or(|a| a.get().trim_start().starts_with('{'));
@@ -301,12 +376,9 @@ impl Relay {
         {
             return None;
         }
-        let progress = match &params.meta {
-            Some(meta) if meta.contains_key(REQUEST_VERSION_META) => return None,
-            Some(meta) => match meta.get("progressToken") {
-                Some(token) => Some(serde_json::from_str::<ProgressToken>(token.get()).ok()?),
-                None => None,
-            },
+        let meta = params.meta.as_ref();
+        let progress = match meta.and_then(|m| m.get("progressToken")) {
+            Some(token) => Some(serde_json::from_str::<ProgressToken>(token.get()).ok()?),
             None => None,
         };
         let tool = params.name.as_ref();
@@ -316,21 +388,42 @@ impl Relay {
         if split_tool_name(tool).is_some_and(|(server, _)| selection::is_selected_server(server)) {
             return None;
         }
-        let session_id: rmcp::transport::streamable_http_server::SessionId = session.into();
-        if !self.manager.has_session(&session_id).await.unwrap_or(false) {
-            return None;
-        }
+        let (session, known, alone) = match asking {
+            Asking::Session(session) => {
+                if meta.is_some_and(|m| m.contains_key(REQUEST_VERSION_META)) {
+                    return None;
+                }
+                let known = shared.lean.get(session)?;
+                let session_id: rmcp::transport::streamable_http_server::SessionId = session.into();
+                if !self.manager.has_session(&session_id).await.unwrap_or(false) {
+                    return None;
+                }
+                (Some(session), Some(known), None)
+            }
+            Asking::Alone => (None, None, Some(Alone::of(&parts.headers, tool, meta?)?)),
+        };
+        let caps = match (&known, &alone) {
+            (Some(known), _) => known.caps,
+            (None, Some(alone)) => alone.caps,
+            (None, None) => return None,
+        };
         let request_id = inspection.request_id()?;
-        let site = CallSite { parts: Some(parts), request_id, session_id: Some(session) };
+        let site = CallSite { parts: Some(parts), request_id, session_id: session };
         let ctx = McpCallContext::for_call(site, &shared.sessions).ok()?;
         let upstreams = &shared.upstreams;
-        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), Some(session), known.caps).await.ok()?;
+        let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), session, caps).await.ok()?;
         let (server, name) = surface::route_name(&*snapshot, tool)?;
         if !snapshot.allowed(server, name, ctx.roles()) {
             return None;
         }
         let connection = snapshot.connection(server)?;
         let target = upstreams.lean_target(connection, name).await?;
+        // Known once the connection runs. A 2026-07-28 upstream may answer a caller that
+        // declared tasks with a task, which the rmcp path adopts.
+        let modern_upstream = connection.speaks_modern();
+        if modern_upstream && alone.as_ref().is_some_and(|a| a.tasks) {
+            return None;
+        }
         // The arguments are digested from one parse; they go upstream as the caller's bytes.
         let parsed: Option<serde_json::Map<String, serde_json::Value>> = match params.arguments {
             Some(raw) => serde_json::from_str(raw.get()).ok()?,
@@ -342,9 +435,33 @@ impl Relay {
             crate::proxy::LeanTarget::Http(_) => (params.arguments.map(|raw| raw.to_owned()), None),
             crate::proxy::LeanTarget::Peer { .. } => (None, parsed),
         };
+        let caller = match (known, alone) {
+            (Some(known), _) => Caller {
+                peer: Some(known.peer.clone()),
+                client: known.client.clone(),
+                log_level: Arc::clone(&known.log_level),
+                binding: None,
+                modern_upstream,
+            },
+            (None, Some(alone)) => Caller {
+                peer: None,
+                client: alone.client,
+                log_level: Arc::new(LogLevel::of_request(alone.log_level)),
+                // What the rmcp path binds a `requestState` to: the caller, the tool as named,
+                // the digest of the arguments.
+                binding: Some(rounds::Binding {
+                    tenant: ctx.tenant_id().to_string(),
+                    user: ctx.user_id().to_string(),
+                    tool: tool.to_owned(),
+                    arguments: args_digest.clone(),
+                }),
+                modern_upstream,
+            },
+            (None, None) => return None,
+        };
         Some(Accepted {
             ctx,
-            session: known,
+            caller,
             target,
             tool: tool.to_owned(),
             upstream_tool: name.to_owned(),
@@ -359,25 +476,29 @@ impl Relay {
     /// Runs an accepted call in a task of its own (it is audited and its upstream told to
     /// cancel even when the caller goes away) and answers with what it sends: the answer alone
     /// as JSON, or, when a notification comes first, an event stream.
-    async fn relay(self: &Arc<Self>, accepted: Accepted, session: &str, span: tracing::Span) -> Response {
+    async fn relay(self: &Arc<Self>, accepted: Accepted, session: Option<&str>, span: tracing::Span) -> Response {
         let (notes, mut noted) = mpsc::channel::<Bytes>(64);
-        let (answer, mut answered) = oneshot::channel::<Bytes>();
+        let (answer, mut answered) = oneshot::channel::<Reply>();
         let cancelled = CancellationToken::new();
         let request_id = accepted.ctx.request_id().clone();
-        let key = (session.to_owned(), id_text(&request_id));
-        // Numbered: a call whose client went away may end after another took its id.
+        // A session's call is found by its cancellation (a request alone has no session to
+        // send one in). Numbered: a call whose client went away may end after another took its id.
+        let key = session.map(|session| (session.to_owned(), id_text(&request_id)));
         let number = self.next_call.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.calls().insert(key.clone(), (number, cancelled.clone()));
+        if let Some(key) = &key {
+            self.calls().insert(key.clone(), (number, cancelled.clone()));
+        }
         let relay = Arc::clone(self);
         tokio::spawn(
             async move {
-                let bytes = relay.run(accepted, notes, &cancelled).await;
-                let mut calls = relay.calls();
-                if calls.get(&key).is_some_and(|(n, _)| *n == number) {
-                    calls.remove(&key);
+                let reply = relay.run(accepted, notes, &cancelled).await;
+                if let Some(key) = key {
+                    let mut calls = relay.calls();
+                    if calls.get(&key).is_some_and(|(n, _)| *n == number) {
+                        calls.remove(&key);
+                    }
                 }
-                drop(calls);
-                let _ = answer.send(bytes);
+                let _ = answer.send(reply);
             }
             .instrument(span),
         );
@@ -390,18 +511,18 @@ impl Relay {
     }
 
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
-    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Bytes>, cancelled: &CancellationToken) -> Bytes {
+    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Bytes>, cancelled: &CancellationToken) -> Reply {
         let shared = &self.shared;
-        let Accepted { ctx, session, target, tool, upstream_tool, progress, arguments, parsed, args_digest, args_raw } =
+        let Accepted { ctx, caller, target, tool, upstream_tool, progress, arguments, parsed, args_digest, args_raw } =
             accepted;
         let request_id = ctx.request_id().clone();
         let session_id = ctx.session_id().map(str::to_owned);
-        let call = call_audit(&ctx, session.client.clone(), tool.clone(), args_digest, args_raw);
+        let call = call_audit(&ctx, caller.client.clone(), tool.clone(), args_digest, args_raw);
         let downstream = Downstream {
-            owner: session_id.clone().unwrap_or_default(),
-            sink: Sink::Stream { answer: notes, session: session.peer.clone(), asks: Arc::clone(&self.asks) },
+            owner: session_id.clone().unwrap_or_else(|| shared.upstreams.stateless_owner()),
+            sink: Sink::Stream { answer: notes, session: caller.peer, asks: Arc::clone(&self.asks) },
             progress,
-            log_level: Arc::clone(&session.log_level),
+            log_level: caller.log_level,
             rounds: None,
             origin: Some(Arc::new(CallOrigin {
                 audit: shared.audit.clone(),
@@ -409,25 +530,197 @@ impl Relay {
                 user: ctx.user_id(),
                 session: session_id,
                 request_id: Some(id_text(&request_id)),
-                client: session.client.clone(),
+                client: caller.client,
                 timeout: shared.call_timeout,
             })),
         };
-        let result = shared
-            .upstreams
-            .call_lean(
-                &target,
-                &ctx,
-                &upstream_tool,
-                arguments.as_deref(),
-                parsed,
-                Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None },
-            )
-            .await;
-        match conclude(shared, &ctx, &call, &tool, true, Verdict::from(result)).await {
-            Ok(done) => message(&request_id, Ok(&done.result)),
-            Err(e) => message(&request_id, Err(&e)),
+        let exchange =
+            Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None };
+        let alone = caller.binding.is_some();
+        let verdict = match caller.binding {
+            None => Verdict::from(
+                shared.upstreams.call_lean(&target, &ctx, &upstream_tool, arguments.as_deref(), parsed, exchange).await,
+            ),
+            Some(binding) if caller.modern_upstream => {
+                let mut exchange = exchange;
+                exchange.passed = Some(PassedInput::default());
+                let called =
+                    shared.upstreams.call_lean(&target, &ctx, &upstream_tool, arguments.as_deref(), parsed, exchange);
+                Verdict::from(called.await.and_then(|done| self.sealed(&binding, done)))
+            }
+            Some(binding) => {
+                let call = LeanCall { ctx: ctx.clone(), target, tool: upstream_tool, arguments, parsed };
+                self.by_rounds(binding, call, exchange).await
+            }
+        };
+        match conclude(shared, &ctx, &call, &tool, true, verdict).await {
+            // A 2026-07-28 caller finds `resultType` on every result.
+            Ok(done) if alone => Reply::ok(message(&request_id, Ok(&completed(&done.result)))),
+            Ok(done) => Reply::ok(message(&request_id, Ok(&done.result))),
+            // An error answers a request standing alone as rmcp answers it: some with their
+            // own HTTP status.
+            Err(e) if alone => Reply { bytes: message(&request_id, Err(&e)), status: alone_status(&e) },
+            Err(e) => Reply::ok(message(&request_id, Err(&e))),
         }
+    }
+
+    /// A 2026-07-28 upstream's answer to a 2026-07-28 caller: its `input_required` (the first
+    /// round's: a retry goes to the rmcp path) with the upstream's own `requestState` wrapped
+    /// in the gateway's, sealed and bound as the rmcp path seals it; anything else as it is.
+    fn sealed(&self, binding: &rounds::Binding, mut done: LeanResult) -> Result<LeanResult, ProxyError> {
+        let Some(mut input) = done.input.take() else { return Ok(done) };
+        let upstream = input.request_state.take();
+        let shared = &self.shared;
+        input.request_state = Some(rounds::seal_passed(&shared.cursors, binding, upstream, shared.call_timeout));
+        let result = serde_json::value::to_raw_value(&input)
+            .map_err(|e| ProxyError::Unavailable(format!("the upstream's question: {e}")))?;
+        Ok(LeanResult { result, error_class: None, input: None })
+    }
+
+    /// A 2026-07-28 caller's call, which takes no request from the server: it runs in a task of
+    /// its own, and when its upstream asks the client something, the question is this
+    /// request's answer (`input_required`, its `requestState` sealed and bound as the rmcp
+    /// path binds it) and the call waits in the multi round-trip (`rounds`), where the retry
+    /// that answers it finds it (on the rmcp path, as every retry).
+    async fn by_rounds(&self, binding: rounds::Binding, call: LeanCall, mut exchange: Exchange) -> Verdict<LeanResult> {
+        let shared = &self.shared;
+        let (rounds, mut asked) = mpsc::channel::<Round>(2);
+        exchange.downstream.rounds = Some(rounds.clone());
+        // The call ends when its waiting exchange is dropped unanswered (it expired).
+        let stop = CancellationToken::new();
+        exchange.cancelled = stop.clone();
+        let (done, mut ended) = oneshot::channel::<Result<LeanResult, ProxyError>>();
+        let upstreams = Arc::clone(&shared.upstreams);
+        tokio::spawn(
+            async move {
+                let LeanCall { ctx, target, tool, arguments, parsed } = call;
+                let result = upstreams.call_lean(&target, &ctx, &tool, arguments.as_deref(), parsed, exchange).await;
+                if let Err(result) = done.send(result) {
+                    // Handed to the multi round-trip: the retry that answered takes the result.
+                    let result = result.and_then(|r| {
+                        serde_json::from_str(r.result.get())
+                            .map(ServerResult::CallToolResult)
+                            .map_err(|e| ProxyError::Unavailable(format!("the upstream's result: {e}")))
+                    });
+                    let _ = rounds.send(Round::Done(result)).await;
+                }
+            }
+            .in_current_span(),
+        );
+        // The result, when it comes before any question.
+        let first = tokio::select! {
+            biased;
+            result = &mut ended => Ok(result),
+            Some(round) = asked.recv() => Err(round),
+        };
+        let round = match first {
+            Ok(result) => {
+                let ended = result.unwrap_or_else(|_| Err(ProxyError::Unavailable("the call ended".to_owned())));
+                return Verdict::from(ended);
+            }
+            Err(round) => round,
+        };
+        drop(ended);
+        let running = rounds::Running { rounds: asked, call: stop.drop_guard() };
+        let key = &shared.rounds_key;
+        match shared.rounds.settle(key, &shared.replica, binding, round, running, shared.call_timeout) {
+            Ok(rounds::Next::Input(input)) => match serde_json::value::to_raw_value(&input) {
+                Ok(result) => Verdict::Answered(Ok(LeanResult { result, error_class: None, input: None })),
+                Err(e) => Verdict::ProxyFailed(ProxyError::Unavailable(format!("the question: {e}"))),
+            },
+            // A result comes on the rounds only once the call was handed over.
+            Ok(rounds::Next::Done(_)) => Verdict::ProxyFailed(ProxyError::Unavailable("the call ended".to_owned())),
+            Err(e) => Verdict::ProxyFailed(e),
+        }
+    }
+}
+
+/// What a 2026-07-28 request standing alone says of its client, read as rmcp reads it: the
+/// request is the relay's only when its `_meta` names the revision of its header and valid
+/// client capabilities (rmcp refuses it otherwise), selects no roots, and its one `Mcp-Name`
+/// names the tool plainly.
+#[allow(deprecated)]
+struct Alone {
+    caps: RelayCaps,
+    /// The client declared the tasks extension.
+    tasks: bool,
+    client: Option<(String, String)>,
+    log_level: Option<rmcp::model::LoggingLevel>,
+}
+
+impl Alone {
+    fn of(headers: &HeaderMap, tool: &str, meta: &HashMap<Cow<'_, str>, &RawValue>) -> Option<Self> {
+        let mut names = headers.get_all("mcp-name").iter();
+        let name_ok = match (names.next(), names.next()) {
+            (Some(name), None) => name.to_str().ok() == Some(tool) && !tool.starts_with("=?"),
+            _ => false,
+        };
+        let version = serde_json::from_str::<String>(meta.get(REQUEST_VERSION_META)?.get()).ok()?;
+        if !name_ok || version != ALONE_VERSION || meta.contains_key(selection::SELECTED_ROOTS_KEY) {
+            return None;
+        }
+        let caps: rmcp::model::ClientCapabilities =
+            serde_json::from_str(meta.get(CLIENT_CAPABILITIES_META)?.get()).ok()?;
+        // What does not parse is not there, as rmcp reads it.
+        let client = meta
+            .get(CLIENT_INFO_META)
+            .and_then(|raw| serde_json::from_str::<rmcp::model::Implementation>(raw.get()).ok())
+            .map(|info| (info.name, info.version));
+        let log_level = meta.get(LOG_LEVEL_META).and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let tasks = caps.supports_tasks();
+        Some(Self { caps: RelayCaps { modern: true, ..RelayCaps::declared_by(&caps) }, tasks, client, log_level })
+    }
+}
+
+/// A call as it goes on in a task of its own.
+struct LeanCall {
+    ctx: McpCallContext,
+    target: crate::proxy::LeanTarget,
+    tool: String,
+    arguments: Option<Box<RawValue>>,
+    parsed: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The answer to a call, and its HTTP status when it is the whole response.
+struct Reply {
+    bytes: Bytes,
+    status: StatusCode,
+}
+
+impl Reply {
+    fn ok(bytes: Bytes) -> Self {
+        Self { bytes, status: StatusCode::OK }
+    }
+}
+
+/// The HTTP status rmcp gives an error that answers a 2026-07-28 request on its own.
+fn alone_status(error: &rmcp::ErrorData) -> StatusCode {
+    use rmcp::model::ErrorCode;
+    match error.code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+/// A result as a 2026-07-28 caller gets it: with `resultType` (`complete` where the upstream
+/// left it out; one it gave is kept).
+fn completed(result: &RawValue) -> Cow<'_, RawValue> {
+    #[derive(Deserialize)]
+    struct Typed {
+        #[serde(rename = "resultType")]
+        result_type: Option<serde::de::IgnoredAny>,
+    }
+    if serde_json::from_str::<Typed>(result.get()).is_ok_and(|t| t.result_type.is_some()) {
+        return Cow::Borrowed(result);
+    }
+    let Some(rest) = result.get().trim_start().strip_prefix('{') else { return Cow::Borrowed(result) };
+    let separator = if rest.trim_start().starts_with('}') { "" } else { "," };
+    match RawValue::from_string(format!("{{\"resultType\":\"complete\"{separator}{rest}")) {
+        Ok(spliced) => Cow::Owned(spliced),
+        Err(_) => Cow::Borrowed(result),
     }
 }
 
@@ -460,8 +753,8 @@ fn message(id: &RequestId, outcome: Result<&RawValue, &rmcp::ErrorData>) -> Byte
 }
 
 /// The answer when the call's task ended without one (it panicked).
-fn gone(id: &RequestId) -> Bytes {
-    message(id, Err(&rmcp::ErrorData::internal_error("internal error", None)))
+fn gone(id: &RequestId) -> Reply {
+    Reply::ok(message(id, Err(&rmcp::ErrorData::internal_error("internal error", None))))
 }
 
 /// One server-sent event carrying `message` (a line of its own for each of its lines: an
@@ -477,8 +770,9 @@ fn event(message: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-fn json_response(answer: Bytes) -> Response {
-    let mut response = Response::new(Body::from(answer));
+fn json_response(answer: Reply) -> Response {
+    let mut response = Response::new(Body::from(answer.bytes));
+    *response.status_mut() = answer.status;
     response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
     response
 }
@@ -487,13 +781,13 @@ fn json_response(answer: Bytes) -> Response {
 fn events_response(
     first: Bytes,
     noted: mpsc::Receiver<Bytes>,
-    answered: oneshot::Receiver<Bytes>,
+    answered: oneshot::Receiver<Reply>,
     id: RequestId,
 ) -> Response {
     struct State {
         first: Option<Bytes>,
         noted: mpsc::Receiver<Bytes>,
-        answered: oneshot::Receiver<Bytes>,
+        answered: oneshot::Receiver<Reply>,
         id: RequestId,
         done: bool,
     }
@@ -511,7 +805,7 @@ fn events_response(
             Some(note) = state.noted.recv() => note,
             answer = &mut state.answered => {
                 state.done = true;
-                answer.unwrap_or_else(|_| gone(&state.id))
+                answer.unwrap_or_else(|_| gone(&state.id)).bytes
             }
         };
         Some((Ok(event(&next)), state))

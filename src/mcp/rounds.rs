@@ -157,6 +157,20 @@ impl Exchanges {
             Ok(None) => return Err(ProxyError::Unavailable("the call ended without an answer".to_owned())),
             Err(_) => return Err(ProxyError::Timeout),
         };
+        self.settle(key, replica, binding, round, running, timeout)
+    }
+
+    /// The answer to a round that came: the request's result, or its question (the exchange
+    /// then waits for the retry, at most `timeout`, with what is left of `running`).
+    pub fn settle(
+        &self,
+        key: &CursorKey,
+        replica: &str,
+        binding: Binding,
+        round: Round,
+        running: Running,
+        timeout: Duration,
+    ) -> Result<Next, ProxyError> {
         match round {
             Round::Done(result) => result.map(|r| Next::Done(Box::new(r))),
             Round::Ask { request, answer } => {

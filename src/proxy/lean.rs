@@ -83,6 +83,10 @@ pub struct LeanResult {
     pub result: Box<RawValue>,
     /// The result is a tool error (`isError`), with its class (`_meta`, caller-chosen text).
     pub error_class: Option<String>,
+    /// Passed through (see [`Exchange::passed`]): the upstream asks its client first, and this is
+    /// its `input_required` (audited as asked of the caller), whose `requestState` the answer
+    /// seals; `result` is the same, as it came.
+    pub input: Option<rmcp::model::InputRequiredResult>,
 }
 
 /// The members of a message from the upstream that matter here.
@@ -223,18 +227,18 @@ impl Upstreams {
                 return self.call_by_peer(connection, peer, ctx, tool, arguments, parsed, exchange).await;
             }
         };
-        let Exchange { downstream, timeout, cancelled, .. } = exchange;
+        let Exchange { downstream, timeout, cancelled, passed } = exchange;
         let connection = &target.connection;
         let call = connection.begin_call();
         let span = trace::upstream_span(connection.server().as_str(), tool, "lean");
-        let result =
-            self.call_lean_inner(target, ctx, tool, arguments, &downstream, timeout, &cancelled).instrument(span).await;
+        let sent = (&downstream, timeout, &cancelled, passed.is_some());
+        let result = self.call_lean_inner(target, ctx, tool, arguments, sent).instrument(span).await;
         drop(call);
         match result {
             Err(LeanFailure::SessionGone) => {
                 // The upstream's session ended: rmcp's client opens a new one.
                 tracing::debug!(server = %connection.server(), "upstream session gone; the call goes through rmcp");
-                let exchange = Exchange { downstream, timeout, cancelled, passed: None };
+                let exchange = Exchange { downstream, timeout, cancelled, passed };
                 self.call_by_peer(connection, &target.peer, ctx, tool, arguments, parsed, exchange).await
             }
             Err(LeanFailure::Failed(e)) => Err(e),
@@ -254,38 +258,40 @@ impl Upstreams {
         tool: &str,
         arguments: Option<&RawValue>,
         parsed: Option<Map<String, Value>>,
-        Exchange { downstream, timeout, cancelled, .. }: Exchange,
+        Exchange { downstream, timeout, cancelled, passed }: Exchange,
     ) -> Result<LeanResult, ProxyError> {
         let arguments = match (parsed, arguments) {
             (Some(parsed), _) => Some(parsed),
             (None, Some(raw)) => serde_json::from_str(raw.get()).map_err(unavailable)?,
             (None, None) => None,
         };
-        let call = crate::proxy::UpstreamCall { tool, arguments, downstream, timeout, cancelled, passed: None };
-        let rmcp::model::ServerResult::CallToolResult(mut result) =
-            self.call(connection, crate::proxy::Upstream(peer.clone()), ctx, call).await?
-        else {
-            return Err(unavailable("the upstream answered a call with something else"));
+        let call = crate::proxy::UpstreamCall { tool, arguments, downstream, timeout, cancelled, passed };
+        let mut result = match self.call(connection, crate::proxy::Upstream(peer.clone()), ctx, call).await? {
+            rmcp::model::ServerResult::CallToolResult(result) => result,
+            // Passed through: audited as asked of the caller where it was sent.
+            rmcp::model::ServerResult::InputRequiredResult(input) => {
+                let result = serde_json::value::to_raw_value(&input).map_err(unavailable)?;
+                return Ok(LeanResult { result, error_class: None, input: Some(input) });
+            }
+            _ => return Err(unavailable("the upstream answered a call with something else")),
         };
         // The relay serves session revisions, whose results carry no `resultType`.
         result.result_type = None;
         let error_class =
             (result.is_error == Some(true)).then(|| crate::vocab::text::error_class(result.meta.as_ref()));
         let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
-        Ok(LeanResult { result, error_class })
+        Ok(LeanResult { result, error_class, input: None })
     }
 
     /// `Err(LeanFailure::SessionGone)`: the upstream session is gone and nothing was sent.
-    #[allow(clippy::too_many_arguments)]
+    /// `passed`: the upstream's `input_required` is the answer (see [`Exchange::passed`]).
     async fn call_lean_inner(
         &self,
         target: &HttpTarget,
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
-        downstream: &Downstream,
-        timeout: Duration,
-        cancelled: &CancellationToken,
+        (downstream, timeout, cancelled, passed): (&Downstream, Duration, &CancellationToken, bool),
     ) -> Result<LeanResult, LeanFailure> {
         let connection = &target.connection;
         let server = connection.server().as_str();
@@ -342,6 +348,13 @@ impl Upstreams {
                 Ended::SessionGone if round == 0 => return Err(LeanFailure::SessionGone),
                 Ended::SessionGone => {
                     return Err(unavailable("the upstream session ended during a multi round-trip").into());
+                }
+                Ended::Input(input) if passed => {
+                    crate::relay::audit_passed(server, downstream, connection.caps, &input)
+                        .await
+                        .map_err(ProxyError::Upstream)?;
+                    let result = serde_json::value::to_raw_value(&input).map_err(unavailable)?;
+                    return Ok(LeanResult { result, error_class: None, input: Some(input) });
                 }
                 Ended::Input(input) => {
                     let mut answers = Map::new();
@@ -603,7 +616,7 @@ fn answer(result: Box<RawValue>) -> Result<Ended, ProxyError> {
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
         crate::audit::refusal::safe_text(class.as_deref().unwrap_or("tool_error"))
     });
-    Ok(Ended::Answer(LeanResult { result, error_class }))
+    Ok(Ended::Answer(LeanResult { result, error_class, input: None }))
 }
 
 /// Whether a tool's input schema names a request header for one of its arguments

@@ -40,10 +40,11 @@ pub enum Sink {
     /// Onto the answer of a call the lean relay serves (`mcp::lean`): each item is one
     /// serialized JSON-RPC notification, written before the answer, in order. Once the answer
     /// is gone, what still comes for the call (a log line an upstream sent on its own stream,
-    /// routed within the linger) goes through the caller's rmcp session, as on the rmcp path.
-    /// A request the upstream makes of the caller goes on the answer too, and the client's
-    /// answer to it comes back through `asks`.
-    Stream { answer: tokio::sync::mpsc::Sender<bytes::Bytes>, session: Peer<RoleServer>, asks: Arc<Asks> },
+    /// routed within the linger) goes through the caller's rmcp session, as on the rmcp path;
+    /// a caller without a session (2026-07-28) has nothing after its answer, as on rmcp's
+    /// stateless path. A request the upstream makes of a session's caller goes on the answer
+    /// too, and the client's answer to it comes back through `asks`.
+    Stream { answer: tokio::sync::mpsc::Sender<bytes::Bytes>, session: Option<Peer<RoleServer>>, asks: Arc<Asks> },
 }
 
 /// What a client answered to a request the lean relay put on one of its calls' answers.
@@ -109,7 +110,10 @@ impl Sink {
                     place.send(serde_json::to_vec(&message).map_err(|e| e.to_string())?.into());
                     Ok(())
                 }
-                Err(_) => session.send_notification(notification).await.map_err(|e| e.to_string()),
+                Err(_) => match session {
+                    Some(session) => session.send_notification(notification).await.map_err(|e| e.to_string()),
+                    None => Err("the request was answered".to_owned()),
+                },
             },
         }
     }

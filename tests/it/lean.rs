@@ -336,3 +336,126 @@ async fn notifications_before_the_answer(backend: Backend) {
     server.abort();
 }
 both_dbs!(lean_relay_passes_on_what_comes_before_the_answer, notifications_before_the_answer);
+
+/// A call of the everything fixture's elicitation `tool` asking `message`; with `state`, the
+/// retry that answers it (gary accepts) under `key`.
+fn elicitation(tool: &str, message: &str, key: &str, state: Option<String>) -> rmcp::model::CallToolRequestParams {
+    let mut p = rmcp::model::CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(json!({"message": message}).as_object().cloned().unwrap());
+    if let Some(state) = state {
+        p.request_state = Some(state);
+        let answer = json!({"action": "accept", "content": {"username": "gary", "email": "gary@globex.test"}});
+        p.input_responses = Some([(key.to_owned(), answer)].into_iter().collect());
+    }
+    p
+}
+
+/// The headers of a 2026-07-28 `tools/call` of `tool` standing alone.
+fn alone_headers(tool: &str) -> [(&'static str, &str); 3] {
+    [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)]
+}
+
+/// A 2026-07-28 request standing alone (no session) is served by the relay too, with what its
+/// own `_meta` says of its client: the relay's HTTP leg reaches the upstream (its own request
+/// ids), the result carries `resultType`, the audit names the request's client and no session.
+/// One whose headers or `_meta` rmcp must judge is left to rmcp, which refuses it. A question
+/// the upstream asks (rmcp's client on 2026-07-28 calling): by a request in the middle of the
+/// call (the fixture on 2025-11-25) or by its own `input_required` (on 2026-07-28), it is the
+/// request's answer (`input_required`), and the retry that answers it gets the call's result.
+async fn serves_2026_callers(backend: Backend) {
+    use rmcp::model::CallToolResponse;
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let live = &proxy.live;
+    // The same fixture (its server id is `fx`), declared for globex on 2025-11-25: a 2026-07-28
+    // caller's calls are bridged.
+    let fx = proxy.fx_url().unwrap();
+    proxy.declare("globex", "fx", &json!({"type": "http", "url": fx, "protocolVersion": "2025-11-25"}), "local").await;
+    proxy.grant("globex", "fx", Role::Owner, "*").await;
+    let gary = live.token_for("gary@globex.test");
+    let tool = "fx__whoami_upstream";
+    let body = modern_call(7, tool, Some(("it-alone", "2.0"))).to_string();
+    let reply = post(live, &gary, None, &body, &alone_headers(tool)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.message);
+    assert!(content_type(&reply).starts_with("application/json"), "{:?}", reply.headers);
+    assert_eq!(reply.message["id"], 7);
+    assert_eq!(reply.message["result"]["resultType"], "complete", "{:?}", reply.message);
+    let me = result_json(&reply);
+    assert_eq!((me["tenant"].as_str(), me["user"].as_str()), (Some("globex"), Some("gary@globex.test")));
+    let id = me["request_id"].as_str().unwrap_or_default();
+    assert!(id.starts_with("scopegate-"), "sent on the relay's HTTP leg: {me}");
+    let audited = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream' AND outcome = 'ok' \
+        AND client_name = 'it-alone' AND client_version = '2.0' AND session_id IS NULL AND request_id = '7'";
+    assert_eq!(live.count(audited).await, 1, "audited with the request's client, in no session");
+
+    // What rmcp must judge is left to it, and refused as always: an `Mcp-Name` that is not the
+    // tool's, no `Mcp-Method`, a `_meta` without the client's capabilities.
+    let wrong_name = post(live, &gary, None, &body, &alone_headers("fx__echo")).await;
+    assert_eq!(wrong_name.status, StatusCode::BAD_REQUEST, "{:?}", wrong_name.message);
+    let no_method = [("mcp-protocol-version", "2026-07-28"), ("mcp-name", tool)];
+    let no_method = post(live, &gary, None, &body, &no_method).await;
+    assert_eq!(no_method.status, StatusCode::BAD_REQUEST, "{:?}", no_method.message);
+    let mut bare = modern_call(8, tool, None);
+    bare["params"]["_meta"].as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
+    let no_caps = post(live, &gary, None, &bare.to_string(), &alone_headers(tool)).await;
+    assert_eq!(no_caps.status, StatusCode::BAD_REQUEST, "{:?}", no_caps.message);
+    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream'").await, 1);
+
+    // The everything fixture over HTTP on 2025-11-25 asks its client in the middle of a call.
+    let dir = tempfile::tempdir().unwrap();
+    let ids = dir.path().join("call-ids");
+    let env = [("FIXTURE_CALL_IDS", ids.to_str().unwrap())];
+    let (mut child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &env).await;
+    let everything = json!({"type": "http", "url": format!("http://{addr}/mcp"), "protocolVersion": "2025-11-25"});
+    proxy.declare("globex", "ev", &everything, "local").await;
+    proxy.grant("globex", "ev", Role::Owner, "*").await;
+    let client = modern_client(&live.url(), &gary, false).await;
+    let ask = |state: Option<String>| elicitation("ev__test_elicitation", "who asks alone?", "input", state);
+    let asked = client.call_tool_once(ask(None)).await.unwrap();
+    let CallToolResponse::InputRequired(asked) = asked else { panic!("input_required expected: {asked:?}") };
+    let requests = serde_json::to_value(asked.input_requests.as_ref().unwrap()).unwrap();
+    assert_eq!(requests["input"]["method"], "elicitation/create", "{requests}");
+    assert!(requests.to_string().contains("who asks alone?"), "{requests}");
+    let sent = std::fs::read_to_string(&ids).unwrap_or_default();
+    assert!(sent.lines().any(|l| l.contains("scopegate-")), "the relay sent the call: {sent}");
+    let state = asked.request_state.expect("a requestState");
+    let done = client.call_tool_once(ask(Some(state.clone()))).await.unwrap();
+    let CallToolResponse::Complete(done) = done else { panic!("the call's result expected: {done:?}") };
+    assert_ne!(done.is_error, Some(true), "{done:?}");
+    assert!(serde_json::to_string(&done).unwrap().contains("gary"), "{done:?}");
+    assert_eq!(sent.lines().count(), 1, "the call was sent once: {sent}");
+    let again = client.call_tool_once(ask(Some(state))).await;
+    assert!(
+        matches!(&again, Err(rmcp::ServiceError::McpError(e)) if e.message.contains("requestState")),
+        "used once: {again:?}"
+    );
+    let rounds = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev__test_elicitation' AND outcome = 'ok'";
+    assert_eq!(live.count(rounds).await, 2, "the question and the retry that answered it");
+    let relayed = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev:elicitation/create' AND outcome = 'ok'";
+    assert_eq!(live.count(relayed).await, 1, "the question, as asked of the caller");
+
+    // Declared without a revision, the same fixture is spoken to on 2026-07-28 for this caller:
+    // its own `input_required` passes through (its key, its question), its state sealed inside
+    // the gateway's, and the retry carries it back.
+    let dual = json!({"type": "http", "url": format!("http://{addr}/mcp")});
+    proxy.declare("globex", "ev2", &dual, "local").await;
+    proxy.grant("globex", "ev2", Role::Owner, "*").await;
+    let ask = |state: Option<String>| elicitation("ev2__test_elicitation", "who passes through?", "contact", state);
+    let asked = client.call_tool_once(ask(None)).await.unwrap();
+    let CallToolResponse::InputRequired(asked) = asked else { panic!("input_required expected: {asked:?}") };
+    let requests = serde_json::to_value(asked.input_requests.as_ref().unwrap()).unwrap();
+    assert_eq!(requests["contact"]["method"], "elicitation/create", "{requests}");
+    let state = asked.request_state.expect("a requestState");
+    assert_ne!(state, "fixture-elicitation-state", "the upstream's own state travels sealed");
+    let sent = std::fs::read_to_string(&ids).unwrap_or_default();
+    assert_eq!(sent.lines().filter(|l| l.contains("scopegate-")).count(), 2, "the relay sent it: {sent}");
+    let done = client.call_tool_once(ask(Some(state))).await.unwrap();
+    let CallToolResponse::Complete(done) = done else { panic!("the call's result expected: {done:?}") };
+    assert!(serde_json::to_string(&done).unwrap().contains("gary"), "{done:?}");
+    let rounds = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev2__test_elicitation' AND outcome = 'ok'";
+    assert_eq!(live.count(rounds).await, 2, "the question and the retry that answered it");
+    let passed = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev2:elicitation/create' AND outcome = 'ok'";
+    assert_eq!(live.count(passed).await, 1, "the question, as asked of the caller");
+    client.cancel().await.ok();
+    child.kill().await.ok();
+}
+both_dbs!(lean_relay_serves_2026_callers_alone, serves_2026_callers);

@@ -170,8 +170,11 @@ pub async fn send(
         .header("authorization", format!("Bearer {token}"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
         .body(body);
+    // A version among `extra` takes the default's place.
+    if !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("mcp-protocol-version")) {
+        req = req.header("mcp-protocol-version", "2025-06-18");
+    }
     if let Some(session) = session {
         req = req.header("mcp-session-id", session);
     }
