@@ -17,7 +17,10 @@
 //! the loopback, pinned beside it: its added p50 over `stdio-<db>` is the remote hop); and
 //! `modern-<db>` (a 2026-07-28 caller: no session, each `tools/call` standing alone with its
 //! `_meta` (the revision, `roots` and `sampling` declared, the client's name) and the
-//! revision's `Mcp-Method`/`Mcp-Name` headers).
+//! revision's `Mcp-Method`/`Mcp-Name` headers; the gateway speaks 2026-07-28 to the fixture,
+//! which serves both revisions); and `modern-old-<db>` (the same caller, the same fixture
+//! declared on 2025-11-25). ROWS (default all) keeps only the gateway rows whose label starts
+//! with one of its comma-separated prefixes.
 //! Each row runs SECONDS (default 5) per turn, ROUNDS turns (default 2, the rows taking turns
 //! so a change of the machine's load falls on all of them), medians reported, at each of
 //! CLIENTS (default `16,1`); DATABASES default `sqlite,postgres` (PostgreSQL at
@@ -140,6 +143,7 @@ fn gateway(cpu: &str, database_url: &str, upstream: &str, work: &std::path::Path
     let file = work.join("mcp.json");
     let servers = json!({"mcpServers": {
         "echo": {"url": upstream},
+        "echo-old": {"url": upstream, "protocolVersion": "2025-11-25"},
         "echo-stdio": {"command": FIXTURE, "args": ["stdio"]},
         "echo-far": {"command": FIXTURE, "args": ["stdio"]},
     }});
@@ -148,7 +152,7 @@ fn gateway(cpu: &str, database_url: &str, upstream: &str, work: &std::path::Path
         &env,
         &["admin", "entity", "import", "--tenant", "acme", "--under", "defaults", "--file", file.to_str().unwrap()],
     );
-    for (server, executor) in [("echo", "local"), ("echo-stdio", "local"), ("echo-far", "far")] {
+    for (server, executor) in [("echo", "local"), ("echo-old", "local"), ("echo-stdio", "local"), ("echo-far", "far")] {
         cli(&env, &["admin", "binding", "set", "--tenant", "acme", server, executor]);
         cli(&env, &["admin", "grant", "add", "--tenant", "acme", "--server", server, "--role", "owner", "--tool", "*"]);
     }
@@ -328,6 +332,7 @@ fn main() {
     let clients: Vec<usize> =
         env_or("CLIENTS", "16,1").split(',').map(|c| c.trim().parse().expect("CLIENTS")).collect();
     let databases = env_or("DATABASES", "sqlite,postgres");
+    let rows = env_or("ROWS", "");
     // The load: this process, every thread of it, on its own CPU.
     let _ = Command::new("taskset")
         .args(["-a", "-cp", &load_cpu, &std::process::id().to_string()])
@@ -368,8 +373,12 @@ fn main() {
             (format!("desktop-{db}"), "echo__echo", desktop.clone(), false),
             (format!("stdio-{db}"), "echo-stdio__echo", desktop.clone(), false),
             (format!("remote-{db}"), "echo-far__echo", desktop.clone(), false),
-            (format!("modern-{db}"), "echo__echo", desktop, true),
+            (format!("modern-{db}"), "echo__echo", desktop.clone(), true),
+            (format!("modern-old-{db}"), "echo-old__echo", desktop, true),
         ] {
+            if !rows.is_empty() && !rows.split(',').any(|r| label.starts_with(r.trim())) {
+                continue;
+            }
             let token = Some(token.clone());
             targets.push(Target { label, url: mcp.clone(), token, tool: tool.into(), caps, modern });
         }

@@ -536,6 +536,7 @@ impl Relay {
         };
         let exchange =
             Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None };
+        crate::telemetry::metrics::proxied_call(target.server(), "lean");
         let alone = caller.binding.is_some();
         let verdict = match caller.binding {
             None => Verdict::from(

@@ -70,6 +70,16 @@ pub enum LeanTarget {
     Peer { connection: Arc<Connection>, peer: Peer<RoleClient> },
 }
 
+impl LeanTarget {
+    /// The server the call goes to.
+    pub fn server(&self) -> &str {
+        match self {
+            Self::Http(target) => target.connection.server().as_str(),
+            Self::Peer { connection, .. } => connection.server().as_str(),
+        }
+    }
+}
+
 /// A call that takes the lean HTTP leg: the running connection, how its session is reached,
 /// and its peer (for an upstream session that expired: rmcp's side opens a new one).
 pub struct HttpTarget {

@@ -77,6 +77,12 @@ pub fn tool_call(tool: &str, outcome: &'static str, tenant: &str, elapsed: Durat
     sampled(1);
 }
 
+/// A proxied `tools/call` request served, by the path that served it (`relay`: `lean` for the
+/// lean relay, `rmcp` for rmcp's server).
+pub fn proxied_call(server: &str, relay: &'static str) {
+    metrics::counter!("scopegate_proxied_calls_total", "server" => server.to_owned(), "relay" => relay).increment(1);
+}
+
 /// One group commit of the audit writer: how many events, how long.
 pub fn audit_batch(events: usize, elapsed: Duration) {
     metrics::histogram!("scopegate_audit_batch_events").record(events as f64);

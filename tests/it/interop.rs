@@ -270,9 +270,30 @@ async fn upstream_revisions(gateway: &Gateway, server: &str) -> Vec<String> {
     text.lines().filter_map(|l| l.strip_prefix(&label)?.split('"').next().map(str::to_owned)).collect()
 }
 
+/// How many of `server`'s proxied calls the path `relay` (`lean` or `rmcp`) served (the
+/// metrics are process-wide: each test binds server ids of its own).
+async fn served_by(gateway: &Gateway, server: &str, relay: &str) -> u64 {
+    let url = format!("http://{}/metrics", gateway.live.addr);
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    let (server, relay) = (format!("server=\"{server}\""), format!("relay=\"{relay}\""));
+    text.lines()
+        .filter(|l| l.starts_with("scopegate_proxied_calls_total{") && l.contains(&server) && l.contains(&relay))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// `base` for one backend's test: the two run at once in one process, whose metrics they share.
+fn named(base: &str, backend: Backend) -> String {
+    match backend {
+        Backend::Sqlite => format!("{base}-lite"),
+        Backend::Postgres => format!("{base}-pg"),
+    }
+}
+
 /// As a legacy caller and as a 2026-07-28 caller: the server's tools listed under its prefix,
 /// one called with arguments, its answer relayed, on the upstream revision expected for that
-/// caller; both calls audited.
+/// caller (the 2026-07-28 caller's by the lean relay); both calls audited.
 async fn list_and_call(gateway: &Gateway, server: &str, expected: &Expected) {
     let prefixed = |name: &str| format!("{server}__{name}");
     for (i, (caller, modern)) in [("legacy", false), ("modern", true)].into_iter().enumerate() {
@@ -298,6 +319,7 @@ async fn list_and_call(gateway: &Gateway, server: &str, expected: &Expected) {
         );
 
         let args: Value = serde_json::from_str(&expected.args.replace("{caller}", caller)).unwrap();
+        let lean_before = served_by(gateway, server, "lean").await;
         let params =
             CallToolRequestParams::new(prefixed(expected.tool)).with_arguments(args.as_object().cloned().unwrap());
         let result = olivia
@@ -307,6 +329,11 @@ async fn list_and_call(gateway: &Gateway, server: &str, expected: &Expected) {
         assert_ne!(result.is_error, Some(true), "{caller} caller: {result:?}");
         let text = expected.text.replace("{caller}", caller).replace("{CALLER}", &caller.to_uppercase());
         assert_eq!(text_of(&result), text, "{caller} caller: {result:?}");
+        // (A session's first calls may reach rmcp before its `initialized` is handled.)
+        if modern {
+            let lean = served_by(gateway, server, "lean").await;
+            assert_eq!(lean, lean_before + 1, "the 2026-07-28 caller's call took the lean relay");
+        }
 
         let revisions = upstream_revisions(gateway, server).await;
         let revision = expected.upstream[i];
@@ -346,8 +373,9 @@ async fn everything_over_stdio(backend: Backend) {
         "args": [server.entry.display().to_string(), "stdio"],
         "env": {},
     });
-    gateway.bind("everything", declaration).await;
-    list_and_call(&gateway, "everything", &EVERYTHING).await;
+    let name = named("everything", backend);
+    gateway.bind(&name, declaration).await;
+    list_and_call(&gateway, &name, &EVERYTHING).await;
 }
 
 both_dbs!(interop_everything_over_stdio, everything_over_stdio);
@@ -361,8 +389,9 @@ async fn everything_over_http(backend: Backend) {
     cmd.arg(&server.entry).arg("streamableHttp").env("PORT", "0");
     let (_child, addr) = http_upstream(cmd, true).await;
     let gateway = Gateway::start(backend).await;
-    gateway.bind("everything-http", json!({"url": format!("http://{addr}/mcp")})).await;
-    list_and_call(&gateway, "everything-http", &EVERYTHING).await;
+    let name = named("everything-http", backend);
+    gateway.bind(&name, json!({"url": format!("http://{addr}/mcp")})).await;
+    list_and_call(&gateway, &name, &EVERYTHING).await;
 }
 
 both_dbs!(interop_everything_over_http, everything_over_http);
@@ -376,8 +405,9 @@ async fn python_over_stdio(backend: Backend) {
         "args": [python_fixture(), "stdio"],
         "env": {},
     });
-    gateway.bind("py", declaration).await;
-    list_and_call(&gateway, "py", &PYTHON).await;
+    let name = named("py", backend);
+    gateway.bind(&name, declaration).await;
+    list_and_call(&gateway, &name, &PYTHON).await;
 }
 
 both_dbs!(interop_python_sdk_over_stdio, python_over_stdio);
@@ -389,8 +419,9 @@ async fn python_over_http(backend: Backend) {
     cmd.arg(python_fixture()).arg("http");
     let (_child, addr) = http_upstream(cmd, false).await;
     let gateway = Gateway::start(backend).await;
-    gateway.bind("py-http", json!({"url": format!("http://{addr}/mcp")})).await;
-    list_and_call(&gateway, "py-http", &PYTHON).await;
+    let name = named("py-http", backend);
+    gateway.bind(&name, json!({"url": format!("http://{addr}/mcp")})).await;
+    list_and_call(&gateway, &name, &PYTHON).await;
 }
 
 both_dbs!(interop_python_sdk_over_http, python_over_http);
