@@ -159,6 +159,7 @@ impl Gateway {
         spawn_task_purge(state.db.clone(), TASK_PURGE_EVERY, state.shutdown.clone());
         if let Some(cache) = &state.gate.cache {
             cache.spawn_poller(state.db.clone(), state.shutdown.clone());
+            upstreams.follow_changes(Arc::clone(cache));
         }
         let shares = crate::mcp::Shares {
             config: &state.config,

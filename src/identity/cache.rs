@@ -74,6 +74,12 @@ impl IdentityCache {
         state.epoch.filter(|(_, at)| now.duration_since(*at) <= 2 * self.refresh).map(|(e, _)| e)
     }
 
+    /// The counter's value, if it was read recently enough to trust: what else is reused while
+    /// it stands (a caller's resolved upstream servers) compares against it.
+    pub fn current(&self) -> Option<i64> {
+        self.fresh_epoch(&self.lock(), Instant::now())
+    }
+
     /// The counter to store rows read from now on under; `None`: don't cache them.
     pub fn epoch(&self) -> Option<Epoch> {
         self.fresh_epoch(&self.lock(), Instant::now()).map(Epoch)

@@ -114,8 +114,28 @@ pub struct Upstreams {
     idle: Duration,
     pool: Mutex<HashMap<(TenantId, String), Arc<Connection>>>,
     snapshots: Mutex<HashMap<String, Arc<Snapshot>>>,
+    /// The snapshots of callers without a session, reused while the change counter stands.
+    alone: Mutex<HashMap<AloneKey, Resolved>>,
+    /// The change counter (the identity cache's): `None` until the gateway hands it over, or
+    /// when the cache is off; then a caller without a session is resolved on every request.
+    changes: std::sync::OnceLock<Arc<crate::identity::IdentityCache>>,
     requests: AtomicUsize,
 }
+
+/// A caller without a session: tenant, user and what its client declared (`RelayCaps::key`).
+type AloneKey = (TenantId, UserId, String);
+
+/// A snapshot resolved while the change counter stood at `epoch`.
+struct Resolved {
+    epoch: i64,
+    at: std::time::Instant,
+    snapshot: Arc<Snapshot>,
+}
+
+/// A reused snapshot older than this is resolved again even if the counter never moved (a
+/// change that bypassed the triggers); and the most kept (past it, they are all dropped).
+const ALONE_MAX_AGE: Duration = Duration::from_secs(60);
+const ALONE_MAX_ENTRIES: usize = 10_000;
 
 /// Settings of the upstream runtime.
 pub struct UpstreamSettings {
@@ -149,6 +169,8 @@ impl Upstreams {
             idle: settings.idle,
             pool: Mutex::default(),
             snapshots: Mutex::default(),
+            alone: Mutex::default(),
+            changes: std::sync::OnceLock::new(),
             requests: AtomicUsize::new(0),
         })
     }
@@ -183,6 +205,12 @@ impl Upstreams {
         Ok(Self::new(db, local, remote, signer, sessions, settings))
     }
 
+    /// Reuse a caller's resolved servers, outside a session, while `changes` (the change
+    /// counter, which every change of what they are resolved from moves) stands still.
+    pub(crate) fn follow_changes(&self, changes: Arc<crate::identity::IdentityCache>) {
+        let _ = self.changes.set(changes);
+    }
+
     /// The remote host handler (selected plugin roots open their servers through it).
     pub fn remote(&self) -> &Arc<RemoteHostHandler> {
         &self.remote
@@ -207,8 +235,9 @@ impl Upstreams {
         self.oauth.as_ref()
     }
 
-    /// The session's snapshot, resolved on first use; a stateless call (no session) resolves
-    /// its own. A snapshot is never handed to another tenant or user.
+    /// The session's snapshot, resolved on first use; a stateless call (no session) gets its
+    /// caller's, reused while nothing it is resolved from changed ([`Self::follow_changes`]).
+    /// A snapshot is never handed to another tenant or user.
     pub async fn snapshot(
         &self,
         tenant: TenantId,
@@ -227,15 +256,44 @@ impl Upstreams {
             tracing::error!("a session's upstream snapshot belongs to another caller; refusing it");
             return Ok(Arc::new(Snapshot::empty(tenant, user)));
         }
+        let Some(session) = session else { return self.snapshot_alone(tenant, user, caps).await };
         let fresh = Arc::new(self.resolve(tenant, user, caps).await?);
-        match session {
-            Some(session) => {
-                let mut snapshots = lock(&self.snapshots);
-                let kept = snapshots.entry(session.to_owned()).or_insert_with(|| Arc::clone(&fresh));
-                Ok(if mine(kept) { Arc::clone(kept) } else { fresh })
-            }
-            None => Ok(fresh),
+        let mut snapshots = lock(&self.snapshots);
+        let kept = snapshots.entry(session.to_owned()).or_insert_with(|| Arc::clone(&fresh));
+        Ok(if mine(kept) { Arc::clone(kept) } else { fresh })
+    }
+
+    /// The snapshot of a caller without a session: the one resolved while the change counter
+    /// stood where it stands now (read recently enough to trust), or a fresh one, kept only if
+    /// the counter did not move while it was resolved and it is settled (an executor's agent
+    /// connecting moves no counter). Without a trusted counter, always fresh.
+    async fn snapshot_alone(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        caps: RelayCaps,
+    ) -> Result<Arc<Snapshot>, StoreError> {
+        let Some(epoch) = self.changes.get().and_then(|c| c.current()) else {
+            return Ok(Arc::new(self.resolve(tenant, user, caps).await?));
+        };
+        let key = (tenant, user, caps.key());
+        if let Some(kept) = lock(&self.alone).get(&key)
+            && kept.epoch == epoch
+            && kept.at.elapsed() < ALONE_MAX_AGE
+        {
+            return Ok(Arc::clone(&kept.snapshot));
         }
+        let (fresh, settled) = self.resolve_settled(tenant, user, caps).await?;
+        let fresh = Arc::new(fresh);
+        if settled && self.changes.get().and_then(|c| c.current()) == Some(epoch) {
+            let mut alone = lock(&self.alone);
+            if alone.len() >= ALONE_MAX_ENTRIES {
+                alone.clear();
+            }
+            let resolved = Resolved { epoch, at: std::time::Instant::now(), snapshot: Arc::clone(&fresh) };
+            alone.insert(key, resolved);
+        }
+        Ok(fresh)
     }
 
     /// The tenant's server `server` resolved in its bound executor's context, with that
@@ -257,7 +315,20 @@ impl Upstreams {
     /// tenant's grants. A server that can't be resolved is left out (and logged): it is not
     /// served, rather than served wrongly.
     async fn resolve(&self, tenant: TenantId, user: UserId, caps: RelayCaps) -> Result<Snapshot, StoreError> {
+        Ok(self.resolve_settled(tenant, user, caps).await?.0)
+    }
+
+    /// [`Self::resolve`], and whether the snapshot is settled: `false` when a server was left out
+    /// for a reason that may pass by itself (its executor's agent is not connected), so it
+    /// must not be reused.
+    async fn resolve_settled(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        caps: RelayCaps,
+    ) -> Result<(Snapshot, bool), StoreError> {
         let (entities, grants) = tokio::try_join!(self.db.resolve_servers(tenant), self.db.upstream_grants(tenant))?;
+        let mut settled = true;
         let mut servers = BTreeMap::new();
         let mut outside_root = BTreeSet::new();
         let mut unprefixed = Vec::new();
@@ -266,6 +337,7 @@ impl Upstreams {
                 Ok(executor) => executor,
                 Err(e) => {
                     tracing::warn!(%server, error = %e, "upstream server not served");
+                    settled = false;
                     continue;
                 }
             };
@@ -316,7 +388,7 @@ impl Upstreams {
                 None
             }
         };
-        Ok(Snapshot { tenant, user, servers, grants, bare, outside_root })
+        Ok((Snapshot { tenant, user, servers, grants, bare, outside_root }, settled))
     }
 
     /// The upstream tools the caller may use, named `server__tool` (or `tool` for the
@@ -591,6 +663,7 @@ impl Upstreams {
             }
             let all: Vec<_> = lock(&this.pool).drain().map(|(_, c)| c).collect();
             lock(&this.snapshots).clear();
+            lock(&this.alone).clear();
             for connection in all {
                 connection.close().await;
             }
@@ -599,6 +672,7 @@ impl Upstreams {
 
     async fn sweep(&self) {
         lock(&self.snapshots).retain(|session, _| self.sessions.principal(session).is_some());
+        lock(&self.alone).retain(|_, kept| kept.at.elapsed() < ALONE_MAX_AGE);
         let connections: Vec<_> = lock(&self.pool).values().cloned().collect();
         for connection in &connections {
             connection.retain_sessions(|session| self.sessions.principal(session).is_some()).await;

@@ -350,6 +350,11 @@ fn elicitation(tool: &str, message: &str, key: &str, state: Option<String>) -> r
     p
 }
 
+/// How long after a change of servers or grants a caller without a session sees it for sure:
+/// more than two reads of the change counter (`auth.identity_cache_ms`, 100 ms). By then either
+/// a read saw the change, or the last read is too old to trust and nothing is reused.
+const CHANGE_SEEN: Duration = Duration::from_millis(300);
+
 /// The headers of a 2026-07-28 `tools/call` of `tool` standing alone.
 fn alone_headers(tool: &str) -> [(&'static str, &str); 3] {
     [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)]
@@ -408,6 +413,7 @@ async fn serves_2026_callers(backend: Backend) {
     let everything = json!({"type": "http", "url": format!("http://{addr}/mcp"), "protocolVersion": "2025-11-25"});
     proxy.declare("globex", "ev", &everything, "local").await;
     proxy.grant("globex", "ev", Role::Owner, "*").await;
+    tokio::time::sleep(CHANGE_SEEN).await;
     let client = modern_client(&live.url(), &gary, false).await;
     let ask = |state: Option<String>| elicitation("ev__test_elicitation", "who asks alone?", "input", state);
     let asked = client.call_tool_once(ask(None)).await.unwrap();
@@ -439,6 +445,7 @@ async fn serves_2026_callers(backend: Backend) {
     let dual = json!({"type": "http", "url": format!("http://{addr}/mcp")});
     proxy.declare("globex", "ev2", &dual, "local").await;
     proxy.grant("globex", "ev2", Role::Owner, "*").await;
+    tokio::time::sleep(CHANGE_SEEN).await;
     let ask = |state: Option<String>| elicitation("ev2__test_elicitation", "who passes through?", "contact", state);
     let asked = client.call_tool_once(ask(None)).await.unwrap();
     let CallToolResponse::InputRequired(asked) = asked else { panic!("input_required expected: {asked:?}") };
@@ -459,3 +466,44 @@ async fn serves_2026_callers(backend: Backend) {
     child.kill().await.ok();
 }
 both_dbs!(lean_relay_serves_2026_callers_alone, serves_2026_callers);
+
+/// A 2026-07-28 call of `fx__whoami_upstream` by `token`, standing alone.
+async fn whoami_alone(live: &Live, token: &str, id: i64) -> Reply {
+    let tool = "fx__whoami_upstream";
+    post(live, token, None, &modern_call(id, tool, None).to_string(), &alone_headers(tool)).await
+}
+
+/// Calls until the call is `granted` (answered with a result) or not, within a bound far below
+/// the 60 s a reused snapshot may live without a counter change.
+async fn applies_within(live: &Live, token: &str, what: &str, granted: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    for id in 10.. {
+        let reply = whoami_alone(live, token, id).await;
+        if reply.message.get("result").is_some() == granted {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} not applied: {:?}", reply.message);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A caller without a session reuses its resolved servers only while nothing they are resolved
+/// from changed: a revoked grant, and a grant given back, apply to its next calls within a read
+/// of the change counter (`auth.identity_cache_ms`, 100 ms by default), on the relay and on
+/// rmcp's path alike.
+async fn alone_follows_changes(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    for id in 1..=3 {
+        let reply = whoami_alone(live, &olivia, id).await;
+        assert_eq!(result_json(&reply)["user"], "olivia@acme.test", "call {id}: {:?}", reply.message);
+    }
+    live.execute("DELETE FROM mcp_server_grants WHERE server = 'fx'").await;
+    applies_within(live, &olivia, "the revoked grant", false).await;
+    let refused = whoami_alone(live, &olivia, 99).await;
+    assert_eq!(refused.message["error"]["code"], -32602, "answered as an unknown tool: {:?}", refused.message);
+    proxy.grant("acme", "fx", Role::Owner, "*").await;
+    applies_within(live, &olivia, "the grant given back", true).await;
+}
+both_dbs!(lean_relay_callers_alone_follow_grant_changes, alone_follows_changes);

@@ -770,3 +770,28 @@ async fn remote_file_read_with_a_stopped_or_killed_agent_does_not_hang() {
     assert!(killed.elapsed() < Duration::from_secs(3), "ended with the connection: {:?}", killed.elapsed());
     assert!(site.live.metrics().await.contains("scopegate_executor_file_reads_total{outcome=\"disconnected\"}"));
 }
+
+/// A caller without a session (2026-07-28) that called before the executor's agent connected,
+/// when its server was not served, is served once the agent connects, although no change moved
+/// the change counter: a resolution that left a server out for an agent not connected is not
+/// reused for the caller's next requests.
+async fn agent_connects_for_callers_alone(backend: Backend) {
+    let (site, secret) = with_far(backend, &[]).await;
+    let olivia = site.live.token_for("olivia@acme.test");
+    let tool = "far__whoami_upstream";
+    let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)];
+    let call = |id: i64| {
+        let body = modern_call(id, tool, None).to_string();
+        let (live, olivia) = (&site.live, &olivia);
+        async move { post(live, olivia, None, &body, &headers).await }
+    };
+    assert_eq!(call(1).await.message["error"]["code"], -32602, "not served before its agent connects");
+    // More than two reads of the counter (100 ms apart): a resolution could be reused by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(call(2).await.message["error"]["code"], -32602);
+    let _agent = site.agent("build-01", &secret);
+    site.wait_for_tool("olivia@acme.test", tool).await;
+    let served = call(3).await;
+    assert_eq!(served.message["result"]["resultType"], "complete", "{:?}", served.message);
+}
+both_dbs!(remote_agent_connecting_serves_callers_alone, agent_connects_for_callers_alone);

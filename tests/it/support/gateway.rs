@@ -189,6 +189,13 @@ impl Live {
         sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(&mut *tx).await.unwrap()
     }
 
+    /// Runs `sql` (a change made by hand, as an operator could) and commits it.
+    pub async fn execute(&self, sql: &str) {
+        let mut tx = self.db.begin().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
     pub async fn flock_id(&self, name: &str) -> String {
         let mut tx = self.db.begin().await.unwrap();
         sqlx::query_scalar("SELECT id FROM flocks WHERE name = $1").bind(name).fetch_one(&mut *tx).await.unwrap()
