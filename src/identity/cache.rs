@@ -55,8 +55,9 @@ struct Entry {
 }
 
 /// The counter value taken before an entry's rows are read: the rows are stored only if the
-/// counter still has it, so they are never older than the value the cache trusts.
-#[derive(Clone, Copy)]
+/// counter still has it, so they are never older than the value the cache trusts. What else is
+/// reused while the counter stands (a caller's resolved upstream servers) compares these.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Epoch(i64);
 
 impl IdentityCache {
@@ -72,12 +73,6 @@ impl IdentityCache {
     /// The counter, if it was read recently enough to trust (within two intervals).
     fn fresh_epoch(&self, state: &State, now: Instant) -> Option<i64> {
         state.epoch.filter(|(_, at)| now.duration_since(*at) <= 2 * self.refresh).map(|(e, _)| e)
-    }
-
-    /// The counter's value, if it was read recently enough to trust: what else is reused while
-    /// it stands (a caller's resolved upstream servers) compares against it.
-    pub fn current(&self) -> Option<i64> {
-        self.fresh_epoch(&self.lock(), Instant::now())
     }
 
     /// The counter to store rows read from now on under; `None`: don't cache them.

@@ -15,7 +15,7 @@ mod sessions;
 mod tenant;
 mod user;
 
-pub(crate) use cache::IdentityCache;
+pub(crate) use cache::{Epoch, IdentityCache};
 pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
 pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate};
 pub use resolver::IdentityError;

@@ -211,10 +211,23 @@ struct Caller {
     peer: Option<rmcp::service::Peer<rmcp::RoleServer>>,
     client: Option<(String, String)>,
     log_level: Arc<LogLevel>,
-    /// A 2026-07-28 caller: what binds the `requestState` of its multi round-trip.
-    binding: Option<rounds::Binding>,
-    /// The call's upstream speaks 2026-07-28 too: its questions pass through.
-    modern_upstream: bool,
+    /// A 2026-07-28 caller: how what its upstream asks reaches it.
+    rounds: Option<ByRounds>,
+}
+
+/// How a 2026-07-28 caller's call takes its multi round-trip.
+struct ByRounds {
+    /// What binds its `requestState`: the caller, the tool as named, the digest of the
+    /// arguments (as the rmcp path binds it).
+    binding: rounds::Binding,
+    /// The upstream speaks 2026-07-28 too: its own `input_required` passes through.
+    passed: bool,
+}
+
+/// The caller as the request shows it: its session's record, or its own `_meta`.
+enum Known<'a> {
+    Session(&'a str, Arc<LeanSession>),
+    Alone(Alone),
 }
 
 /// The caller's side of a call the relay takes: in a session the relay knows, or a 2026-07-28
@@ -321,15 +334,8 @@ impl Relay {
     /// tools declare none: rmcp would have to read them). `Mcp-Name` is checked against the
     /// tool when the params are read.
     fn plain_alone(&self, headers: &HeaderMap) -> bool {
-        let sole = |name: &str| {
-            let mut values = headers.get_all(name).iter();
-            match (values.next(), values.next()) {
-                (Some(value), None) => value.to_str().ok(),
-                _ => None,
-            }
-        };
-        sole("mcp-protocol-version") == Some(ALONE_VERSION)
-            && sole("mcp-method") == Some("tools/call")
+        sole(headers, "mcp-protocol-version") == Some(ALONE_VERSION)
+            && sole(headers, "mcp-method") == Some("tools/call")
             && !headers.keys().any(|name| name.as_str().starts_with("mcp-param-"))
             && self.plain_transport(headers)
     }
@@ -388,7 +394,7 @@ impl Relay {
         if split_tool_name(tool).is_some_and(|(server, _)| selection::is_selected_server(server)) {
             return None;
         }
-        let (session, known, alone) = match asking {
+        let known = match asking {
             Asking::Session(session) => {
                 if meta.is_some_and(|m| m.contains_key(REQUEST_VERSION_META)) {
                     return None;
@@ -398,14 +404,13 @@ impl Relay {
                 if !self.manager.has_session(&session_id).await.unwrap_or(false) {
                     return None;
                 }
-                (Some(session), Some(known), None)
+                Known::Session(session, known)
             }
-            Asking::Alone => (None, None, Some(Alone::of(&parts.headers, tool, meta?)?)),
+            Asking::Alone => Known::Alone(Alone::of(&parts.headers, tool, meta?)?),
         };
-        let caps = match (&known, &alone) {
-            (Some(known), _) => known.caps,
-            (None, Some(alone)) => alone.caps,
-            (None, None) => return None,
+        let (session, caps) = match &known {
+            Known::Session(session, known) => (Some(*session), known.caps),
+            Known::Alone(alone) => (None, alone.caps),
         };
         let request_id = inspection.request_id()?;
         let site = CallSite { parts: Some(parts), request_id, session_id: session };
@@ -421,7 +426,7 @@ impl Relay {
         // Known once the connection runs. A 2026-07-28 upstream may answer a caller that
         // declared tasks with a task, which the rmcp path adopts.
         let modern_upstream = connection.speaks_modern();
-        if modern_upstream && alone.as_ref().is_some_and(|a| a.tasks) {
+        if modern_upstream && matches!(&known, Known::Alone(alone) if alone.tasks) {
             return None;
         }
         // The arguments are digested from one parse; they go upstream as the caller's bytes.
@@ -435,29 +440,27 @@ impl Relay {
             crate::proxy::LeanTarget::Http(_) => (params.arguments.map(|raw| raw.to_owned()), None),
             crate::proxy::LeanTarget::Peer { .. } => (None, parsed),
         };
-        let caller = match (known, alone) {
-            (Some(known), _) => Caller {
+        let caller = match known {
+            Known::Session(_, known) => Caller {
                 peer: Some(known.peer.clone()),
                 client: known.client.clone(),
                 log_level: Arc::clone(&known.log_level),
-                binding: None,
-                modern_upstream,
+                rounds: None,
             },
-            (None, Some(alone)) => Caller {
+            Known::Alone(alone) => Caller {
                 peer: None,
                 client: alone.client,
                 log_level: Arc::new(LogLevel::of_request(alone.log_level)),
-                // What the rmcp path binds a `requestState` to: the caller, the tool as named,
-                // the digest of the arguments.
-                binding: Some(rounds::Binding {
-                    tenant: ctx.tenant_id().to_string(),
-                    user: ctx.user_id().to_string(),
-                    tool: tool.to_owned(),
-                    arguments: args_digest.clone(),
+                rounds: Some(ByRounds {
+                    binding: rounds::Binding {
+                        tenant: ctx.tenant_id().to_string(),
+                        user: ctx.user_id().to_string(),
+                        tool: tool.to_owned(),
+                        arguments: args_digest.clone(),
+                    },
+                    passed: modern_upstream,
                 }),
-                modern_upstream,
             },
-            (None, None) => return None,
         };
         Some(Accepted {
             ctx,
@@ -536,27 +539,27 @@ impl Relay {
         };
         let exchange =
             Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None };
-        crate::telemetry::metrics::proxied_call(target.server(), "lean");
-        let alone = caller.binding.is_some();
-        let verdict = match caller.binding {
+        target.connection().calls.lean.increment(1);
+        let alone = caller.rounds.is_some();
+        let verdict = match caller.rounds {
             None => Verdict::from(
                 shared.upstreams.call_lean(&target, &ctx, &upstream_tool, arguments.as_deref(), parsed, exchange).await,
             ),
-            Some(binding) if caller.modern_upstream => {
+            Some(ByRounds { binding, passed: true }) => {
                 let mut exchange = exchange;
                 exchange.passed = Some(PassedInput::default());
                 let called =
                     shared.upstreams.call_lean(&target, &ctx, &upstream_tool, arguments.as_deref(), parsed, exchange);
                 Verdict::from(called.await.and_then(|done| self.sealed(&binding, done)))
             }
-            Some(binding) => {
+            Some(ByRounds { binding, passed: false }) => {
                 let call = LeanCall { ctx: ctx.clone(), target, tool: upstream_tool, arguments, parsed };
                 self.by_rounds(binding, call, exchange).await
             }
         };
         match conclude(shared, &ctx, &call, &tool, true, verdict).await {
             // A 2026-07-28 caller finds `resultType` on every result.
-            Ok(done) if alone => Reply::ok(message(&request_id, Ok(&completed(&done.result)))),
+            Ok(done) if alone => Reply::ok(message(&request_id, Ok(&completed(&done)))),
             Ok(done) => Reply::ok(message(&request_id, Ok(&done.result))),
             // An error answers a request standing alone as rmcp answers it: some with their
             // own HTTP status.
@@ -575,7 +578,7 @@ impl Relay {
         input.request_state = Some(rounds::seal_passed(&shared.cursors, binding, upstream, shared.call_timeout));
         let result = serde_json::value::to_raw_value(&input)
             .map_err(|e| ProxyError::Unavailable(format!("the upstream's question: {e}")))?;
-        Ok(LeanResult { result, error_class: None, input: None })
+        Ok(LeanResult { result, error_class: None, input: None, typed: true })
     }
 
     /// A 2026-07-28 caller's call, which takes no request from the server: it runs in a task of
@@ -626,7 +629,7 @@ impl Relay {
         let key = &shared.rounds_key;
         match shared.rounds.settle(key, &shared.replica, binding, round, running, shared.call_timeout) {
             Ok(rounds::Next::Input(input)) => match serde_json::value::to_raw_value(&input) {
-                Ok(result) => Verdict::Answered(Ok(LeanResult { result, error_class: None, input: None })),
+                Ok(result) => Verdict::Answered(Ok(LeanResult { result, error_class: None, input: None, typed: true })),
                 Err(e) => Verdict::ProxyFailed(ProxyError::Unavailable(format!("the question: {e}"))),
             },
             // A result comes on the rounds only once the call was handed over.
@@ -651,11 +654,7 @@ struct Alone {
 
 impl Alone {
     fn of(headers: &HeaderMap, tool: &str, meta: &HashMap<Cow<'_, str>, &RawValue>) -> Option<Self> {
-        let mut names = headers.get_all("mcp-name").iter();
-        let name_ok = match (names.next(), names.next()) {
-            (Some(name), None) => name.to_str().ok() == Some(tool) && !tool.starts_with("=?"),
-            _ => false,
-        };
+        let name_ok = sole(headers, "mcp-name") == Some(tool) && !tool.starts_with("=?");
         let version = serde_json::from_str::<String>(meta.get(REQUEST_VERSION_META)?.get()).ok()?;
         if !name_ok || version != ALONE_VERSION || meta.contains_key(selection::SELECTED_ROOTS_KEY) {
             return None;
@@ -708,13 +707,9 @@ fn alone_status(error: &rmcp::ErrorData) -> StatusCode {
 
 /// A result as a 2026-07-28 caller gets it: with `resultType` (`complete` where the upstream
 /// left it out; one it gave is kept).
-fn completed(result: &RawValue) -> Cow<'_, RawValue> {
-    #[derive(Deserialize)]
-    struct Typed {
-        #[serde(rename = "resultType")]
-        result_type: Option<serde::de::IgnoredAny>,
-    }
-    if serde_json::from_str::<Typed>(result.get()).is_ok_and(|t| t.result_type.is_some()) {
+fn completed(done: &LeanResult) -> Cow<'_, RawValue> {
+    let result = &*done.result;
+    if done.typed {
         return Cow::Borrowed(result);
     }
     let Some(rest) = result.get().trim_start().strip_prefix('{') else { return Cow::Borrowed(result) };
@@ -722,6 +717,16 @@ fn completed(result: &RawValue) -> Cow<'_, RawValue> {
     match RawValue::from_string(format!("{{\"resultType\":\"complete\"{separator}{rest}")) {
         Ok(spliced) => Cow::Owned(spliced),
         Err(_) => Cow::Borrowed(result),
+    }
+}
+
+/// The one value of header `name`, as text (`None`: absent, repeated or not text; rmcp refuses
+/// a repeated one of the revision's own headers).
+fn sole<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok(),
+        _ => None,
     }
 }
 

@@ -69,6 +69,8 @@ pub struct Connection {
     pub(super) routes: Arc<Routes>,
     /// The upstream's lists, the sessions to tell when one changes, and subscriptions.
     pub(super) catalog: Arc<Catalog>,
+    /// Its proxied calls, counted by the path that served them.
+    pub(crate) calls: crate::telemetry::metrics::ProxiedCalls,
     /// How the running connection's requests are sent, when the lean relay may send its own.
     pub(super) wire: Arc<WireSlot>,
     pub(super) live: tokio::sync::Mutex<Option<Live>>,
@@ -90,6 +92,7 @@ impl Connection {
         caps: RelayCaps,
     ) -> Self {
         Self {
+            calls: crate::telemetry::metrics::ProxiedCalls::of(server.name.as_str()),
             server,
             executor,
             auth,

@@ -71,11 +71,11 @@ pub enum LeanTarget {
 }
 
 impl LeanTarget {
-    /// The server the call goes to.
-    pub fn server(&self) -> &str {
+    /// The connection the call goes on.
+    pub fn connection(&self) -> &Connection {
         match self {
-            Self::Http(target) => target.connection.server().as_str(),
-            Self::Peer { connection, .. } => connection.server().as_str(),
+            Self::Http(target) => &target.connection,
+            Self::Peer { connection, .. } => connection,
         }
     }
 }
@@ -97,6 +97,9 @@ pub struct LeanResult {
     /// its `input_required` (audited as asked of the caller), whose `requestState` the answer
     /// seals; `result` is the same, as it came.
     pub input: Option<rmcp::model::InputRequiredResult>,
+    /// `result` names its `resultType` (read with its shape, so a caller that needs one
+    /// finds out without reading it again).
+    pub typed: bool,
 }
 
 /// The members of a message from the upstream that matter here.
@@ -237,18 +240,15 @@ impl Upstreams {
                 return self.call_by_peer(connection, peer, ctx, tool, arguments, parsed, exchange).await;
             }
         };
-        let Exchange { downstream, timeout, cancelled, passed } = exchange;
         let connection = &target.connection;
         let call = connection.begin_call();
         let span = trace::upstream_span(connection.server().as_str(), tool, "lean");
-        let sent = (&downstream, timeout, &cancelled, passed.is_some());
-        let result = self.call_lean_inner(target, ctx, tool, arguments, sent).instrument(span).await;
+        let result = self.call_lean_inner(target, ctx, tool, arguments, &exchange).instrument(span).await;
         drop(call);
         match result {
             Err(LeanFailure::SessionGone) => {
                 // The upstream's session ended: rmcp's client opens a new one.
                 tracing::debug!(server = %connection.server(), "upstream session gone; the call goes through rmcp");
-                let exchange = Exchange { downstream, timeout, cancelled, passed };
                 self.call_by_peer(connection, &target.peer, ctx, tool, arguments, parsed, exchange).await
             }
             Err(LeanFailure::Failed(e)) => Err(e),
@@ -281,7 +281,7 @@ impl Upstreams {
             // Passed through: audited as asked of the caller where it was sent.
             rmcp::model::ServerResult::InputRequiredResult(input) => {
                 let result = serde_json::value::to_raw_value(&input).map_err(unavailable)?;
-                return Ok(LeanResult { result, error_class: None, input: Some(input) });
+                return Ok(LeanResult { result, error_class: None, input: Some(input), typed: true });
             }
             _ => return Err(unavailable("the upstream answered a call with something else")),
         };
@@ -290,19 +290,21 @@ impl Upstreams {
         let error_class =
             (result.is_error == Some(true)).then(|| crate::vocab::text::error_class(result.meta.as_ref()));
         let result = serde_json::value::to_raw_value(&result).map_err(unavailable)?;
-        Ok(LeanResult { result, error_class, input: None })
+        Ok(LeanResult { result, error_class, input: None, typed: false })
     }
 
     /// `Err(LeanFailure::SessionGone)`: the upstream session is gone and nothing was sent.
-    /// `passed`: the upstream's `input_required` is the answer (see [`Exchange::passed`]).
+    /// With [`Exchange::passed`], the upstream's `input_required` is the answer.
     async fn call_lean_inner(
         &self,
         target: &HttpTarget,
         ctx: &McpCallContext,
         tool: &str,
         arguments: Option<&RawValue>,
-        (downstream, timeout, cancelled, passed): (&Downstream, Duration, &CancellationToken, bool),
+        exchange: &Exchange,
     ) -> Result<LeanResult, LeanFailure> {
+        let Exchange { downstream, timeout, cancelled, passed } = exchange;
+        let (timeout, passed) = (*timeout, passed.is_some());
         let connection = &target.connection;
         let server = connection.server().as_str();
         let assertion = self.signer.assertion(&asserted_caller(ctx), server).map_err(|_| ProxyError::Assertion)?;
@@ -364,7 +366,7 @@ impl Upstreams {
                         .await
                         .map_err(ProxyError::Upstream)?;
                     let result = serde_json::value::to_raw_value(&input).map_err(unavailable)?;
-                    return Ok(LeanResult { result, error_class: None, input: Some(input) });
+                    return Ok(LeanResult { result, error_class: None, input: Some(input), typed: true });
                 }
                 Ended::Input(input) => {
                     let mut answers = Map::new();
@@ -626,7 +628,8 @@ fn answer(result: Box<RawValue>) -> Result<Ended, ProxyError> {
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
         crate::audit::refusal::safe_text(class.as_deref().unwrap_or("tool_error"))
     });
-    Ok(Ended::Answer(LeanResult { result, error_class, input: None }))
+    let typed = shape.result_type.is_some();
+    Ok(Ended::Answer(LeanResult { result, error_class, input: None, typed }))
 }
 
 /// Whether a tool's input schema names a request header for one of its arguments

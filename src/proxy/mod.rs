@@ -122,12 +122,12 @@ pub struct Upstreams {
     requests: AtomicUsize,
 }
 
-/// A caller without a session: tenant, user and what its client declared (`RelayCaps::key`).
-type AloneKey = (TenantId, UserId, String);
+/// A caller without a session: tenant, user and what its client declared.
+type AloneKey = (TenantId, UserId, RelayCaps);
 
 /// A snapshot resolved while the change counter stood at `epoch`.
 struct Resolved {
-    epoch: i64,
+    epoch: crate::identity::Epoch,
     at: std::time::Instant,
     snapshot: Arc<Snapshot>,
 }
@@ -273,10 +273,11 @@ impl Upstreams {
         user: UserId,
         caps: RelayCaps,
     ) -> Result<Arc<Snapshot>, StoreError> {
-        let Some(epoch) = self.changes.get().and_then(|c| c.current()) else {
+        let counter = || self.changes.get().and_then(|c| c.epoch());
+        let Some(epoch) = counter() else {
             return Ok(Arc::new(self.resolve(tenant, user, caps).await?));
         };
-        let key = (tenant, user, caps.key());
+        let key = (tenant, user, caps);
         if let Some(kept) = lock(&self.alone).get(&key)
             && kept.epoch == epoch
             && kept.at.elapsed() < ALONE_MAX_AGE
@@ -285,7 +286,7 @@ impl Upstreams {
         }
         let (fresh, settled) = self.resolve_settled(tenant, user, caps).await?;
         let fresh = Arc::new(fresh);
-        if settled && self.changes.get().and_then(|c| c.current()) == Some(epoch) {
+        if settled && counter() == Some(epoch) {
             let mut alone = lock(&self.alone);
             if alone.len() >= ALONE_MAX_ENTRIES {
                 alone.clear();

@@ -77,10 +77,18 @@ pub fn tool_call(tool: &str, outcome: &'static str, tenant: &str, elapsed: Durat
     sampled(1);
 }
 
-/// A proxied `tools/call` request served, by the path that served it (`relay`: `lean` for the
-/// lean relay, `rmcp` for rmcp's server).
-pub fn proxied_call(server: &str, relay: &'static str) {
-    metrics::counter!("scopegate_proxied_calls_total", "server" => server.to_owned(), "relay" => relay).increment(1);
+/// One upstream server's proxied `tools/call` requests, by the path that served them (`lean`:
+/// the lean relay; `rmcp`: rmcp's server): registered once, counted per call.
+pub struct ProxiedCalls {
+    pub lean: metrics::Counter,
+    pub rmcp: metrics::Counter,
+}
+
+impl ProxiedCalls {
+    pub fn of(server: &str) -> Self {
+        let counter = |relay: &'static str| metrics::counter!("scopegate_proxied_calls_total", "server" => server.to_owned(), "relay" => relay);
+        Self { lean: counter("lean"), rmcp: counter("rmcp") }
+    }
 }
 
 /// One group commit of the audit writer: how many events, how long.

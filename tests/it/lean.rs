@@ -355,11 +355,6 @@ fn elicitation(tool: &str, message: &str, key: &str, state: Option<String>) -> r
 /// a read saw the change, or the last read is too old to trust and nothing is reused.
 const CHANGE_SEEN: Duration = Duration::from_millis(300);
 
-/// The headers of a 2026-07-28 `tools/call` of `tool` standing alone.
-fn alone_headers(tool: &str) -> [(&'static str, &str); 3] {
-    [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)]
-}
-
 /// A 2026-07-28 request standing alone (no session) is served by the relay too, with what its
 /// own `_meta` says of its client: the relay's HTTP leg reaches the upstream (its own request
 /// ids), the result carries `resultType`, the audit names the request's client and no session.

@@ -779,7 +779,7 @@ async fn agent_connects_for_callers_alone(backend: Backend) {
     let (site, secret) = with_far(backend, &[]).await;
     let olivia = site.live.token_for("olivia@acme.test");
     let tool = "far__whoami_upstream";
-    let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)];
+    let headers = alone_headers(tool);
     let call = |id: i64| {
         let body = modern_call(id, tool, None).to_string();
         let (live, olivia) = (&site.live, &olivia);

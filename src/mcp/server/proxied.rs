@@ -90,7 +90,7 @@ impl GatewayServer {
             }
             _ => false,
         };
-        crate::telemetry::metrics::proxied_call(connection.server().as_str(), "rmcp");
+        connection.calls.rmcp.increment(1);
         let task_origin = (tasks && connection.speaks_modern() && !run_by_gateway).then(origin);
         let modern = connection.speaks_modern();
         if run_by_gateway {

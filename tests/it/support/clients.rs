@@ -247,6 +247,11 @@ pub fn tool_call(id: i64, tool: &str, args: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}}).to_string()
 }
 
+/// The headers of a 2026-07-28 `tools/call` of `tool` standing alone (for [`post`]).
+pub fn alone_headers(tool: &str) -> [(&'static str, &str); 3] {
+    [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)]
+}
+
 /// A self-contained `tools/call` of protocol 2026-07-28 (its client context in `_meta`),
 /// naming the client when `client` is given.
 pub fn modern_call(id: i64, tool: &str, client: Option<(&str, &str)>) -> Value {
