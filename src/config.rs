@@ -74,6 +74,17 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub telemetry: TelemetryConfig,
     pub cluster: ClusterConfig,
+    pub admin: AdminConfig,
+}
+
+/// The admin API (`/admin/v1/`) and the console (`/console`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// The `sub` of every platform administrator's token (tokens of the configured issuer
+    /// and audience, as on `/mcp`). They manage every tenant, the executors and the server
+    /// declarations; their tokens need no tenant claim.
+    pub platform_subjects: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -4,6 +4,7 @@
 //! `auth` (bearer JWT) -> `identity` (tenant, user, flock scope; the `McpCallContext`
 //! factory) -> tools. `store` owns every SQL statement; `config` and `telemetry` set up.
 
+pub mod admin;
 pub mod agent;
 pub mod app;
 pub mod audit;

@@ -58,7 +58,8 @@ impl FromStr for Role {
 }
 
 /// Whether a tenant may use the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TenantStatus {
     Active,
     Suspended,
@@ -74,7 +75,8 @@ impl TenantStatus {
 }
 
 /// Whether a user may use the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum UserStatus {
     Active,
     Disabled,

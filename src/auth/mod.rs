@@ -175,6 +175,21 @@ impl Authenticator {
 
     /// Verifies `token` (without the `Bearer ` prefix).
     pub async fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let (claims, tenant) = self.verify_token(token).await?;
+        match tenant {
+            Some(tenant) => Ok(Claims { tenant, ..claims }),
+            None => Err(AuthError::MissingTenant),
+        }
+    }
+
+    /// [`Authenticator::verify`], for a token that may name no tenant (a platform
+    /// administrator's, on the admin API): the same checks, and the tenant claim when there
+    /// is one (`Claims::tenant` is then empty).
+    pub async fn verify_any_tenant(&self, token: &str) -> Result<(Claims, Option<String>), AuthError> {
+        self.verify_token(token).await
+    }
+
+    async fn verify_token(&self, token: &str) -> Result<(Claims, Option<String>), AuthError> {
         // Unknown algorithms, `none` included, fail here: the header's `alg` must name one
         // of jsonwebtoken's algorithms.
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
@@ -203,10 +218,7 @@ impl Authenticator {
         let (Some(subject), Some(issuer)) = (text("sub"), text("iss")) else {
             return Err(AuthError::Claims);
         };
-        let tenant = match text(&self.tenant_claim) {
-            Some(t) if !t.is_empty() => t,
-            _ => return Err(AuthError::MissingTenant),
-        };
+        let tenant = text(&self.tenant_claim).filter(|t| !t.is_empty());
         let expires_at = claims.get("exp").and_then(Value::as_i64).ok_or(AuthError::Claims)?;
         if subject.is_empty() {
             return Err(AuthError::Claims);
@@ -217,7 +229,7 @@ impl Authenticator {
         if crate::store::now_millis() >= honoured_until_ms(expires_at, self.leeway_secs) {
             return Err(AuthError::Expired);
         }
-        Ok(Claims { subject, tenant, expires_at, issuer })
+        Ok((Claims { subject, tenant: String::new(), expires_at, issuer }, tenant))
     }
 }
 

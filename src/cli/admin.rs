@@ -7,11 +7,11 @@
 use clap::{Args, Subcommand};
 
 use super::CliError;
+use crate::admin::{Admin, AdminError, Authority, Caller, Collection, Done, PageQuery, Write};
 use crate::config::Config;
 use crate::model::{Role, TenantStatus, UserStatus};
-use crate::store::admin::{self, Listing};
 use crate::store::entities::GrantKind;
-use crate::store::{Db, IfMissing, StoreError, entities, roots};
+use crate::store::{Db, IfMissing, StoreError};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
@@ -339,6 +339,9 @@ pub enum RootCmd {
     },
 }
 
+/// A row of a listing: named columns, printable as a table or JSON.
+type Listing = Vec<Vec<(&'static str, String)>>;
+
 fn print(listing: &Listing, json: bool) {
     if json {
         let rows: Vec<serde_json::Map<String, serde_json::Value>> = listing
@@ -364,20 +367,53 @@ fn print(listing: &Listing, json: bool) {
     }
 }
 
-fn rows<T: serde::Serialize>(items: &[T], columns: &[&'static str]) -> Listing {
-    items
-        .iter()
-        .map(|item| {
-            let value = serde_json::to_value(item).unwrap_or_default();
-            columns
-                .iter()
-                .map(|c| {
-                    let v = &value[*c];
-                    (*c, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))
-                })
-                .collect()
-        })
-        .collect()
+/// The columns a listing of `collection` prints: (heading, member of the item).
+fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
+    match collection {
+        Collection::Tenants => &[("slug", "slug"), ("name", "name"), ("status", "status")],
+        Collection::Users { .. } => {
+            &[("subject", "subject"), ("display_name", "display_name"), ("status", "status"), ("roles", "roles")]
+        }
+        Collection::Flocks { .. } => &[("name", "name"), ("breed", "breed"), ("hen_count", "hen_count")],
+        Collection::Assignments { .. } => &[("subject", "subject"), ("flock", "flock")],
+        Collection::Executors => {
+            &[("name", "name"), ("machine", "machine"), ("run_as", "run_as"), ("kind", "kind"), ("owners", "owners")]
+        }
+        Collection::Entities { .. } => &[("name", "name"), ("server", "server"), ("declaration", "declaration")],
+        Collection::Bindings { .. } => &[("server", "server"), ("executor", "executor"), ("prefix", "prefixed")],
+        Collection::Grants { .. } => &[("server", "server"), ("role", "role"), ("kind", "kind"), ("name", "name")],
+        Collection::RootAllowances { .. } => {
+            &[("id", "id"), ("executor", "executor"), ("base", "base"), ("role", "role")]
+        }
+    }
+}
+
+/// One cell: text as it is, a list joined by commas, a flag as yes or no, anything else as JSON.
+fn cell(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
+        Value::Bool(true) => "yes".into(),
+        Value::Bool(false) => "no".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Every item of `collection`, page after page, as a listing.
+async fn listing(service: &Admin, collection: Collection) -> Result<Listing, AdminError> {
+    let mut out = Vec::new();
+    let mut query = PageQuery { limit: Some(500), after: None };
+    loop {
+        let page = service.list(&Authority::Cli, &collection, &query).await?;
+        for item in &page.items {
+            out.push(columns(&collection).iter().map(|(heading, member)| (*heading, cell(&item[*member]))).collect());
+        }
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return Ok(out),
+        }
+    }
 }
 
 pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
@@ -388,201 +424,132 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
     };
     let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
-    let result = execute(&db, args).await;
+    let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
+    let service = Admin::new(db.clone(), native);
+    let json = args.json;
+    let result = execute(&service, args.command).await;
     db.close().await;
-    let (output, json) = result?;
-    match output {
-        Output::Nothing => {}
+    match result? {
         Output::Listing(listing) => print(&listing, json),
-        // Printed only now, after the commit: a secret that was never stored is never shown.
-        Output::Secret(secret) => {
-            println!("{secret}");
-            eprintln!("This executor secret is shown only once: store it now (rotate-secret makes a new one).");
+        Output::Done(done) => {
+            for skipped in &done.skipped {
+                eprintln!("skipped: {skipped}");
+            }
+            if let Some(imported) = done.body.as_ref().and_then(|b| b.get("imported")).and_then(|i| i.as_array()) {
+                let rows: Listing = imported.iter().map(|name| vec![("entity", cell(name))]).collect();
+                print(&rows, json);
+            } else if let Some(secret) = done.secret {
+                // Printed only now, after the commit: a secret that was never stored is never shown.
+                println!("{secret}");
+                eprintln!("This executor secret is shown only once: store it now (rotate-secret makes a new one).");
+            } else if let Some(id) = done.body.as_ref().filter(|_| done.status == 201).and_then(|b| b.get("id")) {
+                // The id of a new row (a root allowance): alone on stdout.
+                println!("{}", cell(id));
+            }
         }
-        Output::Id(id) => println!("{id}"),
     }
     Ok(())
 }
 
 /// What a command prints once its transaction has committed.
 enum Output {
-    Nothing,
     Listing(Listing),
-    /// A remote executor's new secret: alone on stdout.
-    Secret(String),
-    /// The id of a new row: alone on stdout.
-    Id(String),
+    Done(Done),
 }
 
-/// Runs one command in one transaction; commits only when it succeeded.
-async fn execute(db: &Db, args: AdminArgs) -> Result<(Output, bool), StoreError> {
-    let mut tx = db.begin().await?;
-    let c = &mut *tx;
-    let mut secret = None;
-    let mut new_id = None;
-    let listing = match args.command {
+/// Runs one command through the administrative service: a listing, or one write in one
+/// transaction (audited as made by `cli`).
+async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliError> {
+    use Write as W;
+    let list = |collection: Collection| async move { listing(service, collection).await.map(Output::Listing) };
+    let write = match command {
         AdminCommand::Tenant(cmd) => match cmd {
-            TenantCmd::Create { slug, name } => admin::create_tenant(c, &slug, &name).await.map(|_| None),
-            TenantCmd::List => admin::list_tenants(c).await.map(Some),
-            TenantCmd::Suspend { slug } => {
-                admin::set_tenant_status(c, &slug, TenantStatus::Suspended).await.map(|_| None)
-            }
-            TenantCmd::Activate { slug } => {
-                admin::set_tenant_status(c, &slug, TenantStatus::Active).await.map(|_| None)
-            }
-            TenantCmd::Delete { slug } => admin::delete_tenant(c, &slug).await.map(|_| None),
+            TenantCmd::Create { slug, name } => W::CreateTenant { slug, name },
+            TenantCmd::List => return Ok(list(Collection::Tenants).await?),
+            TenantCmd::Suspend { slug } => W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Suspended) },
+            TenantCmd::Activate { slug } => W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Active) },
+            TenantCmd::Delete { slug } => W::DeleteTenant { slug },
         },
         AdminCommand::User(cmd) => match cmd {
             UserCmd::Create { tenant, subject, name, roles } => {
-                admin::create_user(c, &tenant, &subject, &name, &roles).await.map(|_| None)
+                W::CreateUser { tenant, subject, display_name: name, roles }
             }
-            UserCmd::List { tenant } => admin::list_users(c, &tenant).await.map(Some),
+            UserCmd::List { tenant } => return Ok(list(Collection::Users { tenant }).await?),
             UserCmd::Disable { tenant, subject } => {
-                admin::set_user_status(c, &tenant, &subject, UserStatus::Disabled).await.map(|_| None)
+                W::UpdateUser { tenant, subject, display_name: None, status: Some(UserStatus::Disabled), roles: None }
             }
             UserCmd::Enable { tenant, subject } => {
-                admin::set_user_status(c, &tenant, &subject, UserStatus::Active).await.map(|_| None)
+                W::UpdateUser { tenant, subject, display_name: None, status: Some(UserStatus::Active), roles: None }
             }
-            UserCmd::Delete { tenant, subject } => admin::delete_user(c, &tenant, &subject).await.map(|_| None),
+            UserCmd::Delete { tenant, subject } => W::DeleteUser { tenant, subject },
         },
         AdminCommand::Role(cmd) => match cmd {
-            RoleCmd::Add { tenant, subject, role } => admin::add_role(c, &tenant, &subject, role).await.map(|_| None),
-            RoleCmd::Remove { tenant, subject, role } => {
-                admin::remove_role(c, &tenant, &subject, role).await.map(|_| None)
-            }
+            RoleCmd::Add { tenant, subject, role } => W::AddRole { tenant, subject, role },
+            RoleCmd::Remove { tenant, subject, role } => W::RemoveRole { tenant, subject, role },
         },
         AdminCommand::Flock(cmd) => match cmd {
-            FlockCmd::Create { tenant, name, breed, hens } => {
-                admin::create_flock(c, &tenant, &name, &breed, hens).await.map(|_| None)
-            }
-            FlockCmd::List { tenant } => admin::list_flocks(c, &tenant).await.map(Some),
-            FlockCmd::Delete { tenant, name } => admin::delete_flock(c, &tenant, &name).await.map(|_| None),
+            FlockCmd::Create { tenant, name, breed, hens } => W::CreateFlock { tenant, name, breed, hen_count: hens },
+            FlockCmd::List { tenant } => return Ok(list(Collection::Flocks { tenant }).await?),
+            FlockCmd::Delete { tenant, name } => W::DeleteFlock { tenant, name },
         },
         AdminCommand::Assignment(cmd) => match cmd {
-            AssignmentCmd::Add { tenant, subject, flock } => {
-                admin::assign_flock(c, &tenant, &subject, &flock).await.map(|_| None)
-            }
-            AssignmentCmd::Remove { tenant, subject, flock } => {
-                admin::unassign_flock(c, &tenant, &subject, &flock).await.map(|_| None)
-            }
-            AssignmentCmd::List { tenant } => admin::list_assignments(c, &tenant).await.map(Some),
+            AssignmentCmd::Add { tenant, subject, flock } => W::Assign { tenant, subject, flock },
+            AssignmentCmd::Remove { tenant, subject, flock } => W::Unassign { tenant, subject, flock },
+            AssignmentCmd::List { tenant } => return Ok(list(Collection::Assignments { tenant }).await?),
         },
         AdminCommand::Executor(cmd) => match cmd {
             ExecutorCmd::Create { name, machine, user, kind, tenants } => {
-                let owners: Vec<&str> = tenants.iter().map(String::as_str).collect();
-                entities::create_executor(c, &name, &machine, &user, &kind, &owners).await.map(|s| {
-                    secret = s;
-                    None
-                })
+                W::CreateExecutor { name, machine, run_as: user, kind, owners: tenants }
             }
-            ExecutorCmd::List => entities::list_executors(c).await.map(|x| {
-                Some(
-                    x.into_iter()
-                        .map(|e| {
-                            vec![
-                                ("name", e.name),
-                                ("machine", e.machine),
-                                ("run_as", e.run_as),
-                                ("kind", e.kind),
-                                ("owners", e.owners.join(",")),
-                            ]
-                        })
-                        .collect(),
-                )
-            }),
-            ExecutorCmd::Delete { name } => entities::delete_executor(c, &name).await.map(|_| None),
-            ExecutorCmd::RotateSecret { name } => entities::rotate_executor_secret(c, &name).await.map(|s| {
-                secret = Some(s);
-                None
-            }),
-            ExecutorCmd::Owner(cmd) => match cmd {
-                OwnerCmd::Add { tenant, executor } => {
-                    entities::add_executor_owner(c, &executor, &tenant).await.map(|_| None)
-                }
-                OwnerCmd::Remove { tenant, executor } => {
-                    entities::remove_executor_owner(c, &executor, &tenant).await.map(|_| None)
-                }
-            },
+            ExecutorCmd::List => return Ok(list(Collection::Executors).await?),
+            ExecutorCmd::Delete { name } => W::DeleteExecutor { name },
+            ExecutorCmd::RotateSecret { name } => W::RotateExecutorSecret { name },
+            ExecutorCmd::Owner(OwnerCmd::Add { tenant, executor }) => W::AddExecutorOwner { executor, tenant },
+            ExecutorCmd::Owner(OwnerCmd::Remove { tenant, executor }) => W::RemoveExecutorOwner { executor, tenant },
         },
         AdminCommand::Entity(cmd) => match cmd {
             EntityCmd::Add { tenant, name, declaration } => {
-                let value: serde_json::Value = serde_json::from_str(&declaration).map_err(|e| StoreError::Invalid {
+                let declaration = serde_json::from_str(&declaration).map_err(|e| StoreError::Invalid {
                     field: "declaration",
                     message: format!("not valid JSON: {e}"),
                 })?;
-                entities::create_entity(c, &tenant, &name, &value).await.map(|_| None)
+                W::CreateEntity { tenant, name, declaration }
             }
             EntityCmd::Import { tenant, under, file } => {
                 let text = std::fs::read_to_string(&file)
                     .map_err(|e| StoreError::Invalid { field: "file", message: format!("{}: {e}", file.display()) })?;
-                let parsed = crate::decl::parse_declarations(&text)
-                    .map_err(|e| StoreError::Invalid { field: "file", message: e.to_string() })?;
-                for error in &parsed.errors {
-                    eprintln!("skipped: {error}");
-                }
-                let mut imported = Vec::new();
-                for server in &parsed.servers {
-                    let name = format!("{under}/mcp-servers/{}", server.name);
-                    entities::create_entity(c, &tenant, &name, &server.to_json()).await?;
-                    imported.push(vec![("entity", name)]);
-                }
-                Ok(Some(imported))
+                W::ImportEntities { tenant, under, text }
             }
-            EntityCmd::List { tenant } => {
-                entities::list_entities(c, &tenant).await.map(|x| Some(rows(&x, &["name", "server", "declaration"])))
-            }
-            EntityCmd::Delete { tenant, name } => entities::delete_entity(c, &tenant, &name).await.map(|_| None),
+            EntityCmd::List { tenant } => return Ok(list(Collection::Entities { tenant }).await?),
+            EntityCmd::Delete { tenant, name } => W::DeleteEntity { tenant, name },
         },
         AdminCommand::Binding(cmd) => match cmd {
             BindingCmd::Set { tenant, server, executor, no_prefix } => {
-                let native: Vec<&str> = crate::tools::TOOLS.iter().map(|t| t.name).collect();
-                let unprefixed_beside = no_prefix.then_some(native.as_slice());
-                entities::bind_server_with_prefix(c, &tenant, &server, &executor, unprefixed_beside).await.map(|_| None)
+                W::SetBinding { tenant, server, executor, prefixed: !no_prefix }
             }
-            BindingCmd::List { tenant } => entities::list_bindings(c, &tenant).await.map(|x| {
-                Some(
-                    x.into_iter()
-                        .map(|b| {
-                            let prefix = if b.prefixed { "yes" } else { "no" };
-                            vec![("server", b.server), ("executor", b.executor), ("prefix", prefix.to_owned())]
-                        })
-                        .collect(),
-                )
-            }),
-            BindingCmd::Delete { tenant, server } => entities::unbind_server(c, &tenant, &server).await.map(|_| None),
+            BindingCmd::List { tenant } => return Ok(list(Collection::Bindings { tenant }).await?),
+            BindingCmd::Delete { tenant, server } => W::DeleteBinding { tenant, server },
         },
         AdminCommand::Grant(cmd) => match cmd {
-            GrantCmd::Add(g) => entities::grant(c, &g.tenant, &g.server, g.role, g.kind, &g.name).await.map(|_| None),
-            GrantCmd::List { tenant } => {
-                entities::list_grants(c, &tenant).await.map(|x| Some(rows(&x, &["server", "role", "kind", "name"])))
+            GrantCmd::Add(g) => {
+                W::CreateGrant { tenant: g.tenant, server: g.server, role: g.role, kind: g.kind, name: g.name }
             }
+            GrantCmd::List { tenant } => return Ok(list(Collection::Grants { tenant }).await?),
             GrantCmd::Delete(g) => {
-                entities::revoke(c, &g.tenant, &g.server, g.role, g.kind, &g.name).await.map(|_| None)
+                W::DeleteGrant { tenant: g.tenant, server: g.server, role: g.role, kind: g.kind, name: g.name }
             }
         },
         AdminCommand::Root(cmd) => match cmd {
-            RootCmd::Allow { tenant, executor, under, role } => {
-                roots::allow_root(c, &tenant, &executor, &under, role).await.map(|id| {
-                    new_id = Some(id.to_string());
-                    None
-                })
+            RootCmd::Allow { tenant, executor, under, role } => W::AllowRoot { tenant, executor, base: under, role },
+            RootCmd::List { tenant, executor } => {
+                return Ok(list(Collection::RootAllowances { tenant, executor }).await?);
             }
-            RootCmd::List { tenant, executor } => roots::list_root_allowances(c, &tenant, executor.as_deref())
-                .await
-                .map(|x| Some(rows(&x, &["id", "executor", "base", "role"]))),
-            RootCmd::Delete { tenant, id } => roots::delete_root_allowance(c, &tenant, &id).await.map(|_| None),
+            RootCmd::Delete { tenant, id } => W::DeleteRoot { tenant, id },
         },
-        // Dispatched by `run` before any transaction is opened.
+        // Dispatched by `run` before the service is built.
         AdminCommand::Oauth(_) => {
-            Err(StoreError::Invalid { field: "command", message: "`admin oauth` runs outside this transaction".into() })
+            return Err(CliError::Usage("`admin oauth` runs outside the administrative service".into()));
         }
-    }?;
-    tx.commit().await?;
-    let output = match (listing, secret, new_id) {
-        (Some(listing), _, _) => Output::Listing(listing),
-        (None, Some(secret), _) => Output::Secret(secret),
-        (None, None, Some(id)) => Output::Id(id),
-        (None, None, None) => Output::Nothing,
     };
-    Ok((output, args.json))
+    Ok(Output::Done(service.write(&Caller::cli(&Authority::Cli), write).await?))
 }

@@ -72,6 +72,8 @@ pub enum CliError {
     Telemetry(#[from] crate::telemetry::TraceSetupError),
     #[error(transparent)]
     Export(#[from] crate::audit::export::ExportError),
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
 }
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {

@@ -27,6 +27,10 @@ pub async fn run(config_file: Option<&Path>, args: ServeArgs) -> Result<(), CliE
     if let Some(listen) = args.listen {
         figment = figment.merge(Serialized::default("server.listen", listen));
     }
+    if args.demo {
+        // The demo's platform administrator (its token is printed with the others).
+        figment = figment.adjoin(Serialized::default("admin.platform_subjects", [demo::DEMO_PLATFORM_ADMIN]));
+    }
     let config = Config::from_figment(figment)?;
     if args.demo && config.auth.hs256_secret.is_empty() {
         return Err(CliError::Usage(
@@ -65,5 +69,7 @@ async fn print_demo(gateway: &Gateway) -> Result<(), CliError> {
         let roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         println!("  {tenant:<7} {subject:<20} {:<8} {token}", roles.join(","));
     }
+    let platform = dev_token(&state.config, "", demo::DEMO_PLATFORM_ADMIN, ttl)?;
+    println!("  {:<7} {:<20} {:<8} {platform}", "-", demo::DEMO_PLATFORM_ADMIN, "platform");
     Ok(())
 }

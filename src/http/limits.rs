@@ -91,7 +91,7 @@ impl RateLimiter {
         }
     }
 
-    fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
+    pub(crate) fn admit(&self, tenant: TenantId, user: UserId) -> Result<(), (&'static str, f64)> {
         let (u, t) = (self.user, self.tenant);
         let now = Instant::now();
         check(&self.users, (tenant, user), u.rate, u.burst, now).map_err(|w| ("user", w))?;

@@ -2,6 +2,7 @@
 //! and the app-wide state they share. Decides nothing about identity; mounts the gate. The
 //! gateway is built, run and shut down in `app`.
 
+mod admin;
 mod agent_link;
 mod executors;
 mod health;
@@ -108,8 +109,16 @@ where
     let limiter = Arc::new(limits::RateLimiter::new(&state.config.limits, refusals));
     let gate = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(Arc::clone(&state.gate), authenticate))
-        .layer(middleware::from_fn_with_state(limiter, limits::limit));
+        .layer(middleware::from_fn_with_state(Arc::clone(&limiter), limits::limit));
     let gated = Router::new().route_service("/mcp", gate.clone().service(mcp)).merge(protected.layer(gate));
+    let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
+    let (admin_routes, _) = admin::router(admin::AdminApi {
+        admin: crate::admin::Admin::new(state.db.clone(), native),
+        authenticator: Arc::clone(&state.gate.authenticator),
+        platform: state.config.admin.platform_subjects.clone().into(),
+        limiter: Arc::clone(&limiter),
+        resource_metadata_url: state.gate.resource_metadata_url.clone(),
+    });
     let mut public = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -135,7 +144,7 @@ where
             }),
         );
     }
-    let routes = public.merge(gated).fallback(crate::error_body::not_found);
+    let routes = public.merge(gated).merge(admin_routes).fallback(crate::error_body::not_found);
 
     let origins =
         Arc::new(OriginPolicy { own: state.config.public_url(), allowed: state.config.server.allowed_origins.clone() });

@@ -107,6 +107,63 @@ pub async fn set_tenant_status(conn: &mut AnyConnection, slug: &str, status: Ten
     Ok(())
 }
 
+pub async fn rename_tenant(conn: &mut AnyConnection, slug: &str, name: &str) -> Result<(), StoreError> {
+    validate_text("name", name, 200)?;
+    let done =
+        sqlx::query("UPDATE tenants SET name = $1 WHERE slug = $2").bind(name).bind(slug).execute(&mut *conn).await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("tenant `{slug}` does not exist")));
+    }
+    Ok(())
+}
+
+/// Changes what is given of a user: display name, status, roles (the whole set, at least one).
+pub async fn update_user(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    subject: &str,
+    display_name: Option<&str>,
+    status: Option<UserStatus>,
+    roles: Option<&[Role]>,
+) -> Result<(), StoreError> {
+    if let Some(name) = display_name {
+        validate_text("display_name", name, 200)?;
+    }
+    if roles.is_some_and(<[Role]>::is_empty) {
+        return Err(StoreError::Invalid { field: "roles", message: "must name at least one role".into() });
+    }
+    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
+    let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    if let Some(name) = display_name {
+        sqlx::query("UPDATE users SET display_name = $1 WHERE tenant_id = $2 AND id = $3")
+            .bind(name)
+            .bind(tenant)
+            .bind(user)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if let Some(status) = status {
+        sqlx::query("UPDATE users SET status = $1 WHERE tenant_id = $2 AND id = $3")
+            .bind(status.as_str())
+            .bind(tenant)
+            .bind(user)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if let Some(roles) = roles {
+        let mut wanted = roles.to_vec();
+        wanted.sort();
+        wanted.dedup();
+        sqlx::query("DELETE FROM user_roles WHERE tenant_id = $1 AND user_id = $2")
+            .bind(tenant)
+            .bind(user)
+            .execute(&mut *conn)
+            .await?;
+        insert_user_roles(conn, tenant, user, &wanted).await?;
+    }
+    Ok(())
+}
+
 /// Creates a user with its roles in one transaction.
 pub async fn create_user(
     conn: &mut AnyConnection,
@@ -259,73 +316,25 @@ pub async fn unassign_flock(
     Ok(())
 }
 
-/// A row of an administrative listing: named columns, printable as a table or JSON.
-pub type Listing = Vec<Vec<(&'static str, String)>>;
-
-async fn listing(
-    conn: &mut AnyConnection,
-    sql: &'static str,
-    binds: &[&str],
-    columns: &[&'static str],
-) -> Result<Listing, StoreError> {
-    let mut query = sqlx::query(sql);
-    for b in binds {
-        query = query.bind(b.to_string());
-    }
-    let rows = query.fetch_all(conn).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut cells = Vec::with_capacity(columns.len());
-        for (i, name) in columns.iter().enumerate() {
-            cells.push((*name, sqlx::Row::try_get::<String, _>(&row, i)?));
-        }
-        out.push(cells);
-    }
-    Ok(out)
-}
-
-pub async fn list_tenants(conn: &mut AnyConnection) -> Result<Listing, StoreError> {
-    listing(conn, "SELECT slug, name, status FROM tenants ORDER BY slug", &[], &["slug", "name", "status"]).await
-}
-
-/// Deletes a tenant and everything it owns. Its audit trail is kept only by refusing: a
-/// tenant with audit events can't be deleted (suspend it instead).
+/// Deletes a tenant and everything it owns. Its audit trail is kept by refusing: a tenant
+/// whose chain holds any event but administrative ones (its own set-up: `admin.*`) can't be
+/// deleted (suspend it instead). A tenant that was set up and never used goes with its chain.
 pub async fn delete_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), StoreError> {
     let tenant = tenant_id_by_slug(&mut *conn, slug).await?;
-    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_events WHERE tenant_id = $1")
-        .bind(tenant)
-        .fetch_one(&mut *conn)
-        .await?;
+    let events: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM audit_events WHERE tenant_id = $1 AND action NOT LIKE 'admin.%'")
+            .bind(tenant)
+            .fetch_one(&mut *conn)
+            .await?;
     if events > 0 {
         return Err(StoreError::Conflict(format!(
             "tenant `{slug}` has {events} audit events; suspend it instead of deleting its trail"
         )));
     }
+    sqlx::query("DELETE FROM audit_events WHERE tenant_id = $1").bind(tenant).execute(&mut *conn).await?;
+    sqlx::query("DELETE FROM audit_heads WHERE tenant_id = $1").bind(tenant).execute(&mut *conn).await?;
     sqlx::query("DELETE FROM tenants WHERE id = $1").bind(tenant).execute(conn).await?;
     Ok(())
-}
-
-pub async fn list_users(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Listing, StoreError> {
-    let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
-    let users: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT subject, display_name, status FROM users WHERE tenant_id = $1 ORDER BY subject")
-            .bind(tenant)
-            .fetch_all(&mut *conn)
-            .await?;
-    let roles: Vec<(String, String)> = sqlx::query_as(
-        "SELECT u.subject, r.role FROM user_roles r JOIN users u ON u.id = r.user_id \
-          WHERE r.tenant_id = $1 ORDER BY u.subject, r.role",
-    )
-    .bind(tenant)
-    .fetch_all(conn)
-    .await?;
-    Ok(users
-        .into_iter()
-        .map(|(subject, name, status)| {
-            let mine: Vec<&str> = roles.iter().filter(|(s, _)| *s == subject).map(|(_, r)| r.as_str()).collect();
-            vec![("subject", subject.clone()), ("display_name", name), ("status", status), ("roles", mine.join(","))]
-        })
-        .collect())
 }
 
 pub async fn delete_user(conn: &mut AnyConnection, tenant_slug: &str, subject: &str) -> Result<(), StoreError> {
@@ -371,34 +380,9 @@ pub async fn remove_role(
     Ok(())
 }
 
-pub async fn list_flocks(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Listing, StoreError> {
-    tenant_id_by_slug(&mut *conn, tenant_slug).await?;
-    listing(
-        conn,
-        "SELECT f.name, f.breed, CAST(f.hen_count AS TEXT) FROM flocks f JOIN tenants t ON t.id = f.tenant_id \
-          WHERE t.slug = $1 ORDER BY f.name",
-        &[tenant_slug],
-        &["name", "breed", "hen_count"],
-    )
-    .await
-}
-
 pub async fn delete_flock(conn: &mut AnyConnection, tenant_slug: &str, name: &str) -> Result<(), StoreError> {
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     let flock = flock_id_by_name(&mut *conn, tenant, name).await?;
     sqlx::query("DELETE FROM flocks WHERE tenant_id = $1 AND id = $2").bind(tenant).bind(flock).execute(conn).await?;
     Ok(())
-}
-
-pub async fn list_assignments(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Listing, StoreError> {
-    tenant_id_by_slug(&mut *conn, tenant_slug).await?;
-    listing(
-        conn,
-        "SELECT u.subject, f.name FROM flock_assignments a \
-           JOIN users u ON u.id = a.user_id JOIN flocks f ON f.id = a.flock_id \
-           JOIN tenants t ON t.id = a.tenant_id WHERE t.slug = $1 ORDER BY u.subject, f.name",
-        &[tenant_slug],
-        &["subject", "flock"],
-    )
-    .await
 }

@@ -16,6 +16,9 @@ pub struct DemoUser(
     pub &'static [&'static str],
 );
 
+/// The demo's platform administrator (`serve --demo` lists it in `admin.platform_subjects`).
+pub const DEMO_PLATFORM_ADMIN: &str = "ops@platform.test";
+
 pub const DEMO_USERS: &[DemoUser] = &[
     DemoUser("acme", "olivia@acme.test", "Olivia Owner", &[Role::Owner], &[]),
     DemoUser("acme", "wanda@acme.test", "Wanda Worker", &[Role::Worker], &["north-barn"]),

@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod admin_api;
 mod agent;
 mod auth;
 mod checkpoints;

@@ -1,0 +1,122 @@
+//! The administrative service: every act of `scopegate admin` and of the admin API
+//! (`/admin/v1/`), in one place, so the two can't drift. Each act names what it needs
+//! ([`Need`]) and is refused before anything is read unless the caller's [`Authority`] has it.
+//! A write runs in one transaction: the change, its audit event in each affected tenant's
+//! chain (who, what, the digests of the resource before and after) and, with an idempotency
+//! key, the answer a retry gets, all commit together or not at all.
+
+mod authority;
+mod idempotency;
+pub mod read;
+pub mod views;
+mod write;
+
+use sqlx::AnyConnection;
+
+pub use authority::{Authority, Member, Need};
+pub use idempotency::Idempotency;
+pub use read::{Collection, Target};
+pub use views::*;
+pub use write::{Caller, Done, Write};
+
+use crate::store::{Db, StoreError};
+
+/// Why an administrative act was refused. Each maps to one HTTP status and names, where it
+/// can, the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The caller's authority does not cover the act (its own tenant, the wrong role).
+    #[error("this act needs another role")]
+    Forbidden,
+    /// No such resource, or one of another tenant (answered alike).
+    #[error("{0}")]
+    NotFound(String),
+    #[error("invalid {field}: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error("{0}")]
+    Conflict(String),
+    /// `If-Match` names another version than the current one (or the resource is gone).
+    #[error("the resource is not the version If-Match names")]
+    PreconditionFailed,
+    /// An `Idempotency-Key` sent again with another request.
+    #[error("this Idempotency-Key was used with another request")]
+    KeyReused,
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for AdminError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => AdminError::NotFound(m),
+            StoreError::Conflict(m) => AdminError::Conflict(m),
+            StoreError::Invalid { field, message } => AdminError::Invalid { field, message },
+            other => AdminError::Store(other),
+        }
+    }
+}
+
+impl From<sqlx::Error> for AdminError {
+    fn from(e: sqlx::Error) -> Self {
+        AdminError::Store(StoreError::Sql(e))
+    }
+}
+
+/// The administrative service over one database.
+#[derive(Clone)]
+pub struct Admin {
+    db: Db,
+    /// The gateway's native tool names: an unprefixed binding must not shadow one.
+    native_tools: std::sync::Arc<[String]>,
+}
+
+impl Admin {
+    pub fn new(db: Db, native_tools: Vec<String>) -> Self {
+        Self { db, native_tools: native_tools.into() }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// One resource with its entity tag, if `who` may read it.
+    pub async fn get(&self, who: &Authority, target: &Target) -> Result<Tagged, AdminError> {
+        who.authorize(target.need())?;
+        let mut conn = self.db.begin_read().await?;
+        let view = target.view(&mut conn).await?.ok_or_else(|| AdminError::NotFound(target.missing()))?;
+        Ok(Tagged::new(view))
+    }
+
+    /// One page of a collection, if `who` may read it.
+    pub async fn list(&self, who: &Authority, collection: &Collection, page: &PageQuery) -> Result<Page, AdminError> {
+        who.authorize(collection.need())?;
+        let mut conn = self.db.begin_read().await?;
+        collection.page(&mut conn, page).await
+    }
+}
+
+/// A resource's representation and its entity tag: the SHA-256 of its canonical JSON, so the
+/// tag changes exactly when the representation does, and the audit trail's before and after
+/// digests are the tags a client saw.
+#[derive(Debug, Clone)]
+pub struct Tagged {
+    pub view: serde_json::Value,
+    pub etag: String,
+}
+
+impl Tagged {
+    pub fn new(view: serde_json::Value) -> Self {
+        let etag = digest(&view);
+        Self { view, etag }
+    }
+}
+
+/// The digest of a representation (hex SHA-256 of its canonical JSON).
+pub fn digest(view: &serde_json::Value) -> String {
+    crate::vocab::digest::sha256_hex(crate::vocab::digest::canonical_json(view).as_bytes())
+}
+
+/// The tenant's id, or NotFound.
+async fn tenant_id(conn: &mut AnyConnection, slug: &str) -> Result<crate::store::TenantId, AdminError> {
+    Ok(crate::store::admin::tenant_id_by_slug(conn, slug).await?)
+}

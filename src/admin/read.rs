@@ -1,0 +1,429 @@
+//! Reading resources: one by its key ([`Target`]) or a page of a collection
+//! ([`Collection`]). Every read names what it needs; [`super::Admin`] checks that first.
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{AnyConnection, Row as _};
+
+use super::views::*;
+use super::{AdminError, Need};
+use crate::store::{StoreError, TenantId, entities, roots};
+
+/// One resource, by its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Tenant { slug: String },
+    User { tenant: String, subject: String },
+    Flock { tenant: String, name: String },
+    Assignment { tenant: String, subject: String, flock: String },
+    Executor { name: String },
+    Entity { tenant: String, name: String },
+    Binding { tenant: String, server: String },
+    Grant { tenant: String, id: String },
+    RootAllowance { tenant: String, id: String },
+}
+
+/// A collection of resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Collection {
+    Tenants,
+    Users { tenant: String },
+    Flocks { tenant: String },
+    Assignments { tenant: String },
+    Executors,
+    Entities { tenant: String },
+    Bindings { tenant: String },
+    Grants { tenant: String },
+    RootAllowances { tenant: String, executor: Option<String> },
+}
+
+/// The characters a path segment keeps as they are: RFC 3986's unreserved ones.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+fn seg(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+fn to_value<T: Serialize>(view: T) -> Value {
+    // The views are plain structs of text, numbers and JSON values: they always serialize.
+    serde_json::to_value(view).unwrap_or(Value::Null)
+}
+
+/// A grant's id: its key (server, role, kind, name), encoded as a cursor is.
+pub fn grant_id(server: &str, role: &str, kind: &str, name: &str) -> String {
+    cursor_after(&[server, role, kind, name])
+}
+
+/// The key a grant id stands for.
+pub fn grant_key(id: &str) -> Option<[String; 4]> {
+    let query = PageQuery { limit: None, after: Some(id.to_owned()) };
+    let parts = query.cursor(4).ok()??;
+    parts.try_into().ok()
+}
+
+/// The tenant's id, or `None` when there is no such tenant.
+async fn tenant_of(conn: &mut AnyConnection, slug: &str) -> Result<Option<TenantId>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT id FROM tenants WHERE slug = $1").bind(slug).fetch_optional(conn).await?)
+}
+
+impl Target {
+    /// What reading it needs.
+    pub fn need(&self) -> Need<'_> {
+        match self {
+            Target::Tenant { slug } => Need::Manage(slug),
+            Target::Executor { .. } => Need::Platform,
+            Target::Entity { tenant, .. } => Need::PlatformOver(tenant),
+            Target::User { tenant, .. }
+            | Target::Flock { tenant, .. }
+            | Target::Assignment { tenant, .. }
+            | Target::Binding { tenant, .. }
+            | Target::Grant { tenant, .. }
+            | Target::RootAllowance { tenant, .. } => Need::Manage(tenant),
+        }
+    }
+
+    /// The tenant it belongs to (none for an executor).
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Target::Tenant { slug } => Some(slug),
+            Target::Executor { .. } => None,
+            Target::User { tenant, .. }
+            | Target::Flock { tenant, .. }
+            | Target::Assignment { tenant, .. }
+            | Target::Entity { tenant, .. }
+            | Target::Binding { tenant, .. }
+            | Target::Grant { tenant, .. }
+            | Target::RootAllowance { tenant, .. } => Some(tenant),
+        }
+    }
+
+    /// Its path below `/admin/v1/`, each segment percent-encoded.
+    pub fn path(&self) -> String {
+        let t = |tenant: &str, rest: String| format!("tenants/{}/{rest}", seg(tenant));
+        match self {
+            Target::Tenant { slug } => format!("tenants/{}", seg(slug)),
+            Target::User { tenant, subject } => t(tenant, format!("users/{}", seg(subject))),
+            Target::Flock { tenant, name } => t(tenant, format!("flocks/{}", seg(name))),
+            Target::Assignment { tenant, subject, flock } => {
+                t(tenant, format!("assignments/{}/{}", seg(subject), seg(flock)))
+            }
+            Target::Executor { name } => format!("executors/{}", seg(name)),
+            Target::Entity { tenant, name } => t(tenant, format!("entities/{}", seg(name))),
+            Target::Binding { tenant, server } => t(tenant, format!("bindings/{}", seg(server))),
+            Target::Grant { tenant, id } => t(tenant, format!("grants/{}", seg(id))),
+            Target::RootAllowance { tenant, id } => t(tenant, format!("root-allowances/{}", seg(id))),
+        }
+    }
+
+    /// What a NotFound says of it.
+    pub fn missing(&self) -> String {
+        match self {
+            Target::Tenant { slug } => format!("tenant `{slug}` does not exist"),
+            Target::User { subject, .. } => format!("user `{subject}` does not exist in this tenant"),
+            Target::Flock { name, .. } => format!("flock `{name}` does not exist in this tenant"),
+            Target::Assignment { subject, flock, .. } => format!("`{subject}` is not assigned to `{flock}`"),
+            Target::Executor { name } => format!("executor `{name}` does not exist"),
+            Target::Entity { name, .. } => format!("entity `{name}` does not exist in this tenant"),
+            Target::Binding { server, .. } => format!("server `{server}` is not bound in this tenant"),
+            Target::Grant { id, .. } => format!("grant `{id}` does not exist in this tenant"),
+            Target::RootAllowance { id, .. } => format!("root allowance `{id}` does not exist in this tenant"),
+        }
+    }
+
+    /// Its representation, or `None` when it does not exist.
+    pub async fn view(&self, conn: &mut AnyConnection) -> Result<Option<Value>, AdminError> {
+        if let Target::Tenant { slug } = self {
+            let row = sqlx::query("SELECT slug, name, status, created_at FROM tenants WHERE slug = $1")
+                .bind(slug)
+                .fetch_optional(&mut *conn)
+                .await?;
+            return row.map(|r| tenant_row(&r).map(to_value)).transpose();
+        }
+        if let Target::Executor { name } = self {
+            return Ok(executors(conn, Some(name)).await?.into_iter().next().map(to_value));
+        }
+        let Some(slug) = self.tenant() else { return Ok(None) };
+        let Some(tenant) = tenant_of(&mut *conn, slug).await? else { return Ok(None) };
+        let view = match self {
+            Target::User { subject, .. } => users(conn, tenant, Some(subject), None, 1).await?.pop().map(to_value),
+            Target::Flock { name, .. } => {
+                flocks(conn, tenant).await?.into_iter().find(|f| f.name == *name).map(to_value)
+            }
+            Target::Assignment { subject, flock, .. } => {
+                let found: Option<(String, String)> = sqlx::query_as(
+                    "SELECT u.subject, f.name FROM flock_assignments a \
+                       JOIN users u ON u.id = a.user_id JOIN flocks f ON f.id = a.flock_id \
+                      WHERE a.tenant_id = $1 AND u.subject = $2 AND f.name = $3",
+                )
+                .bind(tenant)
+                .bind(subject)
+                .bind(flock)
+                .fetch_optional(&mut *conn)
+                .await?;
+                found.map(|(subject, flock)| to_value(AssignmentView { subject, flock }))
+            }
+            Target::Entity { name, .. } => {
+                entities(conn, slug).await?.into_iter().find(|e| e.name == *name).map(to_value)
+            }
+            Target::Binding { server, .. } => {
+                bindings(conn, slug).await?.into_iter().find(|b| b.server == *server).map(to_value)
+            }
+            Target::Grant { id, .. } => grants(conn, slug).await?.into_iter().find(|g| g.id == *id).map(to_value),
+            Target::RootAllowance { id, .. } => {
+                root_allowances(conn, slug, None).await?.into_iter().find(|a| a.id == *id).map(to_value)
+            }
+            Target::Tenant { .. } | Target::Executor { .. } => None,
+        };
+        Ok(view)
+    }
+}
+
+impl Collection {
+    pub fn need(&self) -> Need<'_> {
+        match self {
+            Collection::Tenants | Collection::Executors => Need::Platform,
+            Collection::Entities { tenant } => Need::PlatformOver(tenant),
+            Collection::Users { tenant }
+            | Collection::Flocks { tenant }
+            | Collection::Assignments { tenant }
+            | Collection::Bindings { tenant }
+            | Collection::Grants { tenant }
+            | Collection::RootAllowances { tenant, .. } => Need::Manage(tenant),
+        }
+    }
+
+    /// One page, in key order.
+    pub async fn page(&self, conn: &mut AnyConnection, query: &PageQuery) -> Result<Page, AdminError> {
+        let limit = query.limit()?;
+        let tenant = match self {
+            Collection::Tenants | Collection::Executors => None,
+            Collection::Users { tenant }
+            | Collection::Flocks { tenant }
+            | Collection::Assignments { tenant }
+            | Collection::Entities { tenant }
+            | Collection::Bindings { tenant }
+            | Collection::Grants { tenant }
+            | Collection::RootAllowances { tenant, .. } => Some(
+                tenant_of(&mut *conn, tenant)
+                    .await?
+                    .ok_or_else(|| AdminError::NotFound(format!("tenant `{tenant}` does not exist")))?,
+            ),
+        };
+        // Collections that can grow large are paged by the database, on their key; the
+        // others (a tenant's flocks, servers, grants, allowances; the executors) are read
+        // whole and paged here.
+        let keyed: Vec<(Vec<String>, Value)> = match (self, tenant) {
+            (Collection::Tenants, _) => {
+                let after = query.cursor(1)?.map(|k| k[0].clone()).unwrap_or_default();
+                let rows = sqlx::query(
+                    "SELECT slug, name, status, created_at FROM tenants WHERE slug > $1 ORDER BY slug LIMIT $2",
+                )
+                .bind(after)
+                .bind(i64::from(limit) + 1)
+                .fetch_all(&mut *conn)
+                .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let t = tenant_row(r)?;
+                    out.push((vec![t.slug.clone()], to_value(t)));
+                }
+                return Ok(finish(out, limit));
+            }
+            (Collection::Users { .. }, Some(tenant)) => {
+                let after = query.cursor(1)?.map(|k| k[0].clone());
+                let users = users(conn, tenant, None, after.as_deref(), limit + 1).await?;
+                let out = users.into_iter().map(|u| (vec![u.subject.clone()], to_value(u))).collect();
+                return Ok(finish(out, limit));
+            }
+            (Collection::Assignments { .. }, Some(tenant)) => {
+                let (subject, flock) = match query.cursor(2)? {
+                    Some(k) => (k[0].clone(), k[1].clone()),
+                    None => (String::new(), String::new()),
+                };
+                let rows: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT u.subject, f.name FROM flock_assignments a \
+                       JOIN users u ON u.id = a.user_id JOIN flocks f ON f.id = a.flock_id \
+                      WHERE a.tenant_id = $1 AND (u.subject > $2 OR (u.subject = $2 AND f.name > $3)) \
+                      ORDER BY u.subject, f.name LIMIT $4",
+                )
+                .bind(tenant)
+                .bind(subject)
+                .bind(flock)
+                .bind(i64::from(limit) + 1)
+                .fetch_all(&mut *conn)
+                .await?;
+                let out = rows
+                    .into_iter()
+                    .map(|(subject, flock)| {
+                        (vec![subject.clone(), flock.clone()], to_value(AssignmentView { subject, flock }))
+                    })
+                    .collect();
+                return Ok(finish(out, limit));
+            }
+            (Collection::Executors, _) => {
+                executors(conn, None).await?.into_iter().map(|x| (vec![x.name.clone()], to_value(x))).collect()
+            }
+            (Collection::Flocks { .. }, Some(tenant)) => {
+                flocks(conn, tenant).await?.into_iter().map(|f| (vec![f.name.clone()], to_value(f))).collect()
+            }
+            (Collection::Entities { tenant: slug }, Some(_)) => {
+                entities(conn, slug).await?.into_iter().map(|e| (vec![e.name.clone()], to_value(e))).collect()
+            }
+            (Collection::Bindings { tenant: slug }, Some(_)) => {
+                bindings(conn, slug).await?.into_iter().map(|b| (vec![b.server.clone()], to_value(b))).collect()
+            }
+            (Collection::Grants { tenant: slug }, Some(_)) => grants(conn, slug)
+                .await?
+                .into_iter()
+                .map(|g| (vec![g.server.clone(), g.role.clone(), g.kind.clone(), g.name.clone()], to_value(g)))
+                .collect(),
+            (Collection::RootAllowances { tenant: slug, executor }, Some(_)) => {
+                root_allowances(conn, slug, executor.as_deref())
+                    .await?
+                    .into_iter()
+                    .map(|a| (vec![a.executor.clone(), a.base.clone(), a.role.clone(), a.id.clone()], to_value(a)))
+                    .collect()
+            }
+            (_, None) => return Err(AdminError::NotFound("no such collection".into())),
+        };
+        let mut keyed = keyed;
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        let parts = match self {
+            Collection::Grants { .. } | Collection::RootAllowances { .. } => 4,
+            _ => 1,
+        };
+        if let Some(after) = query.cursor(parts)? {
+            keyed.retain(|(k, _)| *k > after);
+        }
+        keyed.truncate(limit as usize + 1);
+        Ok(finish(keyed, limit))
+    }
+}
+
+/// `rows` holds up to `limit + 1` items: a page of `limit`, and a cursor when there is more.
+fn finish(mut rows: Vec<(Vec<String>, Value)>, limit: u32) -> Page {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(|(k, _)| cursor_after(&k.iter().map(String::as_str).collect::<Vec<_>>()))
+    } else {
+        None
+    };
+    Page { items: rows.into_iter().map(|(_, v)| v).collect(), next }
+}
+
+fn tenant_row(r: &sqlx::any::AnyRow) -> Result<TenantView, AdminError> {
+    Ok(TenantView {
+        slug: r.try_get("slug")?,
+        name: r.try_get("name")?,
+        status: r.try_get("status")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+/// Users of a tenant in subject order: the one named `subject`, or up to `limit` after `after`.
+async fn users(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    subject: Option<&str>,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<UserView>, AdminError> {
+    let rows = sqlx::query(
+        "SELECT u.subject, u.display_name, u.status, u.created_at, \
+                (SELECT string_agg(r.role, ',') FROM user_roles r \
+                  WHERE r.tenant_id = u.tenant_id AND r.user_id = u.id) AS roles \
+           FROM users u \
+          WHERE u.tenant_id = $1 AND ($2 = '' OR u.subject = $2) AND u.subject > $3 ORDER BY u.subject LIMIT $4",
+    )
+    .bind(tenant)
+    .bind(subject.unwrap_or_default())
+    .bind(after.unwrap_or_default())
+    .bind(i64::from(limit))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let roles: Option<String> = r.try_get("roles")?;
+        let mut roles: Vec<String> =
+            roles.unwrap_or_default().split(',').filter(|r| !r.is_empty()).map(str::to_owned).collect();
+        roles.sort_by_key(|r| r.parse::<crate::model::Role>().ok());
+        out.push(UserView {
+            subject: r.try_get("subject")?,
+            display_name: r.try_get("display_name")?,
+            status: r.try_get("status")?,
+            roles,
+            created_at: r.try_get("created_at")?,
+        });
+    }
+    Ok(out)
+}
+
+async fn flocks(conn: &mut AnyConnection, tenant: TenantId) -> Result<Vec<FlockView>, AdminError> {
+    let rows: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT name, breed, hen_count FROM flocks WHERE tenant_id = $1 ORDER BY name")
+            .bind(tenant)
+            .fetch_all(conn)
+            .await?;
+    Ok(rows.into_iter().map(|(name, breed, hen_count)| FlockView { name, breed, hen_count }).collect())
+}
+
+/// Every executor, or the one named `name`.
+async fn executors(conn: &mut AnyConnection, name: Option<&str>) -> Result<Vec<ExecutorView>, AdminError> {
+    let rows = entities::list_executors(conn).await?;
+    Ok(rows
+        .into_iter()
+        .filter(|x| name.is_none_or(|n| x.name == n))
+        .map(|x| ExecutorView { name: x.name, machine: x.machine, run_as: x.run_as, kind: x.kind, owners: x.owners })
+        .collect())
+}
+
+async fn entities(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<EntityView>, AdminError> {
+    let rows = entities::list_entities(conn, tenant).await?;
+    rows.into_iter()
+        .map(|e| {
+            let declaration = serde_json::from_str(&e.declaration).map_err(|err| StoreError::Invalid {
+                field: "declaration",
+                message: format!("stored declaration of `{}` is not JSON: {err}", e.name),
+            })?;
+            Ok(EntityView { name: e.name, server: e.server, declaration })
+        })
+        .collect()
+}
+
+async fn bindings(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<BindingView>, AdminError> {
+    let rows = entities::list_bindings(conn, tenant).await?;
+    Ok(rows.into_iter().map(|b| BindingView { server: b.server, executor: b.executor, prefixed: b.prefixed }).collect())
+}
+
+async fn grants(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<GrantView>, AdminError> {
+    let rows = entities::list_grants(conn, tenant).await?;
+    Ok(rows
+        .into_iter()
+        .map(|g| GrantView {
+            id: grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name),
+            server: g.server,
+            role: g.role.as_str().to_owned(),
+            kind: g.kind.as_str().to_owned(),
+            name: g.name,
+        })
+        .collect())
+}
+
+async fn root_allowances(
+    conn: &mut AnyConnection,
+    tenant: &str,
+    executor: Option<&str>,
+) -> Result<Vec<RootAllowanceView>, AdminError> {
+    let rows = roots::list_root_allowances(conn, tenant, executor).await?;
+    Ok(rows
+        .into_iter()
+        .map(|a| RootAllowanceView {
+            id: a.id.to_string(),
+            executor: a.executor,
+            base: a.base,
+            role: a.role.as_str().to_owned(),
+        })
+        .collect())
+}

@@ -1,0 +1,155 @@
+//! What the admin API shows of each resource, and how a collection is paged. The same
+//! representations are what an audit event's before and after digests are taken of, and what
+//! an entity tag is the digest of.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AdminError;
+
+/// A tenant (a customer of the SaaS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TenantView {
+    /// Lowercase letters, digits and dashes; the `tid` claim of its users' tokens.
+    pub slug: String,
+    pub name: String,
+    /// `active` or `suspended`.
+    pub status: String,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
+}
+
+/// A user of a tenant, with its roles there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UserView {
+    /// The `sub` claim of the user's tokens.
+    pub subject: String,
+    pub display_name: String,
+    /// `active` or `disabled`.
+    pub status: String,
+    /// Sorted: `owner`, `manager`, `worker`, `auditor`.
+    pub roles: Vec<String>,
+    pub created_at: i64,
+}
+
+/// A flock of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FlockView {
+    pub name: String,
+    pub breed: String,
+    pub hen_count: i64,
+}
+
+/// A worker's assignment to a flock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AssignmentView {
+    pub subject: String,
+    pub flock: String,
+}
+
+/// Where upstream servers run. Never shows a secret or its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutorView {
+    pub name: String,
+    pub machine: String,
+    pub run_as: String,
+    /// `local` or `remote`.
+    pub kind: String,
+    /// The owning tenants' slugs, sorted (empty for `local`).
+    pub owners: Vec<String>,
+}
+
+/// A server declaration stored under a hierarchical name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EntityView {
+    /// `machines/M/profile/mcp-servers/S`, `users/U/mcp-servers/S` or `defaults/mcp-servers/S`.
+    pub name: String,
+    pub server: String,
+    /// The declaration, as a `.mcp.json` server entry.
+    #[schema(value_type = Object)]
+    pub declaration: serde_json::Value,
+}
+
+/// A tenant's server id bound to an executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BindingView {
+    pub server: String,
+    pub executor: String,
+    /// Whether the server's tools and prompts are named `server__name`.
+    pub prefixed: bool,
+}
+
+/// A role's grant of a tool, prompt or resource of a bound server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GrantView {
+    /// Names this grant in `/grants/{id}`.
+    pub id: String,
+    pub server: String,
+    pub role: String,
+    /// `tool`, `prompt` or `resource`.
+    pub kind: String,
+    /// A tool's or prompt's own name, a resource URI (or prefix ending in `*`), or `*`.
+    pub name: String,
+}
+
+/// A role's allowance of plugin roots at or below a folder of a remote executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RootAllowanceView {
+    pub id: String,
+    pub executor: String,
+    /// A canonical `file:` URI.
+    pub base: String,
+    pub role: String,
+}
+
+/// One page of a collection, in the order of its key.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Page {
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<serde_json::Value>,
+    /// Pass as `after` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// Which page of a collection.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Items per page, 1 to 500 (default 50).
+    pub limit: Option<u32>,
+    /// The `next` of the page before.
+    pub after: Option<String>,
+}
+
+pub(super) const DEFAULT_LIMIT: u32 = 50;
+pub(super) const MAX_LIMIT: u32 = 500;
+
+impl PageQuery {
+    pub(super) fn limit(&self) -> Result<u32, AdminError> {
+        match self.limit {
+            None => Ok(DEFAULT_LIMIT),
+            Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+            Some(_) => Err(AdminError::Invalid { field: "limit", message: format!("must be 1 to {MAX_LIMIT}") }),
+        }
+    }
+
+    /// The key parts the page starts after (as many as `parts`), or none for the first page.
+    pub(super) fn cursor(&self, parts: usize) -> Result<Option<Vec<String>>, AdminError> {
+        let Some(after) = &self.after else { return Ok(None) };
+        let bad = || AdminError::Invalid { field: "after", message: "not a cursor this collection gave".into() };
+        let bytes = URL_SAFE_NO_PAD.decode(after).map_err(|_| bad())?;
+        let key: Vec<String> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        if key.len() != parts {
+            return Err(bad());
+        }
+        Ok(Some(key))
+    }
+}
+
+/// The cursor that resumes after the item with these key parts.
+pub(super) fn cursor_after(key: &[&str]) -> String {
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(key).unwrap_or_default())
+}

@@ -1,0 +1,595 @@
+//! Administrative writes. [`Admin::write`] runs one in one transaction: authority first, then
+//! the `If-Match` precondition against the resource as it is, the change (each input checked
+//! by the store before its first statement), and an audit event in the chain of every tenant
+//! the change touches, naming who made it, what it was, and the digests of the resource
+//! before and after (its entity tags). A refusal at any step rolls everything back.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::AnyConnection;
+
+use super::idempotency::{self, Idempotency};
+use super::read::{Target, grant_id};
+use super::{Admin, AdminError, Authority, Need, digest};
+use crate::audit::{self, AuditEvent, Outcome};
+use crate::model::{Role, TenantStatus, UserStatus};
+use crate::store::entities::{self, GrantKind};
+use crate::store::{AuditEventId, StoreError, TenantId, admin, now_millis, roots};
+
+/// One administrative change.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Write {
+    CreateTenant {
+        slug: String,
+        name: String,
+    },
+    UpdateTenant {
+        slug: String,
+        name: Option<String>,
+        status: Option<TenantStatus>,
+    },
+    /// Refused for a tenant with audit events other than administrative ones.
+    DeleteTenant {
+        slug: String,
+    },
+    CreateUser {
+        tenant: String,
+        subject: String,
+        display_name: String,
+        roles: Vec<Role>,
+    },
+    UpdateUser {
+        tenant: String,
+        subject: String,
+        display_name: Option<String>,
+        status: Option<UserStatus>,
+        roles: Option<Vec<Role>>,
+    },
+    DeleteUser {
+        tenant: String,
+        subject: String,
+    },
+    AddRole {
+        tenant: String,
+        subject: String,
+        role: Role,
+    },
+    RemoveRole {
+        tenant: String,
+        subject: String,
+        role: Role,
+    },
+    CreateFlock {
+        tenant: String,
+        name: String,
+        breed: String,
+        hen_count: i64,
+    },
+    DeleteFlock {
+        tenant: String,
+        name: String,
+    },
+    Assign {
+        tenant: String,
+        subject: String,
+        flock: String,
+    },
+    Unassign {
+        tenant: String,
+        subject: String,
+        flock: String,
+    },
+    CreateExecutor {
+        name: String,
+        machine: String,
+        run_as: String,
+        kind: String,
+        owners: Vec<String>,
+    },
+    DeleteExecutor {
+        name: String,
+    },
+    RotateExecutorSecret {
+        name: String,
+    },
+    AddExecutorOwner {
+        executor: String,
+        tenant: String,
+    },
+    RemoveExecutorOwner {
+        executor: String,
+        tenant: String,
+    },
+    CreateEntity {
+        tenant: String,
+        name: String,
+        declaration: Value,
+    },
+    /// Every valid server of a `.mcp.json` text under `under`; the invalid ones are reported.
+    ImportEntities {
+        tenant: String,
+        under: String,
+        text: String,
+    },
+    DeleteEntity {
+        tenant: String,
+        name: String,
+    },
+    SetBinding {
+        tenant: String,
+        server: String,
+        executor: String,
+        prefixed: bool,
+    },
+    DeleteBinding {
+        tenant: String,
+        server: String,
+    },
+    CreateGrant {
+        tenant: String,
+        server: String,
+        role: Role,
+        kind: GrantKind,
+        name: String,
+    },
+    DeleteGrant {
+        tenant: String,
+        server: String,
+        role: Role,
+        kind: GrantKind,
+        name: String,
+    },
+    AllowRoot {
+        tenant: String,
+        executor: String,
+        base: String,
+        role: Role,
+    },
+    DeleteRoot {
+        tenant: String,
+        id: String,
+    },
+}
+
+/// Who asks for a write, and how.
+#[derive(Debug, Clone)]
+pub struct Caller<'a> {
+    pub who: &'a Authority,
+    /// `api` or `cli`: audited as the client.
+    pub via: &'static str,
+    pub request_id: Option<String>,
+    pub idempotency: Option<Idempotency>,
+    /// The `If-Match` header: the write applies only to that version of the resource.
+    pub if_match: Option<String>,
+}
+
+impl<'a> Caller<'a> {
+    pub fn cli(who: &'a Authority) -> Self {
+        Self { who, via: "cli", request_id: None, idempotency: None, if_match: None }
+    }
+}
+
+/// What a write answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Done {
+    /// 201 created, 200 changed, 204 deleted.
+    pub status: u16,
+    /// The resource as it is now (none once deleted).
+    pub body: Option<Value>,
+    pub etag: Option<String>,
+    /// Where a created resource lives, below `/admin/v1/`.
+    pub location: Option<String>,
+    /// A remote executor's new secret: shown this once, never stored in an answer kept for a
+    /// retry.
+    pub secret: Option<String>,
+    /// Servers of an import that were not stored, and why.
+    pub skipped: Vec<String>,
+    /// The answer of an earlier request with the same idempotency key.
+    pub replayed: bool,
+}
+
+/// What applying a write left to report.
+#[derive(Default)]
+struct Applied {
+    /// The resource it created, when its key was not known before (a root allowance's id).
+    created: Option<Target>,
+    secret: Option<String>,
+    skipped: Vec<String>,
+    imported: Vec<String>,
+}
+
+impl Write {
+    pub fn need(&self) -> Need<'_> {
+        use Write::*;
+        match self {
+            CreateTenant { .. } => Need::Platform,
+            UpdateTenant { slug, .. } | DeleteTenant { slug } => Need::PlatformOver(slug),
+            CreateExecutor { .. }
+            | DeleteExecutor { .. }
+            | RotateExecutorSecret { .. }
+            | AddExecutorOwner { .. }
+            | RemoveExecutorOwner { .. } => Need::Platform,
+            CreateEntity { tenant, .. } | ImportEntities { tenant, .. } | DeleteEntity { tenant, .. } => {
+                Need::PlatformOver(tenant)
+            }
+            CreateUser { tenant, .. }
+            | UpdateUser { tenant, .. }
+            | DeleteUser { tenant, .. }
+            | AddRole { tenant, .. }
+            | RemoveRole { tenant, .. }
+            | CreateFlock { tenant, .. }
+            | DeleteFlock { tenant, .. }
+            | Assign { tenant, .. }
+            | Unassign { tenant, .. }
+            | SetBinding { tenant, .. }
+            | DeleteBinding { tenant, .. }
+            | CreateGrant { tenant, .. }
+            | DeleteGrant { tenant, .. }
+            | AllowRoot { tenant, .. }
+            | DeleteRoot { tenant, .. } => Need::Manage(tenant),
+        }
+    }
+
+    /// The audit event's action.
+    pub fn action(&self) -> &'static str {
+        use Write::*;
+        match self {
+            CreateTenant { .. } => "admin.tenant.create",
+            UpdateTenant { .. } => "admin.tenant.update",
+            DeleteTenant { .. } => "admin.tenant.delete",
+            CreateUser { .. } => "admin.user.create",
+            UpdateUser { .. } => "admin.user.update",
+            DeleteUser { .. } => "admin.user.delete",
+            AddRole { .. } => "admin.role.add",
+            RemoveRole { .. } => "admin.role.remove",
+            CreateFlock { .. } => "admin.flock.create",
+            DeleteFlock { .. } => "admin.flock.delete",
+            Assign { .. } => "admin.assignment.create",
+            Unassign { .. } => "admin.assignment.delete",
+            CreateExecutor { .. } => "admin.executor.create",
+            DeleteExecutor { .. } => "admin.executor.delete",
+            RotateExecutorSecret { .. } => "admin.executor.rotate_secret",
+            AddExecutorOwner { .. } => "admin.executor.owner_add",
+            RemoveExecutorOwner { .. } => "admin.executor.owner_remove",
+            CreateEntity { .. } => "admin.entity.create",
+            ImportEntities { .. } => "admin.entity.import",
+            DeleteEntity { .. } => "admin.entity.delete",
+            SetBinding { .. } => "admin.binding.set",
+            DeleteBinding { .. } => "admin.binding.delete",
+            CreateGrant { .. } => "admin.grant.create",
+            DeleteGrant { .. } => "admin.grant.delete",
+            AllowRoot { .. } => "admin.root_allowance.create",
+            DeleteRoot { .. } => "admin.root_allowance.delete",
+        }
+    }
+
+    /// The resource it acts on, when its key is known before it runs.
+    fn target(&self) -> Option<Target> {
+        use Write::*;
+        let t = |tenant: &String| tenant.clone();
+        Some(match self {
+            CreateTenant { slug, .. } | UpdateTenant { slug, .. } | DeleteTenant { slug } => {
+                Target::Tenant { slug: slug.clone() }
+            }
+            CreateUser { tenant, subject, .. }
+            | UpdateUser { tenant, subject, .. }
+            | DeleteUser { tenant, subject }
+            | AddRole { tenant, subject, .. }
+            | RemoveRole { tenant, subject, .. } => Target::User { tenant: t(tenant), subject: subject.clone() },
+            CreateFlock { tenant, name, .. } | DeleteFlock { tenant, name } => {
+                Target::Flock { tenant: t(tenant), name: name.clone() }
+            }
+            Assign { tenant, subject, flock } | Unassign { tenant, subject, flock } => {
+                Target::Assignment { tenant: t(tenant), subject: subject.clone(), flock: flock.clone() }
+            }
+            CreateExecutor { name, .. } | DeleteExecutor { name } | RotateExecutorSecret { name } => {
+                Target::Executor { name: name.clone() }
+            }
+            AddExecutorOwner { executor, .. } | RemoveExecutorOwner { executor, .. } => {
+                Target::Executor { name: executor.clone() }
+            }
+            CreateEntity { tenant, name, .. } | DeleteEntity { tenant, name } => {
+                Target::Entity { tenant: t(tenant), name: name.clone() }
+            }
+            SetBinding { tenant, server, .. } | DeleteBinding { tenant, server } => {
+                Target::Binding { tenant: t(tenant), server: server.clone() }
+            }
+            CreateGrant { tenant, server, role, kind, name } | DeleteGrant { tenant, server, role, kind, name } => {
+                Target::Grant { tenant: t(tenant), id: grant_id(server, role.as_str(), kind.as_str(), name) }
+            }
+            DeleteRoot { tenant, id } => Target::RootAllowance { tenant: t(tenant), id: id.clone() },
+            ImportEntities { .. } | AllowRoot { .. } => return None,
+        })
+    }
+
+    /// The status of a success: created, changed or deleted.
+    fn status(&self, existed: bool) -> u16 {
+        use Write::*;
+        match self {
+            CreateTenant { .. } | CreateUser { .. } | CreateFlock { .. } | Assign { .. } | CreateExecutor { .. } => 201,
+            CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } => 201,
+            SetBinding { .. } if !existed => 201,
+            DeleteTenant { .. }
+            | DeleteUser { .. }
+            | DeleteFlock { .. }
+            | Unassign { .. }
+            | DeleteExecutor { .. }
+            | DeleteEntity { .. }
+            | DeleteBinding { .. }
+            | DeleteGrant { .. }
+            | DeleteRoot { .. } => 204,
+            _ => 200,
+        }
+    }
+
+    /// The tenant named in it, if any.
+    fn tenant(&self) -> Option<&str> {
+        use Write::*;
+        match self {
+            CreateTenant { slug, .. } | UpdateTenant { slug, .. } | DeleteTenant { slug } => Some(slug),
+            CreateExecutor { .. } | DeleteExecutor { .. } | RotateExecutorSecret { .. } => None,
+            AddExecutorOwner { tenant, .. } | RemoveExecutorOwner { tenant, .. } => Some(tenant),
+            CreateUser { tenant, .. }
+            | UpdateUser { tenant, .. }
+            | DeleteUser { tenant, .. }
+            | AddRole { tenant, .. }
+            | RemoveRole { tenant, .. }
+            | CreateFlock { tenant, .. }
+            | DeleteFlock { tenant, .. }
+            | Assign { tenant, .. }
+            | Unassign { tenant, .. }
+            | CreateEntity { tenant, .. }
+            | ImportEntities { tenant, .. }
+            | DeleteEntity { tenant, .. }
+            | SetBinding { tenant, .. }
+            | DeleteBinding { tenant, .. }
+            | CreateGrant { tenant, .. }
+            | DeleteGrant { tenant, .. }
+            | AllowRoot { tenant, .. }
+            | DeleteRoot { tenant, .. } => Some(tenant),
+        }
+    }
+}
+
+/// Whether `if_match` (an `If-Match` value: `*` or a list of strong entity tags) admits the
+/// resource whose current tag is `current` (`None`: it does not exist).
+fn admits(if_match: &str, current: Option<&str>) -> bool {
+    let Some(current) = current else { return false };
+    if_match.split(',').map(str::trim).any(|tag| tag == "*" || tag.trim_matches('"') == current && tag.starts_with('"'))
+}
+
+/// The slugs of the tenants an executor's view names as owners.
+fn owners(view: Option<&Value>) -> Vec<String> {
+    view.and_then(|v| v.get("owners"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_str().map(str::to_owned))
+        .collect()
+}
+
+impl Admin {
+    /// Runs `write` for `caller` in one transaction (see the module's documentation).
+    pub async fn write(&self, caller: &Caller<'_>, write: Write) -> Result<Done, AdminError> {
+        let started = std::time::Instant::now();
+        caller.who.authorize(write.need())?;
+        let principal = caller.who.actor();
+        let mut tx = self.db.begin().await?;
+        if let Some(idem) = &caller.idempotency
+            && let Some(done) = idempotency::claim(&mut tx, &principal, idem).await?
+        {
+            tx.rollback().await?;
+            return Ok(done);
+        }
+        let target = write.target();
+        let before = match &target {
+            Some(t) => t.view(&mut tx).await?,
+            None => None,
+        };
+        let before_tag = before.as_ref().map(digest);
+        if let Some(if_match) = &caller.if_match
+            && !admits(if_match, before_tag.as_deref())
+        {
+            return Err(AdminError::PreconditionFailed);
+        }
+        let applied = self.apply(&mut tx, &write).await?;
+        let target = applied.created.clone().or(target);
+        let after = match (&write, &target) {
+            (Write::ImportEntities { .. }, _) => {
+                Some(json!({ "imported": applied.imported, "skipped": applied.skipped }))
+            }
+            (_, Some(t)) => t.view(&mut tx).await?,
+            (_, None) => None,
+        };
+        let after_tag = after.as_ref().map(digest);
+
+        // Every tenant the change touches: the one it names, and an executor's owners before
+        // and after. A deleted tenant's chain went with it.
+        let mut slugs: Vec<String> = write.tenant().map(str::to_owned).into_iter().collect();
+        if matches!(target, Some(Target::Executor { .. })) {
+            slugs.extend(owners(before.as_ref()));
+            slugs.extend(owners(after.as_ref()));
+        }
+        let mut chains: Vec<TenantId> = Vec::new();
+        if !matches!(write, Write::DeleteTenant { .. }) {
+            for slug in &slugs {
+                let id: Option<TenantId> = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = $1")
+                    .bind(slug)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                chains.extend(id);
+            }
+        }
+        chains.sort();
+        chains.dedup();
+        let what = target.as_ref().map_or_else(|| format!("tenants/{}", slugs.join(",")), Target::path);
+        let input = digest(&serde_json::to_value(&write).unwrap_or(Value::Null));
+        let record = crate::vocab::digest::canonical_json(&json!({
+            "actor": principal,
+            "before": before_tag,
+            "after": after_tag,
+        }));
+        for tenant in &chains {
+            let event = AuditEvent {
+                id: AuditEventId::generate(),
+                tenant: *tenant,
+                occurred_at: now_millis(),
+                user: caller.who.user_in(*tenant),
+                session_id: None,
+                request_id: caller.request_id.clone(),
+                client_name: Some(format!("scopegate-{}", caller.via)),
+                client_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+                action: write.action().to_owned(),
+                tool: Some(what.clone()),
+                args_digest: Some(input.clone()),
+                args_raw: Some(record.clone()),
+                outcome: Outcome::Ok,
+                error_class: None,
+                duration_us: started.elapsed().as_micros() as i64,
+                calls: 1,
+            };
+            // No cached head: the tenant's head row is locked and read in this transaction.
+            audit::append(&mut tx, &None, &event).await?;
+        }
+        if chains.is_empty() {
+            tracing::info!(action = write.action(), actor = %principal, target = %what, "administrative change in no tenant's chain");
+        }
+
+        let status = write.status(before.is_some());
+        let done = Done {
+            status,
+            location: (status == 201).then(|| target.as_ref().map(Target::path)).flatten(),
+            etag: if status == 204 { None } else { after_tag },
+            body: if status == 204 { None } else { after },
+            secret: applied.secret,
+            skipped: applied.skipped,
+            replayed: false,
+        };
+        if let Some(idem) = &caller.idempotency {
+            idempotency::store(&mut tx, &principal, idem, &done).await?;
+        }
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn apply(&self, c: &mut AnyConnection, write: &Write) -> Result<Applied, AdminError> {
+        let mut applied = Applied::default();
+        match write {
+            Write::CreateTenant { slug, name } => {
+                admin::create_tenant(c, slug, name).await?;
+            }
+            Write::UpdateTenant { slug, name, status } => {
+                if let Some(name) = name {
+                    admin::rename_tenant(&mut *c, slug, name).await?;
+                }
+                if let Some(status) = status {
+                    admin::set_tenant_status(&mut *c, slug, *status).await?;
+                }
+                if name.is_none() && status.is_none() {
+                    super::tenant_id(c, slug).await?;
+                }
+            }
+            Write::DeleteTenant { slug } => admin::delete_tenant(c, slug).await?,
+            Write::CreateUser { tenant, subject, display_name, roles } => {
+                if roles.is_empty() {
+                    return Err(AdminError::Invalid { field: "roles", message: "must name at least one role".into() });
+                }
+                admin::create_user(c, tenant, subject, display_name, roles).await?;
+            }
+            Write::UpdateUser { tenant, subject, display_name, status, roles } => {
+                admin::update_user(c, tenant, subject, display_name.as_deref(), *status, roles.as_deref()).await?;
+            }
+            Write::DeleteUser { tenant, subject } => admin::delete_user(c, tenant, subject).await?,
+            Write::AddRole { tenant, subject, role } => admin::add_role(c, tenant, subject, *role).await?,
+            Write::RemoveRole { tenant, subject, role } => admin::remove_role(c, tenant, subject, *role).await?,
+            Write::CreateFlock { tenant, name, breed, hen_count } => {
+                admin::create_flock(c, tenant, name, breed, *hen_count).await?;
+            }
+            Write::DeleteFlock { tenant, name } => admin::delete_flock(c, tenant, name).await?,
+            Write::Assign { tenant, subject, flock } => admin::assign_flock(c, tenant, subject, flock).await?,
+            Write::Unassign { tenant, subject, flock } => admin::unassign_flock(c, tenant, subject, flock).await?,
+            Write::CreateExecutor { name, machine, run_as, kind, owners } => {
+                let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+                applied.secret = entities::create_executor(c, name, machine, run_as, kind, &owners).await?;
+            }
+            Write::DeleteExecutor { name } => entities::delete_executor(c, name).await?,
+            Write::RotateExecutorSecret { name } => {
+                applied.secret = Some(entities::rotate_executor_secret(c, name).await?);
+            }
+            Write::AddExecutorOwner { executor, tenant } => entities::add_executor_owner(c, executor, tenant).await?,
+            Write::RemoveExecutorOwner { executor, tenant } => {
+                entities::remove_executor_owner(c, executor, tenant).await?
+            }
+            Write::CreateEntity { tenant, name, declaration } => {
+                let server = entities::parse_entity_name(name)?;
+                check_declaration(server, declaration)?;
+                entities::create_entity(c, tenant, name, declaration).await?;
+            }
+            Write::ImportEntities { tenant, under, text } => {
+                let parsed = crate::decl::parse_declarations(text)
+                    .map_err(|e| StoreError::Invalid { field: "file", message: e.to_string() })?;
+                applied.skipped = parsed.errors.iter().map(ToString::to_string).collect();
+                for server in &parsed.servers {
+                    let name = format!("{under}/mcp-servers/{}", server.name);
+                    entities::create_entity(&mut *c, tenant, &name, &server.to_json()).await?;
+                    applied.imported.push(name);
+                }
+            }
+            Write::DeleteEntity { tenant, name } => entities::delete_entity(c, tenant, name).await?,
+            Write::SetBinding { tenant, server, executor, prefixed } => {
+                let native: Vec<&str> = self.native_tools.iter().map(String::as_str).collect();
+                let unprefixed_beside = (!prefixed).then_some(native.as_slice());
+                entities::bind_server_with_prefix(c, tenant, server, executor, unprefixed_beside).await?;
+            }
+            Write::DeleteBinding { tenant, server } => entities::unbind_server(c, tenant, server).await?,
+            Write::CreateGrant { tenant, server, role, kind, name } => {
+                entities::grant(c, tenant, server, *role, *kind, name).await?;
+            }
+            Write::DeleteGrant { tenant, server, role, kind, name } => {
+                entities::revoke(c, tenant, server, *role, *kind, name).await?;
+            }
+            Write::AllowRoot { tenant, executor, base, role } => {
+                let id = roots::allow_root(c, tenant, executor, base, *role).await?;
+                applied.created = Some(Target::RootAllowance { tenant: tenant.clone(), id: id.to_string() });
+            }
+            Write::DeleteRoot { tenant, id } => roots::delete_root_allowance(c, tenant, id).await?,
+        }
+        Ok(applied)
+    }
+}
+
+/// A declaration must be one valid `.mcp.json` server entry.
+fn check_declaration(server: &str, declaration: &Value) -> Result<(), AdminError> {
+    if !declaration.is_object() {
+        return Err(AdminError::Invalid { field: "declaration", message: "must be a JSON object".into() });
+    }
+    let text = json!({ server: declaration }).to_string();
+    let parsed = crate::decl::parse_declarations(&text)
+        .map_err(|e| AdminError::Invalid { field: "declaration", message: e.to_string() })?;
+    if let Some(error) = parsed.errors.first() {
+        let message = match &error.field {
+            Some(field) => format!("field `{field}`: {}", error.problem),
+            None => error.problem.clone(),
+        };
+        return Err(AdminError::Invalid { field: "declaration", message });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admits;
+
+    #[test]
+    fn if_match_compares_strong_tags_and_star() {
+        assert!(admits("\"abc\"", Some("abc")));
+        assert!(admits("\"x\", \"abc\"", Some("abc")));
+        assert!(admits("*", Some("abc")));
+        assert!(!admits("*", None));
+        assert!(!admits("\"abc\"", None));
+        assert!(!admits("W/\"abc\"", Some("abc")));
+        assert!(!admits("abc", Some("abc")));
+        assert!(!admits("\"abd\"", Some("abc")));
+    }
+}

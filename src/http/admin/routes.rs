@@ -1,0 +1,855 @@
+//! The admin API's routes. Each handler turns its request into one act of the administrative
+//! service (which checks the caller's authority first) and its answer into a response; the
+//! `#[utoipa::path]` on each is the OpenAPI description of that route, registered with it.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use http::{HeaderMap, Uri};
+use serde::Deserialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::{AdminApi, JsonBody, Problem, Refusal, caller, done, paged, tagged};
+use crate::admin::{
+    AssignmentView, Authority, BindingView, Collection, EntityView, ExecutorView, FlockView, GrantView, Page,
+    PageQuery, RootAllowanceView, Target, TenantView, UserView, Write, read::grant_key,
+};
+use crate::model::{Role, TenantStatus, UserStatus};
+use crate::store::entities::GrantKind;
+
+type Who = Extension<Arc<Authority>>;
+type Answer = Result<Response, Refusal>;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "scopegate admin API",
+        description = "Tenants, users, roles, flocks, assignments, executors, server declarations, bindings, \
+                       grants and root allowances of an identity-scoped MCP gateway. Every change is audited \
+                       in the tenant's hash-chained audit trail."
+    ),
+    components(schemas(Problem)),
+    modifiers(&Bearer),
+    security(("bearer" = []))
+)]
+struct Doc;
+
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+        );
+    }
+}
+
+/// Every route of the admin API with its description.
+pub(super) fn api() -> OpenApiRouter<AdminApi> {
+    OpenApiRouter::with_openapi(Doc::openapi())
+        .routes(routes!(list_tenants, create_tenant))
+        .routes(routes!(get_tenant, update_tenant, delete_tenant))
+        .routes(routes!(list_users, create_user))
+        .routes(routes!(get_user, update_user, delete_user))
+        .routes(routes!(add_role, remove_role))
+        .routes(routes!(list_flocks, create_flock))
+        .routes(routes!(get_flock, delete_flock))
+        .routes(routes!(list_assignments, create_assignment))
+        .routes(routes!(get_assignment, delete_assignment))
+        .routes(routes!(list_executors, create_executor))
+        .routes(routes!(get_executor, delete_executor))
+        .routes(routes!(rotate_executor_secret))
+        .routes(routes!(add_executor_owner, remove_executor_owner))
+        .routes(routes!(list_entities, create_entity))
+        .routes(routes!(import_entities))
+        .routes(routes!(get_entity, delete_entity))
+        .routes(routes!(list_bindings))
+        .routes(routes!(get_binding, set_binding, delete_binding))
+        .routes(routes!(list_grants, create_grant))
+        .routes(routes!(get_grant, delete_grant))
+        .routes(routes!(list_root_allowances, create_root_allowance))
+        .routes(routes!(get_root_allowance, delete_root_allowance))
+}
+
+async fn one(api: &AdminApi, who: &Authority, target: Target) -> Answer {
+    Ok(tagged(api.admin.get(who, &target).await?))
+}
+
+async fn page(api: &AdminApi, who: &Authority, collection: Collection, query: &PageQuery, uri: &Uri) -> Answer {
+    Ok(paged(api.admin.list(who, &collection, query).await?, uri))
+}
+
+async fn change(
+    api: &AdminApi,
+    who: &Authority,
+    headers: &HeaderMap,
+    fingerprint: Option<&str>,
+    write: Write,
+) -> Answer {
+    let caller = caller(who, headers, fingerprint)?;
+    Ok(done(api.admin.write(&caller, write).await?))
+}
+
+// ---- tenants ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    slug: String,
+    name: String,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct TenantPatch {
+    name: Option<String>,
+    /// `active` or `suspended`.
+    #[schema(value_type = Option<String>)]
+    status: Option<TenantStatus>,
+}
+
+/// Every tenant (platform administrators).
+#[utoipa::path(get, path = "/admin/v1/tenants", tag = "tenants", params(PageQuery),
+    responses((status = 200, body = Page), (status = 403, body = Problem)))]
+async fn list_tenants(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Tenants, &q, &uri).await
+}
+
+/// Create a tenant (platform administrators). Send an `Idempotency-Key` so that a retried
+/// sign-up never makes two.
+#[utoipa::path(post, path = "/admin/v1/tenants", tag = "tenants", request_body = NewTenant,
+    params(("Idempotency-Key" = Option<String>, Header, description = "A key of the client's choosing: a retry answers what the first request did")),
+    responses((status = 201, body = TenantView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_tenant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    headers: HeaderMap,
+    body: JsonBody<NewTenant>,
+) -> Answer {
+    let NewTenant { slug, name } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateTenant { slug, name }).await
+}
+
+/// A tenant (its owners, platform administrators).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 404, body = Problem)))]
+async fn get_tenant(State(api): State<AdminApi>, Extension(who): Who, Path(tenant): Path<String>) -> Answer {
+    one(&api, &who, Target::Tenant { slug: tenant }).await
+}
+
+/// Rename, suspend or activate a tenant (platform administrators).
+#[utoipa::path(patch, path = "/admin/v1/tenants/{tenant}", tag = "tenants", request_body = TenantPatch,
+    params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = TenantView), (status = 412, body = Problem), (status = 422, body = Problem)))]
+async fn update_tenant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<TenantPatch>,
+) -> Answer {
+    let TenantPatch { name, status } = body.value;
+    change(&api, &who, &headers, None, Write::UpdateTenant { slug: tenant, name, status }).await
+}
+
+/// Delete a tenant that was never used (platform administrators): one with audit events other
+/// than its own set-up is refused (suspend it instead).
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}", tag = "tenants",
+    params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 409, body = Problem)))]
+async fn delete_tenant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteTenant { slug: tenant }).await
+}
+
+// ---- users and roles ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewUser {
+    subject: String,
+    display_name: String,
+    /// At least one of `owner`, `manager`, `worker`, `auditor`.
+    #[schema(value_type = Vec<String>)]
+    roles: Vec<Role>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct UserPatch {
+    display_name: Option<String>,
+    /// `active` or `disabled`.
+    #[schema(value_type = Option<String>)]
+    status: Option<UserStatus>,
+    /// The whole set of roles (at least one).
+    #[schema(value_type = Option<Vec<String>>)]
+    roles: Option<Vec<Role>>,
+}
+
+/// A tenant's users (its owners).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/users", tag = "users", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page), (status = 404, body = Problem)))]
+async fn list_users(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Users { tenant }, &q, &uri).await
+}
+
+/// Add a user with its roles (the tenant's owners).
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/users", tag = "users", request_body = NewUser,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = UserView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_user(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewUser>,
+) -> Answer {
+    let NewUser { subject, display_name, roles } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateUser { tenant, subject, display_name, roles })
+        .await
+}
+
+/// A user.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/users/{subject}", tag = "users",
+    params(("tenant" = String, Path), ("subject" = String, Path)),
+    responses((status = 200, body = UserView), (status = 404, body = Problem)))]
+async fn get_user(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::User { tenant, subject }).await
+}
+
+/// Change a user's display name, status (disable, enable) or roles.
+#[utoipa::path(patch, path = "/admin/v1/tenants/{tenant}/users/{subject}", tag = "users", request_body = UserPatch,
+    params(("tenant" = String, Path), ("subject" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = UserView), (status = 412, body = Problem), (status = 422, body = Problem)))]
+async fn update_user(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: JsonBody<UserPatch>,
+) -> Answer {
+    let UserPatch { display_name, status, roles } = body.value;
+    change(&api, &who, &headers, None, Write::UpdateUser { tenant, subject, display_name, status, roles }).await
+}
+
+/// Delete a user.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/users/{subject}", tag = "users",
+    params(("tenant" = String, Path), ("subject" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_user(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteUser { tenant, subject }).await
+}
+
+/// Give a user a role.
+#[utoipa::path(put, path = "/admin/v1/tenants/{tenant}/users/{subject}/roles/{role}", tag = "users",
+    params(("tenant" = String, Path), ("subject" = String, Path), ("role" = String, Path)),
+    responses((status = 200, body = UserView), (status = 409, body = Problem)))]
+async fn add_role(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject, role)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let role = parse_role(&role)?;
+    change(&api, &who, &headers, None, Write::AddRole { tenant, subject, role }).await
+}
+
+/// Take a role from a user.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/users/{subject}/roles/{role}", tag = "users",
+    params(("tenant" = String, Path), ("subject" = String, Path), ("role" = String, Path)),
+    responses((status = 200, body = UserView), (status = 404, body = Problem)))]
+async fn remove_role(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject, role)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let role = parse_role(&role)?;
+    change(&api, &who, &headers, None, Write::RemoveRole { tenant, subject, role }).await
+}
+
+fn parse_role(role: &str) -> Result<Role, Refusal> {
+    role.parse().map_err(|e: crate::model::UnknownRole| {
+        Refusal(crate::admin::AdminError::Invalid { field: "role", message: e.to_string() })
+    })
+}
+
+// ---- flocks and assignments ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewFlock {
+    name: String,
+    breed: String,
+    hen_count: i64,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewAssignment {
+    subject: String,
+    flock: String,
+}
+
+/// A tenant's flocks.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/flocks", tag = "flocks", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page)))]
+async fn list_flocks(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Flocks { tenant }, &q, &uri).await
+}
+
+/// Add a flock.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/flocks", tag = "flocks", request_body = NewFlock,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = FlockView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_flock(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewFlock>,
+) -> Answer {
+    let NewFlock { name, breed, hen_count } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateFlock { tenant, name, breed, hen_count }).await
+}
+
+/// A flock.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/flocks/{flock}", tag = "flocks",
+    params(("tenant" = String, Path), ("flock" = String, Path)),
+    responses((status = 200, body = FlockView), (status = 404, body = Problem)))]
+async fn get_flock(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, name)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Flock { tenant, name }).await
+}
+
+/// Delete a flock (and its assignments).
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/flocks/{flock}", tag = "flocks",
+    params(("tenant" = String, Path), ("flock" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_flock(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteFlock { tenant, name }).await
+}
+
+/// Workers' flock assignments.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/assignments", tag = "flocks", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page)))]
+async fn list_assignments(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Assignments { tenant }, &q, &uri).await
+}
+
+/// Assign a user to a flock.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/assignments", tag = "flocks", request_body = NewAssignment,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = AssignmentView), (status = 409, body = Problem)))]
+async fn create_assignment(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewAssignment>,
+) -> Answer {
+    let NewAssignment { subject, flock } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::Assign { tenant, subject, flock }).await
+}
+
+/// An assignment.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/assignments/{subject}/{flock}", tag = "flocks",
+    params(("tenant" = String, Path), ("subject" = String, Path), ("flock" = String, Path)),
+    responses((status = 200, body = AssignmentView), (status = 404, body = Problem)))]
+async fn get_assignment(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject, flock)): Path<(String, String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Assignment { tenant, subject, flock }).await
+}
+
+/// Remove an assignment.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/assignments/{subject}/{flock}", tag = "flocks",
+    params(("tenant" = String, Path), ("subject" = String, Path), ("flock" = String, Path)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_assignment(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, subject, flock)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::Unassign { tenant, subject, flock }).await
+}
+
+// ---- executors ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewExecutor {
+    name: String,
+    machine: String,
+    /// The user the executor runs servers as.
+    run_as: String,
+    /// `local` (the default) or `remote`.
+    #[serde(default = "local")]
+    kind: String,
+    /// The tenants that own a remote executor (at least one); none for a local one.
+    #[serde(default)]
+    owners: Vec<String>,
+}
+
+fn local() -> String {
+    "local".into()
+}
+
+/// Every executor (platform administrators).
+#[utoipa::path(get, path = "/admin/v1/executors", tag = "executors", params(PageQuery), responses((status = 200, body = Page)))]
+async fn list_executors(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Executors, &q, &uri).await
+}
+
+/// Create an executor. A remote one's secret is in the answer's `secret`, this once.
+#[utoipa::path(post, path = "/admin/v1/executors", tag = "executors", request_body = NewExecutor,
+    params(("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = ExecutorView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_executor(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    headers: HeaderMap,
+    body: JsonBody<NewExecutor>,
+) -> Answer {
+    let NewExecutor { name, machine, run_as, kind, owners } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateExecutor { name, machine, run_as, kind, owners })
+        .await
+}
+
+/// An executor.
+#[utoipa::path(get, path = "/admin/v1/executors/{executor}", tag = "executors", params(("executor" = String, Path)),
+    responses((status = 200, body = ExecutorView), (status = 404, body = Problem)))]
+async fn get_executor(State(api): State<AdminApi>, Extension(who): Who, Path(name): Path<String>) -> Answer {
+    one(&api, &who, Target::Executor { name }).await
+}
+
+/// Delete an executor no tenant binds servers to.
+#[utoipa::path(delete, path = "/admin/v1/executors/{executor}", tag = "executors",
+    params(("executor" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 409, body = Problem)))]
+async fn delete_executor(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteExecutor { name }).await
+}
+
+/// Give a remote executor a new secret (in the answer's `secret`, this once); the old one
+/// stops working at once.
+#[utoipa::path(post, path = "/admin/v1/executors/{executor}/secret", tag = "executors", params(("executor" = String, Path)),
+    responses((status = 200, body = ExecutorView), (status = 422, body = Problem)))]
+async fn rotate_executor_secret(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::RotateExecutorSecret { name }).await
+}
+
+/// Let a tenant bind servers to a remote executor.
+#[utoipa::path(put, path = "/admin/v1/executors/{executor}/owners/{tenant}", tag = "executors",
+    params(("executor" = String, Path), ("tenant" = String, Path)),
+    responses((status = 200, body = ExecutorView), (status = 409, body = Problem)))]
+async fn add_executor_owner(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((executor, tenant)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::AddExecutorOwner { executor, tenant }).await
+}
+
+/// Take a remote executor from a tenant (refused while it binds servers to it, and for the
+/// last owner).
+#[utoipa::path(delete, path = "/admin/v1/executors/{executor}/owners/{tenant}", tag = "executors",
+    params(("executor" = String, Path), ("tenant" = String, Path)),
+    responses((status = 200, body = ExecutorView), (status = 409, body = Problem)))]
+async fn remove_executor_owner(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((executor, tenant)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::RemoveExecutorOwner { executor, tenant }).await
+}
+
+// ---- server declarations ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewEntity {
+    /// `machines/M/profile/mcp-servers/S`, `users/U/mcp-servers/S` or `defaults/mcp-servers/S`.
+    name: String,
+    /// One `.mcp.json` server entry.
+    #[schema(value_type = Object)]
+    declaration: serde_json::Value,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct EntityImport {
+    /// `defaults`, `users/USER` or `machines/MACHINE/profile`.
+    under: String,
+    /// A `.mcp.json` document (with or without `mcpServers`).
+    #[schema(value_type = Object)]
+    file: serde_json::Value,
+}
+
+/// A tenant's server declarations (platform administrators).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/entities", tag = "servers", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page)))]
+async fn list_entities(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Entities { tenant }, &q, &uri).await
+}
+
+/// Store one server declaration (platform administrators).
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/entities", tag = "servers", request_body = NewEntity,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = EntityView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_entity(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewEntity>,
+) -> Answer {
+    let NewEntity { name, declaration } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateEntity { tenant, name, declaration }).await
+}
+
+/// Store every valid server of a `.mcp.json` document under one place; the invalid ones are
+/// named in `skipped` (platform administrators).
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/entities/import", tag = "servers", request_body = EntityImport,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 200, description = "`imported`: the names stored; `skipped`: each invalid server and why"), (status = 422, body = Problem)))]
+async fn import_entities(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<EntityImport>,
+) -> Answer {
+    let EntityImport { under, file } = body.value;
+    change(
+        &api,
+        &who,
+        &headers,
+        Some(&body.fingerprint),
+        Write::ImportEntities { tenant, under, text: file.to_string() },
+    )
+    .await
+}
+
+/// A server declaration (its name percent-encoded as one segment: `users%2Fu%2Fmcp-servers%2Fs`).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/entities/{name}", tag = "servers",
+    params(("tenant" = String, Path), ("name" = String, Path)),
+    responses((status = 200, body = EntityView), (status = 404, body = Problem)))]
+async fn get_entity(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, name)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Entity { tenant, name }).await
+}
+
+/// Delete a server declaration.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/entities/{name}", tag = "servers",
+    params(("tenant" = String, Path), ("name" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_entity(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteEntity { tenant, name }).await
+}
+
+// ---- bindings ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct BindingPut {
+    executor: String,
+    /// Name the server's tools and prompts `server__name` (the default); false for one server
+    /// per tenant whose names stay its own.
+    #[serde(default = "yes")]
+    prefixed: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A tenant's bound servers.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/bindings", tag = "servers", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page)))]
+async fn list_bindings(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Bindings { tenant }, &q, &uri).await
+}
+
+/// A binding.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/bindings/{server}", tag = "servers",
+    params(("tenant" = String, Path), ("server" = String, Path)),
+    responses((status = 200, body = BindingView), (status = 404, body = Problem)))]
+async fn get_binding(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, server)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Binding { tenant, server }).await
+}
+
+/// Bind (or rebind) a server id to an executor: `local`, or a remote one the tenant owns.
+#[utoipa::path(put, path = "/admin/v1/tenants/{tenant}/bindings/{server}", tag = "servers", request_body = BindingPut,
+    params(("tenant" = String, Path), ("server" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 201, body = BindingView), (status = 200, body = BindingView), (status = 422, body = Problem)))]
+async fn set_binding(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, server)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: JsonBody<BindingPut>,
+) -> Answer {
+    let BindingPut { executor, prefixed } = body.value;
+    change(&api, &who, &headers, None, Write::SetBinding { tenant, server, executor, prefixed }).await
+}
+
+/// Unbind a server (its grants go with it).
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/bindings/{server}", tag = "servers",
+    params(("tenant" = String, Path), ("server" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_binding(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, server)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteBinding { tenant, server }).await
+}
+
+// ---- grants ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewGrant {
+    server: String,
+    #[schema(value_type = String)]
+    role: Role,
+    /// `tool` (the default), `prompt` or `resource`.
+    #[serde(default = "tool")]
+    #[schema(value_type = String)]
+    kind: GrantKind,
+    /// A tool's or prompt's own name, a resource URI (or a prefix ending in `*`), or `*`.
+    name: String,
+}
+
+fn tool() -> GrantKind {
+    GrantKind::Tool
+}
+
+/// A tenant's grants: no grant, no access.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/grants", tag = "grants", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page)))]
+async fn list_grants(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Grants { tenant }, &q, &uri).await
+}
+
+/// Let a role use a tool, prompt or resource of a bound server.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/grants", tag = "grants", request_body = NewGrant,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = GrantView), (status = 404, body = Problem), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_grant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewGrant>,
+) -> Answer {
+    let NewGrant { server, role, kind, name } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateGrant { tenant, server, role, kind, name }).await
+}
+
+/// A grant, by the `id` its listing gives.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/grants/{grant}", tag = "grants",
+    params(("tenant" = String, Path), ("grant" = String, Path)),
+    responses((status = 200, body = GrantView), (status = 404, body = Problem)))]
+async fn get_grant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Grant { tenant, id }).await
+}
+
+/// Revoke a grant.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/grants/{grant}", tag = "grants",
+    params(("tenant" = String, Path), ("grant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_grant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let missing = || Refusal(crate::admin::AdminError::NotFound(format!("grant `{id}` does not exist in this tenant")));
+    let [server, role, kind, name] = grant_key(&id).ok_or_else(missing)?;
+    let (Ok(role), Ok(kind)) = (role.parse(), kind.parse()) else { return Err(missing()) };
+    change(&api, &who, &headers, None, Write::DeleteGrant { tenant, server, role, kind, name }).await
+}
+
+// ---- root allowances ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewRootAllowance {
+    /// A remote executor the tenant owns.
+    executor: String,
+    /// A canonical `file:` URI.
+    base: String,
+    #[schema(value_type = String)]
+    role: Role,
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct AllowanceQuery {
+    /// Only this executor's allowances.
+    executor: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+/// A tenant's root allowances: no allowance, no root.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/root-allowances", tag = "roots",
+    params(("tenant" = String, Path), AllowanceQuery), responses((status = 200, body = Page)))]
+async fn list_root_allowances(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<AllowanceQuery>,
+    uri: Uri,
+) -> Answer {
+    let query = PageQuery { limit: q.limit, after: q.after };
+    page(&api, &who, Collection::RootAllowances { tenant, executor: q.executor }, &query, &uri).await
+}
+
+/// Let a role select plugin roots at or below a folder of a remote executor the tenant owns.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/root-allowances", tag = "roots", request_body = NewRootAllowance,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = RootAllowanceView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_root_allowance(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewRootAllowance>,
+) -> Answer {
+    let NewRootAllowance { executor, base, role } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::AllowRoot { tenant, executor, base, role }).await
+}
+
+/// A root allowance.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/root-allowances/{id}", tag = "roots",
+    params(("tenant" = String, Path), ("id" = String, Path)),
+    responses((status = 200, body = RootAllowanceView), (status = 404, body = Problem)))]
+async fn get_root_allowance(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::RootAllowance { tenant, id }).await
+}
+
+/// Delete a root allowance.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/root-allowances/{id}", tag = "roots",
+    params(("tenant" = String, Path), ("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_root_allowance(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteRoot { tenant, id }).await
+}
