@@ -5,14 +5,17 @@
 //! chain (who, what, the digests of the resource before and after) and, with an idempotency
 //! key, the answer a retry gets, all commit together or not at all.
 
+mod audit;
 mod authority;
 mod idempotency;
 pub mod read;
+pub mod report;
 pub mod views;
 mod write;
 
 use sqlx::AnyConnection;
 
+pub use audit::{BrokenView, ChainStatus, CheckpointView, EventFilter, EventView};
 pub use authority::{Authority, Member, Need};
 pub use idempotency::Idempotency;
 pub use read::{Collection, Target};
@@ -68,15 +71,30 @@ pub struct Admin {
     db: Db,
     /// The gateway's native tool names: an unprefixed binding must not shadow one.
     native_tools: std::sync::Arc<[String]>,
+    /// Where checkpoints are written and the key that signs them (the audit page holds the
+    /// chain against them).
+    audit: Option<std::sync::Arc<crate::config::AuditConfig>>,
 }
 
 impl Admin {
     pub fn new(db: Db, native_tools: Vec<String>) -> Self {
-        Self { db, native_tools: native_tools.into() }
+        Self { db, native_tools: native_tools.into(), audit: None }
+    }
+
+    /// The service with the audit configuration (checkpoints) of a running gateway.
+    pub fn with_audit(mut self, audit: crate::config::AuditConfig) -> Self {
+        self.audit = Some(std::sync::Arc::new(audit));
+        self
     }
 
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// Ok when the tenant exists (NotFound otherwise).
+    pub async fn tenant_exists(&self, slug: &str) -> Result<(), AdminError> {
+        let mut conn = self.db.begin_read().await?;
+        tenant_id(&mut conn, slug).await.map(|_| ())
     }
 
     /// One resource with its entity tag, if `who` may read it.

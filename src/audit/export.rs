@@ -86,8 +86,9 @@ pub async fn export(
     slug: &str,
     since_ms: Option<i64>,
     format: Format,
-    out: &mut dyn Write,
+    out: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
 ) -> Result<Exported, ExportError> {
+    use tokio::io::AsyncWriteExt as _;
     let mut tx = db.begin_read().await?;
     let tenant: Option<String> =
         sqlx::query_scalar("SELECT id FROM tenants WHERE slug = $1").bind(slug).fetch_optional(&mut *tx).await?;
@@ -105,7 +106,7 @@ pub async fn export(
         }
     };
     if format == Format::Csv {
-        writeln!(out, "{}", COLUMNS.join(","))?;
+        out.write_all(format!("{}\n", COLUMNS.join(",")).as_bytes()).await?;
     }
     let mut done = Exported::default();
     let Some(from) = from else {
@@ -123,16 +124,19 @@ pub async fn export(
         {
             done.broken = Some((seq, reason));
         }
+        let mut line = Vec::with_capacity(512);
         match format {
-            Format::Jsonl => writeln!(out, "{}", chain_line(&prev_hash, seq, &event, &hash))?,
-            Format::Csv => write_csv_row(out, seq, &prev_hash, &hash, &event)?,
+            Format::Jsonl => writeln!(line, "{}", chain_line(&prev_hash, seq, &event, &hash))?,
+            Format::Csv => write_csv_row(&mut line, seq, &prev_hash, &hash, &event)?,
         }
+        out.write_all(&line).await?;
         done.events += 1;
         if done.first.is_none() {
             done.first = Some((seq, prev_hash));
         }
         done.head = Some((seq, hash));
     }
+    out.flush().await?;
     Ok(done)
 }
 

@@ -155,11 +155,10 @@ async fn export(config: &Config, tenant: &str, since: Option<&str>, format: Form
     let since = since.map(since_millis).transpose()?;
     let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = tokio::io::BufWriter::new(tokio::io::stdout());
     let done = export::export(&db, tenant, since, format, &mut out).await;
     db.close().await;
     let done = done?;
-    std::io::Write::flush(&mut out)?;
     match (&done.first, &done.head) {
         (Some((first, _)), Some((seq, hash))) => {
             eprintln!("{tenant}: {} event(s) exported, seq {first} to {seq}, head {hash}", done.events)

@@ -8,11 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::CliError;
 
-// Written by build.rs (the guard library's `write_reports`) before this crate compiles, so
-// the text below describes exactly the sources of this build.
-const MARKDOWN: &str = include_str!(concat!(env!("OUT_DIR"), "/guards-report.md"));
-const JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/guards-report.json"));
-const SARIF: &str = include_str!(concat!(env!("OUT_DIR"), "/guards-report.sarif"));
+use crate::admin::report::{self, ReportFormat};
 
 #[derive(Debug, Args)]
 pub struct GuardsArgs {
@@ -53,11 +49,11 @@ pub struct ReportError {
 }
 
 fn text(format: Format) -> &'static str {
-    match format {
-        Format::Md => MARKDOWN,
-        Format::Json => JSON,
-        Format::Sarif => SARIF,
-    }
+    report::text(match format {
+        Format::Md => ReportFormat::Md,
+        Format::Json => ReportFormat::Json,
+        Format::Sarif => ReportFormat::Sarif,
+    })
 }
 
 pub fn run(args: GuardsArgs) -> Result<(), CliError> {

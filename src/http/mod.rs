@@ -4,6 +4,7 @@
 
 mod admin;
 mod agent_link;
+mod console;
 mod executors;
 mod health;
 mod limits;
@@ -112,13 +113,15 @@ where
         .layer(middleware::from_fn_with_state(Arc::clone(&limiter), limits::limit));
     let gated = Router::new().route_service("/mcp", gate.clone().service(mcp)).merge(protected.layer(gate));
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
-    let (admin_routes, _) = admin::router(admin::AdminApi {
-        admin: crate::admin::Admin::new(state.db.clone(), native),
+    let api = admin::AdminApi {
+        admin: crate::admin::Admin::new(state.db.clone(), native).with_audit(state.config.audit.clone()),
         authenticator: Arc::clone(&state.gate.authenticator),
         platform: state.config.admin.platform_subjects.clone().into(),
         limiter: Arc::clone(&limiter),
         resource_metadata_url: state.gate.resource_metadata_url.clone(),
-    });
+    };
+    let console_routes = console::router(api.clone());
+    let (admin_routes, _) = admin::router(api);
     let mut public = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -144,7 +147,7 @@ where
             }),
         );
     }
-    let routes = public.merge(gated).merge(admin_routes).fallback(crate::error_body::not_found);
+    let routes = public.merge(gated).merge(admin_routes).merge(console_routes).fallback(crate::error_body::not_found);
 
     let origins =
         Arc::new(OriginPolicy { own: state.config.public_url(), allowed: state.config.server.allowed_origins.clone() });

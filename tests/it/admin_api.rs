@@ -470,6 +470,11 @@ async fn matrix(backend: Backend) {
         (Method::GET, "/admin/v1/tenants/globex/entities", None, [200, 404, 403, 404, 404]),
         (Method::GET, "/admin/v1/executors", None, [200, 403, 403, 403, 403]),
         (Method::DELETE, "/admin/v1/tenants/acme/users/walt@acme.test/roles/worker", None, [200, 404, 404, 403, 403]),
+        (Method::GET, "/admin/v1/tenants/acme/audit/events", None, [200, 403, 404, 403, 200]),
+        (Method::GET, "/admin/v1/tenants/acme/audit/verification", None, [200, 403, 404, 403, 200]),
+        (Method::GET, "/admin/v1/tenants/acme/audit/export", None, [200, 403, 404, 403, 200]),
+        (Method::GET, "/admin/v1/tenants/globex/audit/events", None, [200, 404, 403, 404, 404]),
+        (Method::GET, "/admin/v1/guards/report?format=json", None, [200, 200, 200, 403, 200]),
     ];
     let principals = [&ops, &owner, &other_owner, &worker, &auditor];
     // The platform administrator goes first in each row, so a creation the others repeat
@@ -689,3 +694,65 @@ async fn openapi_matches_the_routes() {
     assert!(operations >= 40, "{operations} operations");
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }
+
+/// The auditor's view: a call made through `/mcp` is in the events (filtered by user, tool,
+/// outcome), the chain verifies, the export checks itself, and one altered row is reported.
+async fn audit_trail(backend: Backend) {
+    let live = admin_gateway(backend).await;
+    let audrey = live.token_for("audrey@acme.test");
+    let client = live.client("wanda@acme.test").await;
+    ok(client.peer(), "list_flocks", json!({})).await;
+    client.cancel().await.unwrap();
+    let olivia = live.token_for("olivia@acme.test");
+    send(
+        &live,
+        Method::POST,
+        "/admin/v1/tenants/acme/flocks",
+        &olivia,
+        json!({"name": "hill", "breed": "Silkie", "hen_count": 4}),
+    )
+    .await;
+
+    let all = get(&live, "/admin/v1/tenants/acme/audit/events", &audrey).await;
+    assert_eq!(all.status, 200, "{}", all.body);
+    let items = all.body["items"].as_array().unwrap();
+    assert_eq!(items[0]["action"], "admin.flock.create", "newest first");
+    assert_eq!(items[0]["actor"], "tenant:acme:olivia@acme.test");
+    assert_eq!(items[0]["user"], "olivia@acme.test");
+    let mine =
+        get(&live, "/admin/v1/tenants/acme/audit/events?user=wanda@acme.test&tool=list_flocks&outcome=ok", &audrey)
+            .await;
+    let calls = mine.body["items"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{}", mine.body);
+    assert_eq!((calls[0]["action"].as_str(), calls[0]["user"].as_str()), (Some("tools/call"), Some("wanda@acme.test")));
+    let none = get(&live, "/admin/v1/tenants/acme/audit/events?user=wanda@acme.test&outcome=denied", &audrey).await;
+    assert_eq!(none.body["items"], json!([]));
+    let paged = get(&live, "/admin/v1/tenants/acme/audit/events?limit=1", &audrey).await;
+    assert!(paged.body["next"].is_string());
+    let bad = get(&live, "/admin/v1/tenants/acme/audit/events?outcome=maybe", &audrey).await;
+    assert_eq!((bad.status, bad.body["field"].clone()), (422, json!("outcome")));
+
+    let status = get(&live, "/admin/v1/tenants/acme/audit/verification", &audrey).await;
+    assert_eq!(status.body["verified"], true, "{}", status.body);
+    assert_eq!(status.body["events"], 2);
+
+    let export = request(&live, Method::GET, "/admin/v1/tenants/acme/audit/export", Some(&audrey), None, &[]).await;
+    assert_eq!(export.header("content-type"), Some("application/x-ndjson"));
+    let text = match &export.body {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let checked = scopegate::audit::export::verify_export(&mut text.as_bytes(), &Default::default()).unwrap();
+    assert_eq!(checked.events, 2);
+    let csv =
+        request(&live, Method::GET, "/admin/v1/tenants/acme/audit/export?format=csv", Some(&audrey), None, &[]).await;
+    let csv = csv.body.as_str().unwrap().to_owned();
+    assert_eq!(scopegate::audit::export::verify_export(&mut csv.as_bytes(), &Default::default()).unwrap().events, 2);
+
+    // One altered row: the verification names it.
+    live.execute("UPDATE audit_events SET outcome = 'denied' WHERE seq = 1 AND action = 'tools/call'").await;
+    let status = get(&live, "/admin/v1/tenants/acme/audit/verification", &audrey).await;
+    assert_eq!(status.body["verified"], false, "{}", status.body);
+    assert_eq!(status.body["broken"]["seq"], 1);
+}
+both_dbs!(auditors_read_verify_and_export_the_trail, audit_trail);

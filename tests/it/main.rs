@@ -10,6 +10,7 @@ mod checkpoints;
 mod cli;
 mod compose;
 mod config;
+mod console;
 mod docs;
 mod executors;
 mod fixture;

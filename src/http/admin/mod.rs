@@ -122,29 +122,33 @@ impl From<AdminError> for Refusal {
     }
 }
 
-/// Resolves the caller's [`Authority`] (or refuses: 401 without a good token, 403 for a
-/// token naming no active user of an active tenant, 429 over the rate limit) and puts it in
-/// the request's extensions.
-async fn authority(State(api): State<AdminApi>, mut request: Request, next: Next) -> Response {
-    let token = match bearer(request.headers()) {
-        Ok(token) => token,
-        Err(e) => return unauthorized(&api, e),
-    };
-    let (claims, tenant) = match api.authenticator.verify_any_tenant(token).await {
-        Ok(verified) => verified,
-        Err(e) => return unauthorized(&api, e),
-    };
+/// Why a bearer token gets no authority.
+pub(crate) enum Denied {
+    /// No token, or one that does not verify: 401.
+    Token(AuthError),
+    /// A good token naming no active user of an active tenant: 403.
+    Nobody,
+    /// Over the rate limit: 429, retry after this many seconds.
+    Limited(u64),
+    Failed(AdminError),
+}
+
+/// The [`Authority`] of a bearer token: the same validation as `/mcp`, then a configured
+/// platform subject, or an active user of the active tenant the token names (read from the
+/// database on every request); admitted by the rate limiter.
+pub(crate) async fn resolve(api: &AdminApi, token: &str) -> Result<Authority, Denied> {
+    let (claims, tenant) = api.authenticator.verify_any_tenant(token).await.map_err(Denied::Token)?;
     let who = if api.platform.contains(&claims.subject) {
         Authority::Platform { subject: claims.subject }
     } else {
-        let Some(tenant) = tenant else { return unauthorized(&api, AuthError::MissingTenant) };
+        let tenant = tenant.ok_or(Denied::Token(AuthError::MissingTenant))?;
         match member(api.admin.db(), &tenant, &claims.subject).await {
             Ok(Some(member)) => Authority::Member(member),
             Ok(None) => {
-                tracing::info!(tenant = %tenant, "admin API: no active user for the token");
-                return problem(StatusCode::FORBIDDEN, "forbidden", "access denied", None);
+                tracing::info!(tenant = %tenant, "admin: no active user for the token");
+                return Err(Denied::Nobody);
             }
-            Err(e) => return Refusal(e).into_response(),
+            Err(e) => return Err(Denied::Failed(e)),
         }
     };
     let (tenant, user) = match &who {
@@ -153,13 +157,31 @@ async fn authority(State(api): State<AdminApi>, mut request: Request, next: Next
     };
     if let Err((_, wait)) = api.limiter.admit(tenant, user) {
         crate::telemetry::metrics::denial("rate_limited_admin");
-        let mut response =
-            problem(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many requests; retry later", None);
-        if let Ok(v) = HeaderValue::from_str(&(wait.ceil().max(1.0) as u64).to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return response;
+        return Err(Denied::Limited(wait.ceil().max(1.0) as u64));
     }
+    Ok(who)
+}
+
+/// Resolves the caller's [`Authority`] (or refuses: 401 without a good token, 403 for a
+/// token naming no active user of an active tenant, 429 over the rate limit) and puts it in
+/// the request's extensions.
+async fn authority(State(api): State<AdminApi>, mut request: Request, next: Next) -> Response {
+    let who = match bearer(request.headers()) {
+        Ok(token) => resolve(&api, token).await,
+        Err(e) => Err(Denied::Token(e)),
+    };
+    let who = match who {
+        Ok(who) => who,
+        Err(Denied::Token(e)) => return unauthorized(&api, e),
+        Err(Denied::Nobody) => return problem(StatusCode::FORBIDDEN, "forbidden", "access denied", None),
+        Err(Denied::Limited(secs)) => {
+            let mut response =
+                problem(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many requests; retry later", None);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            return response;
+        }
+        Err(Denied::Failed(e)) => return Refusal(e).into_response(),
+    };
     request.extensions_mut().insert(Arc::new(who));
     let mut response = next.run(request).await;
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

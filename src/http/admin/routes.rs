@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::extract::{Path, Query, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Uri};
 use serde::Deserialize;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -15,9 +15,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{AdminApi, JsonBody, Problem, Refusal, caller, done, paged, tagged};
+use crate::admin::report::ReportFormat;
 use crate::admin::{
-    AssignmentView, Authority, BindingView, Collection, EntityView, ExecutorView, FlockView, GrantView, Page,
-    PageQuery, RootAllowanceView, Target, TenantView, UserView, Write, read::grant_key,
+    AssignmentView, Authority, BindingView, ChainStatus, Collection, EntityView, EventFilter, EventView, ExecutorView,
+    FlockView, GrantView, Page, PageQuery, RootAllowanceView, Target, TenantView, UserView, Write, read::grant_key,
 };
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::entities::GrantKind;
@@ -33,7 +34,7 @@ type Answer = Result<Response, Refusal>;
                        grants and root allowances of an identity-scoped MCP gateway. Every change is audited \
                        in the tenant's hash-chained audit trail."
     ),
-    components(schemas(Problem)),
+    components(schemas(Problem, EventView)),
     modifiers(&Bearer),
     security(("bearer" = []))
 )]
@@ -76,6 +77,10 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(get_grant, delete_grant))
         .routes(routes!(list_root_allowances, create_root_allowance))
         .routes(routes!(get_root_allowance, delete_root_allowance))
+        .routes(routes!(audit_events))
+        .routes(routes!(audit_verification))
+        .routes(routes!(audit_export))
+        .routes(routes!(guard_report))
 }
 
 async fn one(api: &AdminApi, who: &Authority, target: Target) -> Answer {
@@ -852,4 +857,101 @@ async fn delete_root_allowance(
     headers: HeaderMap,
 ) -> Answer {
     change(&api, &who, &headers, None, Write::DeleteRoot { tenant, id }).await
+}
+
+// ---- the audit trail and the guard report ----
+
+/// A tenant's audit events, newest first (its auditors, platform administrators). Each item is
+/// an `EventView`.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/audit/events", tag = "audit",
+    params(("tenant" = String, Path), EventFilter),
+    responses((status = 200, body = Page, description = "items: EventView"), (status = 403, body = Problem), (status = 404, body = Problem)))]
+async fn audit_events(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(filter): Query<EventFilter>,
+    uri: Uri,
+) -> Answer {
+    Ok(paged(api.admin.audit_events(&who, &tenant, &filter).await?, &uri))
+}
+
+/// Whether a tenant's chain verifies, with the newest checkpoint that vouches for it.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/audit/verification", tag = "audit",
+    params(("tenant" = String, Path)),
+    responses((status = 200, body = ChainStatus), (status = 403, body = Problem), (status = 404, body = Problem)))]
+async fn audit_verification(State(api): State<AdminApi>, Extension(who): Who, Path(tenant): Path<String>) -> Answer {
+    Ok(axum::Json(api.admin.audit_status(&who, &tenant).await?).into_response())
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ExportQuery {
+    /// `jsonl` (the default) or `csv`.
+    format: Option<String>,
+    /// From the first event at or after this time on (Unix milliseconds).
+    since: Option<i64>,
+}
+
+/// A tenant's chain as `scopegate audit export` writes it (each row checks itself and its
+/// link; `scopegate audit verify-export` checks a whole export), streamed.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/audit/export", tag = "audit",
+    params(("tenant" = String, Path), ExportQuery),
+    responses((status = 200, description = "JSON lines (application/x-ndjson) or CSV (text/csv)"), (status = 403, body = Problem), (status = 404, body = Problem)))]
+async fn audit_export(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<ExportQuery>,
+) -> Answer {
+    use crate::audit::export::Format;
+    let (format, content_type) = match q.format.as_deref() {
+        None | Some("jsonl") => (Format::Jsonl, "application/x-ndjson"),
+        Some("csv") => (Format::Csv, "text/csv; charset=utf-8"),
+        Some(_) => {
+            return Err(Refusal(crate::admin::AdminError::Invalid {
+                field: "format",
+                message: "must be jsonl or csv".into(),
+            }));
+        }
+    };
+    // Refused before anything is streamed: the authority, and the tenant's existence.
+    who.authorize(crate::admin::Need::Audit(&tenant))?;
+    api.admin.tenant_exists(&tenant).await?;
+    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+    let admin = api.admin.clone();
+    tokio::spawn(async move {
+        if let Err(e) = admin.audit_export(&who, &tenant, q.since, format, &mut writer).await {
+            tracing::warn!(error = %e, tenant = %tenant, "audit export stopped");
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(reader));
+    Ok(([(http::header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ReportQuery {
+    /// `md` (the default), `json` or `sarif`.
+    format: Option<String>,
+}
+
+/// The guard report of this build (owners and auditors of any tenant): the guard table, each
+/// tool's dependency tree, the findings and the residue the walk can't see.
+#[utoipa::path(get, path = "/admin/v1/guards/report", tag = "audit", params(ReportQuery),
+    responses((status = 200, description = "Markdown, JSON or SARIF"), (status = 403, body = Problem)))]
+async fn guard_report(Extension(who): Who, Query(q): Query<ReportQuery>) -> Answer {
+    let (format, content_type) = match q.format.as_deref() {
+        None | Some("md") => (ReportFormat::Md, "text/markdown; charset=utf-8"),
+        Some("json") => (ReportFormat::Json, "application/json"),
+        Some("sarif") => (ReportFormat::Sarif, "application/sarif+json"),
+        Some(_) => {
+            return Err(Refusal(crate::admin::AdminError::Invalid {
+                field: "format",
+                message: "must be md, json or sarif".into(),
+            }));
+        }
+    };
+    let text = crate::admin::report::guard_report(&who, format)?;
+    Ok(([(http::header::CONTENT_TYPE, content_type)], text).into_response())
 }

@@ -5,6 +5,7 @@
 //! ([`netns`]), remote executors ([`remote`]), the proxy's set-up ([`proxy`]), the workspace's
 //! own files ([`files`]), and waiting for something to happen ([`wait`]).
 
+pub mod browser;
 pub mod clients;
 pub mod db;
 pub mod files;
@@ -19,6 +20,7 @@ pub mod remote;
 pub mod tokens;
 pub mod wait;
 
+pub use browser::*;
 pub use clients::*;
 pub use db::*;
 pub use files::*;

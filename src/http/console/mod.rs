@@ -1,0 +1,592 @@
+//! The console, `/console`: a small server-rendered web app for operators, owners and
+//! auditors, on the administrative service and the admin API's authentication (a token of
+//! the same issuer, resolved to the same [`Authority`] on every request).
+//!
+//! Sign-in is by pasting a bearer token (the demo's printed tokens, or one an operator's
+//! identity provider issued); the token is kept in a cookie that is `HttpOnly`, `Secure`,
+//! `SameSite=Strict` and scoped to `/console`. Every form carries a CSRF token (an HMAC of
+//! the session under a key the replicas share; the sign-in form's, of a nonce cookie), and
+//! every page is sent with a strict Content Security Policy: no scripts at all, styles only
+//! from the console's own stylesheet, which ships in the binary. Nothing needs JavaScript.
+
+mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, Path, Query, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use ring::hmac;
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+
+use super::admin::{AdminApi, Denied, resolve};
+use crate::admin::{
+    AdminError, Authority, Caller, Collection, EventFilter, PageQuery, Target, Write, report::ReportFormat,
+};
+use crate::model::{Role, UserStatus};
+use crate::store::entities::GrantKind;
+
+const SESSION_COOKIE: &str = "scopegate_console";
+const LOGIN_COOKIE: &str = "scopegate_console_login";
+const CSS: &str = include_str!("console.css");
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'";
+
+/// What the console's routes share.
+#[derive(Clone)]
+pub(crate) struct Console {
+    api: AdminApi,
+    /// The CSRF key, shared by the replicas (read from the database once).
+    key: Arc<OnceCell<hmac::Key>>,
+}
+
+pub(crate) fn router(api: AdminApi) -> Router {
+    let console = Console { api, key: Arc::new(OnceCell::new()) };
+    Router::new()
+        .route("/console", get(home))
+        .route("/console/", get(home))
+        .route("/console/session", post(sign_in))
+        .route("/console/signout", post(sign_out))
+        .route("/console/assets/console.css", get(css))
+        .route("/console/tenants", get(tenants).post(create_tenant))
+        .route("/console/tenants/{tenant}", get(tenant))
+        .route("/console/tenants/{tenant}/users", post(create_user))
+        .route("/console/tenants/{tenant}/users/{subject}/status", post(user_status))
+        .route("/console/tenants/{tenant}/bindings", post(set_binding))
+        .route("/console/tenants/{tenant}/grants", post(create_grant))
+        .route("/console/tenants/{tenant}/grants/{grant}/revoke", post(revoke_grant))
+        .route("/console/tenants/{tenant}/audit", get(audit))
+        .route("/console/tenants/{tenant}/audit/export", get(export))
+        .route("/console/executors", get(executors))
+        .route("/console/guards", get(guards))
+        .layer(axum::middleware::from_fn(headers))
+        .with_state(console)
+}
+
+/// The headers every console answer carries.
+async fn headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // Not `no-referrer`: with it a browser sends `Origin: null` on the forms' posts, which the
+    // gateway's origin check refuses.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+impl Console {
+    async fn key(&self) -> Result<&hmac::Key, AdminError> {
+        self.key
+            .get_or_try_init(|| async {
+                let bytes = self.api.admin.db().shared_key("console_csrf").await?;
+                Ok::<_, AdminError>(hmac::Key::new(hmac::HMAC_SHA256, &bytes))
+            })
+            .await
+    }
+
+    /// The CSRF token of the forms of a session (or of a sign-in nonce).
+    async fn csrf(&self, purpose: &str, of: &str) -> Result<String, AdminError> {
+        let tag = hmac::sign(self.key().await?, format!("{purpose}\0{of}").as_bytes());
+        Ok(URL_SAFE_NO_PAD.encode(tag.as_ref()))
+    }
+
+    async fn csrf_holds(&self, purpose: &str, of: &str, sent: &str) -> bool {
+        let Ok(key) = self.key().await else { return false };
+        let Ok(sent) = URL_SAFE_NO_PAD.decode(sent) else { return false };
+        hmac::verify(key, format!("{purpose}\0{of}").as_bytes(), &sent).is_ok()
+    }
+}
+
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn set_cookie(name: &str, value: &str, max_age: i64) -> HeaderValue {
+    let text = format!("{name}={value}; Path=/console; HttpOnly; Secure; SameSite=Strict; Max-Age={max_age}");
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn see_other(to: &str) -> Response {
+    Redirect::to(to).into_response()
+}
+
+/// A signed-in request: its authority, and the CSRF token its forms carry.
+struct Session {
+    who: Authority,
+    csrf: String,
+}
+
+/// The session of `headers`, or the answer that takes the browser to sign in again.
+async fn session(console: &Console, headers: &HeaderMap) -> Result<Session, Response> {
+    let Some(token) = cookie(headers, SESSION_COOKIE) else { return Err(see_other("/console")) };
+    match resolve(&console.api, token).await {
+        Ok(who) => {
+            let csrf = console.csrf("session", token).await.map_err(failed)?;
+            Ok(Session { who, csrf })
+        }
+        Err(Denied::Limited(_)) => {
+            Err((StatusCode::TOO_MANY_REQUESTS, "too many requests; retry later").into_response())
+        }
+        Err(Denied::Failed(e)) => Err(failed(e)),
+        // The token expired or its user lost access: sign in again.
+        Err(Denied::Token(_) | Denied::Nobody) => {
+            let mut response = see_other("/console?signed_out=1");
+            response.headers_mut().insert(header::SET_COOKIE, set_cookie(SESSION_COOKIE, "", 0));
+            Err(response)
+        }
+    }
+}
+
+/// A POST of a signed-in session whose CSRF token holds.
+async fn posted(console: &Console, headers: &HeaderMap, csrf: &str) -> Result<Session, Response> {
+    let session = session(console, headers).await?;
+    let token = cookie(headers, SESSION_COOKIE).unwrap_or_default();
+    if !console.csrf_holds("session", token, csrf).await {
+        return Err((StatusCode::FORBIDDEN, "the form's CSRF token does not hold: reload the page").into_response());
+    }
+    Ok(session)
+}
+
+fn failed(e: AdminError) -> Response {
+    tracing::error!(error = %e, "console request failed");
+    (StatusCode::SERVICE_UNAVAILABLE, "the request could not be served").into_response()
+}
+
+/// An act's refusal as a page answer: 404 and 403 as pages, others as a notice on `back`.
+fn refused(e: AdminError, session: &Session, back: &str) -> Response {
+    match e {
+        AdminError::NotFound(_) => pages::refusal(&session.who, &session.csrf, StatusCode::NOT_FOUND, "No such page."),
+        AdminError::Forbidden => {
+            pages::refusal(&session.who, &session.csrf, StatusCode::FORBIDDEN, "Your roles do not open this page.")
+        }
+        AdminError::Store(_) => failed(e),
+        other => see_other(&format!(
+            "{back}?error={}",
+            percent_encoding::utf8_percent_encode(&other.to_string(), percent_encoding::NON_ALPHANUMERIC)
+        )),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Notice {
+    error: Option<String>,
+    done: Option<String>,
+    signed_out: Option<String>,
+}
+
+async fn css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8"), (header::CACHE_CONTROL, "public, max-age=3600")], CSS)
+        .into_response()
+}
+
+/// The sign-in page, or where a signed-in user starts.
+async fn home(State(console): State<Console>, headers: HeaderMap, Query(notice): Query<Notice>) -> Response {
+    if cookie(&headers, SESSION_COOKIE).is_some() {
+        return match session(&console, &headers).await {
+            Ok(s) => see_other(&start_page(&s.who)),
+            Err(response) => response,
+        };
+    }
+    let nonce = URL_SAFE_NO_PAD.encode(uuid::Uuid::new_v4().as_bytes());
+    let csrf = match console.csrf("login", &nonce).await {
+        Ok(csrf) => csrf,
+        Err(e) => return failed(e),
+    };
+    let mut response = pages::sign_in(&csrf, notice.error.as_deref(), notice.signed_out.is_some());
+    response.headers_mut().insert(header::SET_COOKIE, set_cookie(LOGIN_COOKIE, &nonce, 600));
+    response
+}
+
+fn start_page(who: &Authority) -> String {
+    match who {
+        Authority::Member(m) if m.roles.contains(&Role::Owner) => format!("/console/tenants/{}", m.slug),
+        Authority::Member(m) if m.roles.contains(&Role::Auditor) => format!("/console/tenants/{}/audit", m.slug),
+        Authority::Member(_) => "/console/guards".into(),
+        _ => "/console/tenants".into(),
+    }
+}
+
+#[derive(Deserialize)]
+struct SignIn {
+    token: String,
+    csrf: String,
+}
+
+async fn sign_in(State(console): State<Console>, headers: HeaderMap, Form(form): Form<SignIn>) -> Response {
+    let nonce = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
+    if nonce.is_empty() || !console.csrf_holds("login", nonce, &form.csrf).await {
+        return see_other("/console?error=the+sign-in+form+expired%3A+try+again");
+    }
+    let token = form.token.trim();
+    let valid_cookie = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
+    let who = if valid_cookie { resolve(&console.api, token).await } else { Err(Denied::Nobody) };
+    match who {
+        Ok(who) => {
+            let mut response = see_other(&start_page(&who));
+            let h = response.headers_mut();
+            h.append(header::SET_COOKIE, set_cookie(SESSION_COOKIE, token, 12 * 3600));
+            h.append(header::SET_COOKIE, set_cookie(LOGIN_COOKIE, "", 0));
+            response
+        }
+        Err(Denied::Failed(e)) => failed(e),
+        Err(_) => see_other("/console?error=that+token+gives+no+access+to+the+console"),
+    }
+}
+
+#[derive(Deserialize)]
+struct CsrfOnly {
+    csrf: String,
+}
+
+async fn sign_out(State(console): State<Console>, headers: HeaderMap, Form(form): Form<CsrfOnly>) -> Response {
+    if let Err(response) = posted(&console, &headers, &form.csrf).await {
+        return response;
+    }
+    let mut response = see_other("/console?signed_out=1");
+    response.headers_mut().insert(header::SET_COOKIE, set_cookie(SESSION_COOKIE, "", 0));
+    response
+}
+
+/// Every item of a collection (the console shows whole lists: a tenant's are small, and the
+/// tenants' list is the platform's own).
+async fn all(console: &Console, who: &Authority, collection: Collection) -> Result<Vec<serde_json::Value>, AdminError> {
+    let mut items = Vec::new();
+    let mut query = PageQuery { limit: Some(500), after: None };
+    loop {
+        let page = console.api.admin.list(who, &collection, &query).await?;
+        items.extend(page.items);
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return Ok(items),
+        }
+    }
+}
+
+async fn tenants(State(console): State<Console>, headers: HeaderMap, Query(notice): Query<Notice>) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match all(&console, &s.who, Collection::Tenants).await {
+        Ok(list) => pages::tenants(&s.who, &s.csrf, &list, &notice),
+        Err(e) => refused(e, &s, "/console/tenants"),
+    }
+}
+
+/// One change made from a form, and the page to go back to.
+async fn act(console: &Console, s: &Session, write: Write, back: &str) -> Response {
+    let caller = Caller { who: &s.who, via: "console", request_id: None, idempotency: None, if_match: None };
+    match console.api.admin.write(&caller, write).await {
+        Ok(_) => see_other(&format!("{back}?done=1")),
+        Err(e) => refused(e, s, back),
+    }
+}
+
+#[derive(Deserialize)]
+struct NewTenant {
+    csrf: String,
+    slug: String,
+    name: String,
+}
+
+async fn create_tenant(State(console): State<Console>, headers: HeaderMap, Form(f): Form<NewTenant>) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    act(&console, &s, Write::CreateTenant { slug: f.slug, name: f.name }, "/console/tenants").await
+}
+
+async fn tenant(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    Query(notice): Query<Notice>,
+) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{slug}");
+    let loaded = async {
+        let tenant = console.api.admin.get(&s.who, &Target::Tenant { slug: slug.clone() }).await?.view;
+        let users = all(&console, &s.who, Collection::Users { tenant: slug.clone() }).await?;
+        let bindings = all(&console, &s.who, Collection::Bindings { tenant: slug.clone() }).await?;
+        let grants = all(&console, &s.who, Collection::Grants { tenant: slug.clone() }).await?;
+        Ok::<_, AdminError>((tenant, users, bindings, grants))
+    };
+    match loaded.await {
+        Ok((tenant, users, bindings, grants)) => {
+            pages::tenant(&s.who, &s.csrf, &tenant, &users, &bindings, &grants, &notice)
+        }
+        Err(e) => refused(e, &s, &back),
+    }
+}
+
+#[derive(Deserialize)]
+struct NewUser {
+    csrf: String,
+    subject: String,
+    display_name: String,
+    role: Role,
+}
+
+async fn create_user(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<NewUser>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    let write = Write::CreateUser { tenant, subject: f.subject, display_name: f.display_name, roles: vec![f.role] };
+    act(&console, &s, write, &back).await
+}
+
+#[derive(Deserialize)]
+struct StatusForm {
+    csrf: String,
+    status: UserStatus,
+}
+
+async fn user_status(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, subject)): Path<(String, String)>,
+    Form(f): Form<StatusForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    let write = Write::UpdateUser { tenant, subject, display_name: None, status: Some(f.status), roles: None };
+    act(&console, &s, write, &back).await
+}
+
+#[derive(Deserialize)]
+struct BindingForm {
+    csrf: String,
+    server: String,
+    executor: String,
+}
+
+async fn set_binding(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<BindingForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    let write = Write::SetBinding { tenant, server: f.server, executor: f.executor, prefixed: true };
+    act(&console, &s, write, &back).await
+}
+
+#[derive(Deserialize)]
+struct GrantForm {
+    csrf: String,
+    server: String,
+    role: Role,
+    kind: GrantKind,
+    name: String,
+}
+
+async fn create_grant(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<GrantForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    let write = Write::CreateGrant { tenant, server: f.server, role: f.role, kind: f.kind, name: f.name };
+    act(&console, &s, write, &back).await
+}
+
+async fn revoke_grant(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, id)): Path<(String, String)>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    let Some([server, role, kind, name]) = crate::admin::read::grant_key(&id) else {
+        return refused(AdminError::NotFound("no such grant".into()), &s, &back);
+    };
+    let (Ok(role), Ok(kind)) = (role.parse(), kind.parse()) else {
+        return refused(AdminError::NotFound("no such grant".into()), &s, &back);
+    };
+    act(&console, &s, Write::DeleteGrant { tenant, server, role, kind, name }, &back).await
+}
+
+/// The audit page's filter, as the form sends it (times as `YYYY-MM-DDTHH:MM`, UTC).
+#[derive(Deserialize, Default)]
+struct AuditForm {
+    user: Option<String>,
+    tool: Option<String>,
+    outcome: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    after: Option<String>,
+}
+
+/// A form's time (`2026-12-05T10:30`, UTC, or epoch milliseconds) in Unix milliseconds.
+fn form_time(text: Option<&str>) -> Result<Option<i64>, AdminError> {
+    let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else { return Ok(None) };
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(Some(ms));
+    }
+    let format = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]");
+    let at = time::PrimitiveDateTime::parse(text, &format)
+        .map_err(|_| AdminError::Invalid { field: "since", message: format!("`{text}` is not YYYY-MM-DDTHH:MM") })?;
+    Ok(Some((at.assume_utc().unix_timestamp_nanos() / 1_000_000) as i64))
+}
+
+fn blank(text: Option<String>) -> Option<String> {
+    text.filter(|t| !t.trim().is_empty())
+}
+
+async fn audit(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    Query(form): Query<AuditForm>,
+) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{slug}/audit");
+    let loaded = async {
+        let filter = EventFilter {
+            user: blank(form.user.clone()),
+            tool: blank(form.tool.clone()),
+            outcome: blank(form.outcome.clone()),
+            since: form_time(form.since.as_deref())?,
+            until: form_time(form.until.as_deref())?,
+            limit: Some(50),
+            after: blank(form.after.clone()),
+        };
+        let status = console.api.admin.audit_status(&s.who, &slug).await?;
+        let page = console.api.admin.audit_events(&s.who, &slug, &filter).await?;
+        Ok::<_, AdminError>((status, page))
+    };
+    match loaded.await {
+        Ok((status, page)) => pages::audit(
+            &s.who,
+            &s.csrf,
+            &slug,
+            &status,
+            &page,
+            &pages::Filter {
+                user: form.user.unwrap_or_default(),
+                tool: form.tool.unwrap_or_default(),
+                outcome: form.outcome.unwrap_or_default(),
+                since: form.since.unwrap_or_default(),
+                until: form.until.unwrap_or_default(),
+            },
+        ),
+        Err(AdminError::Invalid { message, .. }) => {
+            pages::refusal(&s.who, &s.csrf, StatusCode::UNPROCESSABLE_ENTITY, &message)
+        }
+        Err(e) => refused(e, &s, &back),
+    }
+}
+
+#[derive(Deserialize)]
+struct ExportForm {
+    format: Option<String>,
+}
+
+async fn export(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    Query(form): Query<ExportForm>,
+) -> Response {
+    use crate::audit::export::Format;
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let (format, content_type, extension) = match form.format.as_deref() {
+        Some("csv") => (Format::Csv, "text/csv; charset=utf-8", "csv"),
+        _ => (Format::Jsonl, "application/x-ndjson", "jsonl"),
+    };
+    if let Err(e) = s.who.authorize(crate::admin::Need::Audit(&slug)) {
+        return refused(e, &s, "/console");
+    }
+    if let Err(e) = console.api.admin.tenant_exists(&slug).await {
+        return refused(e, &s, "/console");
+    }
+    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+    let admin = console.api.admin.clone();
+    let who = s.who;
+    let tenant = slug.clone();
+    tokio::spawn(async move {
+        if let Err(e) = admin.audit_export(&who, &tenant, None, format, &mut writer).await {
+            tracing::warn!(error = %e, tenant = %tenant, "audit export stopped");
+        }
+    });
+    let disposition = format!("attachment; filename=\"{slug}-audit.{extension}\"");
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(reader));
+    ([(header::CONTENT_TYPE, content_type.to_owned()), (header::CONTENT_DISPOSITION, disposition)], body)
+        .into_response()
+}
+
+async fn executors(State(console): State<Console>, headers: HeaderMap) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match all(&console, &s.who, Collection::Executors).await {
+        Ok(list) => pages::executors(&s.who, &s.csrf, &list),
+        Err(e) => refused(e, &s, "/console/executors"),
+    }
+}
+
+async fn guards(State(console): State<Console>, headers: HeaderMap) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match crate::admin::report::guard_report(&s.who, ReportFormat::Json) {
+        Ok(text) => {
+            let report: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+            pages::guards(&s.who, &s.csrf, &report)
+        }
+        Err(e) => refused(e, &s, "/console"),
+    }
+}

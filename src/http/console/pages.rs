@@ -1,0 +1,416 @@
+//! The console's pages. maud escapes every value it interpolates; no page carries a script
+//! or an inline style.
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use maud::{DOCTYPE, Markup, html};
+use serde_json::Value;
+
+use super::Notice;
+use crate::admin::{Authority, ChainStatus, Page};
+use crate::model::Role;
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` UTC.
+fn when(ms: &Value) -> String {
+    let Some(ms) = ms.as_i64() else { return String::new() };
+    let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .map(|t| format!("{t} UTC"))
+        .unwrap_or_default()
+}
+
+fn who_text(who: &Authority) -> String {
+    match who {
+        Authority::Cli => "cli".into(),
+        Authority::Platform { subject } => format!("{subject} · platform administrator"),
+        Authority::Member(m) => {
+            let roles: Vec<&str> = m.roles.iter().map(|r| r.as_str()).collect();
+            format!("{} · {} of {}", m.subject, roles.join(", "), m.slug)
+        }
+    }
+}
+
+fn nav(who: &Authority, csrf: &str) -> Markup {
+    let (platform, member) = match who {
+        Authority::Member(m) => (false, Some(m)),
+        _ => (true, None),
+    };
+    html! {
+        header {
+            strong { a href="/console" { "scopegate console" } }
+            @if platform {
+                a href="/console/tenants" { "Tenants" }
+                a href="/console/executors" { "Executors" }
+            }
+            @if let Some(m) = member {
+                @if m.roles.contains(&Role::Owner) {
+                    a href={ "/console/tenants/" (m.slug) } { "Tenant " (m.slug) }
+                }
+                @if m.roles.contains(&Role::Auditor) {
+                    a href={ "/console/tenants/" (m.slug) "/audit" } { "Audit trail" }
+                }
+            }
+            a href="/console/guards" { "Guard report" }
+            span.who { (who_text(who)) }
+            form method="post" action="/console/signout" {
+                input type="hidden" name="csrf" value=(csrf);
+                button.quiet type="submit" { "Sign out" }
+            }
+        }
+    }
+}
+
+fn page(title: &str, header: Markup, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · scopegate" }
+                link rel="stylesheet" href="/console/assets/console.css";
+            }
+            body {
+                (header)
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn respond(status: StatusCode, markup: Markup) -> Response {
+    (status, [(http::header::CONTENT_TYPE, "text/html; charset=utf-8")], markup.into_string()).into_response()
+}
+
+fn notices(notice: &Notice) -> Markup {
+    html! {
+        @if let Some(error) = &notice.error { p.notice.error role="alert" { (error) } }
+        @if notice.done.is_some() { p.notice { "Done." } }
+    }
+}
+
+pub(super) fn refusal(who: &Authority, csrf: &str, status: StatusCode, message: &str) -> Response {
+    respond(status, page("Refused", nav(who, csrf), html! { h1 { (status.as_u16()) } p { (message) } }))
+}
+
+pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool) -> Response {
+    let body = html! {
+        h1 { "Sign in" }
+        @if let Some(error) = error { p.notice.error role="alert" { (error) } }
+        @if signed_out { p.notice { "You are signed out." } }
+        p.muted {
+            "Paste a bearer token of this gateway's issuer: one that " code { "scopegate serve --demo" } " printed, or one your identity provider issued to an owner, an auditor or a platform administrator."
+        }
+        form.inline method="post" action="/console/session" {
+            input type="hidden" name="csrf" value=(csrf);
+            label { "Bearer token" textarea name="token" id="token" required rows="4" cols="80" {} }
+            button type="submit" id="sign-in" { "Sign in" }
+        }
+    };
+    respond(StatusCode::OK, page("Sign in", html! { header { strong { "scopegate console" } } }, body))
+}
+
+fn hidden(csrf: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(csrf); }
+}
+
+fn role_options() -> Markup {
+    html! { @for role in Role::ALL { option value=(role.as_str()) { (role.as_str()) } } }
+}
+
+pub(super) fn tenants(who: &Authority, csrf: &str, list: &[Value], notice: &Notice) -> Response {
+    let body = html! {
+        h1 { "Tenants" }
+        (notices(notice))
+        table {
+            thead { tr { th { "Slug" } th { "Name" } th { "Status" } th { "Created" } th {} } }
+            tbody {
+                @for t in list {
+                    tr {
+                        td { a href={ "/console/tenants/" (text(&t["slug"])) } { (text(&t["slug"])) } }
+                        td { (text(&t["name"])) }
+                        td { (text(&t["status"])) }
+                        td { (when(&t["created_at"])) }
+                        td { a href={ "/console/tenants/" (text(&t["slug"])) "/audit" } { "audit trail" } }
+                    }
+                }
+            }
+        }
+        h2 { "New tenant" }
+        form.inline method="post" action="/console/tenants" {
+            (hidden(csrf))
+            label { "Slug" input name="slug" required pattern="[a-z0-9][a-z0-9-]*"; }
+            label { "Name" input name="name" required; }
+            button type="submit" { "Create tenant" }
+        }
+    };
+    respond(StatusCode::OK, page("Tenants", nav(who, csrf), body))
+}
+
+pub(super) fn tenant(
+    who: &Authority,
+    csrf: &str,
+    tenant: &Value,
+    users: &[Value],
+    bindings: &[Value],
+    grants: &[Value],
+    notice: &Notice,
+) -> Response {
+    let slug = text(&tenant["slug"]);
+    let base = format!("/console/tenants/{slug}");
+    let body = html! {
+        h1 { (text(&tenant["name"])) " " span.muted { "(" (slug) ", " (text(&tenant["status"])) ")" } }
+        (notices(notice))
+        h2 { "Users" }
+        table id="users" {
+            thead { tr { th { "Subject" } th { "Name" } th { "Roles" } th { "Status" } th {} } }
+            tbody {
+                @for u in users {
+                    @let subject = text(&u["subject"]);
+                    @let active = u["status"] == "active";
+                    tr {
+                        td.mono { (subject) }
+                        td { (text(&u["display_name"])) }
+                        td { (text(&u["roles"])) }
+                        td { (text(&u["status"])) }
+                        td {
+                            form method="post" action={ (base) "/users/" (percent(&subject)) "/status" } {
+                                (hidden(csrf))
+                                input type="hidden" name="status" value=(if active { "disabled" } else { "active" });
+                                button.quiet type="submit" { (if active { "Disable" } else { "Enable" }) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        form.inline id="new-user" method="post" action={ (base) "/users" } {
+            (hidden(csrf))
+            label { "Subject" input name="subject" id="user-subject" required; }
+            label { "Name" input name="display_name" id="user-name" required; }
+            label { "Role" select name="role" id="user-role" { (role_options()) } }
+            button type="submit" id="add-user" { "Add user" }
+        }
+        h2 { "Upstream servers" }
+        table id="bindings" {
+            thead { tr { th { "Server" } th { "Executor" } th { "Prefixed" } } }
+            tbody {
+                @for b in bindings {
+                    tr { td.mono { (text(&b["server"])) } td { (text(&b["executor"])) } td { (text(&b["prefixed"])) } }
+                }
+            }
+        }
+        form.inline method="post" action={ (base) "/bindings" } {
+            (hidden(csrf))
+            label { "Server id" input name="server" required; }
+            label { "Executor" input name="executor" required value="local"; }
+            button type="submit" { "Bind server" }
+        }
+        h2 { "Grants" }
+        table id="grants" {
+            thead { tr { th { "Server" } th { "Role" } th { "Kind" } th { "Name" } th {} } }
+            tbody {
+                @for g in grants {
+                    tr {
+                        td.mono { (text(&g["server"])) }
+                        td { (text(&g["role"])) }
+                        td { (text(&g["kind"])) }
+                        td.mono { (text(&g["name"])) }
+                        td {
+                            form method="post" action={ (base) "/grants/" (text(&g["id"])) "/revoke" } {
+                                (hidden(csrf))
+                                button.quiet type="submit" { "Revoke" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        form.inline id="new-grant" method="post" action={ (base) "/grants" } {
+            (hidden(csrf))
+            label { "Server" select name="server" id="grant-server" { @for b in bindings { option value=(text(&b["server"])) { (text(&b["server"])) } } } }
+            label { "Role" select name="role" id="grant-role" { (role_options()) } }
+            label { "Kind" select name="kind" { @for k in ["tool", "prompt", "resource"] { option value=(k) { (k) } } } }
+            label { "Name" input name="name" id="grant-name" required placeholder="tool name, URI or *"; }
+            button type="submit" id="add-grant" { "Grant" }
+        }
+    };
+    respond(StatusCode::OK, page(&slug, nav(who, csrf), body))
+}
+
+fn percent(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// What the audit page's filter form holds.
+pub(super) struct Filter {
+    pub user: String,
+    pub tool: String,
+    pub outcome: String,
+    pub since: String,
+    pub until: String,
+}
+
+pub(super) fn audit(
+    who: &Authority,
+    csrf: &str,
+    slug: &str,
+    status: &ChainStatus,
+    events: &Page,
+    filter: &Filter,
+) -> Response {
+    let base = format!("/console/tenants/{slug}/audit");
+    let next = events.next.as_ref().map(|next| {
+        format!(
+            "{base}?user={}&tool={}&outcome={}&since={}&until={}&after={next}",
+            percent(&filter.user),
+            percent(&filter.tool),
+            percent(&filter.outcome),
+            percent(&filter.since),
+            percent(&filter.until)
+        )
+    });
+    let body = html! {
+        h1 { "Audit trail of " (slug) }
+        p id="chain" {
+            @if status.verified {
+                span.badge.verified id="chain-status" { "Chain verified" }
+                " " (status.events) " events, every hash and link recomputed."
+            } @else {
+                span.badge.broken id="chain-status" { "Chain BROKEN" }
+                @if let Some(b) = &status.broken { " at seq " (b.seq) ": " (b.reason) }
+                @for p in &status.checkpoint_problems { br; (p) }
+            }
+        }
+        p id="checkpoint" {
+            @match &status.checkpoint {
+                Some(c) => {
+                    "Latest checkpoint: seq " (c.seq) ", signed " (when(&Value::from(c.at))) " with key " code { (c.key_id) } ", hash " code { (c.hash) }
+                }
+                None => { span.muted { "No signed checkpoint of this tenant is readable here (audit.checkpoint_sink must be a file this gateway reads)." } }
+            }
+        }
+        p {
+            "Export: " a href={ (base) "/export?format=jsonl" } { "JSON lines" } " · " a href={ (base) "/export?format=csv" } { "CSV" }
+            span.muted { " (each row carries its hash and link; check an export with " code { "scopegate audit verify-export" } ")" }
+        }
+        form.inline method="get" action=(base) {
+            label { "User" input name="user" value=(filter.user); }
+            label { "Tool" input name="tool" value=(filter.tool); }
+            label { "Outcome" select name="outcome" {
+                option value="" selected[filter.outcome.is_empty()] { "any" }
+                @for o in ["ok", "denied", "failed"] { option value=(o) selected[filter.outcome == o] { (o) } }
+            } }
+            label { "Since (UTC)" input type="datetime-local" name="since" value=(filter.since); }
+            label { "Until (UTC)" input type="datetime-local" name="until" value=(filter.until); }
+            button type="submit" { "Filter" }
+        }
+        table id="events" {
+            thead { tr { th { "Seq" } th { "When" } th { "User" } th { "Action" } th { "Tool / resource" } th { "Outcome" } th { "Hash" } } }
+            tbody {
+                @for e in &events.items {
+                    tr {
+                        td { (text(&e["seq"])) }
+                        td { (when(&e["occurred_at"])) }
+                        td.mono { (text(&e["user"])) @if let Some(actor) = e["actor"].as_str() { br; span.muted { (actor) } } }
+                        td { (text(&e["action"])) }
+                        td.mono { (text(&e["tool"])) }
+                        td { (text(&e["outcome"])) @if let Some(c) = e["error_class"].as_str() { " (" (c) ")" } }
+                        td.mono { (text(&e["hash"]).get(..16).unwrap_or_default()) "…" }
+                    }
+                }
+            }
+        }
+        @if let Some(next) = next { nav.pages { a href=(next) { "Older events →" } } }
+    };
+    respond(StatusCode::OK, page("Audit trail", nav(who, csrf), body))
+}
+
+pub(super) fn executors(who: &Authority, csrf: &str, list: &[Value]) -> Response {
+    let body = html! {
+        h1 { "Executors" }
+        table id="executors" {
+            thead { tr { th { "Name" } th { "Kind" } th { "Machine" } th { "Runs as" } th { "Owners" } } }
+            tbody {
+                @for x in list {
+                    tr {
+                        td.mono { (text(&x["name"])) }
+                        td { (text(&x["kind"])) }
+                        td { (text(&x["machine"])) }
+                        td { (text(&x["run_as"])) }
+                        td { (text(&x["owners"])) }
+                    }
+                }
+            }
+        }
+    };
+    respond(StatusCode::OK, page("Executors", nav(who, csrf), body))
+}
+
+fn tree(node: &Value) -> Markup {
+    html! {
+        li {
+            span.kind { (text(&node["kind"])) }
+            code { (text(&node["label"])) }
+            @if let Some(file) = node["file"].as_str() { " " span.muted { (file) ":" (text(&node["line"])) } }
+            @if let Some(children) = node["children"].as_array().filter(|c| !c.is_empty()) {
+                ul.tree { @for child in children { (tree(child)) } }
+            }
+        }
+    }
+}
+
+pub(super) fn guards(who: &Authority, csrf: &str, report: &Value) -> Response {
+    let empty = Vec::new();
+    let list = |key: &str| report[key].as_array().unwrap_or(&empty).clone();
+    let findings = list("findings");
+    let body = html! {
+        h1 { "Guard report" }
+        p.muted { "Written at build time from this binary's own sources (" code { "scopegate guards report" } " prints the same)." }
+        h2 { "Guards" }
+        table id="guard-rows" {
+            thead { tr { th { "Id" } th { "Guard" } th { "Forbids" } th { "Enforced by" } th { "Status" } th { "Residue" } } }
+            tbody {
+                @for row in list("guard_rows") {
+                    tr {
+                        td { (text(&row["id"])) }
+                        td { (text(&row["title"])) }
+                        td { (text(&row["forbids"])) }
+                        td { (text(&row["enforced_by"])) }
+                        td { (text(&row["status"])) }
+                        td { ul { @for r in row["residue"].as_array().unwrap_or(&empty) { li { (text(r)) } } } }
+                    }
+                }
+            }
+        }
+        h2 { "Findings" }
+        @if findings.is_empty() {
+            p id="findings" { "None: the build would have failed on any." }
+        } @else {
+            ul id="findings" { @for f in &findings { li { (f.to_string()) } } }
+        }
+        h2 { "Each tool's dependency tree" }
+        @for tool in list("tools") {
+            details {
+                summary { code { (text(&tool["name"])) } " " span.muted { (text(&tool["file"])) ":" (text(&tool["line"])) } }
+                ul.tree { (tree(&tool["tree"])) }
+            }
+        }
+        h2 { "Residue: what the walk can't see" }
+        dl id="residue" {
+            @for r in list("residue") { dt { (text(&r["title"])) } dd { (text(&r["detail"])) } }
+        }
+    };
+    respond(StatusCode::OK, page("Guard report", nav(who, csrf), body))
+}

@@ -1,0 +1,227 @@
+//! The console, `/console`, in a real headless Chromium: sign in with a token, add a user and
+//! a grant, see a call made through `/mcp` in the audit page with the chain verified, alter one
+//! audit row and see the page report it, open the guard report. Screenshots of each page go to
+//! `target/screenshots/`. And, without a browser: the security headers, the cookie's
+//! attributes, and a form post without its CSRF token refused.
+
+use serde_json::json;
+
+use crate::support::*;
+
+const PLATFORM: &str = "ops@platform.test";
+
+async fn sign_in(browser: &Browser, live: &Live, token: &str) {
+    browser.goto(&format!("{}/console", live.base_url())).await;
+    browser.type_into("#token", token).await;
+    browser.click("#sign-in").await;
+}
+
+async fn sign_out(browser: &Browser) {
+    browser.click("header form button").await;
+}
+
+/// A gateway whose own origin is the one the browser sees: the tests' gateways name a public
+/// URL they are not served at, and a form posted from any other origin is refused.
+async fn console_gateway(backend: Backend) -> Live {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    TestGateway::new(backend)
+        .set("admin.platform_subjects", json!([PLATFORM]))
+        .set("server.listen", json!(format!("127.0.0.1:{port}")))
+        .set("server.allowed_origins", json!([format!("http://127.0.0.1:{port}")]))
+        .start()
+        .await
+}
+
+async fn in_a_browser(backend: Backend) {
+    let live = console_gateway(backend).await;
+    let db = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let mut claims = claims(&live.config, "", PLATFORM);
+    claims.as_object_mut().unwrap().remove("tid");
+    let ops = Signer::hs256(live.config.auth.hs256_secret.expose()).sign(&claims);
+    // A server for acme to grant: an executor (the platform's) and a binding (acme's owner's),
+    // made through the API beforehand.
+    let made = reqwest::Client::new()
+        .post(format!("{}/admin/v1/executors", live.base_url()))
+        .bearer_auth(&ops)
+        .json(&json!({"name": "box", "machine": "m1", "run_as": "svc"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), 201);
+    let olivia = live.token_for("olivia@acme.test");
+    let bound = reqwest::Client::new()
+        .put(format!("{}/admin/v1/tenants/acme/bindings/notes", live.base_url()))
+        .bearer_auth(&olivia)
+        .json(&json!({"executor": "box"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bound.status(), 201);
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/console", live.base_url())).await;
+    assert!(browser.source().await.contains("Sign in"));
+    let mut shots = vec![browser.screenshot(&format!("console-{db}-1-sign-in")).await];
+
+    // The owner: a user and a grant, made in the page's forms.
+    sign_in(&browser, &live, &olivia).await;
+    assert!(browser.url().await.ends_with("/console/tenants/acme"), "{}", browser.url().await);
+    browser.type_into("#user-subject", "carl@acme.test").await;
+    browser.type_into("#user-name", "Carl Carter").await;
+    browser.select("#user-role", "worker").await;
+    browser.click("#add-user").await;
+    assert!(browser.text("#users").await.contains("carl@acme.test"), "the new user is listed");
+    browser.select("#grant-server", "notes").await;
+    browser.select("#grant-role", "worker").await;
+    browser.type_into("#grant-name", "read_note").await;
+    browser.click("#add-grant").await;
+    assert!(browser.text("#grants").await.contains("read_note"), "the new grant is listed");
+    shots.push(browser.screenshot(&format!("console-{db}-2-tenant")).await);
+    assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'carl@acme.test'").await, 1);
+    assert_eq!(live.count("SELECT COUNT(*) FROM mcp_server_grants WHERE name = 'read_note'").await, 1);
+    sign_out(&browser).await;
+
+    // A call through /mcp, then the auditor's page: the call is there, the chain verified.
+    let client = live.client("wanda@acme.test").await;
+    ok(client.peer(), "list_flocks", json!({})).await;
+    client.cancel().await.unwrap();
+    sign_in(&browser, &live, &live.token_for("audrey@acme.test")).await;
+    assert!(browser.url().await.ends_with("/console/tenants/acme/audit"), "{}", browser.url().await);
+    assert_eq!(browser.text("#chain-status").await, "Chain verified");
+    let events = browser.text("#events").await;
+    assert!(events.contains("list_flocks") && events.contains("wanda@acme.test"), "{events}");
+    assert!(events.contains("admin.user.create") && events.contains("tenant:acme:olivia@acme.test"), "{events}");
+    shots.push(browser.screenshot(&format!("console-{db}-3-audit")).await);
+
+    // One row altered in the database: the page reports the chain broken, at that row.
+    live.execute("UPDATE audit_events SET outcome = 'denied' WHERE action = 'tools/call'").await;
+    browser.goto(&format!("{}/console/tenants/acme/audit", live.base_url())).await;
+    let status = browser.text("#chain").await;
+    assert!(status.contains("Chain BROKEN"), "{status}");
+    shots.push(browser.screenshot(&format!("console-{db}-4-audit-broken")).await);
+
+    // The guard report, rendered for the auditor.
+    browser.goto(&format!("{}/console/guards", live.base_url())).await;
+    assert!(browser.text("#guard-rows").await.contains("G1"));
+    assert!(browser.source().await.contains("dependency tree"));
+    shots.push(browser.screenshot(&format!("console-{db}-5-guards")).await);
+    sign_out(&browser).await;
+
+    // The platform administrator: the tenants and the executors.
+    sign_in(&browser, &live, &ops).await;
+    assert!(browser.url().await.ends_with("/console/tenants"));
+    assert!(browser.source().await.contains("globex"));
+    shots.push(browser.screenshot(&format!("console-{db}-6-tenants")).await);
+    browser.goto(&format!("{}/console/executors", live.base_url())).await;
+    assert!(browser.text("#executors").await.contains("box"));
+    shots.push(browser.screenshot(&format!("console-{db}-7-executors")).await);
+    browser.quit().await;
+    for shot in shots {
+        assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "{} holds a picture", shot.display());
+    }
+}
+both_dbs!(the_console_in_a_browser, in_a_browser);
+
+/// The headers, the cookie, and CSRF, checked over plain HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_headers_cookies_and_csrf() {
+    let live = TestGateway::new(Backend::Sqlite).start().await;
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = http.get(format!("{}/console", live.base_url())).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("default-src 'none'") && csp.contains("style-src 'self'") && !csp.contains("script-src"));
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    let login_cookie = page.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let html = page.text().await.unwrap();
+    assert!(!html.contains("<script") && !html.contains("style="), "no script, no inline style");
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let nonce = login_cookie.split(';').next().unwrap().to_owned();
+    for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/console"] {
+        assert!(login_cookie.contains(attribute), "{login_cookie}");
+    }
+    let token = live.token_for("olivia@acme.test");
+    // The sign-in form without its nonce cookie, or with another CSRF token: refused.
+    for (cookie, sent) in [("", csrf.as_str()), (nonce.as_str(), "AAAA")] {
+        let refused = http
+            .post(format!("{}/console/session", live.base_url()))
+            .header("cookie", cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form(&[("token", token.as_str()), ("csrf", sent)]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 303);
+        assert!(refused.headers().get("set-cookie").is_none(), "no session without the form's CSRF token");
+    }
+    let signed = http
+        .post(format!("{}/console/session", live.base_url()))
+        .header("cookie", &nonce)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("token", token.as_str()), ("csrf", csrf.as_str())]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let session = signed
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("scopegate_console="))
+        .unwrap();
+    for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/console"] {
+        assert!(session.contains(attribute), "{session}");
+    }
+    let session = session.split(';').next().unwrap().to_owned();
+    // A form post of the session without the session's CSRF token changes nothing.
+    let forged = http
+        .post(format!("{}/console/tenants/acme/users", live.base_url()))
+        .header("cookie", &session)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[
+            ("csrf", csrf.as_str()),
+            ("subject", "mallory@acme.test"),
+            ("display_name", "M"),
+            ("role", "owner"),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'mallory@acme.test'").await, 0);
+    // With it, the same post is made.
+    let tenant_page = http
+        .get(format!("{}/console/tenants/acme", live.base_url()))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let good = tenant_page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    let made = http
+        .post(format!("{}/console/tenants/acme/users", live.base_url()))
+        .header("cookie", &session)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("csrf", good), ("subject", "mallory@acme.test"), ("display_name", "M"), ("role", "worker")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), 303);
+    assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'mallory@acme.test'").await, 1);
+    // Another tenant's page is no page; a worker's token opens no tenant page.
+    let other = http
+        .get(format!("{}/console/tenants/globex", live.base_url()))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    // No session: every page sends the browser to sign in.
+    let anonymous = http.get(format!("{}/console/tenants/acme", live.base_url())).send().await.unwrap();
+    assert_eq!((anonymous.status().as_u16(), anonymous.headers()["location"].to_str().unwrap()), (303, "/console"));
+}
