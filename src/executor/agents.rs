@@ -98,6 +98,21 @@ pub struct Agents {
     cluster: Option<(Arc<Cluster>, Settings)>,
     /// Links to agents connected to other replicas, by executor name.
     relayed: Mutex<HashMap<String, AgentLink>>,
+    /// How many times each executor's agent connected to this replica, and when it last did.
+    connects: Mutex<HashMap<String, (u64, i64)>>,
+}
+
+/// An executor agent as this replica knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// Connected to this replica now.
+    pub connected: bool,
+    /// When it last connected here (Unix milliseconds).
+    pub connected_at: i64,
+    /// How many times it connected here since this replica started (1: never reconnected).
+    pub connects: u64,
+    /// When this replica last heard from it (any message, heartbeats included).
+    pub last_heard_ms: Option<i64>,
 }
 
 impl Default for Agents {
@@ -109,6 +124,7 @@ impl Default for Agents {
             changes: tokio::sync::watch::Sender::new(0),
             cluster: None,
             relayed: Mutex::default(),
+            connects: Mutex::default(),
         }
     }
 }
@@ -239,6 +255,16 @@ impl Agents {
     }
 
     /// Agents connected now.
+    /// What this replica knows of `name`'s agent: `None` if it never connected here.
+    pub fn status(&self, name: &str) -> Option<AgentStatus> {
+        let (connects, connected_at) = *lock(&self.connects).get(name)?;
+        let live = lock(&self.slots).get(name).and_then(|slot| match &slot.state {
+            State::Live(tunnel) if !tunnel.is_closed() => Some(tunnel.last_heard_ms()),
+            _ => None,
+        });
+        Some(AgentStatus { connected: live.is_some(), connected_at, connects, last_heard_ms: live })
+    }
+
     pub fn connected(&self) -> usize {
         lock(&self.slots).values().filter(|s| matches!(&s.state, State::Live(t) if !t.is_closed())).count()
     }
@@ -301,6 +327,11 @@ impl Reservation {
         self.live = true;
         let reported = root.to_string();
         let returning = lock(&self.agents.roots).insert(self.name.clone(), root).is_some();
+        {
+            let mut connects = lock(&self.agents.connects);
+            let entry = connects.entry(self.name.clone()).or_insert((0, 0));
+            *entry = (entry.0 + 1, crate::store::now_millis());
+        }
         metrics::executor_connected(returning);
         tracing::info!(executor = %self.name, returning, "executor agent connected");
         self.agents.changed();

@@ -119,6 +119,12 @@ where
         platform: state.config.admin.platform_subjects.clone().into(),
         limiter: Arc::clone(&limiter),
         resource_metadata_url: state.gate.resource_metadata_url.clone(),
+        runtime: admin::status::Runtime {
+            agents: Arc::clone(&executors.agents),
+            upstreams: Arc::clone(&login.upstreams),
+            sessions: Arc::clone(&state.sessions),
+            cluster: Arc::clone(&state.cluster),
+        },
     };
     let console_routes = console::router(api.clone());
     let (admin_routes, _) = admin::router(api);

@@ -143,6 +143,15 @@ impl SessionRegistry {
         self.read().owners.keys().cloned().collect()
     }
 
+    /// The live sessions of each tenant on this replica.
+    pub fn per_tenant(&self) -> HashMap<crate::store::TenantId, usize> {
+        let mut out = HashMap::new();
+        for principal in self.read().owners.values() {
+            *out.entry(principal.tenant).or_default() += 1;
+        }
+        out
+    }
+
     pub fn len(&self) -> usize {
         self.read().owners.len()
     }

@@ -82,6 +82,27 @@ pub struct Connection {
     /// Told when the set of upstream resources sessions follow changes (a 2026-07-28
     /// upstream's listen stream is then opened again with the new set).
     subscriptions_changed: Arc<tokio::sync::Notify>,
+    /// What the admin API shows of it: the revision negotiated at its last start, and its last
+    /// failure to start or list (when, and why), cleared by the next success.
+    health: std::sync::Mutex<Health>,
+}
+
+/// A connection's revision and last failure (see [`Connection::status`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    pub revision: Option<String>,
+    pub last_error: Option<(i64, String)>,
+}
+
+/// One upstream connection as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionStatus {
+    pub server: String,
+    pub health: Health,
+    /// The tools it listed, if its list is held now.
+    pub tools: Option<usize>,
+    pub last_used_ms: i64,
+    pub in_flight: usize,
 }
 
 impl Connection {
@@ -105,6 +126,31 @@ impl Connection {
             in_flight: AtomicUsize::new(0),
             modern: AtomicBool::new(false),
             subscriptions_changed: Arc::default(),
+            health: std::sync::Mutex::default(),
+        }
+    }
+
+    /// What the admin API shows of this connection. Never waits on the connection's own lock
+    /// (a start holds it for the whole handshake).
+    pub fn status(&self) -> ConnectionStatus {
+        ConnectionStatus {
+            server: self.server.name.to_string(),
+            health: self.health.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            tools: self.catalog.cached::<Tool>().map(|t| t.len()),
+            last_used_ms: self.last_used_ms.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        }
+    }
+
+    fn record(&self, outcome: Result<Option<String>, String>) {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        match outcome {
+            Ok(Some(revision)) => {
+                health.revision = Some(revision);
+                health.last_error = None;
+            }
+            Ok(None) => health.last_error = None,
+            Err(why) => health.last_error = Some((now_millis(), why)),
         }
     }
 
@@ -162,7 +208,11 @@ impl Connection {
         }
         // The connection outlives the call that starts it: it must not hold that call's trace
         // spans open (rmcp's service keeps the span it started in for its whole life).
-        self.start(&mut live, timeout).instrument(trace::lasting()).await
+        let started = self.start(&mut live, timeout).instrument(trace::lasting()).await;
+        if let Err(e) = &started {
+            self.record(Err(e.to_string()));
+        }
+        started
     }
 
     /// Starts the connection into `live` (see [`Connection::ready`]).
@@ -192,6 +242,7 @@ impl Connection {
         let version = peer.peer_info().map(|i| i.protocol_version.clone());
         self.modern.store(version.as_ref().is_some_and(|v| !v.has_initialize()), Ordering::Release);
         let revision = version.map(|v| v.to_string()).unwrap_or_default();
+        self.record(Ok(Some(revision.clone())));
         tracing::info!(server = %self.server.name, %revision, "upstream connected");
         metrics::upstream_connected(self.server.name.as_str(), &revision);
         let tools = self.fetch_list::<Tool>(&peer, timeout).await?;

@@ -150,6 +150,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Upstreams {
+    /// Every upstream connection this replica holds for `tenant` (one server may have several:
+    /// per declared client capabilities, per user for per-user credentials), as the admin API
+    /// shows them, by server.
+    pub fn tenant_status(&self, tenant: TenantId) -> Vec<connection::ConnectionStatus> {
+        let held: Vec<Arc<Connection>> =
+            lock(&self.pool).iter().filter(|((t, _), _)| *t == tenant).map(|(_, c)| Arc::clone(c)).collect();
+        let mut out: Vec<_> = held.iter().map(|c| c.status()).collect();
+        out.sort_by(|a, b| a.server.cmp(&b.server));
+        out
+    }
+
     pub fn new(
         db: Db,
         local: LocalExecutor,

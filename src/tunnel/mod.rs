@@ -262,6 +262,11 @@ impl TunnelHandle {
         self.inner.is_closed()
     }
 
+    /// When the peer was last heard from (any message, heartbeats included), Unix milliseconds.
+    pub fn last_heard_ms(&self) -> i64 {
+        self.inner.last_heard_ms()
+    }
+
     /// Resolves when the tunnel has ended, with why.
     pub async fn closed(&self) -> String {
         self.inner.closed().await

@@ -60,6 +60,9 @@ pub(super) struct Inner {
     end: OnceLock<(CloseCode, String)>,
     /// Messages received of any kind; the heartbeat watches it move.
     received: AtomicU64,
+    /// When the last message of any kind arrived (Unix milliseconds): the agent's last sign of
+    /// life, shown by the admin API.
+    last_heard_ms: std::sync::atomic::AtomicI64,
     /// `scopegate_executor_channels_open`, on the gateway only.
     gauge: Option<metrics::Gauge>,
 }
@@ -151,6 +154,7 @@ where
         cancel: CancellationToken::new(),
         end: OnceLock::new(),
         received: AtomicU64::new(0),
+        last_heard_ms: std::sync::atomic::AtomicI64::new(crate::store::now_millis()),
         gauge,
     });
     let (sink, stream) = ws.split();
@@ -225,6 +229,11 @@ impl Inner {
         self.slots.close();
         self.cancel.cancel();
         tracing::debug!(side = ?self.side, %reason, "executor tunnel ended");
+    }
+
+    /// When the last message from the peer arrived (Unix milliseconds).
+    pub(super) fn last_heard_ms(&self) -> i64 {
+        self.last_heard_ms.load(Ordering::Relaxed)
     }
 
     pub(super) fn is_closed(&self) -> bool {
@@ -621,6 +630,7 @@ async fn read_loop<S>(
             message = stream.next() => message,
         };
         inner.received.fetch_add(1, Ordering::Relaxed);
+        inner.last_heard_ms.store(crate::store::now_millis(), Ordering::Relaxed);
         let result = match message {
             Some(Ok(Message::Binary(message))) => {
                 if let Some(bytes) = &bytes {

@@ -475,6 +475,9 @@ async fn matrix(backend: Backend) {
         (Method::GET, "/admin/v1/tenants/acme/audit/export", None, [200, 403, 404, 403, 200]),
         (Method::GET, "/admin/v1/tenants/globex/audit/events", None, [200, 404, 403, 404, 404]),
         (Method::GET, "/admin/v1/guards/report?format=json", None, [200, 200, 200, 403, 200]),
+        (Method::GET, "/admin/v1/status/executors", None, [200, 403, 403, 403, 403]),
+        (Method::GET, "/admin/v1/status/sessions", None, [200, 403, 403, 403, 403]),
+        (Method::GET, "/admin/v1/tenants/acme/servers", None, [200, 200, 404, 403, 403]),
     ];
     let principals = [&ops, &owner, &other_owner, &worker, &auditor];
     // The platform administrator goes first in each row, so a creation the others repeat
@@ -578,7 +581,13 @@ async fn snapshot(live: &Live) -> Vec<i64> {
 }
 
 async fn bad_input(backend: Backend) {
-    let live = admin_gateway(backend).await;
+    // A small body limit: an oversized body then fits in the socket's buffers whole, and the
+    // client reads the 413 instead of failing to write the rest.
+    let live = TestGateway::new(backend)
+        .set("admin.platform_subjects", json!([PLATFORM]))
+        .set("server.body_limit_bytes", json!(16384))
+        .start()
+        .await;
     let ops = platform(&live);
     let olivia = live.token_for("olivia@acme.test");
     let at = live.base_url();
@@ -756,3 +765,72 @@ async fn audit_trail(backend: Backend) {
     assert_eq!(status.body["broken"]["seq"], 1);
 }
 both_dbs!(auditors_read_verify_and_export_the_trail, audit_trail);
+
+/// The operators' view of what runs: a connected upstream's negotiated revision and tools, a
+/// failed one's last error, live sessions per tenant, executors.
+async fn runtime_status(backend: Backend) {
+    // acme's `fx`, the fixture upstream over stdio, on the local executor; and a server that
+    // can't start, added through the API.
+    let proxy =
+        Proxy::with_fx_over(backend, Mode::Session, &[("admin.platform_subjects", json!([PLATFORM]))], Over::Stdio)
+            .await;
+    let live = &proxy.live;
+    let ops = platform(live);
+    let olivia = live.token_for("olivia@acme.test");
+    let p = "/admin/v1";
+    let made = send(
+        live,
+        Method::POST,
+        &format!("{p}/tenants/acme/entities"),
+        &ops,
+        json!({"name": "defaults/mcp-servers/gone", "declaration": {"command": "/nonexistent/server"}}),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    assert_eq!(
+        send(live, Method::PUT, &format!("{p}/tenants/acme/bindings/gone"), &olivia, json!({"executor": "local"}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        send(
+            live,
+            Method::POST,
+            &format!("{p}/tenants/acme/grants"),
+            &olivia,
+            json!({"server": "gone", "role": "owner", "name": "*"})
+        )
+        .await
+        .status,
+        201
+    );
+    let client = live.client("olivia@acme.test").await;
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name.starts_with("fx__")));
+
+    let servers = get(live, &format!("{p}/tenants/acme/servers"), &olivia).await;
+    assert_eq!(servers.status, 200, "{}", servers.body);
+    let by_name = |name: &str| servers.body.as_array().unwrap().iter().find(|s| s["server"] == name).unwrap().clone();
+    let fx = by_name("fx");
+    let connection = &fx["connections"][0];
+    assert!(connection["revision"].as_str().is_some_and(|r| r.starts_with("20")), "{fx}");
+    assert!(connection["tools"].as_u64().is_some_and(|n| n > 0), "{fx}");
+    assert!(connection["last_error"].is_null(), "{fx}");
+    let gone = by_name("gone");
+    assert!(gone["connections"][0]["last_error"].as_str().is_some_and(|e| e.contains("/nonexistent/server")), "{gone}");
+
+    let sessions = get(live, &format!("{p}/status/sessions"), &ops).await;
+    let acme = sessions.body.as_array().unwrap().iter().find(|c| c["tenant"] == "acme").unwrap().clone();
+    assert_eq!(acme["sessions"], 1, "{}", sessions.body);
+    client.cancel().await.unwrap();
+
+    let executors = get(live, &format!("{p}/status/executors"), &ops).await;
+    let find = |name: &str| executors.body.as_array().unwrap().iter().find(|x| x["name"] == name).unwrap().clone();
+    let local = find("local");
+    assert_eq!((local["kind"].as_str(), local["connected"].as_bool()), (Some("local"), Some(true)));
+    // A remote executor whose agent never connected.
+    let remote = find("build-01");
+    assert_eq!((remote["connected"].as_bool(), remote["reconnects"].as_u64()), (Some(false), Some(0)), "{remote}");
+}
+both_dbs!(operators_see_what_runs, runtime_status);

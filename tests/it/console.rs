@@ -18,6 +18,7 @@ async fn sign_in(browser: &Browser, live: &Live, token: &str) {
 
 async fn sign_out(browser: &Browser) {
     browser.click("header form button").await;
+    browser.wait_for_url("/console?signed_out=1").await;
 }
 
 /// A gateway whose own origin is the one the browser sees: the tests' gateways name a public
@@ -68,16 +69,19 @@ async fn in_a_browser(backend: Backend) {
 
     // The owner: a user and a grant, made in the page's forms.
     sign_in(&browser, &live, &olivia).await;
-    assert!(browser.url().await.ends_with("/console/tenants/acme"), "{}", browser.url().await);
+    let url = browser.wait_for_url("/console/tenants/acme").await;
+    assert!(url.ends_with("/console/tenants/acme"), "{url}");
     browser.type_into("#user-subject", "carl@acme.test").await;
     browser.type_into("#user-name", "Carl Carter").await;
     browser.select("#user-role", "worker").await;
     browser.click("#add-user").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
     assert!(browser.text("#users").await.contains("carl@acme.test"), "the new user is listed");
     browser.select("#grant-server", "notes").await;
     browser.select("#grant-role", "worker").await;
     browser.type_into("#grant-name", "read_note").await;
     browser.click("#add-grant").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
     assert!(browser.text("#grants").await.contains("read_note"), "the new grant is listed");
     shots.push(browser.screenshot(&format!("console-{db}-2-tenant")).await);
     assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'carl@acme.test'").await, 1);
@@ -89,7 +93,8 @@ async fn in_a_browser(backend: Backend) {
     ok(client.peer(), "list_flocks", json!({})).await;
     client.cancel().await.unwrap();
     sign_in(&browser, &live, &live.token_for("audrey@acme.test")).await;
-    assert!(browser.url().await.ends_with("/console/tenants/acme/audit"), "{}", browser.url().await);
+    let url = browser.wait_for_url("/console/tenants/acme/audit").await;
+    assert!(url.ends_with("/console/tenants/acme/audit"), "{url}");
     assert_eq!(browser.text("#chain-status").await, "Chain verified");
     let events = browser.text("#events").await;
     assert!(events.contains("list_flocks") && events.contains("wanda@acme.test"), "{events}");
@@ -112,7 +117,8 @@ async fn in_a_browser(backend: Backend) {
 
     // The platform administrator: the tenants and the executors.
     sign_in(&browser, &live, &ops).await;
-    assert!(browser.url().await.ends_with("/console/tenants"));
+    let url = browser.wait_for_url("/console/tenants").await;
+    assert!(url.ends_with("/console/tenants"), "{url}");
     assert!(browser.source().await.contains("globex"));
     shots.push(browser.screenshot(&format!("console-{db}-6-tenants")).await);
     browser.goto(&format!("{}/console/executors", live.base_url())).await;

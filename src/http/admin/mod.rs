@@ -12,6 +12,7 @@
 //! generated from the handlers below (utoipa-axum registers each route with its description).
 
 mod routes;
+pub(crate) mod status;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ pub(crate) struct AdminApi {
     pub platform: Arc<[String]>,
     pub limiter: Arc<RateLimiter>,
     pub resource_metadata_url: String,
+    pub runtime: status::Runtime,
 }
 
 /// The admin router (its routes behind [`authority`]) and the OpenAPI description of it.

@@ -81,6 +81,9 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(audit_verification))
         .routes(routes!(audit_export))
         .routes(routes!(guard_report))
+        .routes(routes!(executor_status))
+        .routes(routes!(server_status))
+        .routes(routes!(session_status))
 }
 
 async fn one(api: &AdminApi, who: &Authority, target: Target) -> Answer {
@@ -954,4 +957,29 @@ async fn guard_report(Extension(who): Who, Query(q): Query<ReportQuery>) -> Answ
     };
     let text = crate::admin::report::guard_report(&who, format)?;
     Ok(([(http::header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+// ---- what the gateway is doing now ----
+
+/// Every executor and its agent: connected, to which replica, when last heard, reconnects
+/// (platform administrators).
+#[utoipa::path(get, path = "/admin/v1/status/executors", tag = "status",
+    responses((status = 200, body = Vec<super::status::ExecutorStatus>), (status = 403, body = Problem)))]
+async fn executor_status(State(api): State<AdminApi>, Extension(who): Who) -> Answer {
+    Ok(axum::Json(super::status::executors(&api, &who).await?).into_response())
+}
+
+/// A tenant's bound servers and the connections the answering replica holds to each:
+/// negotiated revision, last failure, tools listed (its owners, platform administrators).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/servers", tag = "status", params(("tenant" = String, Path)),
+    responses((status = 200, body = Vec<super::status::ServerStatus>), (status = 404, body = Problem)))]
+async fn server_status(State(api): State<AdminApi>, Extension(who): Who, Path(tenant): Path<String>) -> Answer {
+    Ok(axum::Json(super::status::servers(&api, &who, &tenant).await?).into_response())
+}
+
+/// Live MCP sessions per tenant on the answering replica (platform administrators).
+#[utoipa::path(get, path = "/admin/v1/status/sessions", tag = "status",
+    responses((status = 200, body = Vec<super::status::SessionCount>), (status = 403, body = Problem)))]
+async fn session_status(State(api): State<AdminApi>, Extension(who): Who) -> Answer {
+    Ok(axum::Json(super::status::sessions(&api, &who).await?).into_response())
 }

@@ -329,13 +329,13 @@ async fn tenant(
     let loaded = async {
         let tenant = console.api.admin.get(&s.who, &Target::Tenant { slug: slug.clone() }).await?.view;
         let users = all(&console, &s.who, Collection::Users { tenant: slug.clone() }).await?;
-        let bindings = all(&console, &s.who, Collection::Bindings { tenant: slug.clone() }).await?;
         let grants = all(&console, &s.who, Collection::Grants { tenant: slug.clone() }).await?;
-        Ok::<_, AdminError>((tenant, users, bindings, grants))
+        let servers = super::admin::status::servers(&console.api, &s.who, &slug).await?;
+        Ok::<_, AdminError>((tenant, users, servers, grants))
     };
     match loaded.await {
-        Ok((tenant, users, bindings, grants)) => {
-            pages::tenant(&s.who, &s.csrf, &tenant, &users, &bindings, &grants, &notice)
+        Ok((tenant, users, servers, grants)) => {
+            pages::tenant(&s.who, &s.csrf, &tenant, &users, &servers, &grants, &notice)
         }
         Err(e) => refused(e, &s, &back),
     }
@@ -571,8 +571,13 @@ async fn executors(State(console): State<Console>, headers: HeaderMap) -> Respon
         Ok(s) => s,
         Err(r) => return r,
     };
-    match all(&console, &s.who, Collection::Executors).await {
-        Ok(list) => pages::executors(&s.who, &s.csrf, &list),
+    let loaded = async {
+        let executors = super::admin::status::executors(&console.api, &s.who).await?;
+        let sessions = super::admin::status::sessions(&console.api, &s.who).await?;
+        Ok::<_, AdminError>((executors, sessions))
+    };
+    match loaded.await {
+        Ok((executors, sessions)) => pages::executors(&s.who, &s.csrf, &executors, &sessions),
         Err(e) => refused(e, &s, "/console/executors"),
     }
 }

@@ -6,6 +6,7 @@ use http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
 use serde_json::Value;
 
+use super::super::admin::status::{ExecutorStatus, ServerStatus, SessionCount};
 use super::Notice;
 use crate::admin::{Authority, ChainStatus, Page};
 use crate::model::Role;
@@ -163,7 +164,7 @@ pub(super) fn tenant(
     csrf: &str,
     tenant: &Value,
     users: &[Value],
-    bindings: &[Value],
+    servers: &[ServerStatus],
     grants: &[Value],
     notice: &Notice,
 ) -> Response {
@@ -204,10 +205,22 @@ pub(super) fn tenant(
         }
         h2 { "Upstream servers" }
         table id="bindings" {
-            thead { tr { th { "Server" } th { "Executor" } th { "Prefixed" } } }
+            thead { tr { th { "Server" } th { "Executor" } th { "Revision" } th { "Tools" } th { "Last error" } th { "Last used" } } }
             tbody {
-                @for b in bindings {
-                    tr { td.mono { (text(&b["server"])) } td { (text(&b["executor"])) } td { (text(&b["prefixed"])) } }
+                @for b in servers {
+                    @if b.connections.is_empty() {
+                        tr { td.mono { (b.server) } td { (b.executor) } td.muted colspan="4" { "not connected on this replica" } }
+                    }
+                    @for c in &b.connections {
+                        tr {
+                            td.mono { (b.server) }
+                            td { (b.executor) }
+                            td { (c.revision.clone().unwrap_or_default()) }
+                            td { (c.tools.map(|t| t.to_string()).unwrap_or_default()) }
+                            td { @if let Some(e) = &c.last_error { (e) " " span.muted { (when(&Value::from(c.last_error_at.unwrap_or(0)))) } } }
+                            td { (when(&Value::from(c.last_used))) }
+                        }
+                    }
                 }
             }
         }
@@ -239,7 +252,7 @@ pub(super) fn tenant(
         }
         form.inline id="new-grant" method="post" action={ (base) "/grants" } {
             (hidden(csrf))
-            label { "Server" select name="server" id="grant-server" { @for b in bindings { option value=(text(&b["server"])) { (text(&b["server"])) } } } }
+            label { "Server" select name="server" id="grant-server" { @for b in servers { option value=(b.server) { (b.server) } } } }
             label { "Role" select name="role" id="grant-role" { (role_options()) } }
             label { "Kind" select name="kind" { @for k in ["tool", "prompt", "resource"] { option value=(k) { (k) } } } }
             label { "Name" input name="name" id="grant-name" required placeholder="tool name, URI or *"; }
@@ -337,22 +350,29 @@ pub(super) fn audit(
     respond(StatusCode::OK, page("Audit trail", nav(who, csrf), body))
 }
 
-pub(super) fn executors(who: &Authority, csrf: &str, list: &[Value]) -> Response {
+pub(super) fn executors(who: &Authority, csrf: &str, list: &[ExecutorStatus], sessions: &[SessionCount]) -> Response {
     let body = html! {
         h1 { "Executors" }
         table id="executors" {
-            thead { tr { th { "Name" } th { "Kind" } th { "Machine" } th { "Runs as" } th { "Owners" } } }
+            thead { tr { th { "Name" } th { "Kind" } th { "Connected" } th { "Replica" } th { "Last heartbeat" } th { "Reconnects" } } }
             tbody {
                 @for x in list {
                     tr {
-                        td.mono { (text(&x["name"])) }
-                        td { (text(&x["kind"])) }
-                        td { (text(&x["machine"])) }
-                        td { (text(&x["run_as"])) }
-                        td { (text(&x["owners"])) }
+                        td.mono { (x.name) }
+                        td { (x.kind) }
+                        td { (if x.connected { "yes" } else { "no" }) @if x.here { span.muted { " (here)" } } }
+                        td.mono { (x.replica.clone().unwrap_or_default()) }
+                        td { @if let Some(at) = x.last_heartbeat { (when(&Value::from(at))) } }
+                        td { (x.reconnects) }
                     }
                 }
             }
+        }
+        h2 { "Sessions" }
+        p.muted { "Live MCP sessions on the replica that served this page." }
+        table id="sessions" {
+            thead { tr { th { "Tenant" } th { "Sessions" } } }
+            tbody { @for c in sessions { tr { td { (c.tenant) } td { (c.sessions) } } } }
         }
     };
     respond(StatusCode::OK, page("Executors", nav(who, csrf), body))

@@ -106,6 +106,19 @@ impl Browser {
         self.command(reqwest::Method::GET, "/url", None).await.as_str().unwrap().to_owned()
     }
 
+    /// Waits (up to 10 s) until the page's URL ends with `suffix`, and returns it: a form's post
+    /// and the redirect after it may still be under way when a click returns.
+    pub async fn wait_for_url(&self, suffix: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let url = self.url().await;
+            if url.ends_with(suffix) || tokio::time::Instant::now() > deadline {
+                return url;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The page's HTML as the browser holds it now.
     pub async fn source(&self) -> String {
         self.command(reqwest::Method::GET, "/source", None).await.as_str().unwrap().to_owned()
