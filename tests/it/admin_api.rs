@@ -834,3 +834,31 @@ async fn runtime_status(backend: Backend) {
     assert_eq!((remote["connected"].as_bool(), remote["reconnects"].as_u64()), (Some(false), Some(0)), "{remote}");
 }
 both_dbs!(operators_see_what_runs, runtime_status);
+
+/// A remote executor's agent as the operators see it: connected here, when last heard, and a
+/// reconnect counted after it was killed and started again.
+async fn agent_status(backend: Backend) {
+    let site = Site::start(backend, &[("admin.platform_subjects", json!([PLATFORM]))]).await;
+    let live = &site.live;
+    let ops = platform(live);
+    let secret = site.remote_executor("edge-1", "edge-host", "svc", &["acme"]).await;
+    let status = |x: &Answer| x.body.as_array().unwrap().iter().find(|e| e["name"] == "edge-1").unwrap().clone();
+
+    let before = status(&get(live, "/admin/v1/status/executors", &ops).await);
+    assert_eq!((before["connected"].as_bool(), before["here"].as_bool()), (Some(false), Some(false)), "{before}");
+    let mut agent = site.agent("edge-1", &secret);
+    site.wait_connected("edge-1", true).await;
+    let now = status(&get(live, "/admin/v1/status/executors", &ops).await);
+    assert_eq!((now["connected"].as_bool(), now["here"].as_bool()), (Some(true), Some(true)), "{now}");
+    assert!(now["replica"].as_str().is_some_and(|r| r.starts_with("http")), "{now}");
+    assert!(now["last_heartbeat"].as_i64().is_some_and(|at| at > 0), "{now}");
+    assert_eq!(now["reconnects"], 0);
+
+    agent.kill();
+    site.wait_connected("edge-1", false).await;
+    let _agent = site.agent("edge-1", &secret);
+    site.wait_connected("edge-1", true).await;
+    let again = status(&get(live, "/admin/v1/status/executors", &ops).await);
+    assert_eq!((again["connected"].as_bool(), again["reconnects"].as_u64()), (Some(true), Some(1)), "{again}");
+}
+both_dbs!(operators_see_executor_agents, agent_status);

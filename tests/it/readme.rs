@@ -7,6 +7,10 @@
 //! up). Each command must succeed. A block that starts the server (`serve`) or an executor agent
 //! (`executor`) is not run: neither exits (the `serve` and executor tests start them). Such lines
 //! in a block tagged otherwise fail the test, so an example can't escape by its tag.
+//!
+//! A block with a line starting with `curl ` is an example of the admin API: it runs the same
+//! way, with `scopegate serve --demo` running on the same database (as the quick start leaves
+//! it) and `GW` set to its base URL, so the block's `${GW:-http://127.0.0.1:8080}` reaches it.
 
 use std::path::Path;
 use std::process::Command;
@@ -39,7 +43,12 @@ fn fenced_blocks(markdown: &str) -> Vec<Block> {
 
 fn is_cli_line(line: &str) -> bool {
     let line = line.trim_start();
-    line.starts_with("scopegate ") || line.starts_with("cargo run -- ")
+    line.starts_with("scopegate ") || line.starts_with("cargo run -- ") || is_api_line(line)
+}
+
+/// A request to the admin API of the gateway `serve --demo` runs.
+fn is_api_line(line: &str) -> bool {
+    line.trim_start().starts_with("curl ")
 }
 
 /// The gateway (`serve`) and the executor agent (`executor`) run until stopped.
@@ -88,7 +97,14 @@ fn examples_of(page: &str, markdown: &str) -> Vec<(usize, String)> {
 fn the_rule_finds_the_examples() {
     let examples = examples();
     let all: String = examples.iter().map(|(_, _, s)| s.as_str()).collect();
-    for needle in ["scopegate admin ", "scopegate audit verify", "scopegate guards report", "scopegate token "] {
+    for needle in [
+        "scopegate admin ",
+        "scopegate audit verify",
+        "scopegate guards report",
+        "scopegate token ",
+        "curl ",
+        "/admin/v1/tenants",
+    ] {
         assert!(all.contains(needle), "the README's and the book's examples include `{needle}`");
     }
     assert!(examples.iter().any(|(page, _, _)| page.starts_with("docs/")), "the pages of docs/ are read");
@@ -107,7 +123,12 @@ async fn readme_examples_run_as_written(backend: Backend) {
         seed_demo(&db).await;
         db.close().await;
         let dir = tempfile::tempdir().unwrap();
+        // An API example talks to the gateway of the quick start.
+        let server = script.lines().any(is_api_line).then(|| Replica::demo(dir.path(), &test_db.url));
         let mut cmd = Command::new("sh");
+        if let Some(server) = &server {
+            cmd.env("GW", format!("http://{}", server.addr));
+        }
         cmd.args(["-e", "-x", "-c", &script]).current_dir(dir.path());
         for (key, _) in std::env::vars() {
             if key.starts_with("SCOPEGATE_") {
@@ -122,7 +143,8 @@ async fn readme_examples_run_as_written(backend: Backend) {
             .unwrap();
         assert!(
             out.status.success(),
-            "{page}: the block at line {line} fails as written:\n{script}\nstderr:\n{}",
+            "{page}: the block at line {line} fails as written:\n{script}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }

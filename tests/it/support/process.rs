@@ -79,6 +79,14 @@ impl Replica {
         Self::start_on(dir, db_url, public_url, "127.0.0.1:0", env)
     }
 
+    /// `scopegate serve --demo` as the quick start runs it (its own address its public URL),
+    /// on the database at `db_url`, on a free loopback port.
+    pub fn demo(dir: &std::path::Path, db_url: &str) -> Self {
+        let mut command = scopegate(dir);
+        command.args(["serve", "--demo", "--listen", "127.0.0.1:0"]).env("SCOPEGATE_DATABASE__URL", db_url);
+        Self::spawn(command)
+    }
+
     /// [`Replica::start_with`] listening on `listen` (a replica restarted where it was).
     pub fn start_on(dir: &std::path::Path, db_url: &str, public_url: &str, listen: &str, env: &[(&str, &str)]) -> Self {
         let mut command = scopegate(dir);
@@ -92,6 +100,10 @@ impl Replica {
         for (name, value) in env {
             command.env(name, value);
         }
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: std::process::Command) -> Self {
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn scopegate serve");
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut seen = String::new();
