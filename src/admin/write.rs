@@ -203,31 +203,20 @@ impl Write {
     pub fn need(&self) -> Need<'_> {
         use Write::*;
         match self {
-            CreateTenant { .. } => Need::Platform,
-            UpdateTenant { slug, .. } | DeleteTenant { slug } => Need::PlatformOver(slug),
-            CreateExecutor { .. }
+            CreateTenant { .. }
+            | CreateExecutor { .. }
             | DeleteExecutor { .. }
             | RotateExecutorSecret { .. }
             | AddExecutorOwner { .. }
             | RemoveExecutorOwner { .. } => Need::Platform,
-            CreateEntity { tenant, .. } | ImportEntities { tenant, .. } | DeleteEntity { tenant, .. } => {
-                Need::PlatformOver(tenant)
-            }
-            CreateUser { tenant, .. }
-            | UpdateUser { tenant, .. }
-            | DeleteUser { tenant, .. }
-            | AddRole { tenant, .. }
-            | RemoveRole { tenant, .. }
-            | CreateFlock { tenant, .. }
-            | DeleteFlock { tenant, .. }
-            | Assign { tenant, .. }
-            | Unassign { tenant, .. }
-            | SetBinding { tenant, .. }
-            | DeleteBinding { tenant, .. }
-            | CreateGrant { tenant, .. }
-            | DeleteGrant { tenant, .. }
-            | AllowRoot { tenant, .. }
-            | DeleteRoot { tenant, .. } => Need::Manage(tenant),
+            UpdateTenant { slug: tenant, .. }
+            | DeleteTenant { slug: tenant }
+            | CreateEntity { tenant, .. }
+            | ImportEntities { tenant, .. }
+            | DeleteEntity { tenant, .. } => Need::PlatformOver(tenant),
+            // Every other write is of one tenant's own things: its owners'. One that named no
+            // tenant would be the platform's (fail closed).
+            _ => self.tenant().map_or(Need::Platform, Need::Manage),
         }
     }
 

@@ -133,7 +133,7 @@ async fn buffer(headers: &http::HeaderMap, body: Body, limit: usize) -> Result<B
 }
 
 /// The token from exactly one `Authorization: Bearer <token>` header.
-fn bearer_token(headers: &http::HeaderMap) -> Result<&str, AuthError> {
+pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Result<&str, AuthError> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let Some(value) = values.next() else {
         return Err(AuthError::Missing);

@@ -17,7 +17,7 @@ mod user;
 
 pub(crate) use cache::{Epoch, IdentityCache};
 pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
-pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate};
+pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate, bearer_token};
 pub use resolver::IdentityError;
 pub use sessions::{InFlight, Principal, SessionRegistry, Slot};
 

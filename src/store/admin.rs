@@ -143,12 +143,7 @@ pub async fn update_user(
             .await?;
     }
     if let Some(status) = status {
-        sqlx::query("UPDATE users SET status = $1 WHERE tenant_id = $2 AND id = $3")
-            .bind(status.as_str())
-            .bind(tenant)
-            .bind(user)
-            .execute(&mut *conn)
-            .await?;
+        set_status(&mut *conn, tenant, user, status).await?;
     }
     if let Some(roles) = roles {
         let mut wanted = roles.to_vec();
@@ -235,11 +230,20 @@ pub async fn set_user_status(
 ) -> Result<(), StoreError> {
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     let user = user_id_by_subject(&mut *conn, tenant, subject).await?;
+    set_status(conn, tenant, user, status).await
+}
+
+async fn set_status(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    user: UserId,
+    status: UserStatus,
+) -> Result<(), StoreError> {
     sqlx::query("UPDATE users SET status = $1 WHERE tenant_id = $2 AND id = $3")
         .bind(status.as_str())
         .bind(tenant)
         .bind(user)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     Ok(())
 }

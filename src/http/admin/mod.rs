@@ -168,7 +168,7 @@ pub(crate) async fn resolve(api: &AdminApi, token: &str) -> Result<Authority, De
 /// token naming no active user of an active tenant, 429 over the rate limit) and puts it in
 /// the request's extensions.
 async fn authority(State(api): State<AdminApi>, mut request: Request, next: Next) -> Response {
-    let who = match bearer(request.headers()) {
+    let who = match crate::identity::bearer_token(request.headers()) {
         Ok(token) => resolve(&api, token).await,
         Err(e) => Err(Denied::Token(e)),
     };
@@ -201,23 +201,6 @@ async fn member(db: &Db, slug: &str, subject: &str) -> Result<Option<Member>, Ad
     let roles: Option<Vec<Role>> = rows.roles.iter().map(|r| r.parse().ok()).collect();
     let Some(roles) = roles else { return Ok(None) };
     Ok(Some(Member { tenant: tenant.id, slug: slug.to_owned(), user: user.id, subject: subject.to_owned(), roles }))
-}
-
-fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
-    let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let value = values.next().ok_or(AuthError::Missing)?;
-    if values.next().is_some() {
-        return Err(AuthError::Malformed);
-    }
-    let value = value.to_str().map_err(|_| AuthError::Malformed)?;
-    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(AuthError::Missing);
-    }
-    match token.trim() {
-        "" => Err(AuthError::Malformed),
-        token => Ok(token),
-    }
 }
 
 fn unauthorized(api: &AdminApi, error: AuthError) -> Response {
