@@ -42,8 +42,7 @@ pub use crate::wire::{AUTHORIZATION_META_KEY, UNAUTHORIZED_DATA_KEY};
 /// How long the server's first (unauthenticated) answer may take at a login's start.
 const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a login may take from the moment it is asked for.
-pub const LOGIN_TTL: Duration = Duration::from_secs(600);
+pub use crate::store::vault::LOGIN_TTL;
 
 /// Whose credential: the tenant's for a server, or one of its users' own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -78,6 +78,7 @@ pub(super) async fn claim(
         etag,
         location,
         secret: None,
+        secret_name: "secret",
         skipped: Vec::new(),
         replayed: true,
     }))

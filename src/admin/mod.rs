@@ -74,11 +74,14 @@ pub struct Admin {
     /// Where checkpoints are written and the key that signs them (the audit page holds the
     /// chain against them).
     audit: Option<std::sync::Arc<crate::config::AuditConfig>>,
+    /// The gateway's public URL, when upstream OAuth logins are served (the vault has a key):
+    /// a login's start link is under it.
+    oauth: Option<std::sync::Arc<str>>,
 }
 
 impl Admin {
     pub fn new(db: Db, native_tools: Vec<String>) -> Self {
-        Self { db, native_tools: native_tools.into(), audit: None }
+        Self { db, native_tools: native_tools.into(), audit: None, oauth: None }
     }
 
     /// The service with the audit configuration (checkpoints) of a running gateway.
@@ -89,6 +92,12 @@ impl Admin {
 
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// The service of a gateway that serves upstream OAuth logins at `public_url`.
+    pub fn with_oauth(mut self, public_url: &str) -> Self {
+        self.oauth = Some(public_url.into());
+        self
     }
 
     /// Ok when the tenant exists (NotFound otherwise).
@@ -132,6 +141,14 @@ impl Tagged {
 /// The digest of a representation (hex SHA-256 of its canonical JSON).
 pub fn digest(view: &serde_json::Value) -> String {
     crate::vocab::digest::sha256_hex(crate::vocab::digest::canonical_json(view).as_bytes())
+}
+
+/// A vault's refusal as an administrative one.
+fn vault_error(e: crate::store::vault::VaultError) -> AdminError {
+    match e {
+        crate::store::vault::VaultError::Store(e) => AdminError::from(e),
+        other => AdminError::Store(StoreError::Invalid { field: "vault", message: other.to_string() }),
+    }
 }
 
 /// The tenant's id, or NotFound.

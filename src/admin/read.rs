@@ -13,15 +13,47 @@ use crate::store::{StoreError, TenantId, entities, roots};
 /// One resource, by its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    Tenant { slug: String },
-    User { tenant: String, subject: String },
-    Flock { tenant: String, name: String },
-    Assignment { tenant: String, subject: String, flock: String },
-    Executor { name: String },
-    Entity { tenant: String, name: String },
-    Binding { tenant: String, server: String },
-    Grant { tenant: String, id: String },
-    RootAllowance { tenant: String, id: String },
+    Tenant {
+        slug: String,
+    },
+    User {
+        tenant: String,
+        subject: String,
+    },
+    Flock {
+        tenant: String,
+        name: String,
+    },
+    Assignment {
+        tenant: String,
+        subject: String,
+        flock: String,
+    },
+    Executor {
+        name: String,
+    },
+    Entity {
+        tenant: String,
+        name: String,
+    },
+    Binding {
+        tenant: String,
+        server: String,
+    },
+    Grant {
+        tenant: String,
+        id: String,
+    },
+    RootAllowance {
+        tenant: String,
+        id: String,
+    },
+    /// An upstream OAuth credential: the tenant's for `server`, or `user`'s own.
+    Credential {
+        tenant: String,
+        server: String,
+        user: Option<String>,
+    },
 }
 
 /// A collection of resources.
@@ -36,6 +68,7 @@ pub enum Collection {
     Bindings { tenant: String },
     Grants { tenant: String },
     RootAllowances { tenant: String, executor: Option<String> },
+    Credentials { tenant: String },
 }
 
 /// The characters a path segment keeps as they are: RFC 3986's unreserved ones.
@@ -79,7 +112,8 @@ impl Target {
             | Target::Assignment { tenant, .. }
             | Target::Binding { tenant, .. }
             | Target::Grant { tenant, .. }
-            | Target::RootAllowance { tenant, .. } => Need::Manage(tenant),
+            | Target::RootAllowance { tenant, .. }
+            | Target::Credential { tenant, .. } => Need::Manage(tenant),
         }
     }
 
@@ -94,7 +128,8 @@ impl Target {
             | Target::Entity { tenant, .. }
             | Target::Binding { tenant, .. }
             | Target::Grant { tenant, .. }
-            | Target::RootAllowance { tenant, .. } => Some(tenant),
+            | Target::RootAllowance { tenant, .. }
+            | Target::Credential { tenant, .. } => Some(tenant),
         }
     }
 
@@ -113,6 +148,10 @@ impl Target {
             Target::Binding { tenant, server } => t(tenant, format!("bindings/{}", seg(server))),
             Target::Grant { tenant, id } => t(tenant, format!("grants/{}", seg(id))),
             Target::RootAllowance { tenant, id } => t(tenant, format!("root-allowances/{}", seg(id))),
+            Target::Credential { tenant, server, user } => match user {
+                Some(user) => t(tenant, format!("oauth/credentials/{}?user={}", seg(server), seg(user))),
+                None => t(tenant, format!("oauth/credentials/{}", seg(server))),
+            },
         }
     }
 
@@ -128,6 +167,7 @@ impl Target {
             Target::Binding { server, .. } => format!("server `{server}` is not bound in this tenant"),
             Target::Grant { id, .. } => format!("grant `{id}` does not exist in this tenant"),
             Target::RootAllowance { id, .. } => format!("root allowance `{id}` does not exist in this tenant"),
+            Target::Credential { server, .. } => format!("no credential stored for `{server}` of that owner"),
         }
     }
 
@@ -173,6 +213,11 @@ impl Target {
             Target::RootAllowance { id, .. } => {
                 root_allowances(conn, slug, None).await?.into_iter().find(|a| a.id == *id).map(to_value)
             }
+            Target::Credential { server, user, .. } => credentials(conn, tenant)
+                .await?
+                .into_iter()
+                .find(|c| c.server == *server && c.user == *user)
+                .map(to_value),
             Target::Tenant { .. } | Target::Executor { .. } => None,
         };
         Ok(view)
@@ -189,7 +234,8 @@ impl Collection {
             | Collection::Assignments { tenant }
             | Collection::Bindings { tenant }
             | Collection::Grants { tenant }
-            | Collection::RootAllowances { tenant, .. } => Need::Manage(tenant),
+            | Collection::RootAllowances { tenant, .. }
+            | Collection::Credentials { tenant } => Need::Manage(tenant),
         }
     }
 
@@ -204,7 +250,8 @@ impl Collection {
             | Collection::Entities { tenant }
             | Collection::Bindings { tenant }
             | Collection::Grants { tenant }
-            | Collection::RootAllowances { tenant, .. } => Some(
+            | Collection::RootAllowances { tenant, .. }
+            | Collection::Credentials { tenant } => Some(
                 tenant_of(&mut *conn, tenant)
                     .await?
                     .ok_or_else(|| AdminError::NotFound(format!("tenant `{tenant}` does not exist")))?,
@@ -285,12 +332,18 @@ impl Collection {
                     .map(|a| (vec![a.executor.clone(), a.base.clone(), a.role.clone(), a.id.clone()], to_value(a)))
                     .collect()
             }
+            (Collection::Credentials { .. }, Some(tenant)) => credentials(conn, tenant)
+                .await?
+                .into_iter()
+                .map(|c| (vec![c.server.clone(), c.user.clone().unwrap_or_default()], to_value(c)))
+                .collect(),
             (_, None) => return Err(AdminError::NotFound("no such collection".into())),
         };
         let mut keyed = keyed;
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         let parts = match self {
             Collection::Grants { .. } | Collection::RootAllowances { .. } => 4,
+            Collection::Credentials { .. } => 2,
             _ => 1,
         };
         if let Some(after) = query.cursor(parts)? {
@@ -424,6 +477,19 @@ async fn root_allowances(
             executor: a.executor,
             base: a.base,
             role: a.role.as_str().to_owned(),
+        })
+        .collect())
+}
+
+async fn credentials(conn: &mut AnyConnection, tenant: TenantId) -> Result<Vec<CredentialView>, AdminError> {
+    let rows = crate::store::vault::list_on(conn, tenant).await.map_err(super::vault_error)?;
+    Ok(rows
+        .into_iter()
+        .map(|c| CredentialView {
+            server: c.server,
+            user: c.subject,
+            status: c.status.as_str().to_owned(),
+            updated_at: c.updated_at,
         })
         .collect())
 }

@@ -104,6 +104,17 @@ pub struct RootAllowanceView {
     pub role: String,
 }
 
+/// A stored upstream OAuth credential, described (never its content).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CredentialView {
+    pub server: String,
+    /// The subject of the user whose own credential it is; absent for the tenant's.
+    pub user: Option<String>,
+    /// `ok`, or `login_needed` after a refresh failed.
+    pub status: String,
+    pub updated_at: i64,
+}
+
 /// One page of a collection, in the order of its key.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Page {

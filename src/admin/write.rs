@@ -150,6 +150,19 @@ pub enum Write {
         tenant: String,
         id: String,
     },
+    /// A login to an OAuth-protected server: the tenant's, or `user`'s own (a server declared
+    /// with `"oauth": {"tokens": "user"}`). Answers the start link, good once for 10 minutes.
+    OauthLogin {
+        tenant: String,
+        server: String,
+        user: Option<String>,
+    },
+    /// Deletes a stored credential: the next call needs a new login.
+    OauthLogout {
+        tenant: String,
+        server: String,
+        user: Option<String>,
+    },
 }
 
 /// Who asks for a write, and how.
@@ -180,9 +193,11 @@ pub struct Done {
     pub etag: Option<String>,
     /// Where a created resource lives, below `/admin/v1/`.
     pub location: Option<String>,
-    /// A remote executor's new secret: shown this once, never stored in an answer kept for a
-    /// retry.
+    /// A remote executor's new secret, or a login's start link: shown this once, never
+    /// stored in an answer kept for a retry.
     pub secret: Option<String>,
+    /// The member of the answer the secret goes in (`secret`, `link`).
+    pub secret_name: &'static str,
     /// Servers of an import that were not stored, and why.
     pub skipped: Vec<String>,
     /// The answer of an earlier request with the same idempotency key.
@@ -250,6 +265,8 @@ impl Write {
             DeleteGrant { .. } => "admin.grant.delete",
             AllowRoot { .. } => "admin.root_allowance.create",
             DeleteRoot { .. } => "admin.root_allowance.delete",
+            OauthLogin { .. } => "admin.oauth.login",
+            OauthLogout { .. } => "admin.oauth.logout",
         }
     }
 
@@ -288,6 +305,9 @@ impl Write {
                 Target::Grant { tenant: t(tenant), id: grant_id(server, role.as_str(), kind.as_str(), name) }
             }
             DeleteRoot { tenant, id } => Target::RootAllowance { tenant: t(tenant), id: id.clone() },
+            OauthLogin { tenant, server, user } | OauthLogout { tenant, server, user } => {
+                Target::Credential { tenant: t(tenant), server: server.clone(), user: user.clone() }
+            }
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -297,7 +317,7 @@ impl Write {
         use Write::*;
         match self {
             CreateTenant { .. } | CreateUser { .. } | CreateFlock { .. } | Assign { .. } | CreateExecutor { .. } => 201,
-            CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } => 201,
+            CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } | OauthLogin { .. } => 201,
             SetBinding { .. } if !existed => 201,
             DeleteTenant { .. }
             | DeleteUser { .. }
@@ -307,7 +327,8 @@ impl Write {
             | DeleteEntity { .. }
             | DeleteBinding { .. }
             | DeleteGrant { .. }
-            | DeleteRoot { .. } => 204,
+            | DeleteRoot { .. }
+            | OauthLogout { .. } => 204,
             _ => 200,
         }
     }
@@ -336,7 +357,9 @@ impl Write {
             | CreateGrant { tenant, .. }
             | DeleteGrant { tenant, .. }
             | AllowRoot { tenant, .. }
-            | DeleteRoot { tenant, .. } => Some(tenant),
+            | DeleteRoot { tenant, .. }
+            | OauthLogin { tenant, .. }
+            | OauthLogout { tenant, .. } => Some(tenant),
         }
     }
 }
@@ -446,12 +469,24 @@ impl Admin {
         }
 
         let status = write.status(before.is_some());
+        let login = matches!(write, Write::OauthLogin { .. });
+        let body = match (&write, status) {
+            (_, 204) => None,
+            // A login has no resource of its own yet: the answer says what the link is for.
+            (Write::OauthLogin { server, user, .. }, _) => Some(json!({
+                "server": server,
+                "user": user,
+                "expires_in_secs": crate::store::vault::LOGIN_TTL.as_secs(),
+            })),
+            _ => after,
+        };
         let done = Done {
             status,
-            location: (status == 201).then(|| target.as_ref().map(Target::path)).flatten(),
-            etag: if status == 204 { None } else { after_tag },
-            body: if status == 204 { None } else { after },
+            location: (status == 201 && !login).then(|| target.as_ref().map(Target::path)).flatten(),
+            etag: if status == 204 || login { None } else { after_tag },
+            body,
             secret: applied.secret,
+            secret_name: if login { "link" } else { "secret" },
             skipped: applied.skipped,
             replayed: false,
         };
@@ -543,8 +578,79 @@ impl Admin {
                 applied.created = Some(Target::RootAllowance { tenant: tenant.clone(), id: id.to_string() });
             }
             Write::DeleteRoot { tenant, id } => roots::delete_root_allowance(c, tenant, id).await?,
+            Write::OauthLogin { tenant, server, user } => {
+                let Some(public_url) = &self.oauth else {
+                    return Err(AdminError::Conflict(
+                        "upstream OAuth is not configured on this gateway (upstream.token_key_file)".into(),
+                    ));
+                };
+                let (tenant, user) = owner_ids(&mut *c, tenant, user.as_deref()).await?;
+                check_protected(&self.db, tenant, server, user.is_some()).await?;
+                let secret =
+                    crate::store::vault::create_login_on(c, tenant, server, user, crate::store::vault::LOGIN_TTL)
+                        .await
+                        .map_err(super::vault_error)?;
+                applied.secret = Some(format!("{public_url}{}/{secret}", crate::vocab::routes::START_PATH));
+            }
+            Write::OauthLogout { tenant, server, user } => {
+                let (tenant, user) = owner_ids(&mut *c, tenant, user.as_deref()).await?;
+                if !crate::store::vault::delete_on(c, tenant, server, user).await.map_err(super::vault_error)? {
+                    return Err(AdminError::NotFound(format!("no credential stored for `{server}` of that owner")));
+                }
+            }
         }
         Ok(applied)
+    }
+}
+
+/// The tenant's id and, when a subject is given, that user's.
+async fn owner_ids(
+    c: &mut AnyConnection,
+    tenant: &str,
+    subject: Option<&str>,
+) -> Result<(TenantId, Option<crate::store::UserId>), AdminError> {
+    let tenant = admin::tenant_id_by_slug(&mut *c, tenant).await?;
+    let user = match subject {
+        Some(subject) => Some(admin::user_id_by_subject(c, tenant, subject).await?),
+        None => None,
+    };
+    Ok((tenant, user))
+}
+
+/// A login is for a bound server declared with `oauth`, held per user exactly when a user is
+/// named.
+async fn check_protected(
+    db: &crate::store::Db,
+    tenant: TenantId,
+    server: &str,
+    for_user: bool,
+) -> Result<(), AdminError> {
+    use crate::decl::Transport;
+    use crate::decl::declaration::TokenScope;
+    let entity = db
+        .resolve_server(tenant, server)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("server `{server}` is not bound for the tenant")))?;
+    let value: Value = serde_json::from_str(&entity.declaration)
+        .map_err(|e| AdminError::Invalid { field: "server", message: format!("its stored declaration: {e}") })?;
+    let parsed = crate::decl::parse_declarations(&json!({ server: value }).to_string())
+        .map_err(|e| AdminError::Invalid { field: "server", message: e.to_string() })?;
+    let spec = parsed.servers.first().and_then(|s| match &s.transport {
+        Transport::Http { oauth: Some(spec), .. } => Some(spec.clone()),
+        _ => None,
+    });
+    let refused = |message: String| AdminError::Invalid { field: "user", message };
+    match spec {
+        None => Err(AdminError::Invalid {
+            field: "server",
+            message: format!("server `{server}` is not declared with \"oauth\""),
+        }),
+        Some(spec) if (spec.tokens == TokenScope::User) != for_user => Err(refused(if for_user {
+            format!("server `{server}` keeps one login for the tenant: name no user")
+        } else {
+            format!("server `{server}` keeps a login per user: name the user")
+        })),
+        Some(_) => Ok(()),
     }
 }
 

@@ -340,7 +340,7 @@ pub enum RootCmd {
 }
 
 /// A row of a listing: named columns, printable as a table or JSON.
-type Listing = Vec<Vec<(&'static str, String)>>;
+pub(super) type Listing = Vec<Vec<(&'static str, String)>>;
 
 fn print(listing: &Listing, json: bool) {
     if json {
@@ -385,6 +385,9 @@ fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
         Collection::RootAllowances { .. } => {
             &[("id", "id"), ("executor", "executor"), ("base", "base"), ("role", "role")]
         }
+        Collection::Credentials { .. } => {
+            &[("server", "server"), ("user", "user"), ("status", "status"), ("updated_at", "updated_at")]
+        }
     }
 }
 
@@ -401,7 +404,7 @@ fn cell(value: &serde_json::Value) -> String {
 }
 
 /// Every item of `collection`, page after page, as a listing.
-async fn listing(service: &Admin, collection: Collection) -> Result<Listing, AdminError> {
+pub(super) async fn listing(service: &Admin, collection: Collection) -> Result<Listing, AdminError> {
     let mut out = Vec::new();
     let mut query = PageQuery { limit: Some(500), after: None };
     loop {

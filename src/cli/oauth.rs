@@ -1,8 +1,8 @@
 //! `scopegate admin oauth`: `keygen` and `rotate-key` make the key that seals upstream OAuth
 //! credentials and re-seal every credential under a new key in one transaction; `login` asks
 //! for a login and prints its start link; `status` lists the tenant's credentials (never their
-//! content); `logout` deletes one. Never prints a credential; `keygen` prints only the new key,
-//! alone on stdout.
+//! content); `logout` deletes one (those three through the administrative service, audited).
+//! Never prints a credential; `keygen` prints only the new key, alone on stdout.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,13 +10,10 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 
 use super::CliError;
+use crate::admin::{Admin, Authority, Caller, Collection, Write};
 use crate::config::Config;
-use crate::decl::Transport;
-use crate::decl::declaration::TokenScope;
-use crate::decl::parse_declarations;
-use crate::oauth::{TokenOwner, UpstreamOAuth};
 use crate::store::vault::{self, TokenVault, VaultKey};
-use crate::store::{Db, IfMissing, TenantId, UserId, admin};
+use crate::store::{Db, IfMissing};
 
 #[derive(Debug, Subcommand)]
 pub enum OauthCmd {
@@ -83,35 +80,37 @@ pub async fn run(config: &Config, cmd: OauthCmd) -> Result<(), CliError> {
             Ok(())
         }
         OauthCmd::Login(OwnerArgs { tenant, server, user }) => {
-            with_vault(config, |vault, db| async move {
-                let (tenant, user) = owner_ids(&db, &tenant, user.as_deref()).await?;
-                check_protected(&db, tenant, &server, user.is_some()).await?;
-                let oauth = UpstreamOAuth::new(Arc::clone(&vault), &config.public_url());
-                let owner = TokenOwner { tenant, server, user };
-                let link = oauth.login_link(&owner).await.map_err(|e| CliError::Usage(e.to_string()))?;
-                println!("{link}");
+            with_vault(config, |_, db| async move {
+                let service = Admin::new(db, Vec::new()).with_oauth(&config.public_url());
+                let write = Write::OauthLogin { tenant, server, user };
+                let done = service.write(&Caller::cli(&Authority::Cli), write).await?;
+                println!("{}", done.secret.unwrap_or_default());
                 eprintln!("Open this link in a browser within 10 minutes to log in; it works once.");
                 Ok(())
             })
             .await
         }
         OauthCmd::Status { tenant } => {
-            with_vault(config, |vault, db| async move {
-                let (tenant, _) = owner_ids(&db, &tenant, None).await?;
-                for info in vault.list(tenant).await? {
-                    let whose = info.subject.map_or_else(|| "tenant".to_owned(), |s| format!("user {s}"));
-                    println!("{}\t{whose}\t{}\t{}", info.server, info.status.as_str(), info.updated_at);
+            with_vault(config, |_, db| async move {
+                let service = Admin::new(db, Vec::new());
+                for row in super::admin::listing(&service, Collection::Credentials { tenant }).await? {
+                    let cell =
+                        |name: &str| row.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap_or_default();
+                    let whose = match cell("user").as_str() {
+                        "" | "null" => "tenant".to_owned(),
+                        user => format!("user {user}"),
+                    };
+                    println!("{}\t{whose}\t{}\t{}", cell("server"), cell("status"), cell("updated_at"));
                 }
                 Ok(())
             })
             .await
         }
         OauthCmd::Logout(OwnerArgs { tenant, server, user }) => {
-            with_vault(config, |vault, db| async move {
-                let (tenant, user) = owner_ids(&db, &tenant, user.as_deref()).await?;
-                if !vault.delete(tenant, &server, user).await? {
-                    return Err(CliError::Usage(format!("no credential stored for `{server}` of that owner")));
-                }
+            with_vault(config, |_, db| async move {
+                let service = Admin::new(db, Vec::new());
+                let write = Write::OauthLogout { tenant, server: server.clone(), user };
+                service.write(&Caller::cli(&Authority::Cli), write).await?;
                 eprintln!("Logged out of `{server}`.");
                 Ok(())
             })
@@ -142,41 +141,4 @@ where
     .await;
     db.close().await;
     result
-}
-
-/// The tenant's id and, when a subject is given, that user's.
-async fn owner_ids(db: &Db, tenant: &str, subject: Option<&str>) -> Result<(TenantId, Option<UserId>), CliError> {
-    let mut conn = db.pool().acquire().await.map_err(crate::store::StoreError::from)?;
-    let tenant = admin::tenant_id_by_slug(&mut conn, tenant).await?;
-    let user = match subject {
-        Some(subject) => Some(admin::user_id_by_subject(&mut conn, tenant, subject).await?),
-        None => None,
-    };
-    Ok((tenant, user))
-}
-
-/// The tenant's server must be bound, declared with `oauth`, and held per user exactly when a
-/// user is named.
-async fn check_protected(db: &Db, tenant: TenantId, server: &str, for_user: bool) -> Result<(), CliError> {
-    let entity = db
-        .resolve_server(tenant, server)
-        .await?
-        .ok_or_else(|| CliError::Usage(format!("server `{server}` is not bound for the tenant")))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&entity.declaration).map_err(|e| CliError::Usage(format!("stored declaration: {e}")))?;
-    let parsed = parse_declarations(&serde_json::json!({ server: value }).to_string())
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let spec = parsed.servers.first().and_then(|s| match &s.transport {
-        Transport::Http { oauth: Some(spec), .. } => Some(spec.clone()),
-        _ => None,
-    });
-    match spec {
-        None => Err(CliError::Usage(format!("server `{server}` is not declared with \"oauth\""))),
-        Some(spec) if (spec.tokens == TokenScope::User) != for_user => Err(CliError::Usage(if for_user {
-            format!("server `{server}` keeps one login for the tenant: leave out --user")
-        } else {
-            format!("server `{server}` keeps a login per user: name the user with --user")
-        })),
-        Some(_) => Ok(()),
-    }
 }

@@ -113,8 +113,12 @@ where
         .layer(middleware::from_fn_with_state(Arc::clone(&limiter), limits::limit));
     let gated = Router::new().route_service("/mcp", gate.clone().service(mcp)).merge(protected.layer(gate));
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
+    let mut service = crate::admin::Admin::new(state.db.clone(), native).with_audit(state.config.audit.clone());
+    if state.vault.is_some() {
+        service = service.with_oauth(&state.config.public_url());
+    }
     let api = admin::AdminApi {
-        admin: crate::admin::Admin::new(state.db.clone(), native).with_audit(state.config.audit.clone()),
+        admin: service,
         authenticator: Arc::clone(&state.gate.authenticator),
         platform: state.config.admin.platform_subjects.clone().into(),
         limiter: Arc::clone(&limiter),

@@ -395,41 +395,94 @@ impl TokenVault {
 
     /// Deletes the owner's credential (logout). False when there was none.
     pub async fn delete(&self, tenant: TenantId, server: &str, user: Option<UserId>) -> Result<bool, VaultError> {
-        checked_owner(tenant, server, user)?;
         let mut tx = self.db.begin().await?;
-        let done = sqlx::query(concat!("DELETE FROM oauth_credentials WHERE ", owner_row!()))
-            .bind(tenant)
-            .bind(server)
-            .bind(user_text(user))
-            .execute(&mut *tx)
-            .await?;
+        let deleted = delete_on(&mut tx, tenant, server, user).await?;
         tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        Ok(deleted)
     }
 
     /// The tenant's credentials, described (never their content), by server, tenant's first.
     pub async fn list(&self, tenant: TenantId) -> Result<Vec<CredentialInfo>, VaultError> {
-        let rows = sqlx::query(
-            "SELECT c.server, c.user_id, u.subject, c.status, c.updated_at FROM oauth_credentials c \
-             LEFT JOIN users u ON u.id = c.user_id AND u.tenant_id = c.tenant_id \
-             WHERE c.tenant_id = $1 ORDER BY c.server, COALESCE(u.subject, '')",
-        )
-        .bind(tenant)
-        .fetch_all(self.db.pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let status: String = row.try_get("status")?;
-                Ok(CredentialInfo {
-                    server: row.try_get("server")?,
-                    user: row.try_get("user_id")?,
-                    subject: row.try_get("subject")?,
-                    status: CredentialStatus::parse(&status)?,
-                    updated_at: row.try_get("updated_at")?,
-                })
-            })
-            .collect()
+        let mut conn = self.db.pool().acquire().await?;
+        list_on(&mut conn, tenant).await
     }
+}
+
+/// How long a login's start link is good.
+pub const LOGIN_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// [`TokenVault::create_login`] inside the caller's transaction (no key is needed to ask for a
+/// login: the start link's secret is random, and only its digest is stored).
+pub async fn create_login_on(
+    conn: &mut sqlx::AnyConnection,
+    tenant: TenantId,
+    server: &str,
+    user: Option<UserId>,
+    ttl: std::time::Duration,
+) -> Result<String, VaultError> {
+    let owner = checked_owner(tenant, server, user)?;
+    let mut secret = [0u8; 32];
+    SystemRandom::new().fill(&mut secret).map_err(|_| VaultError::Seal)?;
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+    let now = now_millis();
+    let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    // Logins nobody finished are forgotten as new ones are made.
+    sqlx::query("DELETE FROM oauth_logins WHERE expires_at < $1").bind(now).execute(&mut *conn).await?;
+    sqlx::query(
+        "INSERT INTO oauth_logins (id, tenant_id, server, user_id, expires_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(sha256_hex(secret.as_bytes()))
+    .bind(tenant)
+    .bind(server)
+    .bind(user)
+    .bind(now.saturating_add(ttl))
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| no_owner(e, &owner))?;
+    Ok(secret)
+}
+
+/// [`TokenVault::delete`] inside the caller's transaction.
+pub async fn delete_on(
+    conn: &mut sqlx::AnyConnection,
+    tenant: TenantId,
+    server: &str,
+    user: Option<UserId>,
+) -> Result<bool, VaultError> {
+    checked_owner(tenant, server, user)?;
+    let done = sqlx::query(concat!("DELETE FROM oauth_credentials WHERE ", owner_row!()))
+        .bind(tenant)
+        .bind(server)
+        .bind(user_text(user))
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// [`TokenVault::list`] on the caller's connection.
+pub async fn list_on(conn: &mut sqlx::AnyConnection, tenant: TenantId) -> Result<Vec<CredentialInfo>, VaultError> {
+    let rows = sqlx::query(
+        "SELECT c.server, c.user_id, u.subject, c.status, c.updated_at FROM oauth_credentials c \
+         LEFT JOIN users u ON u.id = c.user_id AND u.tenant_id = c.tenant_id \
+         WHERE c.tenant_id = $1 ORDER BY c.server, COALESCE(u.subject, '')",
+    )
+    .bind(tenant)
+    .fetch_all(conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let status: String = row.try_get("status")?;
+            Ok(CredentialInfo {
+                server: row.try_get("server")?,
+                user: row.try_get("user_id")?,
+                subject: row.try_get("subject")?,
+                status: CredentialStatus::parse(&status)?,
+                updated_at: row.try_get("updated_at")?,
+            })
+        })
+        .collect()
 }
 
 /// A login asked for and not yet started, as its start link finds it.
@@ -479,28 +532,8 @@ impl TokenVault {
         user: Option<UserId>,
         ttl: std::time::Duration,
     ) -> Result<String, VaultError> {
-        let owner = checked_owner(tenant, server, user)?;
-        let mut secret = [0u8; 32];
-        SystemRandom::new().fill(&mut secret).map_err(|_| VaultError::Seal)?;
-        let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
-        let now = now_millis();
-        let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let mut tx = self.db.begin().await?;
-        // Logins nobody finished are forgotten as new ones are made.
-        sqlx::query("DELETE FROM oauth_logins WHERE expires_at < $1").bind(now).execute(&mut *tx).await?;
-        sqlx::query(
-            "INSERT INTO oauth_logins (id, tenant_id, server, user_id, expires_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(sha256_hex(secret.as_bytes()))
-        .bind(tenant)
-        .bind(server)
-        .bind(user)
-        .bind(now.saturating_add(ttl))
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| no_owner(e, &owner))?;
+        let secret = create_login_on(&mut tx, tenant, server, user, ttl).await?;
         tx.commit().await?;
         Ok(secret)
     }

@@ -150,7 +150,7 @@ async fn tenant_login(backend: Backend) {
     // The CLI refuses what is not a tenant login of a protected server, and asks for one.
     let (done, _, err) =
         oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api", "--user", "olivia@acme.test"]);
-    assert!(!done && err.contains("leave out --user"), "{err}");
+    assert!(!done && err.contains("keeps one login for the tenant: name no user"), "{err}");
     let (done, _, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "nope"]);
     assert!(!done && err.contains("not bound"), "{err}");
     let (done, link, err) = oauth_cli(&site, &key, &["login", "--tenant", "acme", "--server", "api"]);
@@ -474,3 +474,67 @@ async fn by_elicitation(backend: Backend) {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "not asked again");
 }
 both_dbs!(oauth_login_by_url_elicitation, by_elicitation);
+
+/// The same login through the admin API, as the tenant's owner: the start link in the answer
+/// (never kept), the login completed in a browser, the credential listed and deleted; the
+/// refusals of who may not ask; every change audited.
+async fn login_through_the_api(backend: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path());
+    let site = Site::start(backend, &[("upstream.token_key_file", json!(key))]).await;
+    let fx = OAuthFixtures::start(AS_SECRET, 3600).await;
+    site.serve("acme", "api", &json!({"url": fx.resource_url, "oauth": {}}), "local").await;
+    let base = format!("{}/admin/v1/tenants/acme/oauth", site.live.base_url());
+    let http = reqwest::Client::new();
+    let ask = |token: String, body: Value| {
+        let http = http.clone();
+        let url = format!("{base}/logins");
+        async move {
+            let answer = http.post(url).bearer_auth(token).json(&body).send().await.unwrap();
+            let status = answer.status().as_u16();
+            (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let olivia = site.live.token_for("olivia@acme.test");
+    assert_eq!(ask(site.live.token_for("walt@acme.test"), json!({"server": "api"})).await.0, 403);
+    assert_eq!(ask(site.live.token_for("gary@globex.test"), json!({"server": "api"})).await.0, 404);
+    let (status, body) = ask(olivia.clone(), json!({"server": "api", "user": "olivia@acme.test"})).await;
+    assert_eq!((status, body["field"].as_str()), (422, Some("user")), "{body}");
+    assert_eq!(ask(olivia.clone(), json!({"server": "nope"})).await.0, 404);
+    let (status, body) = ask(olivia.clone(), json!({"server": "api"})).await;
+    assert_eq!(status, 201, "{body}");
+    let link = body["link"].as_str().unwrap().to_owned();
+    assert!(link.starts_with(&format!("{}/oauth/start/", site.live.config.public_url())), "{link}");
+    assert_eq!(body["expires_in_secs"], 600);
+    let secret = link.rsplit('/').next().unwrap().to_owned();
+    let kept = format!("SELECT COUNT(*) FROM admin_idempotency WHERE body LIKE '%{secret}%'");
+    assert_eq!(site.live.count(&kept).await, 0);
+
+    let callback = authorize(&site, &fx, &link, "acme-robot").await;
+    assert_eq!(open_callback(&callback).await.0, 200);
+    let listed: Value =
+        http.get(format!("{base}/credentials")).bearer_auth(&olivia).send().await.unwrap().json().await.unwrap();
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!((items[0]["server"].as_str(), items[0]["status"].as_str()), (Some("api"), Some("ok")));
+    assert!(items[0]["user"].is_null());
+    let logout = http.delete(format!("{base}/credentials/api")).bearer_auth(&olivia).send().await.unwrap();
+    assert_eq!(logout.status(), 204);
+    assert_eq!(site.live.count("SELECT COUNT(*) FROM oauth_credentials").await, 0);
+    let again = http.delete(format!("{base}/credentials/api")).bearer_auth(&olivia).send().await.unwrap();
+    assert_eq!(again.status(), 404);
+    let audited = "SELECT COUNT(*) FROM audit_events WHERE action IN ('admin.oauth.login', 'admin.oauth.logout')";
+    assert_eq!(site.live.count(audited).await, 2);
+
+    // A gateway without the credential key serves no logins.
+    let bare = TestGateway::new(backend).start().await;
+    let refused = http
+        .post(format!("{}/admin/v1/tenants/acme/oauth/logins", bare.base_url()))
+        .bearer_auth(bare.token_for("olivia@acme.test"))
+        .json(&json!({"server": "api"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+}
+both_dbs!(oauth_login_through_the_admin_api, login_through_the_api);

@@ -336,7 +336,7 @@ pub(crate) fn done(done: Done) -> Response {
     let status = StatusCode::from_u16(done.status).unwrap_or(StatusCode::OK);
     let mut body = done.body;
     if let (Some(secret), Some(serde_json::Value::Object(map))) = (done.secret, body.as_mut()) {
-        map.insert("secret".into(), serde_json::Value::String(secret));
+        map.insert(done.secret_name.into(), serde_json::Value::String(secret));
     }
     let mut response = match body {
         Some(body) if status != StatusCode::NO_CONTENT => (status, axum::Json(body)).into_response(),

@@ -34,7 +34,7 @@ type Answer = Result<Response, Refusal>;
                        grants and root allowances of an identity-scoped MCP gateway. Every change is audited \
                        in the tenant's hash-chained audit trail."
     ),
-    components(schemas(Problem, EventView)),
+    components(schemas(Problem, EventView, crate::admin::CredentialView)),
     modifiers(&Bearer),
     security(("bearer" = []))
 )]
@@ -81,6 +81,9 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(audit_verification))
         .routes(routes!(audit_export))
         .routes(routes!(guard_report))
+        .routes(routes!(oauth_login))
+        .routes(routes!(list_credentials))
+        .routes(routes!(oauth_logout))
         .routes(routes!(executor_status))
         .routes(routes!(server_status))
         .routes(routes!(session_status))
@@ -982,4 +985,66 @@ async fn server_status(State(api): State<AdminApi>, Extension(who): Who, Path(te
     responses((status = 200, body = Vec<super::status::SessionCount>), (status = 403, body = Problem)))]
 async fn session_status(State(api): State<AdminApi>, Extension(who): Who) -> Answer {
     Ok(axum::Json(super::status::sessions(&api, &who).await?).into_response())
+}
+
+// ---- upstream OAuth ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewLogin {
+    /// A bound server declared with `oauth`.
+    server: String,
+    /// The subject of the user whose own login this is (a server declared with
+    /// `"oauth": {"tokens": "user"}`); absent for the tenant's.
+    user: Option<String>,
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct Whose {
+    /// The subject of the user whose own credential it is; absent for the tenant's.
+    user: Option<String>,
+}
+
+/// Ask for a login to an OAuth-protected server: the answer's `link` (good once, for
+/// `expires_in_secs`) is opened in a browser by whoever logs in (the tenant's owners).
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/oauth/logins", tag = "oauth", request_body = NewLogin,
+    params(("tenant" = String, Path)),
+    responses((status = 201, description = "`link`, `server`, `user`, `expires_in_secs`"), (status = 404, body = Problem), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn oauth_login(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewLogin>,
+) -> Answer {
+    let NewLogin { server, user } = body.value;
+    change(&api, &who, &headers, None, Write::OauthLogin { tenant, server, user }).await
+}
+
+/// The tenant's stored upstream OAuth credentials (never their content).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/oauth/credentials", tag = "oauth", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page, description = "items: CredentialView")))]
+async fn list_credentials(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Query(q): Query<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Credentials { tenant }, &q, &uri).await
+}
+
+/// Delete a stored credential (log out): the next call needs a new login.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/oauth/credentials/{server}", tag = "oauth",
+    params(("tenant" = String, Path), ("server" = String, Path), Whose),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn oauth_logout(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, server)): Path<(String, String)>,
+    Query(whose): Query<Whose>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::OauthLogout { tenant, server, user: whose.user }).await
 }
