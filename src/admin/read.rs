@@ -54,6 +54,10 @@ pub enum Target {
         server: String,
         user: Option<String>,
     },
+    /// The tenant's provisioning of users on first sight.
+    Provisioning {
+        tenant: String,
+    },
 }
 
 /// A collection of resources.
@@ -113,7 +117,8 @@ impl Target {
             | Target::Binding { tenant, .. }
             | Target::Grant { tenant, .. }
             | Target::RootAllowance { tenant, .. }
-            | Target::Credential { tenant, .. } => Need::Manage(tenant),
+            | Target::Credential { tenant, .. }
+            | Target::Provisioning { tenant } => Need::Manage(tenant),
         }
     }
 
@@ -129,7 +134,8 @@ impl Target {
             | Target::Binding { tenant, .. }
             | Target::Grant { tenant, .. }
             | Target::RootAllowance { tenant, .. }
-            | Target::Credential { tenant, .. } => Some(tenant),
+            | Target::Credential { tenant, .. }
+            | Target::Provisioning { tenant } => Some(tenant),
         }
     }
 
@@ -152,6 +158,7 @@ impl Target {
                 Some(user) => t(tenant, format!("oauth/credentials/{}?user={}", seg(server), seg(user))),
                 None => t(tenant, format!("oauth/credentials/{}", seg(server))),
             },
+            Target::Provisioning { tenant } => t(tenant, "provisioning".into()),
         }
     }
 
@@ -168,6 +175,7 @@ impl Target {
             Target::Grant { id, .. } => format!("grant `{id}` does not exist in this tenant"),
             Target::RootAllowance { id, .. } => format!("root allowance `{id}` does not exist in this tenant"),
             Target::Credential { server, .. } => format!("no credential stored for `{server}` of that owner"),
+            Target::Provisioning { .. } => "this tenant does not provision users on first sight".into(),
         }
     }
 
@@ -218,6 +226,16 @@ impl Target {
                 .into_iter()
                 .find(|c| c.server == *server && c.user == *user)
                 .map(to_value),
+            Target::Provisioning { .. } => crate::store::provisioning::get(conn, tenant).await?.map(|p| {
+                to_value(ProvisioningView {
+                    role_claim: p.role_claim,
+                    roles: p
+                        .roles
+                        .into_iter()
+                        .map(|(group, roles)| (group, roles.iter().map(|r| r.as_str().to_owned()).collect()))
+                        .collect(),
+                })
+            }),
             Target::Tenant { .. } | Target::Executor { .. } => None,
         };
         Ok(view)

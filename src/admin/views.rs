@@ -115,6 +115,15 @@ pub struct CredentialView {
     pub updated_at: i64,
 }
 
+/// A tenant's provisioning of users on first sight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProvisioningView {
+    /// The claim of the users' tokens that holds their groups (a string or an array of them).
+    pub role_claim: String,
+    /// Each group and the roles it gives; a group not listed gives none.
+    pub roles: std::collections::BTreeMap<String, Vec<String>>,
+}
+
 /// One page of a collection, in the order of its key.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Page {

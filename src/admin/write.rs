@@ -163,6 +163,17 @@ pub enum Write {
         server: String,
         user: Option<String>,
     },
+    /// Provisions users on first sight: `role_claim` names the claim of their groups, `roles`
+    /// maps each group to the roles it gives (replaces what was set).
+    SetProvisioning {
+        tenant: String,
+        role_claim: String,
+        roles: std::collections::BTreeMap<String, Vec<Role>>,
+    },
+    /// Stops provisioning users on first sight.
+    DeleteProvisioning {
+        tenant: String,
+    },
 }
 
 /// Who asks for a write, and how.
@@ -267,6 +278,8 @@ impl Write {
             DeleteRoot { .. } => "admin.root_allowance.delete",
             OauthLogin { .. } => "admin.oauth.login",
             OauthLogout { .. } => "admin.oauth.logout",
+            SetProvisioning { .. } => "admin.provisioning.set",
+            DeleteProvisioning { .. } => "admin.provisioning.delete",
         }
     }
 
@@ -308,6 +321,9 @@ impl Write {
             OauthLogin { tenant, server, user } | OauthLogout { tenant, server, user } => {
                 Target::Credential { tenant: t(tenant), server: server.clone(), user: user.clone() }
             }
+            SetProvisioning { tenant, .. } | DeleteProvisioning { tenant } => {
+                Target::Provisioning { tenant: t(tenant) }
+            }
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -328,7 +344,8 @@ impl Write {
             | DeleteBinding { .. }
             | DeleteGrant { .. }
             | DeleteRoot { .. }
-            | OauthLogout { .. } => 204,
+            | OauthLogout { .. }
+            | DeleteProvisioning { .. } => 204,
             _ => 200,
         }
     }
@@ -359,7 +376,9 @@ impl Write {
             | AllowRoot { tenant, .. }
             | DeleteRoot { tenant, .. }
             | OauthLogin { tenant, .. }
-            | OauthLogout { tenant, .. } => Some(tenant),
+            | OauthLogout { tenant, .. }
+            | SetProvisioning { tenant, .. }
+            | DeleteProvisioning { tenant } => Some(tenant),
         }
     }
 }
@@ -591,6 +610,18 @@ impl Admin {
                         .await
                         .map_err(super::vault_error)?;
                 applied.secret = Some(format!("{public_url}{}/{secret}", crate::vocab::routes::START_PATH));
+            }
+            Write::SetProvisioning { tenant, role_claim, roles } => {
+                let tenant = super::tenant_id(&mut *c, tenant).await?;
+                let config =
+                    crate::store::provisioning::Provisioning { role_claim: role_claim.clone(), roles: roles.clone() };
+                crate::store::provisioning::set(c, tenant, &config).await?;
+            }
+            Write::DeleteProvisioning { tenant: slug } => {
+                let tenant = super::tenant_id(&mut *c, slug).await?;
+                if !crate::store::provisioning::delete(c, tenant).await? {
+                    return Err(AdminError::NotFound(format!("`{slug}` does not provision users on first sight")));
+                }
             }
             Write::OauthLogout { tenant, server, user } => {
                 let (tenant, user) = owner_ids(&mut *c, tenant, user.as_deref()).await?;

@@ -89,6 +89,9 @@ pub struct Claims {
     pub tenant: String,
     pub expires_at: i64,
     pub issuer: String,
+    /// The token's other claims (a tenant that provisions users on first sight reads its
+    /// group claim, and `name`, from here).
+    pub rest: Map<String, Value>,
 }
 
 /// Verifies bearer tokens against the configured keys.
@@ -229,7 +232,7 @@ impl Authenticator {
         if crate::store::now_millis() >= honoured_until_ms(expires_at, self.leeway_secs) {
             return Err(AuthError::Expired);
         }
-        Ok((Claims { subject, tenant: String::new(), expires_at, issuer }, tenant))
+        Ok((Claims { subject, tenant: String::new(), expires_at, issuer, rest: claims }, tenant))
     }
 }
 

@@ -9,6 +9,7 @@ mod cache;
 mod context;
 mod flock_scope;
 mod middleware;
+mod provision;
 mod resolver;
 pub mod scoped;
 mod sessions;

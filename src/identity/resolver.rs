@@ -80,6 +80,15 @@ pub(in crate::identity) async fn resolve(
         });
     }
 
+    // A subject the tenant does not have: made now if the tenant provisions users on first
+    // sight and the token's groups map to a role, then read as any user is.
+    let rows = match rows.user {
+        Some(_) => rows,
+        None if super::provision::provision(db, tenant_row.id, claims).await? => {
+            std::sync::Arc::new(db.load_principal(&claims.tenant, subject).await?)
+        }
+        None => return Err(IdentityError::UnknownUser),
+    };
     let user_row = rows.user.clone().ok_or(IdentityError::UnknownUser)?;
     if user_row.status != "active" {
         return Err(IdentityError::DisabledUser);

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod entities;
 pub mod ids;
 pub mod principal;
+pub mod provisioning;
 pub mod roots;
 pub mod tasks;
 pub mod vault;

@@ -862,3 +862,108 @@ async fn agent_status(backend: Backend) {
     assert_eq!((again["connected"].as_bool(), again["reconnects"].as_u64()), (Some(true), Some(1)), "{again}");
 }
 both_dbs!(operators_see_executor_agents, agent_status);
+
+/// Users made on first sight: off by default; once the owner opts in, a token of an unknown
+/// subject becomes a user with exactly the roles its groups map to (never a group's name
+/// taken for a role), audited; a token whose groups map to nothing makes nobody.
+async fn first_sight(backend: Backend) {
+    let live = admin_gateway(backend).await;
+    let olivia = live.token_for("olivia@acme.test");
+    let token = |subject: &str, groups: Value| {
+        let mut claims = claims(&live.config, "acme", subject);
+        claims["groups"] = groups;
+        claims["name"] = json!("Newbie");
+        Signer::hs256(live.config.auth.hs256_secret.expose()).sign(&claims)
+    };
+    let reaches = |token: String| {
+        let url = live.url();
+        async move {
+            let client = connect(&url, &token, ()).await;
+            let me = ok(client.peer(), "whoami", json!({})).await;
+            client.cancel().await.unwrap();
+            me
+        }
+    };
+    let refused = |token: String| {
+        let url = live.url();
+        async move {
+            let answer = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+                .send()
+                .await
+                .unwrap();
+            answer.status().as_u16()
+        }
+    };
+    // Off: an unknown subject is refused, and nothing is made.
+    assert_eq!(refused(token("newbie@acme.test", json!(["farmhands"]))).await, 403);
+    assert_eq!(get(&live, "/admin/v1/tenants/acme/provisioning", &olivia).await.status, 404);
+    let set = send(
+        &live,
+        Method::PUT,
+        "/admin/v1/tenants/acme/provisioning",
+        &olivia,
+        json!({"role_claim": "groups", "roles": {"farmhands": ["worker"], "bosses": ["manager", "auditor"]}}),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.body["roles"]["bosses"], json!(["manager", "auditor"]));
+    // Another tenant's owner and a worker can't see or change it.
+    assert_eq!(
+        get(&live, "/admin/v1/tenants/acme/provisioning", &live.token_for("gary@globex.test")).await.status,
+        404
+    );
+    assert_eq!(get(&live, "/admin/v1/tenants/acme/provisioning", &live.token_for("wanda@acme.test")).await.status, 403);
+
+    // Groups that map to nothing: refused, nobody made.
+    assert_eq!(refused(token("stranger@acme.test", json!(["owner", "admins"]))).await, 403);
+    assert_eq!(refused(token("stranger@acme.test", json!("owner"))).await, 403);
+    assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'stranger@acme.test'").await, 0);
+    // A mapped group: the user is made with that role only (an unmapped `owner` group ignored).
+    let me = reaches(token("newbie@acme.test", json!(["farmhands", "owner"]))).await;
+    assert_eq!((me["user"].as_str(), me["roles"].clone()), (Some("newbie@acme.test"), json!(["worker"])), "{me}");
+    let made = get(&live, "/admin/v1/tenants/acme/users/newbie@acme.test", &olivia).await;
+    assert_eq!((made.body["roles"].clone(), made.body["display_name"].clone()), (json!(["worker"]), json!("Newbie")));
+    // A string claim works as a one-group list.
+    let boss = reaches(token("boss@acme.test", json!("bosses"))).await;
+    assert_eq!(boss["roles"], json!(["manager", "auditor"]));
+    // A provisioned user is a user: the next token, with other groups, changes nothing.
+    let again = reaches(token("newbie@acme.test", json!(["bosses"]))).await;
+    assert_eq!(again["roles"], json!(["worker"]));
+    let events = admin_events(&live, "acme").await;
+    let provisioned: Vec<&(String, String, String)> =
+        events.iter().filter(|(a, _, _)| a == "admin.user.provision").collect();
+    assert_eq!(provisioned.len(), 2, "{events:?}");
+    assert_eq!(provisioned[0].2, "provisioning:groups");
+    chains_verify(&live).await;
+
+    // Off again: the next unknown subject is refused.
+    assert_eq!(delete(&live, "/admin/v1/tenants/acme/provisioning", &olivia).await.status, 204);
+    assert_eq!(refused(token("late@acme.test", json!(["farmhands"]))).await, 403);
+    assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'late@acme.test'").await, 0);
+    // Bad input: a group mapped to no role, an unknown role.
+    let empty = send(
+        &live,
+        Method::PUT,
+        "/admin/v1/tenants/acme/provisioning",
+        &olivia,
+        json!({"role_claim": "groups", "roles": {"x": []}}),
+    )
+    .await;
+    assert_eq!((empty.status, empty.body["field"].clone()), (422, json!("roles")));
+    let unknown = send(
+        &live,
+        Method::PUT,
+        "/admin/v1/tenants/acme/provisioning",
+        &olivia,
+        json!({"role_claim": "groups", "roles": {"x": ["root"]}}),
+    )
+    .await;
+    assert_eq!(unknown.status, 422);
+    assert_eq!(live.count("SELECT COUNT(*) FROM tenant_provisioning").await, 0);
+}
+both_dbs!(users_made_on_first_sight, first_sight);

@@ -81,6 +81,7 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(audit_verification))
         .routes(routes!(audit_export))
         .routes(routes!(guard_report))
+        .routes(routes!(get_provisioning, set_provisioning, delete_provisioning))
         .routes(routes!(oauth_login))
         .routes(routes!(list_credentials))
         .routes(routes!(oauth_logout))
@@ -1047,4 +1048,53 @@ async fn oauth_logout(
     headers: HeaderMap,
 ) -> Answer {
     change(&api, &who, &headers, None, Write::OauthLogout { tenant, server, user: whose.user }).await
+}
+
+// ---- users provisioned on first sight ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ProvisioningPut {
+    /// The claim of the users' tokens that holds their groups (a string or an array of them).
+    role_claim: String,
+    /// Each group and the roles it gives; a group not listed gives none, and a token none of
+    /// whose groups is listed makes no user.
+    #[schema(value_type = std::collections::BTreeMap<String, Vec<String>>)]
+    roles: std::collections::BTreeMap<String, Vec<Role>>,
+}
+
+/// The tenant's provisioning of users on first sight (404: off).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/provisioning", tag = "users", params(("tenant" = String, Path)),
+    responses((status = 200, body = crate::admin::ProvisioningView), (status = 404, body = Problem)))]
+async fn get_provisioning(State(api): State<AdminApi>, Extension(who): Who, Path(tenant): Path<String>) -> Answer {
+    one(&api, &who, Target::Provisioning { tenant }).await
+}
+
+/// Make users on first sight: a verified token of a subject the tenant does not have becomes
+/// a user with exactly the roles its groups map to here (the tenant's owners).
+#[utoipa::path(put, path = "/admin/v1/tenants/{tenant}/provisioning", tag = "users", request_body = ProvisioningPut,
+    params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = crate::admin::ProvisioningView), (status = 422, body = Problem)))]
+async fn set_provisioning(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<ProvisioningPut>,
+) -> Answer {
+    let ProvisioningPut { role_claim, roles } = body.value;
+    change(&api, &who, &headers, None, Write::SetProvisioning { tenant, role_claim, roles }).await
+}
+
+/// Stop making users on first sight.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/provisioning", tag = "users",
+    params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_provisioning(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeleteProvisioning { tenant }).await
 }
