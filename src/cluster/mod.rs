@@ -113,6 +113,11 @@ impl Cluster {
         &self.id
     }
 
+    /// The base URL other replicas reach this one at.
+    pub fn internal_url(&self) -> &str {
+        &self.internal_url
+    }
+
     /// How often this replica says it is alive.
     pub fn heartbeat(&self) -> Duration {
         self.heartbeat

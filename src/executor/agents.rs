@@ -321,17 +321,17 @@ impl Reservation {
                 tunnel.close("superseded");
                 return "superseded".to_owned();
             };
+            // Counted before the agent is seen connected: whoever sees it sees this connect.
+            let mut connects = lock(&self.agents.connects);
+            let entry = connects.entry(self.name.clone()).or_insert((0, 0));
+            *entry = (entry.0 + 1, crate::store::now_millis());
+            drop(connects);
             slot.state = State::Live(tunnel.clone());
             slot.root.clone()
         };
         self.live = true;
         let reported = root.to_string();
         let returning = lock(&self.agents.roots).insert(self.name.clone(), root).is_some();
-        {
-            let mut connects = lock(&self.agents.connects);
-            let entry = connects.entry(self.name.clone()).or_insert((0, 0));
-            *entry = (entry.0 + 1, crate::store::now_millis());
-        }
         metrics::executor_connected(returning);
         tracing::info!(executor = %self.name, returning, "executor agent connected");
         self.agents.changed();

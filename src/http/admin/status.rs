@@ -107,7 +107,13 @@ pub(crate) async fn executors(api: &super::AdminApi, who: &Authority) -> Result<
         let here = mine.as_ref().is_some_and(|s| s.connected);
         out.push(ExecutorStatus {
             connected: local || here || !holders.is_empty(),
-            replica: holders.first().map(|h| h.internal_url.clone()),
+            // Connected here: this replica, whether or not its row in the replicas' table is
+            // written yet; else the live replica that holds it.
+            replica: if here {
+                Some(runtime.cluster.internal_url().to_owned())
+            } else {
+                holders.first().map(|h| h.internal_url.clone())
+            },
             here,
             connected_at: mine.as_ref().map(|s| s.connected_at),
             last_heartbeat: mine.as_ref().and_then(|s| s.last_heard_ms),
