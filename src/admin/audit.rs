@@ -198,6 +198,27 @@ impl Admin {
         (checkpoint::parse_lines(&text), vec![key.verifying_key()])
     }
 
+    /// The tenant's chain from `since` on, streamed: refused before anything is written when
+    /// `who` may not read it or the tenant does not exist; written by a task of its own.
+    pub async fn audit_export_stream(
+        &self,
+        who: Authority,
+        slug: String,
+        since: Option<i64>,
+        format: Format,
+    ) -> Result<tokio::io::DuplexStream, AdminError> {
+        who.authorize(Need::Audit(&slug))?;
+        self.tenant_exists(&slug).await?;
+        let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+        let admin = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = admin.audit_export(&who, &slug, since, format, &mut writer).await {
+                tracing::warn!(error = %e, tenant = %slug, "audit export stopped");
+            }
+        });
+        Ok(reader)
+    }
+
     /// Writes the tenant's chain from `since` on to `out`, as `audit export` does.
     pub async fn audit_export(
         &self,

@@ -114,6 +114,25 @@ impl Admin {
         Ok(Tagged::new(view))
     }
 
+    /// Every item of a collection, page after page (the console's lists, the CLI's listings, the
+    /// status pages).
+    pub async fn list_all(
+        &self,
+        who: &Authority,
+        collection: &Collection,
+    ) -> Result<Vec<serde_json::Value>, AdminError> {
+        let mut items = Vec::new();
+        let mut query = PageQuery { limit: Some(views::MAX_LIMIT), after: None };
+        loop {
+            let page = self.list(who, collection, &query).await?;
+            items.extend(page.items);
+            match page.next {
+                Some(next) => query.after = Some(next),
+                None => return Ok(items),
+            }
+        }
+    }
+
     /// One page of a collection, if `who` may read it.
     pub async fn list(&self, who: &Authority, collection: &Collection, page: &PageQuery) -> Result<Page, AdminError> {
         who.authorize(collection.need())?;

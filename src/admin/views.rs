@@ -145,7 +145,7 @@ pub struct PageQuery {
 }
 
 pub(super) const DEFAULT_LIMIT: u32 = 50;
-pub(super) const MAX_LIMIT: u32 = 500;
+pub(crate) const MAX_LIMIT: u32 = 500;
 
 impl PageQuery {
     pub(super) fn limit(&self) -> Result<u32, AdminError> {

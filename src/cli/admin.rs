@@ -7,7 +7,7 @@
 use clap::{Args, Subcommand};
 
 use super::CliError;
-use crate::admin::{Admin, AdminError, Authority, Caller, Collection, Done, PageQuery, Write};
+use crate::admin::{Admin, AdminError, Authority, Caller, Collection, Done, Write};
 use crate::config::Config;
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::entities::GrantKind;
@@ -405,18 +405,11 @@ fn cell(value: &serde_json::Value) -> String {
 
 /// Every item of `collection`, page after page, as a listing.
 pub(super) async fn listing(service: &Admin, collection: Collection) -> Result<Listing, AdminError> {
-    let mut out = Vec::new();
-    let mut query = PageQuery { limit: Some(500), after: None };
-    loop {
-        let page = service.list(&Authority::Cli, &collection, &query).await?;
-        for item in &page.items {
-            out.push(columns(&collection).iter().map(|(heading, member)| (*heading, cell(&item[*member]))).collect());
-        }
-        match page.next {
-            Some(next) => query.after = Some(next),
-            None => return Ok(out),
-        }
-    }
+    let items = service.list_all(&Authority::Cli, &collection).await?;
+    Ok(items
+        .iter()
+        .map(|item| columns(&collection).iter().map(|(heading, member)| (*heading, cell(&item[*member]))).collect())
+        .collect())
 }
 
 pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {

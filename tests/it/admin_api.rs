@@ -967,3 +967,25 @@ async fn first_sight(backend: Backend) {
     assert_eq!(live.count("SELECT COUNT(*) FROM tenant_provisioning").await, 0);
 }
 both_dbs!(users_made_on_first_sight, first_sight);
+
+/// The admin API spends the `/mcp` budgets: past a member's burst, 429 with `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_requests_are_rate_limited() {
+    let live = TestGateway::new(Backend::Sqlite)
+        .set("limits.user_per_sec", json!(0.5))
+        .set("limits.user_burst", json!(2.0))
+        .start()
+        .await;
+    let olivia = live.token_for("olivia@acme.test");
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let answer = get(&live, "/admin/v1/tenants/acme/users", &olivia).await;
+        if answer.status == 429 {
+            assert!(answer.header("retry-after").is_some());
+            assert_eq!(answer.body["type"], "urn:scopegate:problem:rate_limited");
+        }
+        statuses.push(answer.status);
+    }
+    assert_eq!(&statuses[..2], [200, 200], "{statuses:?}");
+    assert!(statuses[2..].iter().all(|s| *s == 429), "{statuses:?}");
+}

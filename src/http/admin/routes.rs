@@ -922,16 +922,7 @@ async fn audit_export(
             }));
         }
     };
-    // Refused before anything is streamed: the authority, and the tenant's existence.
-    who.authorize(crate::admin::Need::Audit(&tenant))?;
-    api.admin.tenant_exists(&tenant).await?;
-    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
-    let admin = api.admin.clone();
-    tokio::spawn(async move {
-        if let Err(e) = admin.audit_export(&who, &tenant, q.since, format, &mut writer).await {
-            tracing::warn!(error = %e, tenant = %tenant, "audit export stopped");
-        }
-    });
+    let reader = api.admin.audit_export_stream((*who).clone(), tenant, q.since, format).await?;
     let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(reader));
     Ok(([(http::header::CONTENT_TYPE, content_type)], body).into_response())
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::admin::{AdminError, Authority, Collection, Need, PageQuery};
+use crate::admin::{AdminError, Authority, Collection, Need};
 use crate::cluster::Cluster;
 use crate::executor::agents::Agents;
 use crate::identity::SessionRegistry;
@@ -72,23 +72,6 @@ pub(crate) struct SessionCount {
     pub sessions: usize,
 }
 
-async fn every(
-    api: &super::AdminApi,
-    who: &Authority,
-    collection: Collection,
-) -> Result<Vec<serde_json::Value>, AdminError> {
-    let mut items = Vec::new();
-    let mut query = PageQuery { limit: Some(500), after: None };
-    loop {
-        let page = api.admin.list(who, &collection, &query).await?;
-        items.extend(page.items);
-        match page.next {
-            Some(next) => query.after = Some(next),
-            None => return Ok(items),
-        }
-    }
-}
-
 fn text(v: &serde_json::Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
@@ -98,7 +81,7 @@ pub(crate) async fn executors(api: &super::AdminApi, who: &Authority) -> Result<
     let runtime = &api.runtime;
     let since = crate::store::now_millis() - 3 * i64::try_from(runtime.cluster.heartbeat().as_millis()).unwrap_or(0);
     let mut out = Vec::new();
-    for x in every(api, who, Collection::Executors).await? {
+    for x in api.admin.list_all(who, &Collection::Executors).await? {
         let name = text(&x["name"]);
         let kind = text(&x["kind"]);
         let local = kind == "local";
@@ -131,7 +114,7 @@ pub(crate) async fn servers(
     tenant: &str,
 ) -> Result<Vec<ServerStatus>, AdminError> {
     who.authorize(Need::Manage(tenant))?;
-    let bindings = every(api, who, Collection::Bindings { tenant: tenant.to_owned() }).await?;
+    let bindings = api.admin.list_all(who, &Collection::Bindings { tenant: tenant.to_owned() }).await?;
     let id = {
         let mut conn = api.admin.db().begin_read().await?;
         crate::store::admin::tenant_id_by_slug(&mut conn, tenant).await?

@@ -26,9 +26,7 @@ use serde::Deserialize;
 use tokio::sync::OnceCell;
 
 use super::admin::{AdminApi, Denied, resolve};
-use crate::admin::{
-    AdminError, Authority, Caller, Collection, EventFilter, PageQuery, Target, Write, report::ReportFormat,
-};
+use crate::admin::{AdminError, Authority, Caller, Collection, EventFilter, Target, Write, report::ReportFormat};
 use crate::model::{Role, UserStatus};
 use crate::store::entities::GrantKind;
 
@@ -268,16 +266,7 @@ async fn sign_out(State(console): State<Console>, headers: HeaderMap, Form(form)
 /// Every item of a collection (the console shows whole lists: a tenant's are small, and the
 /// tenants' list is the platform's own).
 async fn all(console: &Console, who: &Authority, collection: Collection) -> Result<Vec<serde_json::Value>, AdminError> {
-    let mut items = Vec::new();
-    let mut query = PageQuery { limit: Some(500), after: None };
-    loop {
-        let page = console.api.admin.list(who, &collection, &query).await?;
-        items.extend(page.items);
-        match page.next {
-            Some(next) => query.after = Some(next),
-            None => return Ok(items),
-        }
-    }
+    console.api.admin.list_all(who, &collection).await
 }
 
 async fn tenants(State(console): State<Console>, headers: HeaderMap, Query(notice): Query<Notice>) -> Response {
@@ -545,21 +534,10 @@ async fn export(
         Some("csv") => (Format::Csv, "text/csv; charset=utf-8", "csv"),
         _ => (Format::Jsonl, "application/x-ndjson", "jsonl"),
     };
-    if let Err(e) = s.who.authorize(crate::admin::Need::Audit(&slug)) {
-        return refused(e, &s, "/console");
-    }
-    if let Err(e) = console.api.admin.tenant_exists(&slug).await {
-        return refused(e, &s, "/console");
-    }
-    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
-    let admin = console.api.admin.clone();
-    let who = s.who;
-    let tenant = slug.clone();
-    tokio::spawn(async move {
-        if let Err(e) = admin.audit_export(&who, &tenant, None, format, &mut writer).await {
-            tracing::warn!(error = %e, tenant = %tenant, "audit export stopped");
-        }
-    });
+    let reader = match console.api.admin.audit_export_stream(s.who.clone(), slug.clone(), None, format).await {
+        Ok(reader) => reader,
+        Err(e) => return refused(e, &s, "/console"),
+    };
     let disposition = format!("attachment; filename=\"{slug}-audit.{extension}\"");
     let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(reader));
     ([(header::CONTENT_TYPE, content_type.to_owned()), (header::CONTENT_DISPOSITION, disposition)], body)
