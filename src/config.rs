@@ -519,14 +519,46 @@ impl Config {
         if self.database.min_connections > self.database.max_connections {
             return Err(ConfigError::invalid("database.min_connections", "must not exceed database.max_connections"));
         }
-        if self.uses_shipped_dev_secret() && !self.server.listen.ip().is_loopback() {
+        if self.uses_shipped_dev_secret()
+            && let Some(reach) = self.reachable_beyond_loopback()
+        {
             return Err(ConfigError::invalid(
                 "auth.hs256_secret",
-                "the shipped development secret is public; refusing to listen on a non-loopback \
-                 address with it. Set your own secret, or disable HS256 and configure a JWKS",
+                format!(
+                    "the shipped development secret is public, and {reach}: anyone could mint tokens \
+                     for any tenant. Set auth.hs256_secret to your own secret (32+ random bytes), or \
+                     to \"\" and verify tokens with your JWKS only"
+                ),
             ));
         }
         Ok(())
+    }
+
+    /// Why this gateway may be reached by others than its operator, if it may: a non-loopback
+    /// listen address, a public URL or allowed host that is not loopback (a reverse proxy in
+    /// front of a loopback listener), or a JWKS (an identity provider's deployment). The shipped
+    /// development secret verifies tokens only when there is none.
+    fn reachable_beyond_loopback(&self) -> Option<String> {
+        let s = &self.server;
+        if !s.listen.ip().is_loopback() {
+            return Some(format!("server.listen ({}) is a non-loopback address", s.listen));
+        }
+        if let Some(url) = &s.public_url {
+            let host = reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_owned));
+            if !host.as_deref().is_some_and(is_loopback_host) {
+                return Some(format!("server.public_url ({url}) is not a loopback address"));
+            }
+        }
+        if s.allowed_hosts.is_empty() {
+            return Some("server.allowed_hosts is empty (any Host is served)".to_owned());
+        }
+        if let Some(host) = s.allowed_hosts.iter().find(|h| !is_loopback_host(h)) {
+            return Some(format!("server.allowed_hosts admits `{host}`, which is not a loopback name"));
+        }
+        if self.auth.jwks_file.is_some() || self.auth.jwks_url.is_some() {
+            return Some("a JWKS is configured (auth.jwks_file or auth.jwks_url): this is a deployment".to_owned());
+        }
+        None
     }
 
     /// The gateway's public base URL: `server.public_url`, else `http://<listen address>`.
@@ -551,6 +583,26 @@ impl Config {
     pub fn uses_shipped_dev_secret(&self) -> bool {
         self.auth.hs256_secret.expose() == SHIPPED_DEV_SECRET
     }
+}
+
+/// `localhost` (or a name under it), or a loopback IP address (IPv6 with or without brackets),
+/// with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let bare = host.strip_prefix('[').and_then(|h| h.split_once(']')).map_or(host, |(h, _)| h);
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let name = bare.rsplit_once(':').map_or(
+        bare,
+        |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) { name } else { bare }
+        },
+    );
+    if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// Where audit checkpoints go (`audit.checkpoint_sink`).

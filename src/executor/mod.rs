@@ -85,6 +85,49 @@ impl From<String> for Unusable {
     }
 }
 
+impl UpstreamError {
+    /// What an operator is shown of this failure (the admin API's and the console's server
+    /// status): a class to filter on and a message in the gateway's words. The SDK's own
+    /// messages name the Rust types of the transport stack; those names are taken out here,
+    /// and the whole error stays in the log.
+    pub fn for_operators(&self) -> (&'static str, String) {
+        let class = match self {
+            UpstreamError::Config { .. } | UpstreamError::Header(_) | UpstreamError::WrongExecutor { .. } => {
+                "declaration"
+            }
+            UpstreamError::Offline(_) => "executor_offline",
+            UpstreamError::OutsideRoot { .. } => "outside_root",
+            UpstreamError::Remote(_) => "executor",
+            UpstreamError::Launch { .. } => "launch_failed",
+            UpstreamError::Connect(_) => "connect_failed",
+            UpstreamError::ConnectTimeout(_) => "timeout",
+            UpstreamError::LoginNeeded { .. } => "login_needed",
+            UpstreamError::Unauthorized { .. } => "unauthorized",
+        };
+        (class, without_type_names(&self.to_string()))
+    }
+}
+
+/// `text` without the Rust type names an SDK error message carries: a bracketed group that
+/// holds a path (`Transport [a::b::C<d::E>] error`) goes, and any other word holding a path
+/// becomes `(internal)`.
+fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+        out.push_str(&rest[..open]);
+        if !rest[open..close].contains("::") {
+            out.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    let words: Vec<&str> =
+        out.split(' ').filter(|w| !w.is_empty()).map(|w| if w.contains("::") { "(internal)" } else { w }).collect();
+    words.join(" ")
+}
+
 /// The gateway host's environment, as a declaration on the local executor sees it.
 struct HostEnv;
 
@@ -326,5 +369,33 @@ impl LocalExecutor {
             });
         }
         Ok(child)
+    }
+}
+
+#[cfg(test)]
+mod operator_tests {
+    use super::*;
+
+    #[test]
+    fn operators_see_no_type_names() {
+        let e = UpstreamError::Connect(
+            "Transport [scopegate::relay::order::Counted<rmcp::transport::streamable_http_client::\
+             StreamableHttpClientTransport<scopegate::wire::client::AssertingClient>>] error: \
+             Client error: error sending request, when send initialize request"
+                .into(),
+        );
+        let (class, message) = e.for_operators();
+        assert_eq!(class, "connect_failed");
+        assert_eq!(
+            message,
+            "connecting: Transport error: Client error: error sending request, when send initialize request"
+        );
+        let (_, message) = UpstreamError::Remote("failed at rmcp::service::serve_inner::<T>".into()).for_operators();
+        assert_eq!(message, "the executor: failed at (internal)");
+        let (class, message) = UpstreamError::ConnectTimeout(Duration::from_secs(5)).for_operators();
+        assert_eq!((class, message.as_str()), ("timeout", "no answer within 5s"));
+        // A bracket with no path in it stays.
+        let (_, message) = UpstreamError::Connect("status [503] from upstream".into()).for_operators();
+        assert_eq!(message, "connecting: status [503] from upstream");
     }
 }

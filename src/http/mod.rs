@@ -200,6 +200,10 @@ async fn limit_body(State(limit): State<usize>, request: Request, next: Next) ->
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
+        // The admin API answers every refusal as a problem body.
+        if request.uri().path().starts_with(admin::PREFIX) {
+            return admin::too_large();
+        }
         return crate::error_body::payload_too_large();
     }
     next.run(request.map(|body| Body::new(http_body_util::Limited::new(body, limit)))).await

@@ -36,12 +36,18 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, claims: &Claims) -> Res
         .rest
         .get("name")
         .and_then(Value::as_str)
-        .filter(|n| !n.trim().is_empty() && n.len() <= 200 && !n.chars().any(char::is_control))
+        .filter(|n| admin::validate_text("display_name", n, 200).is_ok())
         .unwrap_or(&claims.subject);
     let user = match admin::create_user(&mut tx, &claims.tenant, &claims.subject, name, &roles).await {
         Ok(user) => user,
         // Another request of the same subject made it first.
         Err(StoreError::Conflict(_)) => return Ok(true),
+        // A subject the gateway would not store (an invisible or reordering character): nobody
+        // is made, and the token is refused as any unknown user's.
+        Err(StoreError::Invalid { field, message }) => {
+            tracing::info!(tenant = %claims.tenant, field, %message, "provisioning: the token's subject is refused");
+            return Ok(false);
+        }
         Err(e) => return Err(e),
     };
     let view = serde_json::json!({

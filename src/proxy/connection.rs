@@ -91,7 +91,16 @@ pub struct Connection {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Health {
     pub revision: Option<String>,
-    pub last_error: Option<(i64, String)>,
+    pub last_error: Option<Failure>,
+}
+
+/// A connection's failure to start or list, as operators see it
+/// ([`UpstreamError::for_operators`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub at: i64,
+    pub class: &'static str,
+    pub message: String,
 }
 
 /// One upstream connection as the admin API shows it.
@@ -142,7 +151,7 @@ impl Connection {
         }
     }
 
-    fn record(&self, outcome: Result<Option<String>, String>) {
+    fn record(&self, outcome: Result<Option<String>, &UpstreamError>) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {
             Ok(Some(revision)) => {
@@ -150,7 +159,10 @@ impl Connection {
                 health.last_error = None;
             }
             Ok(None) => health.last_error = None,
-            Err(why) => health.last_error = Some((now_millis(), why)),
+            Err(why) => {
+                let (class, message) = why.for_operators();
+                health.last_error = Some(Failure { at: now_millis(), class, message });
+            }
         }
     }
 
@@ -210,7 +222,8 @@ impl Connection {
         // spans open (rmcp's service keeps the span it started in for its whole life).
         let started = self.start(&mut live, timeout).instrument(trace::lasting()).await;
         if let Err(e) = &started {
-            self.record(Err(e.to_string()));
+            tracing::warn!(server = %self.server.name, error = %e, "upstream connection failed");
+            self.record(Err(e));
         }
         started
     }

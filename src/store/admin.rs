@@ -22,9 +22,20 @@ pub fn validate_slug(field: &'static str, value: &str) -> Result<(), StoreError>
     }
 }
 
-fn validate_text(field: &'static str, value: &str, max: usize) -> Result<(), StoreError> {
-    if value.trim().is_empty() || value.len() > max || value.chars().any(char::is_control) {
+/// A caller-chosen name (a subject, a display name, a tenant's name): 1 to `max` bytes, not
+/// blank, and no character that hides or reorders text ([`crate::vocab::text::hidden_char`]).
+pub fn validate_text(field: &'static str, value: &str, max: usize) -> Result<(), StoreError> {
+    if value.trim().is_empty() || value.len() > max {
         return Err(StoreError::Invalid { field, message: format!("must be 1-{max} printable characters") });
+    }
+    if let Some(c) = crate::vocab::text::hidden_char(value) {
+        return Err(StoreError::Invalid {
+            field,
+            message: format!(
+                "must be printable: U+{:04X} (a control or invisible formatting character) is not allowed",
+                u32::from(c)
+            ),
+        });
     }
     Ok(())
 }
@@ -183,7 +194,11 @@ pub async fn create_user(
     .execute(&mut *conn)
     .await
     .map_err(|e| unique_conflict(e, || format!("user `{subject}` already exists in `{tenant_slug}`")))?;
-    insert_user_roles(&mut *conn, tenant, id, roles).await?;
+    // A role named twice is one role (the table's key would refuse the second row).
+    let mut wanted = roles.to_vec();
+    wanted.sort();
+    wanted.dedup();
+    insert_user_roles(&mut *conn, tenant, id, &wanted).await?;
     Ok(id)
 }
 

@@ -54,11 +54,11 @@ pub async fn get(conn: &mut AnyConnection, tenant: TenantId) -> Result<Option<Pr
 /// 1 to 256 characters each mapping to at least one role).
 pub async fn set(conn: &mut AnyConnection, tenant: TenantId, config: &Provisioning) -> Result<(), StoreError> {
     let claim = &config.role_claim;
-    if claim.is_empty() || claim.len() > 128 || claim.chars().any(char::is_control) {
+    if claim.is_empty() || claim.len() > 128 || crate::vocab::text::hidden_char(claim).is_some() {
         return Err(StoreError::Invalid { field: "role_claim", message: "must be 1-128 printable characters".into() });
     }
     for (group, roles) in &config.roles {
-        if group.is_empty() || group.len() > 256 || group.chars().any(char::is_control) {
+        if group.is_empty() || group.len() > 256 || crate::vocab::text::hidden_char(group).is_some() {
             return Err(StoreError::Invalid {
                 field: "roles",
                 message: format!("group `{group}` must be 1-256 printable characters"),

@@ -20,6 +20,16 @@ pub fn safe_text(text: &str) -> String {
     out
 }
 
+/// The first character of a caller-chosen name that the gateway refuses to store, if any:
+/// control characters, and format characters (Unicode category Cf: zero-width spaces and
+/// joiners, bidirectional overrides and isolates, the byte order mark, tag characters), which
+/// render as nothing or reorder what follows, so two names that read alike could name two
+/// principals, and a name could display as something it is not.
+pub fn hidden_char(text: &str) -> Option<char> {
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    text.chars().find(|&c| c.is_control() || get_general_category(c) == GeneralCategory::Format)
+}
+
 /// The `_meta` key of a tool error result that holds its error class (`invalid_argument`,
 /// `not_found`), which the audit records.
 pub const ERROR_CLASS_META: &str = "io.scopegate/error";
@@ -29,4 +39,28 @@ pub const ERROR_CLASS_META: &str = "io.scopegate/error";
 pub fn error_class(meta: Option<&MetaObject>) -> String {
     let class = meta.and_then(|m| m.get(ERROR_CLASS_META)).and_then(|v| v.as_str());
     safe_text(class.unwrap_or("tool_error"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hidden_char;
+
+    #[test]
+    fn names_that_hide_or_reorder_characters_are_refused() {
+        for (text, hidden) in [
+            ("olivia\u{200B}@acme.test", '\u{200B}'),
+            ("admin\u{202E}gnp.exe@acme.test", '\u{202E}'),
+            ("\u{FEFF}olivia@acme.test", '\u{FEFF}'),
+            ("olivia\u{E0041}@acme.test", '\u{E0041}'),
+            ("a\u{2066}b\u{2069}", '\u{2066}'),
+            ("soft\u{00AD}hyphen", '\u{00AD}'),
+            ("line\nbreak", '\n'),
+            ("nul\u{0}", '\u{0}'),
+        ] {
+            assert_eq!(hidden_char(text), Some(hidden), "{text:?}");
+        }
+        for text in ["olivia@acme.test", "Zoë Ångström", "山田 太郎", "O'Brien-Smith (ops)", "🐔 farm"] {
+            assert_eq!(hidden_char(text), None, "{text:?}");
+        }
+    }
 }

@@ -654,14 +654,69 @@ async fn bad_input(backend: Backend) {
     // An oversized body: 413 before anything is read.
     let limit = live.config.server.body_limit_bytes;
     let big = json!({"slug": "big", "name": "x".repeat(limit)});
-    assert_eq!(send(&live, Method::POST, "/admin/v1/tenants", &ops, big).await.status, 413);
-    // A path that is no resource, a bad page cursor, a bad limit.
+    let refused = send(&live, Method::POST, "/admin/v1/tenants", &ops, big).await;
+    assert_eq!((refused.status, refused.body["field"].clone()), (413, json!("body")), "{}", refused.body);
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    // A path that is no resource, a bad page cursor, a bad limit, query parameters that do not
+    // parse: each a problem body naming the parameter.
     assert_eq!(get(&live, "/admin/v1/nothing", &ops).await.status, 404);
     let cursor = get(&live, "/admin/v1/tenants/acme/users?after=!!", &olivia).await;
     assert_eq!((cursor.status, cursor.body["field"].clone()), (422, json!("after")));
     let limit = get(&live, "/admin/v1/tenants/acme/users?limit=0", &olivia).await;
     assert_eq!((limit.status, limit.body["field"].clone()), (422, json!("limit")));
+    for (path, field) in [
+        ("/admin/v1/tenants/acme/users?limit=-1", "limit"),
+        ("/admin/v1/tenants?limit=many", "limit"),
+        ("/admin/v1/tenants/acme/audit/events?since=yesterday", "since"),
+    ] {
+        let refused = get(&live, path, &ops).await;
+        assert_eq!((refused.status, refused.body["field"].clone()), (400, json!(field)), "{path}: {}", refused.body);
+        assert_eq!(refused.header("content-type"), Some("application/problem+json"), "{path}");
+    }
+    // Names that hide or reorder characters (U+200B, U+202E, a BOM, a tag character): refused
+    // as subjects, display names and tenant names.
+    for (path, body, field) in [
+        (
+            "/admin/v1/tenants/acme/users",
+            json!({"subject": "olivia\u{200B}@acme.test", "display_name": "O", "roles": ["worker"]}),
+            "subject",
+        ),
+        (
+            "/admin/v1/tenants/acme/users",
+            json!({"subject": "admin\u{202E}gnp.exe@acme.test", "display_name": "A", "roles": ["worker"]}),
+            "subject",
+        ),
+        (
+            "/admin/v1/tenants/acme/users",
+            json!({"subject": "z@acme.test", "display_name": "\u{FEFF}Zed", "roles": ["worker"]}),
+            "display_name",
+        ),
+        ("/admin/v1/tenants", json!({"slug": "hidden", "name": "Acme\u{E0041}"}), "name"),
+    ] {
+        let refused = send(&live, Method::POST, path, &ops, body).await;
+        assert_eq!((refused.status, refused.body["field"].clone()), (422, json!(field)), "{}", refused.body);
+    }
+    let renamed = send(
+        &live,
+        Method::PATCH,
+        "/admin/v1/tenants/acme/users/wanda@acme.test",
+        &ops,
+        json!({"display_name": "Wanda\u{200D}"}),
+    )
+    .await;
+    assert_eq!((renamed.status, renamed.body["field"].clone()), (422, json!("display_name")), "{}", renamed.body);
     assert_eq!(snapshot(&live).await, mid);
+
+    // A role named twice is one role, never a database error.
+    let twice = send(
+        &live,
+        Method::POST,
+        "/admin/v1/tenants/acme/users",
+        &ops,
+        json!({"subject": "twice@acme.test", "display_name": "Twice", "roles": ["worker", "worker"]}),
+    )
+    .await;
+    assert_eq!((twice.status, twice.body["roles"].clone()), (201, json!(["worker"])), "{}", twice.body);
 }
 both_dbs!(bad_input_leaves_nothing_behind, bad_input);
 
@@ -702,6 +757,12 @@ async fn openapi_matches_the_routes() {
     }
     assert!(operations >= 40, "{operations} operations");
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+
+    // The admin API's body limit is the gateway's (4 MiB by default), not axum's 2 MiB: a
+    // 2.5 MiB body is read, and refused for what it says.
+    let body = json!({"slug": "wordy", "name": "x".repeat(5 << 19)});
+    let wordy = send(&live, Method::POST, "/admin/v1/tenants", &platform(&live), body).await;
+    assert_eq!((wordy.status, wordy.body["field"].clone()), (422, json!("name")), "{}", wordy.body);
 }
 
 /// The auditor's view: a call made through `/mcp` is in the events (filtered by user, tool,
@@ -787,24 +848,43 @@ async fn runtime_status(backend: Backend) {
     )
     .await;
     assert_eq!(made.status, 201, "{}", made.body);
-    assert_eq!(
-        send(live, Method::PUT, &format!("{p}/tenants/acme/bindings/gone"), &olivia, json!({"executor": "local"}))
+    // And a Streamable HTTP server nobody listens for (a port just closed).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let made = send(
+        live,
+        Method::POST,
+        &format!("{p}/tenants/acme/entities"),
+        &ops,
+        json!({"name": "defaults/mcp-servers/down", "declaration": {"url": format!("http://{closed}/mcp")}}),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    for server in ["gone", "down"] {
+        assert_eq!(
+            send(
+                live,
+                Method::PUT,
+                &format!("{p}/tenants/acme/bindings/{server}"),
+                &olivia,
+                json!({"executor": "local"})
+            )
             .await
             .status,
-        201
-    );
-    assert_eq!(
-        send(
-            live,
-            Method::POST,
-            &format!("{p}/tenants/acme/grants"),
-            &olivia,
-            json!({"server": "gone", "role": "owner", "name": "*"})
-        )
-        .await
-        .status,
-        201
-    );
+            201
+        );
+        assert_eq!(
+            send(
+                live,
+                Method::POST,
+                &format!("{p}/tenants/acme/grants"),
+                &olivia,
+                json!({"server": server, "role": "owner", "name": "*"})
+            )
+            .await
+            .status,
+            201
+        );
+    }
     let client = live.client("olivia@acme.test").await;
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name.starts_with("fx__")));
@@ -819,6 +899,12 @@ async fn runtime_status(backend: Backend) {
     assert!(connection["last_error"].is_null(), "{fx}");
     let gone = by_name("gone");
     assert!(gone["connections"][0]["last_error"].as_str().is_some_and(|e| e.contains("/nonexistent/server")), "{gone}");
+    assert_eq!(gone["connections"][0]["last_error_class"], "launch_failed", "{gone}");
+    // An owner reads what failed in the gateway's words, never the SDK's Rust type names.
+    let down = by_name("down");
+    assert_eq!(down["connections"][0]["last_error_class"], "connect_failed", "{down}");
+    let message = down["connections"][0]["last_error"].as_str().unwrap_or_default();
+    assert!(message.starts_with("connecting:") && !message.contains("::"), "{down}");
 
     let sessions = get(live, &format!("{p}/status/sessions"), &ops).await;
     let acme = sessions.body.as_array().unwrap().iter().find(|c| c["tenant"] == "acme").unwrap().clone();
@@ -923,6 +1009,11 @@ async fn first_sight(backend: Backend) {
     assert_eq!(refused(token("stranger@acme.test", json!(["owner", "admins"]))).await, 403);
     assert_eq!(refused(token("stranger@acme.test", json!("owner"))).await, 403);
     assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'stranger@acme.test'").await, 0);
+    // A mapped group, but a subject that hides a character (a look-alike of a user's): refused,
+    // nobody made. A display name that does is not taken (the subject stands in).
+    assert_eq!(refused(token("olivia\u{200B}@acme.test", json!(["farmhands"]))).await, 403);
+    assert_eq!(refused(token("\u{202E}olivia@acme.test", json!(["farmhands"]))).await, 403);
+    assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject LIKE '%olivia%'").await, 1);
     // A mapped group: the user is made with that role only (an unmapped `owner` group ignored).
     let me = reaches(token("newbie@acme.test", json!(["farmhands", "owner"]))).await;
     assert_eq!((me["user"].as_str(), me["roles"].clone()), (Some("newbie@acme.test"), json!(["worker"])), "{me}");

@@ -101,6 +101,27 @@ fn token_and_demo_are_refused_without_a_dev_secret() {
     assert!(!dir.path().join("data").exists(), "a refused --demo created no database");
 }
 
+/// Behind a reverse proxy (a loopback listener, a public URL, a JWKS) the shipped secret stops
+/// `serve` and `token` before anything runs: nothing listens, nothing is minted.
+#[test]
+fn the_shipped_secret_stops_a_gateway_behind_a_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["token", "--tenant", "acme", "--user", "x"][..], &["serve", "--listen", "127.0.0.1:0"]] {
+        let out = scopegate(dir.path())
+            .args(args)
+            .env_remove("SCOPEGATE_AUTH__HS256_SECRET")
+            .env("SCOPEGATE_SERVER__PUBLIC_URL", "https://mcp.example.com")
+            .env("SCOPEGATE_AUTH__JWKS_URL", "https://idp.example.com/jwks.json")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} must be refused");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("auth.hs256_secret") && stderr.contains("server.public_url"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed no token");
+    }
+    assert!(!dir.path().join("data").exists(), "a refused gateway created no database");
+}
+
 #[test]
 fn a_bad_config_file_stops_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -296,6 +317,15 @@ async fn admin_commands(backend: Backend) {
         (&["entity", "add", "--tenant", "initech", "elsewhere/x", "--declaration", "{}"], "name"),
         (&["executor", "create", "e2", "--machine", "a/b", "--user", "ci"], "machine"),
         (&["executor", "delete", "build-01"], "bound"),
+        // Look-alike names: a zero-width space, a right-to-left override.
+        (
+            &["user", "create", "--tenant", "initech", "peter\u{200B}@initech.test", "--name", "P", "--role", "worker"],
+            "subject",
+        ),
+        (
+            &["user", "create", "--tenant", "initech", "x@initech.test", "--name", "\u{202E}Peter", "--role", "worker"],
+            "display_name",
+        ),
     ];
     let before = ok(&["--json", "tenant", "list"]);
     for (args, field) in refusals {

@@ -66,14 +66,39 @@ fn a_missing_verification_key_stops_start_up() {
     });
 }
 
+/// The shipped (public) development secret verifies tokens only on a gateway that nobody but its
+/// operator reaches: loopback listen address, public URL and allowed hosts, and no JWKS. Each
+/// way out (a reverse proxy in front of a loopback listener among them) stops start-up, and an
+/// operator's own secret is taken in every case.
 #[test]
-fn the_shipped_dev_secret_is_refused_off_loopback() {
+fn the_shipped_dev_secret_is_refused_wherever_others_reach_the_gateway() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("SCOPEGATE_SERVER__LISTEN", "0.0.0.0:8080")], "server.listen"),
+        (&[("SCOPEGATE_SERVER__LISTEN", "[::]:8080")], "server.listen"),
+        (&[("SCOPEGATE_SERVER__PUBLIC_URL", "https://mcp.example.com")], "server.public_url"),
+        (&[("SCOPEGATE_SERVER__PUBLIC_URL", "http://10.0.0.5:8080")], "server.public_url"),
+        (&[("SCOPEGATE_SERVER__ALLOWED_HOSTS", "[\"localhost\", \"mcp.example.com\"]")], "server.allowed_hosts"),
+        (&[("SCOPEGATE_SERVER__ALLOWED_HOSTS", "[]")], "server.allowed_hosts"),
+        (&[("SCOPEGATE_AUTH__JWKS_URL", "https://idp.example.com/jwks.json")], "jwks"),
+        (&[("SCOPEGATE_AUTH__JWKS_FILE", "config/jwks.json")], "jwks"),
+    ];
+    for (env, named) in cases {
+        Jail::expect_with(|jail| {
+            for (key, value) in *env {
+                jail.set_env(key, value);
+            }
+            let err = load_err(jail, None);
+            assert!(err.contains("auth.hs256_secret") && err.contains(named), "{env:?}: {err}");
+            jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "a-private-secret-of-more-than-32-bytes!");
+            Config::load(None).unwrap_or_else(|e| panic!("{env:?}: an operator's own secret is taken: {e}"));
+            Ok(())
+        });
+    }
+    // Loopback everywhere, in every spelling, keeps the shipped secret for development.
     Jail::expect_with(|jail| {
-        jail.set_env("SCOPEGATE_SERVER__LISTEN", "0.0.0.0:8080");
-        let err = load_err(jail, None);
-        assert!(err.contains("auth.hs256_secret") && err.contains("non-loopback"), "{err}");
-        jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "a-private-secret-of-more-than-32-bytes!");
-        Config::load(None).expect("an operator's own secret may listen anywhere");
+        jail.set_env("SCOPEGATE_SERVER__PUBLIC_URL", "http://localhost:8080");
+        jail.set_env("SCOPEGATE_SERVER__ALLOWED_HOSTS", "[\"127.0.0.1:8080\", \"[::1]\", \"app.localhost\"]");
+        Config::load(None).expect("a loopback-only gateway may use the shipped secret");
         Ok(())
     });
 }

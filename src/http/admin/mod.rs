@@ -17,7 +17,7 @@ pub(crate) mod status;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -49,14 +49,31 @@ pub(crate) struct AdminApi {
 pub(crate) fn router(api: AdminApi) -> (axum::Router, utoipa::openapi::OpenApi) {
     let (routes, openapi) = routes::api().split_for_parts();
     let document = Arc::new(openapi.clone());
-    let routes = routes.layer(axum::middleware::from_fn_with_state(api.clone(), authority)).with_state(api).route(
-        &format!("{PREFIX}/openapi.json"),
-        axum::routing::get(move || {
-            let document = Arc::clone(&document);
-            async move { axum::Json(document.as_ref().clone()).into_response() }
-        }),
-    );
+    // The body limit is the gateway's (`server.body_limit_bytes`, in the request path's own
+    // layer), not axum's default of 2 MiB.
+    let routes = routes
+        .layer(axum::middleware::from_fn_with_state(api.clone(), authority))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(api)
+        .route(
+            &format!("{PREFIX}/openapi.json"),
+            axum::routing::get(move || {
+                let document = Arc::clone(&document);
+                async move { axum::Json(document.as_ref().clone()).into_response() }
+            }),
+        );
     (routes, openapi)
+}
+
+/// 413 as a problem body: a body over `server.body_limit_bytes` (the one limit of every route;
+/// axum's own default is off for the admin routes).
+pub(crate) fn too_large() -> Response {
+    problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the body is larger than this gateway accepts (server.body_limit_bytes)",
+        Some("body".into()),
+    )
 }
 
 /// A refusal, as RFC 9457 describes it.
@@ -248,7 +265,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         let head = format!("{} {}\n", request.method(), request.uri().path());
         let bytes = Bytes::from_request(request, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                crate::error_body::payload_too_large()
+                too_large()
             } else {
                 problem(StatusCode::BAD_REQUEST, "bad_request", "the body could not be read", None)
             }
@@ -268,6 +285,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         let mut whole = head.into_bytes();
         whole.extend_from_slice(&bytes);
         Ok(JsonBody { value, fingerprint: crate::vocab::digest::sha256_hex(&whole) })
+    }
+}
+
+/// A request's query parameters, parsed with the parameter at fault named on failure (400, a
+/// problem body), where axum's `Query` would answer in plain text.
+pub(crate) struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer).map(Params).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "query".to_owned() } else { path };
+            problem(StatusCode::BAD_REQUEST, "invalid_parameter", format!("{field}: {}", e.inner()), Some(field))
+        })
     }
 }
 

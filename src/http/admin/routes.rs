@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Uri};
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{AdminApi, JsonBody, Problem, Refusal, caller, done, paged, tagged};
+use super::{AdminApi, JsonBody, Params, Problem, Refusal, caller, done, paged, tagged};
 use crate::admin::report::ReportFormat;
 use crate::admin::{
     AssignmentView, Authority, BindingView, ChainStatus, Collection, EntityView, EventFilter, EventView, ExecutorView,
@@ -133,7 +133,7 @@ struct TenantPatch {
 async fn list_tenants(
     State(api): State<AdminApi>,
     Extension(who): Who,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Tenants, &q, &uri).await
@@ -221,7 +221,7 @@ async fn list_users(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Users { tenant }, &q, &uri).await
@@ -341,7 +341,7 @@ async fn list_flocks(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Flocks { tenant }, &q, &uri).await
@@ -394,7 +394,7 @@ async fn list_assignments(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Assignments { tenant }, &q, &uri).await
@@ -466,7 +466,7 @@ fn local() -> String {
 async fn list_executors(
     State(api): State<AdminApi>,
     Extension(who): Who,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Executors, &q, &uri).await
@@ -576,7 +576,7 @@ async fn list_entities(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Entities { tenant }, &q, &uri).await
@@ -668,7 +668,7 @@ async fn list_bindings(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Bindings { tenant }, &q, &uri).await
@@ -741,7 +741,7 @@ async fn list_grants(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Grants { tenant }, &q, &uri).await
@@ -819,7 +819,7 @@ async fn list_root_allowances(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<AllowanceQuery>,
+    Params(q): Params<AllowanceQuery>,
     uri: Uri,
 ) -> Answer {
     let query = PageQuery { limit: q.limit, after: q.after };
@@ -877,7 +877,7 @@ async fn audit_events(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(filter): Query<EventFilter>,
+    Params(filter): Params<EventFilter>,
     uri: Uri,
 ) -> Answer {
     Ok(paged(api.admin.audit_events(&who, &tenant, &filter).await?, &uri))
@@ -909,7 +909,7 @@ async fn audit_export(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<ExportQuery>,
+    Params(q): Params<ExportQuery>,
 ) -> Answer {
     use crate::audit::export::Format;
     let (format, content_type) = match q.format.as_deref() {
@@ -938,7 +938,7 @@ struct ReportQuery {
 /// tool's dependency tree, the findings and the residue the walk can't see.
 #[utoipa::path(get, path = "/admin/v1/guards/report", tag = "audit", params(ReportQuery),
     responses((status = 200, description = "Markdown, JSON or SARIF"), (status = 403, body = Problem)))]
-async fn guard_report(Extension(who): Who, Query(q): Query<ReportQuery>) -> Answer {
+async fn guard_report(Extension(who): Who, Params(q): Params<ReportQuery>) -> Answer {
     let (format, content_type) = match q.format.as_deref() {
         None | Some("md") => (ReportFormat::Md, "text/markdown; charset=utf-8"),
         Some("json") => (ReportFormat::Json, "application/json"),
@@ -1021,7 +1021,7 @@ async fn list_credentials(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
-    Query(q): Query<PageQuery>,
+    Params(q): Params<PageQuery>,
     uri: Uri,
 ) -> Answer {
     page(&api, &who, Collection::Credentials { tenant }, &q, &uri).await
@@ -1035,7 +1035,7 @@ async fn oauth_logout(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path((tenant, server)): Path<(String, String)>,
-    Query(whose): Query<Whose>,
+    Params(whose): Params<Whose>,
     headers: HeaderMap,
 ) -> Answer {
     change(&api, &who, &headers, None, Write::OauthLogout { tenant, server, user: whose.user }).await

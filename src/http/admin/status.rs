@@ -56,8 +56,13 @@ pub(crate) struct ServerStatus {
 pub(crate) struct ConnectionView {
     /// The protocol revision negotiated at its last start.
     pub revision: Option<String>,
-    /// Its last failure to start, when it has not started since.
+    /// Its last failure to start, when it has not started since: what happened, in the
+    /// gateway's words (the whole error is in the gateway's log)...
     pub last_error: Option<String>,
+    /// ...its class (`connect_failed`, `timeout`, `launch_failed`, `login_needed`,
+    /// `unauthorized`, `executor_offline`, `executor`, `outside_root`, `declaration`)...
+    pub last_error_class: Option<String>,
+    /// ...and when.
     pub last_error_at: Option<i64>,
     /// The tools it listed, when its list is held.
     pub tools: Option<usize>,
@@ -129,8 +134,9 @@ pub(crate) async fn servers(
                 .filter(|c| c.server == server)
                 .map(|c| ConnectionView {
                     revision: c.health.revision.clone(),
-                    last_error: c.health.last_error.as_ref().map(|(_, why)| why.clone()),
-                    last_error_at: c.health.last_error.as_ref().map(|(at, _)| *at),
+                    last_error: c.health.last_error.as_ref().map(|f| f.message.clone()),
+                    last_error_class: c.health.last_error.as_ref().map(|f| f.class.to_owned()),
+                    last_error_at: c.health.last_error.as_ref().map(|f| f.at),
                     tools: c.tools,
                     last_used: c.last_used_ms,
                     in_flight: c.in_flight,

@@ -217,7 +217,7 @@ pub(super) fn tenant(
                             td { (b.executor) }
                             td { (c.revision.clone().unwrap_or_default()) }
                             td { (c.tools.map(|t| t.to_string()).unwrap_or_default()) }
-                            td { @if let Some(e) = &c.last_error { (e) " " span.muted { (when(&Value::from(c.last_error_at.unwrap_or(0)))) } } }
+                            td { @if let Some(e) = &c.last_error { strong { (c.last_error_class.as_deref().unwrap_or("")) } ": " (e) " " span.muted { (when(&Value::from(c.last_error_at.unwrap_or(0)))) } } }
                             td { (when(&Value::from(c.last_used))) }
                         }
                     }

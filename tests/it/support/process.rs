@@ -21,6 +21,8 @@ pub fn scopegate(dir: &std::path::Path) -> Command {
         }
     }
     cmd.env("RUST_LOG", "warn");
+    // The tests' own secret: the shipped one is refused wherever others could reach the gateway.
+    cmd.env("SCOPEGATE_AUTH__HS256_SECRET", super::tokens::TEST_SECRET);
     cmd
 }
 
@@ -83,7 +85,11 @@ impl Replica {
     /// on the database at `db_url`, on a free loopback port.
     pub fn demo(dir: &std::path::Path, db_url: &str) -> Self {
         let mut command = scopegate(dir);
-        command.args(["serve", "--demo", "--listen", "127.0.0.1:0"]).env("SCOPEGATE_DATABASE__URL", db_url);
+        // As written: the shipped development secret, which a loopback-only gateway keeps.
+        command
+            .args(["serve", "--demo", "--listen", "127.0.0.1:0"])
+            .env("SCOPEGATE_DATABASE__URL", db_url)
+            .env_remove("SCOPEGATE_AUTH__HS256_SECRET");
         Self::spawn(command)
     }
 

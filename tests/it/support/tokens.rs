@@ -15,6 +15,10 @@ pub struct Signer {
     pub key: EncodingKey,
 }
 
+/// The HS256 secret of the tests' gateways. Not the shipped one: that one is refused on a
+/// gateway others can reach, and the tests' public URL (`http://gateway.test`) is such a gateway.
+pub const TEST_SECRET: &str = "scopegate-tests-private-secret-0123456789abcdef";
+
 pub fn key_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/keys").join(name)
 }
@@ -24,8 +28,9 @@ impl Signer {
         Self { alg: Algorithm::HS256, kid: None, key: EncodingKey::from_secret(secret.as_bytes()).unwrap() }
     }
 
+    /// The tests' development secret ([`TEST_SECRET`]).
     pub fn dev() -> Self {
-        Self::hs256(scopegate::config::SHIPPED_DEV_SECRET)
+        Self::hs256(TEST_SECRET)
     }
 
     pub fn from_pem(alg: Algorithm, file: &str, kid: &str) -> Self {
