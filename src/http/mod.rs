@@ -162,6 +162,7 @@ where
     let origins =
         Arc::new(OriginPolicy { own: state.config.public_url(), allowed: state.config.server.allowed_origins.clone() });
     let layered = ServiceBuilder::new()
+        .layer(middleware::from_fn(close_unread))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
             let request_id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -207,6 +208,61 @@ async fn limit_body(State(limit): State<usize>, request: Request, next: Next) ->
         return crate::error_body::payload_too_large();
     }
     next.run(request.map(|body| Body::new(http_body_util::Limited::new(body, limit)))).await
+}
+
+/// An HTTP/1 answer given before its request's body was read to the end (a refusal: no
+/// token, a foreign Origin, a body over the limit) says `Connection: close`. The server can't
+/// tell where the next request on the connection starts, so it closes it after the answer; a
+/// client's pool must hear that from the answer, never find a silently closed connection.
+async fn close_unread(request: Request, next: Next) -> Response {
+    let http1 = request.version() <= http::Version::HTTP_11;
+    let read = Arc::new(AtomicBool::new(false));
+    let request = request.map(|body| {
+        if http_body::Body::is_end_stream(&body) {
+            read.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Body::new(ReadToEnd { body, read: Arc::clone(&read) })
+    });
+    let mut response = next.run(request).await;
+    if http1 && !read.load(std::sync::atomic::Ordering::Relaxed) {
+        response.headers_mut().insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// A request body that records when it has been read to its end.
+struct ReadToEnd {
+    body: Body,
+    read: Arc<AtomicBool>,
+}
+
+impl http_body::Body for ReadToEnd {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        let ended = match &polled {
+            std::task::Poll::Ready(None) => true,
+            std::task::Poll::Ready(Some(Ok(_))) => http_body::Body::is_end_stream(&self.body),
+            _ => false,
+        };
+        if ended {
+            self.read.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 async fn count_status(request: Request, next: Next) -> Response {

@@ -376,3 +376,68 @@ async fn one_expiry_rule(backend: Backend) {
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
 }
 both_dbs!(hardening_one_expiry_rule, one_expiry_rule);
+
+/// The head of the answer to `request` (written whole, then `body_part`), read off a fresh
+/// connection to `addr`, lower-cased: status line and headers.
+async fn answer_head(addr: std::net::SocketAddr, request: &str, body_part: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    socket.write_all(body_part).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(socket.read(&mut byte).await.unwrap(), 1, "closed before the answer: {head:?}");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).to_lowercase()
+}
+
+/// A request refused before its body was read (no token on /mcp or the admin API, a foreign
+/// Origin, a declared length over the limit) is answered with `Connection: close`: the server
+/// can't reuse the connection, and says so instead of closing it silently under a client's
+/// pool. A request whose body was read keeps its connection. Then the pool of a real client:
+/// refusals and health checks interleaved on one idle connection, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_before_the_body_says_connection_close() {
+    let live = Live::start(Backend::Sqlite, Mode::Session, &[("server.body_limit_bytes", json!(65536))]).await;
+    let post = |path: &str, extra: &str, length: usize| {
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\n{extra}content-length: {length}\r\n\r\n"
+        )
+    };
+    let cases = [
+        ("/mcp without a token", post("/mcp", "", 4000), "401"),
+        ("the admin API without a token", post("/admin/v1/tenants", "", 4000), "401"),
+        ("a foreign Origin", post("/mcp", "origin: https://evil.example\r\n", 4000), "403"),
+        ("a declared length over the limit", post("/mcp", "", 100_000), "413"),
+    ];
+    for (why, request, status) in cases {
+        let head = answer_head(live.addr, &request, &[b'{'; 16]).await;
+        assert!(head.starts_with(&format!("http/1.1 {status}")), "{why}: {head}");
+        assert!(head.contains("\r\nconnection: close\r\n"), "{why}: no Connection: close in {head}");
+    }
+    let head = answer_head(live.addr, "GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n", b"").await;
+    assert!(head.starts_with("http/1.1 200") && !head.contains("connection: close"), "{head}");
+
+    let client = reqwest::Client::builder().pool_max_idle_per_host(1).build().unwrap();
+    let body = tool_call(1, "whoami", json!({"pad": "x".repeat(2000)}));
+    for round in 0..100 {
+        let refused = client
+            .post(live.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the refusal was lost: {e}"));
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        let health = client
+            .get(format!("{}/healthz", live.base_url()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: a pooled connection was closed silently: {e}"));
+        assert_eq!(health.status(), StatusCode::OK);
+    }
+}
