@@ -94,6 +94,12 @@ pub async fn verify_with_checkpoints(
     }
     let mut reports = Vec::new();
     for (tenant_id, slug) in tenants {
+        // The head row first: every event up to it had committed when it was read, so the
+        // events read next reach it, whatever is appended meanwhile.
+        let head: Option<(i64, String)> = sqlx::query_as("SELECT seq, hash FROM audit_heads WHERE tenant_id = $1")
+            .bind(&tenant_id)
+            .fetch_optional(&mut *tx)
+            .await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {EVENT_COLUMNS} FROM audit_events WHERE tenant_id = $1 ORDER BY seq"
         )))
@@ -117,6 +123,9 @@ pub async fn verify_with_checkpoints(
             }
             hashes.insert(seq, stored_hash.clone());
             before = (seq, stored_hash);
+        }
+        if broken.is_none() {
+            broken = head_problem(head.as_ref(), &hashes, count);
         }
         let mut report = ChainReport {
             tenant: slug,
@@ -151,6 +160,27 @@ pub async fn verify_with_checkpoints(
         ));
     }
     Ok(Verdict { chains: reports, problems })
+}
+
+/// Why an intact chain (`hashes`: the seq and hash of each of its `count` events) does not
+/// reach the head row the gateway keeps for it: events at its end were removed (the chain stops
+/// short of the head), the last one was replaced, or the head row is missing.
+fn head_problem(head: Option<&(i64, String)>, hashes: &HashMap<i64, String>, count: i64) -> Option<BrokenLink> {
+    let (seq, reason) = match head {
+        None if count == 0 => return None,
+        None => (count, "the chain has events but no head row".to_owned()),
+        Some((seq, hash)) => match hashes.get(seq) {
+            Some(found) if found == hash => return None,
+            Some(_) => (*seq, format!("event {seq} is not the one the chain's head row names")),
+            None => (
+                *seq,
+                format!(
+                    "the chain ends at seq {count}, but its head row is at seq {seq}: events at its end were removed"
+                ),
+            ),
+        },
+    };
+    Some(BrokenLink { seq, event_id: String::new(), reason })
 }
 
 /// Whether `cp` is signed by one of `keys` and its head is in the chain (`hashes`: the seq

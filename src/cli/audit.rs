@@ -123,6 +123,7 @@ async fn verify(
                 None => println!("{}: ok ({} events; no checkpoint)", r.tenant, r.events),
             },
             None => println!("{}: CHECKPOINT FAILED ({} events)", r.tenant, r.events),
+            Some(b) if b.event_id.is_empty() => println!("{}: BROKEN at seq {}: {}", r.tenant, b.seq, b.reason),
             Some(b) => println!("{}: BROKEN at seq {} (event {}): {}", r.tenant, b.seq, b.event_id, b.reason),
         }
         for problem in &r.checkpoint_problems {

@@ -157,7 +157,7 @@ where
             }),
         );
     }
-    let routes = public.merge(gated).merge(admin_routes).merge(console_routes).fallback(crate::error_body::not_found);
+    let routes = public.merge(gated).merge(admin_routes).merge(console_routes).fallback(console::not_found);
 
     let origins =
         Arc::new(OriginPolicy { own: state.config.public_url(), allowed: state.config.server.allowed_origins.clone() });

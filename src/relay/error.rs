@@ -32,6 +32,21 @@ pub enum ProxyError {
     OutsideRoot(String),
 }
 
+/// An upstream's error without the `MCP error <code>: ` its SDK wrote into the message (the
+/// TypeScript SDK renders its errors so, then sends that rendering as the message): a client
+/// adds the same prefix when it shows the error, and would show it twice.
+fn without_echoed_code(mut error: ErrorData) -> ErrorData {
+    let prefix = format!("MCP error {}: ", error.code.0);
+    if error.message.starts_with(&prefix) {
+        let mut message: &str = &error.message;
+        while let Some(rest) = message.strip_prefix(&prefix) {
+            message = rest;
+        }
+        error.message = message.to_owned().into();
+    }
+    error
+}
+
 impl ProxyError {
     pub fn class(&self) -> &'static str {
         match self {
@@ -50,7 +65,7 @@ impl ProxyError {
     /// names no process, path or address of the gateway host.
     pub fn into_error_data(self) -> ErrorData {
         match self {
-            Self::Upstream(e) => e,
+            Self::Upstream(e) => without_echoed_code(e),
             Self::Timeout => ErrorData::internal_error("tool call timed out", None),
             Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
             Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
@@ -69,5 +84,19 @@ impl ProxyError {
                 Some(json!({ "server": server })),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echoed_code_is_shown_once() {
+        let e = ProxyError::Upstream(ErrorData::invalid_params("MCP error -32602: MCP error -32602: bad `x`", None));
+        assert_eq!(e.into_error_data().message, "bad `x`");
+        // Another code's prefix is the upstream's text, kept.
+        let e = ProxyError::Upstream(ErrorData::invalid_params("MCP error -32603: boom", None));
+        assert_eq!(e.into_error_data().message, "MCP error -32603: boom");
     }
 }

@@ -386,6 +386,8 @@ impl Db {
         let matches = same_bytes(stored.as_deref().unwrap_or(NO_SECRET_HASH).as_bytes(), presented.as_bytes())
             && stored.is_some();
         Ok(match executor {
+            // The gateway host's own name is never an agent's, whether or not a row names it.
+            None if name == crate::decl::ExecutorId::LOCAL => Err(AgentAuthError::NotRemote),
             None => Err(AgentAuthError::Unknown),
             Some(executor) if executor.kind != "remote" => Err(AgentAuthError::NotRemote),
             Some(executor) if matches => Ok(executor),

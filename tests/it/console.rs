@@ -140,6 +140,19 @@ async fn console_headers_cookies_and_csrf() {
     let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
     assert!(csp.contains("default-src 'none'") && csp.contains("style-src 'self'") && !csp.contains("script-src"));
     assert_eq!(page.headers()["x-frame-options"], "DENY");
+    // A path nobody serves, under the console or not: the same headers on its 404.
+    for path in ["/console/nothing-here", "/no/such/page"] {
+        let missing = http.get(format!("{}{path}", live.base_url())).send().await.unwrap();
+        assert_eq!(missing.status(), 404, "{path}");
+        for (name, value) in [
+            ("content-security-policy", csp.as_str()),
+            ("x-frame-options", "DENY"),
+            ("x-content-type-options", "nosniff"),
+            ("referrer-policy", "same-origin"),
+        ] {
+            assert_eq!(missing.headers().get(name).and_then(|v| v.to_str().ok()), Some(value), "{path}: {name}");
+        }
+    }
     let login_cookie = page.headers()["set-cookie"].to_str().unwrap().to_owned();
     let html = page.text().await.unwrap();
     assert!(!html.contains("<script") && !html.contains("style="), "no script, no inline style");

@@ -441,3 +441,28 @@ async fn refused_before_the_body_says_connection_close() {
         assert_eq!(health.status(), StatusCode::OK);
     }
 }
+
+/// `audit verify` holds each chain against the head row the gateway keeps for it: the newest
+/// events removed (the rest still links up) or the newest one swapped for a forged one is
+/// broken, not "ok".
+async fn verify_reaches_the_head(backend: Backend) {
+    let live = Live::start(backend, Mode::Session, &[]).await;
+    let client = live.client("olivia@acme.test").await;
+    for _ in 0..3 {
+        client.peer().call_tool(rmcp::model::CallToolRequestParams::new("whoami")).await.unwrap();
+    }
+    client.cancel().await.unwrap();
+    eventually("three calls audited", || async { live.count("SELECT COUNT(*) FROM audit_events").await == 3 }).await;
+    chain_ok(&live).await;
+    let acme = |reports: Vec<scopegate::audit::verify::ChainReport>| {
+        reports.into_iter().find(|r| r.tenant == "acme").and_then(|r| r.broken).map(|b| b.reason).unwrap_or_default()
+    };
+    live.execute("DELETE FROM audit_events WHERE seq = 3").await;
+    let reason = acme(scopegate::audit::verify::verify(&live.db, None).await.unwrap());
+    assert!(reason.contains("events at its end were removed"), "{reason}");
+    // A chain rebuilt to end in another event: the head row names another hash.
+    live.execute("UPDATE audit_heads SET seq = 2").await;
+    let reason = acme(scopegate::audit::verify::verify(&live.db, None).await.unwrap());
+    assert!(reason.contains("is not the one the chain's head row names"), "{reason}");
+}
+both_dbs!(hardening_verify_reaches_the_head, verify_reaches_the_head);

@@ -273,6 +273,26 @@ async fn connect_refusals_look_alike(backend: Backend) {
         let counted = format!("scopegate_executor_refusals_total{{reason=\"{reason}\"}}");
         assert!(metrics.contains(&counted), "{counted} missing");
     }
+    // The gateway host's own name, `local`, with no row of that name: not a remote executor
+    // either (never counted `unknown`).
+    let not_remote = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("scopegate_executor_refusals_total{reason=\"not_remote\"} "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = not_remote(&metrics);
+    let refused = client
+        .get(format!("{}/executors/connect", live.base_url()))
+        .header("scopegate-executor", "local")
+        .header("authorization", "Bearer sgx_not-the-secret")
+        .header("scopegate-executor-root", "file:///srv/mcp")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), http::StatusCode::UNAUTHORIZED);
+    assert!(not_remote(&live.metrics().await) > before, "`local` is counted not_remote");
 }
 both_dbs!(remote_connect_refusals_look_alike, connect_refusals_look_alike);
 

@@ -70,7 +70,19 @@ pub(crate) fn router(api: AdminApi) -> Router {
 /// The headers every console answer carries.
 async fn headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
-    let h = response.headers_mut();
+    secure(response.headers_mut());
+    response
+}
+
+/// The answer to a path the gateway does not serve (the router's fallback): a 404 in our error
+/// body, with the console's headers, since a browser may well be the one asking.
+pub(crate) async fn not_found() -> Response {
+    let mut response = crate::error_body::not_found().await;
+    secure(response.headers_mut());
+    response
+}
+
+fn secure(h: &mut http::HeaderMap) {
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -80,7 +92,6 @@ async fn headers(request: Request, next: Next) -> Response {
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    response
 }
 
 impl Console {
