@@ -50,6 +50,13 @@ impl Authority {
     /// the resource does not exist (whether or not it does); one asking about its own
     /// tenant without the role is told it may not.
     pub fn authorize(&self, need: Need<'_>) -> Result<(), AdminError> {
+        // The platform chain's row is no tenant: its chain is read like one (by platform
+        // administrators only: no member belongs to it), nothing else names it.
+        if let Need::PlatformOver(slug) | Need::Manage(slug) = need
+            && slug == crate::store::admin::PLATFORM_SLUG
+        {
+            return Err(AdminError::NotFound("no such resource".into()));
+        }
         let member = match self {
             Authority::Cli | Authority::Platform { .. } => return Ok(()),
             Authority::Member(member) => member,
@@ -139,6 +146,15 @@ mod tests {
         assert!(matches!(auditor.authorize(Need::Audit("globex")), Err(AdminError::NotFound(_))));
         assert!(matches!(auditor.authorize(Need::Manage("acme")), Err(AdminError::Forbidden)));
         assert!(owner.authorize(Need::Report).is_ok() && auditor.authorize(Need::Report).is_ok());
+        // The platform chain: its trail for platform administrators, nothing else for anyone.
+        let chain = crate::store::admin::PLATFORM_SLUG;
+        assert!(platform.authorize(Need::Audit(chain)).is_ok());
+        for who in [&platform, &Authority::Cli, &owner] {
+            for need in [Need::Manage(chain), Need::PlatformOver(chain)] {
+                assert!(matches!(who.authorize(need), Err(AdminError::NotFound(_))), "{who:?} {need:?}");
+            }
+        }
+        assert!(matches!(auditor.authorize(Need::Audit(chain)), Err(AdminError::NotFound(_))));
         for need in [Need::Platform, Need::Manage("acme"), Need::Audit("acme"), Need::Report] {
             assert!(worker.authorize(need).is_err(), "{need:?}");
         }

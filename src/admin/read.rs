@@ -182,7 +182,7 @@ impl Target {
     /// Its representation, or `None` when it does not exist.
     pub async fn view(&self, conn: &mut AnyConnection) -> Result<Option<Value>, AdminError> {
         if let Target::Tenant { slug } = self {
-            let row = sqlx::query("SELECT slug, name, status, created_at FROM tenants WHERE slug = $1")
+            let row = sqlx::query("SELECT slug, name, status, created_at, retired_at FROM tenants WHERE slug = $1")
                 .bind(slug)
                 .fetch_optional(&mut *conn)
                 .await?;
@@ -282,9 +282,11 @@ impl Collection {
             (Collection::Tenants, _) => {
                 let after = query.cursor(1)?.map(|k| k[0].clone()).unwrap_or_default();
                 let rows = sqlx::query(
-                    "SELECT slug, name, status, created_at FROM tenants WHERE slug > $1 ORDER BY slug LIMIT $2",
+                    "SELECT slug, name, status, created_at, retired_at FROM tenants \
+                     WHERE slug > $1 AND slug <> $2 ORDER BY slug LIMIT $3",
                 )
                 .bind(after)
+                .bind(crate::store::admin::PLATFORM_SLUG)
                 .bind(i64::from(limit) + 1)
                 .fetch_all(&mut *conn)
                 .await?;
@@ -385,11 +387,13 @@ fn finish(mut rows: Vec<(Vec<String>, Value)>, limit: u32) -> Page {
 }
 
 fn tenant_row(r: &sqlx::any::AnyRow) -> Result<TenantView, AdminError> {
+    let retired_at: Option<i64> = r.try_get("retired_at")?;
     Ok(TenantView {
         slug: r.try_get("slug")?,
         name: r.try_get("name")?,
-        status: r.try_get("status")?,
+        status: if retired_at.is_some() { "retired".to_owned() } else { r.try_get("status")? },
         created_at: r.try_get("created_at")?,
+        retired_at,
     })
 }
 

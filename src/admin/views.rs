@@ -15,10 +15,14 @@ pub struct TenantView {
     /// Lowercase letters, digits and dashes; the `tid` claim of its users' tokens.
     pub slug: String,
     pub name: String,
-    /// `active` or `suspended`.
+    /// `active`, `suspended`, or `retired` (for good: no token of it is accepted, nothing of
+    /// it changes but a purge of its data; its audit chain stays).
     pub status: String,
     /// Milliseconds since the Unix epoch.
     pub created_at: i64,
+    /// When it was retired (milliseconds since the Unix epoch), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired_at: Option<i64>,
 }
 
 /// A user of a tenant, with its roles there.

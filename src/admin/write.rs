@@ -29,8 +29,13 @@ pub enum Write {
         name: Option<String>,
         status: Option<TenantStatus>,
     },
-    /// Refused for a tenant with audit events other than administrative ones.
-    DeleteTenant {
+    /// Retires the tenant (the admin API's DELETE): suspended for good, its data and its
+    /// audit chain kept. Nothing erases a tenant's chain.
+    RetireTenant {
+        slug: String,
+    },
+    /// Removes what a retired tenant held but its chain (see [`admin::purge_tenant`]).
+    PurgeTenant {
         slug: String,
     },
     CreateUser {
@@ -236,7 +241,8 @@ impl Write {
             | AddExecutorOwner { .. }
             | RemoveExecutorOwner { .. } => Need::Platform,
             UpdateTenant { slug: tenant, .. }
-            | DeleteTenant { slug: tenant }
+            | RetireTenant { slug: tenant }
+            | PurgeTenant { slug: tenant }
             | CreateEntity { tenant, .. }
             | ImportEntities { tenant, .. }
             | DeleteEntity { tenant, .. } => Need::PlatformOver(tenant),
@@ -252,7 +258,8 @@ impl Write {
         match self {
             CreateTenant { .. } => "admin.tenant.create",
             UpdateTenant { .. } => "admin.tenant.update",
-            DeleteTenant { .. } => "admin.tenant.delete",
+            RetireTenant { .. } => "admin.tenant.retire",
+            PurgeTenant { .. } => "admin.tenant.purge",
             CreateUser { .. } => "admin.user.create",
             UpdateUser { .. } => "admin.user.update",
             DeleteUser { .. } => "admin.user.delete",
@@ -288,7 +295,7 @@ impl Write {
         use Write::*;
         let t = |tenant: &String| tenant.clone();
         Some(match self {
-            CreateTenant { slug, .. } | UpdateTenant { slug, .. } | DeleteTenant { slug } => {
+            CreateTenant { slug, .. } | UpdateTenant { slug, .. } | RetireTenant { slug } | PurgeTenant { slug } => {
                 Target::Tenant { slug: slug.clone() }
             }
             CreateUser { tenant, subject, .. }
@@ -335,8 +342,7 @@ impl Write {
             CreateTenant { .. } | CreateUser { .. } | CreateFlock { .. } | Assign { .. } | CreateExecutor { .. } => 201,
             CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } | OauthLogin { .. } => 201,
             SetBinding { .. } if !existed => 201,
-            DeleteTenant { .. }
-            | DeleteUser { .. }
+            DeleteUser { .. }
             | DeleteFlock { .. }
             | Unassign { .. }
             | DeleteExecutor { .. }
@@ -354,7 +360,9 @@ impl Write {
     fn tenant(&self) -> Option<&str> {
         use Write::*;
         match self {
-            CreateTenant { slug, .. } | UpdateTenant { slug, .. } | DeleteTenant { slug } => Some(slug),
+            CreateTenant { slug, .. } | UpdateTenant { slug, .. } | RetireTenant { slug } | PurgeTenant { slug } => {
+                Some(slug)
+            }
             CreateExecutor { .. } | DeleteExecutor { .. } | RotateExecutorSecret { .. } => None,
             AddExecutorOwner { tenant, .. } | RemoveExecutorOwner { tenant, .. } => Some(tenant),
             CreateUser { tenant, .. }
@@ -413,6 +421,23 @@ impl Admin {
             tx.rollback().await?;
             return Ok(done);
         }
+        // A retired tenant changes no more, but for the purge of its data (and an executor
+        // it owned losing it, or being deleted).
+        if let Some(slug) = write.tenant()
+            && !matches!(
+                write,
+                Write::CreateTenant { .. } | Write::PurgeTenant { .. } | Write::RemoveExecutorOwner { .. }
+            )
+        {
+            match admin::retired_at(&mut tx, slug).await {
+                Ok(Some(_)) => {
+                    return Err(AdminError::Conflict(format!("tenant `{slug}` is retired: it changes no more")));
+                }
+                // No such tenant: the change itself says so.
+                Ok(None) | Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let target = write.target();
         let before = match &target {
             Some(t) => t.view(&mut tx).await?,
@@ -436,21 +461,23 @@ impl Admin {
         let after_tag = after.as_ref().map(digest);
 
         // Every tenant the change touches: the one it names, and an executor's owners before
-        // and after. A deleted tenant's chain went with it.
+        // and after; and, for a platform administrator's act (or the operator's, through the
+        // CLI), the platform chain, which so records even the acts that touch no tenant.
         let mut slugs: Vec<String> = write.tenant().map(str::to_owned).into_iter().collect();
         if matches!(target, Some(Target::Executor { .. })) {
             slugs.extend(owners(before.as_ref()));
             slugs.extend(owners(after.as_ref()));
         }
         let mut chains: Vec<TenantId> = Vec::new();
-        if !matches!(write, Write::DeleteTenant { .. }) {
-            for slug in &slugs {
-                let id: Option<TenantId> = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = $1")
-                    .bind(slug)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                chains.extend(id);
-            }
+        for slug in &slugs {
+            let id: Option<TenantId> = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = $1")
+                .bind(slug)
+                .fetch_optional(&mut *tx)
+                .await?;
+            chains.extend(id);
+        }
+        if matches!(caller.who, Authority::Cli | Authority::Platform { .. }) {
+            chains.push(admin::platform_chain());
         }
         chains.sort();
         chains.dedup();
@@ -482,9 +509,6 @@ impl Admin {
             };
             // No cached head: the tenant's head row is locked and read in this transaction.
             audit::append(&mut tx, &None, &event).await?;
-        }
-        if chains.is_empty() {
-            tracing::info!(action = write.action(), actor = %principal, target = %what, "administrative change in no tenant's chain");
         }
 
         let status = write.status(before.is_some());
@@ -533,7 +557,8 @@ impl Admin {
                     super::tenant_id(c, slug).await?;
                 }
             }
-            Write::DeleteTenant { slug } => admin::delete_tenant(c, slug).await?,
+            Write::RetireTenant { slug } => admin::retire_tenant(c, slug).await?,
+            Write::PurgeTenant { slug } => admin::purge_tenant(c, slug).await?,
             Write::CreateUser { tenant, subject, display_name, roles } => {
                 if roles.is_empty() {
                     return Err(AdminError::Invalid { field: "roles", message: "must name at least one role".into() });

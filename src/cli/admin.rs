@@ -73,8 +73,14 @@ pub enum TenantCmd {
     Activate {
         slug: String,
     },
-    /// Refused for a tenant with audit events (suspend it instead).
-    Delete {
+    /// Suspends the tenant for good; its data and its audit chain stay (`delete` is the same).
+    #[command(visible_alias = "delete")]
+    Retire {
+        slug: String,
+    },
+    /// Removes a retired tenant's data (users, flocks, servers, grants, credentials); its audit
+    /// chain stays.
+    Purge {
         slug: String,
     },
 }
@@ -464,7 +470,8 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             TenantCmd::List => return Ok(list(Collection::Tenants).await?),
             TenantCmd::Suspend { slug } => W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Suspended) },
             TenantCmd::Activate { slug } => W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Active) },
-            TenantCmd::Delete { slug } => W::DeleteTenant { slug },
+            TenantCmd::Retire { slug } => W::RetireTenant { slug },
+            TenantCmd::Purge { slug } => W::PurgeTenant { slug },
         },
         AdminCommand::User(cmd) => match cmd {
             UserCmd::Create { tenant, subject, name, roles } => {

@@ -6,6 +6,16 @@ use sqlx::AnyConnection;
 use super::{FlockId, StoreError, TenantId, UserId, now_millis, unique_conflict};
 use crate::model::{Role, TenantStatus, UserStatus};
 
+/// The slug of the platform chain's row ([`platform_chain`]): no valid tenant slug, so no
+/// tenant can be created under it, and no token or tenant route names it.
+pub const PLATFORM_SLUG: &str = "@platform";
+
+/// The chain of platform administrators' acts (the nil tenant id; its row comes from a
+/// migration). It is audited, verified, checkpointed and exported like a tenant's chain.
+pub const fn platform_chain() -> TenantId {
+    TenantId::nil()
+}
+
 /// Slugs and flock names: lowercase letters, digits and dashes, 1 to 63 characters.
 pub fn validate_slug(field: &'static str, value: &str) -> Result<(), StoreError> {
     let ok = !value.is_empty()
@@ -88,7 +98,7 @@ pub(crate) async fn insert_user_roles(
 }
 
 pub async fn count_tenants(conn: &mut AnyConnection) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM tenants").fetch_one(conn).await?)
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM tenants WHERE slug <> $1").bind(PLATFORM_SLUG).fetch_one(conn).await?)
 }
 
 pub async fn create_tenant(conn: &mut AnyConnection, slug: &str, name: &str) -> Result<TenantId, StoreError> {
@@ -338,21 +348,64 @@ pub async fn unassign_flock(
 /// Deletes a tenant and everything it owns. Its audit trail is kept by refusing: a tenant
 /// whose chain holds any event but administrative ones (its own set-up: `admin.*`) can't be
 /// deleted (suspend it instead). A tenant that was set up and never used goes with its chain.
-pub async fn delete_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), StoreError> {
-    let tenant = tenant_id_by_slug(&mut *conn, slug).await?;
-    let events: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM audit_events WHERE tenant_id = $1 AND action NOT LIKE 'admin.%'")
-            .bind(tenant)
-            .fetch_one(&mut *conn)
-            .await?;
-    if events > 0 {
+/// When the tenant was retired, if it was (NotFound when there is no such tenant).
+pub async fn retired_at(conn: &mut AnyConnection, slug: &str) -> Result<Option<i64>, StoreError> {
+    let row: Option<(Option<i64>,)> = sqlx::query_as("SELECT retired_at FROM tenants WHERE slug = $1 AND slug <> $2")
+        .bind(slug)
+        .bind(PLATFORM_SLUG)
+        .fetch_optional(conn)
+        .await?;
+    row.map(|(at,)| at).ok_or_else(|| StoreError::NotFound(format!("tenant `{slug}` does not exist")))
+}
+
+/// Retires a tenant: suspended for good, its data and its audit chain kept. Nothing of a
+/// tenant is ever deleted with its chain; [`purge_tenant`] removes its data afterwards.
+pub async fn retire_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), StoreError> {
+    if retired_at(&mut *conn, slug).await?.is_some() {
+        return Err(StoreError::Conflict(format!("tenant `{slug}` is already retired")));
+    }
+    sqlx::query("UPDATE tenants SET status = 'suspended', retired_at = $1 WHERE slug = $2")
+        .bind(now_millis())
+        .bind(slug)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Everything a retired tenant held but its chain: users (their roles, assignments, stored
+/// credentials and tasks), flocks and egg counts, server declarations, bindings and grants,
+/// executor ownerships and root allowances, provisioning. The tenant row, its audit events
+/// and its chain's head stay. Refused for a tenant that is not retired.
+pub async fn purge_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), StoreError> {
+    if retired_at(&mut *conn, slug).await?.is_none() {
         return Err(StoreError::Conflict(format!(
-            "tenant `{slug}` has {events} audit events; suspend it instead of deleting its trail"
+            "tenant `{slug}` is not retired: retire it first (its data is purged only once it is)"
         )));
     }
-    sqlx::query("DELETE FROM audit_events WHERE tenant_id = $1").bind(tenant).execute(&mut *conn).await?;
-    sqlx::query("DELETE FROM audit_heads WHERE tenant_id = $1").bind(tenant).execute(&mut *conn).await?;
-    sqlx::query("DELETE FROM tenants WHERE id = $1").bind(tenant).execute(conn).await?;
+    let tenant = tenant_id_by_slug(&mut *conn, slug).await?;
+    // Children before parents, so the order holds whether or not foreign keys cascade.
+    for table in [
+        "tasks",
+        "oauth_logins",
+        "oauth_credentials",
+        "executor_root_allowances",
+        "executor_owners",
+        "mcp_server_grants",
+        "mcp_server_bindings",
+        "mcp_server_entities",
+        "tenant_role_map",
+        "tenant_provisioning",
+        "egg_counts",
+        "flock_assignments",
+        "user_roles",
+        "flocks",
+        "users",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE tenant_id = $1")))
+            .bind(tenant)
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(())
 }
 

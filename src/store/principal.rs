@@ -53,6 +53,10 @@ impl Db {
 
     /// Reads the tenant, and unless `subject` is `None`, the user, roles and assignments.
     pub async fn load_principal(&self, tenant_slug: &str, subject: Option<&str>) -> Result<PrincipalRows, StoreError> {
+        if tenant_slug == super::admin::PLATFORM_SLUG {
+            // The platform chain's row is no tenant anybody belongs to.
+            return Ok(PrincipalRows::default());
+        }
         if tenant_slug.contains('\0') || subject.is_some_and(|s| s.contains('\0')) {
             // No stored slug or subject holds U+0000 (they are validated printable), and
             // PostgreSQL would refuse the text outright: nobody, on either database.

@@ -381,8 +381,94 @@ async fn every_resource(backend: Backend) {
     let acme: Vec<String> = admin_events(&live, "acme").await.into_iter().map(|(a, _, _)| a).collect();
     assert_eq!(acme, ["admin.executor.owner_add", "admin.executor.owner_remove"]);
     chains_verify(&live).await;
+
+    retire_and_purge(&live, &ops, &peter, events.len()).await;
 }
 both_dbs!(every_resource_lives_and_is_audited, every_resource);
+
+/// A tenant is retired, never erased: DELETE keeps its chain (and its data until a purge, which
+/// keeps the chain too); both acts are events of its chain and of the platform chain, which
+/// also records the platform administrators' acts that touch no tenant. Only platform
+/// administrators read the platform chain, and nothing else can name it.
+async fn retire_and_purge(live: &Live, ops: &str, peter: &str, events: usize) {
+    let t = "/admin/v1/tenants/initech";
+    let initech_users = "SELECT COUNT(*) FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.slug = 'initech'";
+    let users = live.count(initech_users).await;
+    assert!(users > 0);
+    let olivia = live.token_for("olivia@acme.test");
+    // An owner can't retire a tenant, not even its own; a tenant that is not retired can't be
+    // purged.
+    assert_eq!(delete(live, "/admin/v1/tenants/acme", &olivia).await.status, 403);
+    assert_eq!(send(live, Method::POST, "/admin/v1/tenants/acme/purge", ops, json!({})).await.status, 409);
+
+    let retired = delete(live, t, ops).await;
+    assert_eq!((retired.status, retired.body["status"].clone()), (200, json!("retired")), "{}", retired.body);
+    assert!(retired.body["retired_at"].is_i64(), "{}", retired.body);
+    assert_eq!(live.count(initech_users).await, users, "retiring keeps the tenant's data");
+    // Its users' tokens stop working, and nothing of it changes any more.
+    assert_eq!(get(live, &format!("{t}/users"), peter).await.status, 403);
+    for (method, path, body) in [
+        (Method::PATCH, t.to_owned(), json!({"status": "active"})),
+        (
+            Method::POST,
+            format!("{t}/users"),
+            json!({"subject": "z@initech.test", "display_name": "Z", "roles": ["worker"]}),
+        ),
+        (Method::DELETE, t.to_owned(), Value::Null),
+    ] {
+        let refused = request(live, method.clone(), &path, Some(ops), Some(&body), &[]).await;
+        assert_eq!(refused.status, 409, "{method} {path}: {}", refused.body);
+    }
+    // Its slug stays its own.
+    let again =
+        send(live, Method::POST, "/admin/v1/tenants", ops, json!({"slug": "initech", "name": "Initech 2"})).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    // Its trail still reads and verifies, retirement included.
+    let verified = get(live, &format!("{t}/audit/verification"), ops).await;
+    assert_eq!((verified.body["verified"].clone(), verified.body["events"].clone()), (json!(true), json!(events + 1)));
+
+    let purged = send(live, Method::POST, &format!("{t}/purge"), ops, json!({})).await;
+    assert_eq!((purged.status, purged.body["status"].clone()), (200, json!("retired")), "{}", purged.body);
+    assert_eq!(live.count(initech_users).await, 0, "the purge removed the tenant's users");
+    let actions: Vec<String> = admin_events(live, "initech").await.into_iter().map(|(a, _, _)| a).collect();
+    assert_eq!(actions.len(), events + 2, "the chain stays whole: {actions:?}");
+    assert_eq!(actions[events..], ["admin.tenant.retire", "admin.tenant.purge"]);
+    chains_verify(live).await;
+    let export = request(live, Method::GET, &format!("{t}/audit/export"), Some(ops), None, &[]).await;
+    assert_eq!(export.status, 200);
+
+    // The platform chain: every platform administrator's act, those that touch no tenant too.
+    let platform: Vec<String> = admin_events(live, "@platform").await.into_iter().map(|(a, _, _)| a).collect();
+    for action in [
+        "admin.tenant.create",
+        "admin.executor.create",
+        "admin.executor.delete",
+        "admin.tenant.retire",
+        "admin.tenant.purge",
+    ] {
+        assert!(platform.iter().any(|a| a == action), "{action} is not in the platform chain: {platform:?}");
+    }
+    let chain = "/admin/v1/tenants/@platform";
+    let read = get(live, &format!("{chain}/audit/events?limit=500"), ops).await;
+    assert_eq!(
+        (read.status, read.body["items"].as_array().map(Vec::len)),
+        (200, Some(platform.len())),
+        "{}",
+        read.body
+    );
+    assert_eq!(get(live, &format!("{chain}/audit/verification"), ops).await.body["verified"], true);
+    // Nobody else reads it, and it is no tenant: not listed, not readable, not changeable.
+    for token in [olivia.as_str(), &live.token_for("audrey@acme.test")] {
+        assert_eq!(get(live, &format!("{chain}/audit/events"), token).await.status, 404);
+    }
+    assert_eq!(get(live, chain, ops).await.status, 404);
+    assert_eq!(send(live, Method::PATCH, chain, ops, json!({"name": "Mine"})).await.status, 404);
+    assert_eq!(delete(live, chain, ops).await.status, 404);
+    let tenants = get(live, "/admin/v1/tenants?limit=500", ops).await;
+    let slugs: Vec<&str> =
+        tenants.body["items"].as_array().unwrap().iter().filter_map(|t| t["slug"].as_str()).collect();
+    assert!(!slugs.contains(&"@platform") && slugs.contains(&"initech"), "{slugs:?}");
+}
 
 /// An event's before and after digests are the ETags a client saw.
 async fn digests_are_the_etags(backend: Backend) {

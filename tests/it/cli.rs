@@ -370,8 +370,18 @@ async fn admin_commands(backend: Backend) {
     ok(&["role", "remove", "--tenant", "initech", "peter@initech.test", "manager"]);
     ok(&["user", "delete", "--tenant", "initech", "peter@initech.test"]);
     ok(&["flock", "delete", "--tenant", "initech", "basement"]);
+    // Retired (`delete` is its alias), never erased: listed as retired, its chain verified.
     ok(&["tenant", "delete", "initech"]);
-    assert_eq!(ok(&["tenant", "list"]).trim(), "(none)");
+    let tenants: serde_json::Value = serde_json::from_str(&ok(&["--json", "tenant", "list"])).unwrap();
+    assert_eq!((tenants[0]["slug"].as_str(), tenants[0]["status"].as_str()), (Some("initech"), Some("retired")));
+    ok(&["tenant", "purge", "initech"]);
+    let verified = scopegate(dir.path())
+        .env("SCOPEGATE_DATABASE__URL", &test_db.url)
+        .args(["audit", "verify", "--tenant", "initech"])
+        .output()
+        .unwrap();
+    let verdict = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success() && verdict.starts_with("initech: ok"), "{verdict}");
 }
 both_dbs!(cli_admin_commands, admin_commands);
 

@@ -57,6 +57,7 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
     OpenApiRouter::with_openapi(Doc::openapi())
         .routes(routes!(list_tenants, create_tenant))
         .routes(routes!(get_tenant, update_tenant, delete_tenant))
+        .routes(routes!(purge_tenant))
         .routes(routes!(list_users, create_user))
         .routes(routes!(get_user, update_user, delete_user))
         .routes(routes!(add_role, remove_role))
@@ -176,18 +177,35 @@ async fn update_tenant(
     change(&api, &who, &headers, None, Write::UpdateTenant { slug: tenant, name, status }).await
 }
 
-/// Delete a tenant that was never used (platform administrators): one with audit events other
-/// than its own set-up is refused (suspend it instead).
+/// Retire a tenant (platform administrators): it is suspended for good (no token of it is
+/// accepted, nothing of it changes but a purge of its data), and its audit chain stays,
+/// verifiable and exportable. Nothing erases a tenant's chain. Answers the retired tenant.
 #[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}", tag = "tenants",
     params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
-    responses((status = 204), (status = 409, body = Problem)))]
+    responses((status = 200, body = TenantView), (status = 409, body = Problem)))]
 async fn delete_tenant(
     State(api): State<AdminApi>,
     Extension(who): Who,
     Path(tenant): Path<String>,
     headers: HeaderMap,
 ) -> Answer {
-    change(&api, &who, &headers, None, Write::DeleteTenant { slug: tenant }).await
+    change(&api, &who, &headers, None, Write::RetireTenant { slug: tenant }).await
+}
+
+/// Purge a retired tenant's data (platform administrators): its users, flocks, server
+/// declarations, bindings, grants, executor ownerships, root allowances, stored credentials and
+/// provisioning. Its audit chain stays, and the purge is recorded in it and in the platform
+/// chain. Refused (409) for a tenant that is not retired.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/purge", tag = "tenants",
+    params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = TenantView), (status = 409, body = Problem)))]
+async fn purge_tenant(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::PurgeTenant { slug: tenant }).await
 }
 
 // ---- users and roles ----

@@ -152,7 +152,10 @@ pub(crate) async fn sessions(api: &super::AdminApi, who: &Authority) -> Result<V
     let counts = api.runtime.sessions.per_tenant();
     let mut conn = api.admin.db().begin_read().await?;
     let tenants: Vec<(crate::store::TenantId, String)> =
-        sqlx::query_as("SELECT id, slug FROM tenants ORDER BY slug").fetch_all(&mut *conn).await?;
+        sqlx::query_as("SELECT id, slug FROM tenants WHERE slug <> $1 ORDER BY slug")
+            .bind(crate::store::admin::PLATFORM_SLUG)
+            .fetch_all(&mut *conn)
+            .await?;
     Ok(tenants
         .into_iter()
         .map(|(id, slug)| SessionCount { tenant: slug, sessions: counts.get(&id).copied().unwrap_or(0) })
