@@ -238,6 +238,10 @@ impl Connection {
         *live = None;
         self.catalog.invalidate_all();
         self.wire.clear();
+        // The handshake, the lists and `logging/setLevel` are the gateway's own: what the new
+        // process says meanwhile is no caller's.
+        let _own = self.routes.own_request();
+        self.routes.started();
         let service = match self.lifecycles() {
             (only, None) => self.connect(only, timeout).await?,
             (first, Some(then)) => match self.connect(first, timeout).await {
@@ -316,6 +320,7 @@ impl Connection {
         peer: &Peer<RoleClient>,
         timeout: Duration,
     ) -> Result<Arc<Vec<T>>, UpstreamError> {
+        let _own = self.routes.own_request();
         let generation = self.catalog.generation::<T>();
         let offered = peer.peer_info().is_some_and(|i| T::offered(&i.capabilities));
         let list = if offered {
@@ -461,9 +466,12 @@ impl Connection {
         if self.catalog.subscribe(uri, key, to, exposed) == UpstreamSubscription::Subscribe {
             if self.speaks_modern() {
                 self.subscriptions_changed.notify_one();
-            } else if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await {
-                self.catalog.unsubscribe(uri, key);
-                return Err(e);
+            } else {
+                let _own = self.routes.own_request();
+                if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.to_owned())).await {
+                    self.catalog.unsubscribe(uri, key);
+                    return Err(e);
+                }
             }
         }
         Ok(())
@@ -479,6 +487,7 @@ impl Connection {
                 true
             }
             Some(UpstreamSubscription::Unsubscribe) => {
+                let _own = self.routes.own_request();
                 if let Err(e) = peer.unsubscribe(UnsubscribeRequestParams::new(uri.to_owned())).await {
                     tracing::debug!(server = %self.server.name, error = %e, "upstream unsubscribe failed");
                 }
@@ -505,6 +514,7 @@ impl Connection {
             Err(_) => None,
         };
         if let Some(peer) = peer {
+            let _own = self.routes.own_request();
             for uri in dropped {
                 let _ = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;
             }

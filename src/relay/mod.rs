@@ -19,7 +19,7 @@ pub(crate) use asked::{Asked, asked_request, audit_passed, relay_to};
 pub use downstream::{Asks, CallOrigin, Downstream, LogLevel, Round, Sink, by_rounds};
 pub use error::ProxyError;
 pub use order::Counted;
-use order::{Handled, Marked, Seq};
+use order::{DuringOwn, Handled, Marked, Seq};
 pub(crate) use order::{Routes, forward_log, forward_progress};
 
 use std::sync::Arc;
@@ -312,10 +312,12 @@ impl ClientHandler for ProxyClient {
     ///
     /// A log line a Streamable HTTP upstream sends on a call's event stream is marked with that
     /// call (by the gateway's client, never by the upstream) and goes to its caller. Any other
-    /// names no call: it goes to the calling session only when every call in flight on this
-    /// connection belongs to that one session; otherwise it is dropped, never guessed (the
-    /// connection is shared by the tenant's sessions). Either way, only at or above the
-    /// session's level.
+    /// names no call, and could be about any call the upstream was sent, however long ago, or
+    /// about the gateway's own requests: it goes to the calling session only when every call
+    /// the upstream process was sent is one principal's, every call in flight (or just ended)
+    /// is that one session's, and no request of the gateway's own was unanswered when it came.
+    /// Otherwise it is dropped (counted, logged at debug), never guessed: the connection is
+    /// shared by the tenant's users. Either way, only at or above the session's level.
     #[allow(deprecated)]
     async fn on_logging_message(
         &self,
@@ -327,6 +329,7 @@ impl ClientHandler for ProxyClient {
         let target = match self.routes.marked(notification_meta(&context)) {
             Marked::Call(call) => Some(call),
             Marked::Unknown => None,
+            Marked::No if context.extensions.get::<DuringOwn>().is_some() => None,
             Marked::No => self.routes.single_owner(),
         };
         match target {

@@ -15,6 +15,7 @@ use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::Value;
 
+use crate::store::{TenantId, UserId};
 use crate::wire::client::RELATED_META_KEY;
 
 use super::*;
@@ -38,6 +39,9 @@ const MAX_EARLY: usize = 256;
 pub(crate) struct Routes {
     state: Mutex<RouteTable>,
     pub(crate) dispatch: Dispatch,
+    /// The gateway's own requests in flight (the handshake, its lists, `logging/setLevel`,
+    /// subscriptions): read for every message the upstream sends, so not behind the lock.
+    own: std::sync::atomic::AtomicUsize,
 }
 
 /// Progress and log notifications from the upstream, counted in the order the transport
@@ -168,6 +172,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
             let seq = self.routes.dispatch.received();
             notification.extensions_mut().insert(seq);
         }
+        if let JsonRpcMessage::Notification(JsonRpcNotification { notification, .. }) = &mut message
+            && matches!(notification, ServerNotification::LoggingMessageNotification(_))
+            && self.routes.own.load(std::sync::atomic::Ordering::SeqCst) > 0
+        {
+            notification.extensions_mut().insert(DuringOwn);
+        }
         Some(message)
     }
 
@@ -186,6 +196,30 @@ struct RouteTable {
     next_announcement: u64,
     early: EarlyProgress,
     finished: std::collections::VecDeque<(Instant, Downstream)>,
+    /// Whose calls the upstream has been sent since it started.
+    callers: Callers,
+}
+
+/// Whose calls an upstream process has been sent since it started: a notification that names
+/// no call may come from any of them, however long ago (a line written after a delay), so it
+/// can go to a caller only while they were all one principal's.
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+enum Callers {
+    #[default]
+    Nobody,
+    One(TenantId, UserId),
+    Several,
+}
+
+impl Callers {
+    fn with(self, downstream: &Downstream) -> Self {
+        let Some(origin) = &downstream.origin else { return Callers::Several };
+        match self {
+            Callers::Nobody => Callers::One(origin.tenant, origin.user),
+            Callers::One(tenant, user) if tenant == origin.tenant && user == origin.user => self,
+            _ => Callers::Several,
+        }
+    }
 }
 
 /// Progress notifications that came before their call was routed, for [`LOG_LINGER`] at most.
@@ -238,6 +272,7 @@ impl Routes {
         let mut table = self.lock();
         let id = table.next_announcement;
         table.next_announcement += 1;
+        table.callers = table.callers.with(&downstream);
         table.announced.push((id, downstream));
         RouteGuard { routes: self, slot: Slot::Announced(id) }
     }
@@ -252,21 +287,31 @@ impl Routes {
         }
     }
 
-    /// The one session every in-flight call belongs to, if there is one: where a request the
-    /// upstream makes of its client goes (a finished call asks nothing).
+    /// The one session every in-flight call belongs to, if it is certainly the one a request
+    /// the upstream makes of its client (naming no call) is for: where that request goes (a
+    /// finished call asks nothing). Only while [`Routes::attributable`].
     pub(super) fn single_caller(&self) -> Option<Downstream> {
         let table = self.lock();
+        if !Self::attributable(&table) {
+            return None;
+        }
         let mut callers = table.calls.values().chain(table.announced.iter().map(|(_, d)| d));
         let first = callers.next()?;
         callers.all(|d| d.owner == first.owner).then(|| first.clone())
     }
 
-    /// The one session every in-flight (or just finished) call belongs to, if there is one.
+    /// The one session every in-flight (or just finished) call belongs to, if a notification
+    /// that names no call is certainly its: only while [`Routes::attributable`]. The connection
+    /// is shared by the tenant's users: a line about one user's call, written late, must never
+    /// reach another.
     pub(super) fn single_owner(&self) -> Option<Downstream> {
         let mut table = self.lock();
         let now = Instant::now();
         while table.finished.front().is_some_and(|(at, _)| now.duration_since(*at) > LOG_LINGER) {
             table.finished.pop_front();
+        }
+        if !Self::attributable(&table) {
+            return None;
         }
         let mut owners = table
             .calls
@@ -276,7 +321,45 @@ impl Routes {
         let first = owners.next()?;
         owners.all(|d| d.owner == first.owner).then(|| first.clone())
     }
+
+    /// Whether what names no call may be attributed at all: every call the upstream was sent
+    /// since it started is one principal's ([`Callers`]).
+    fn attributable(table: &RouteTable) -> bool {
+        matches!(table.callers, Callers::One(..))
+    }
+
+    /// A request the gateway makes of the upstream on its own behalf (a list,
+    /// `logging/setLevel`, a subscription, the handshake): until it is answered, a log line
+    /// the upstream sends naming no call may be about it, and goes to no caller ([`DuringOwn`]).
+    pub(crate) fn own_request(&self) -> OwnRequest<'_> {
+        self.own.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        OwnRequest(self)
+    }
+
+    /// The upstream process started (again): nothing the gone one was sent can cause what the
+    /// new one writes, so only the calls in flight now count as its callers.
+    pub(crate) fn started(&self) {
+        let mut table = self.lock();
+        let in_flight: Vec<Downstream> =
+            table.calls.values().chain(table.announced.iter().map(|(_, d)| d)).cloned().collect();
+        table.callers = in_flight.iter().fold(Callers::Nobody, Callers::with);
+    }
 }
+
+/// The guard of [`Routes::own_request`].
+pub(crate) struct OwnRequest<'a>(&'a Routes);
+
+impl Drop for OwnRequest<'_> {
+    fn drop(&mut self) {
+        self.0.own.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Marks a log line the upstream sent while a request of the gateway's own was unanswered (seen
+/// in the order the transport delivers, so a line written before that answer carries it): if
+/// it names no call, it may be about that request, and goes to no caller.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DuringOwn;
 
 enum Slot {
     Announced(u64),
@@ -397,6 +480,38 @@ mod tests {
         let started = Instant::now();
         dispatch.settle(dispatch.horizon()).await;
         assert!(started.elapsed() < SETTLE_BOUND / 2, "a lost notification delays one answer, not every one");
+    }
+
+    /// A log line the upstream writes while a request of the gateway's own is unanswered is
+    /// marked as possibly that request's (and so goes to no caller); one written after is not.
+    #[tokio::test]
+    async fn a_log_line_during_the_gateways_own_request_is_marked() {
+        use tokio::io::AsyncWriteExt as _;
+        let (ours, mut upstream) = tokio::io::duplex(4096);
+        let (read, write) = tokio::io::split(ours);
+        let routes = Arc::new(Routes::default());
+        let mut counted = Counted {
+            inner: rmcp::transport::async_rw::AsyncRwTransport::<RoleClient, _, _>::new_client(read, write),
+            routes: Arc::clone(&routes),
+            trust_related: false,
+        };
+        let line = |text: &str| {
+            format!(
+                "{}\n",
+                serde_json::json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": text}})
+            )
+        };
+        let marked = |message: Option<RxJsonRpcMessage<RoleClient>>| match message {
+            Some(JsonRpcMessage::Notification(n)) => n.notification.extensions().get::<DuringOwn>().is_some(),
+            other => panic!("a notification expected: {other:?}"),
+        };
+        let own = routes.own_request();
+        upstream.write_all(line("level set to debug").as_bytes()).await.unwrap();
+        assert!(marked(counted.receive().await), "written while the gateway's own request was unanswered");
+        drop(own);
+        upstream.write_all(line("a call's line").as_bytes()).await.unwrap();
+        assert!(!marked(counted.receive().await), "written with none of the gateway's own requests unanswered");
     }
 
     fn progress(token: u32, step: f64) -> ProgressNotificationParam {

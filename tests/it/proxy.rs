@@ -366,6 +366,33 @@ async fn a_late_log_line_on_the_lean_relay(backend: Backend) {
 }
 both_dbs!(proxy_a_late_log_line_reaches_the_session_over_http, a_late_log_line_on_the_lean_relay);
 
+/// A log line an upstream (stdio: no line names its call) writes about one user's call after
+/// that call's linger, while another user of the tenant calls on the same connection, reaches
+/// nobody: the connection has served two principals, so the line can't be attributed with
+/// certainty. The second user's progress, which names its call, still reaches it.
+async fn a_late_line_never_reaches_another_user(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Stdio).await;
+    proxy.grant("acme", "fx", Role::Worker, "progress").await;
+    let (olivia_hears, wanda_hears) = (Listener::default(), Listener::default());
+    let olivia = olivia_hears.client(&proxy.live, "olivia@acme.test").await;
+    let wanda = wanda_hears.client(&proxy.live, "wanda@acme.test").await;
+    let call =
+        |args: Value| CallToolRequestParams::new("fx__progress").with_arguments(args.as_object().cloned().unwrap());
+    // Olivia's call ends at once; its line comes 800 ms later, past the 500 ms linger.
+    let secret = json!({"steps": 1, "gap_ms": 0, "late_log_ms": 800, "late_text": "olivia's balance is 4242"});
+    olivia.call_tool(call(secret)).await.unwrap();
+    // Wanda's call is in flight from then until well after the line came.
+    let slow = json!({"steps": 15, "gap_ms": 100});
+    let result = wanda.call_tool(call(slow)).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    eventually("wanda's progress reaches her", || async { wanda_hears.progress.load(Ordering::SeqCst) >= 15 }).await;
+    let heard = wanda_hears.lines.lock().unwrap().clone();
+    assert!(heard.iter().all(|l| !l.contains("4242")), "olivia's line reached wanda: {heard:?}");
+    let heard = olivia_hears.lines.lock().unwrap().clone();
+    assert!(heard.iter().all(|l| !l.contains("4242")), "a line after its linger is nobody's: {heard:?}");
+}
+both_dbs!(proxy_a_late_line_never_reaches_another_user, a_late_line_never_reaches_another_user);
+
 /// A native tool set that tries to take an upstream-style name.
 #[derive(Clone)]
 struct Shadowing;

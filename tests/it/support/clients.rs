@@ -91,6 +91,8 @@ pub fn error_of(tool: &str, args: &Value, result: &CallToolResult) -> Value {
 pub struct Listener {
     pub progress: Arc<AtomicUsize>,
     pub logs: Arc<AtomicUsize>,
+    /// What each log message said.
+    pub lines: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ClientHandler for Listener {
@@ -107,6 +109,7 @@ impl ClientHandler for Listener {
         _context: NotificationContext<RoleClient>,
     ) {
         assert!(params.data.as_str().is_some_and(|s| s.starts_with("fixture log")), "{params:?}");
+        self.lines.lock().unwrap().push(params.data.as_str().unwrap_or_default().to_owned());
         self.logs.fetch_add(1, Ordering::SeqCst);
     }
 }
