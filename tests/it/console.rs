@@ -1,6 +1,7 @@
 //! The console, `/console`, in a real headless Chromium: sign in with a token, add a user and
 //! a grant, see a call made through `/mcp` in the audit page with the chain verified, alter one
-//! audit row and see the page report it, open the guard report. Screenshots of each page go to
+//! audit row and see the page report it, open the guard report, retire and purge a tenant as
+//! the platform administrator and read the platform chain. Screenshots of each page go to
 //! `target/screenshots/`. And, without a browser: the security headers, the cookie's
 //! attributes, and a form post without its CSRF token refused.
 
@@ -124,6 +125,23 @@ async fn in_a_browser(backend: Backend) {
     browser.goto(&format!("{}/console/executors", live.base_url())).await;
     assert!(browser.text("#executors").await.contains("box"));
     shots.push(browser.screenshot(&format!("console-{db}-7-executors")).await);
+    // Globex retired, then its data purged: its trail stays, and both acts are in its chain
+    // and in the platform chain, which the platform administrator reads like a tenant's.
+    browser.goto(&format!("{}/console/tenants/globex", live.base_url())).await;
+    browser.click("#retire-tenant").await;
+    browser.wait_for_url("/console/tenants/globex?done=1").await;
+    assert!(browser.source().await.contains("retired"), "the page says the tenant is retired");
+    browser.click("#purge-tenant").await;
+    browser.wait_for_url("/console/tenants/globex?done=1").await;
+    shots.push(browser.screenshot(&format!("console-{db}-8-retired")).await);
+    let globex_users = "SELECT COUNT(*) FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.slug = 'globex'";
+    assert_eq!(live.count(globex_users).await, 0, "the purge removed globex's users");
+    browser.goto(&format!("{}/console/tenants/globex/audit", live.base_url())).await;
+    assert_eq!(browser.text("#chain-status").await, "Chain verified");
+    assert!(browser.text("#events").await.contains("admin.tenant.purge"));
+    browser.goto(&format!("{}/console/tenants/@platform/audit", live.base_url())).await;
+    let platform = browser.text("#events").await;
+    assert!(platform.contains("admin.tenant.retire") && platform.contains("admin.executor.create"), "{platform}");
     browser.quit().await;
     for shot in shots {
         assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "{} holds a picture", shot.display());

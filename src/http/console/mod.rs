@@ -54,6 +54,8 @@ pub(crate) fn router(api: AdminApi) -> Router {
         .route("/console/assets/console.css", get(css))
         .route("/console/tenants", get(tenants).post(create_tenant))
         .route("/console/tenants/{tenant}", get(tenant))
+        .route("/console/tenants/{tenant}/retire", post(retire_tenant))
+        .route("/console/tenants/{tenant}/purge", post(purge_tenant))
         .route("/console/tenants/{tenant}/users", post(create_user))
         .route("/console/tenants/{tenant}/users/{subject}/status", post(user_status))
         .route("/console/tenants/{tenant}/bindings", post(set_binding))
@@ -339,6 +341,34 @@ async fn tenant(
         }
         Err(e) => refused(e, &s, &back),
     }
+}
+
+async fn retire_tenant(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    act(&console, &s, Write::RetireTenant { slug: tenant }, &back).await
+}
+
+async fn purge_tenant(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    act(&console, &s, Write::PurgeTenant { slug: tenant }, &back).await
 }
 
 #[derive(Deserialize)]

@@ -170,6 +170,8 @@ pub(super) fn tenant(
 ) -> Response {
     let slug = text(&tenant["slug"]);
     let base = format!("/console/tenants/{slug}");
+    // A retired tenant changes no more: no forms but the purge.
+    let retired = tenant["status"] == "retired";
     let body = html! {
         h1 { (text(&tenant["name"])) " " span.muted { "(" (slug) ", " (text(&tenant["status"])) ")" } }
         (notices(notice))
@@ -196,12 +198,14 @@ pub(super) fn tenant(
                 }
             }
         }
-        form.inline id="new-user" method="post" action={ (base) "/users" } {
-            (hidden(csrf))
-            label { "Subject" input name="subject" id="user-subject" required; }
-            label { "Name" input name="display_name" id="user-name" required; }
-            label { "Role" select name="role" id="user-role" { (role_options()) } }
-            button type="submit" id="add-user" { "Add user" }
+        @if !retired {
+            form.inline id="new-user" method="post" action={ (base) "/users" } {
+                (hidden(csrf))
+                label { "Subject" input name="subject" id="user-subject" required; }
+                label { "Name" input name="display_name" id="user-name" required; }
+                label { "Role" select name="role" id="user-role" { (role_options()) } }
+                button type="submit" id="add-user" { "Add user" }
+            }
         }
         h2 { "Upstream servers" }
         table id="bindings" {
@@ -224,11 +228,13 @@ pub(super) fn tenant(
                 }
             }
         }
-        form.inline method="post" action={ (base) "/bindings" } {
-            (hidden(csrf))
-            label { "Server id" input name="server" required; }
-            label { "Executor" input name="executor" required value="local"; }
-            button type="submit" { "Bind server" }
+        @if !retired {
+            form.inline method="post" action={ (base) "/bindings" } {
+                (hidden(csrf))
+                label { "Server id" input name="server" required; }
+                label { "Executor" input name="executor" required value="local"; }
+                button type="submit" { "Bind server" }
+            }
         }
         h2 { "Grants" }
         table id="grants" {
@@ -250,13 +256,31 @@ pub(super) fn tenant(
                 }
             }
         }
-        form.inline id="new-grant" method="post" action={ (base) "/grants" } {
-            (hidden(csrf))
-            label { "Server" select name="server" id="grant-server" { @for b in servers { option value=(b.server) { (b.server) } } } }
-            label { "Role" select name="role" id="grant-role" { (role_options()) } }
-            label { "Kind" select name="kind" { @for k in ["tool", "prompt", "resource"] { option value=(k) { (k) } } } }
-            label { "Name" input name="name" id="grant-name" required placeholder="tool name, URI or *"; }
-            button type="submit" id="add-grant" { "Grant" }
+        @if !retired {
+            form.inline id="new-grant" method="post" action={ (base) "/grants" } {
+                (hidden(csrf))
+                label { "Server" select name="server" id="grant-server" { @for b in servers { option value=(b.server) { (b.server) } } } }
+                label { "Role" select name="role" id="grant-role" { (role_options()) } }
+                label { "Kind" select name="kind" { @for k in ["tool", "prompt", "resource"] { option value=(k) { (k) } } } }
+                label { "Name" input name="name" id="grant-name" required placeholder="tool name, URI or *"; }
+                button type="submit" id="add-grant" { "Grant" }
+            }
+        }
+        @if matches!(who, Authority::Platform { .. }) {
+            h2 { "Retirement" }
+            @if retired {
+                p { "Retired " (when(&tenant["retired_at"])) ". Its audit trail stays; purging removes its users, flocks, servers, grants and credentials, and keeps the trail." }
+                form.inline method="post" action={ (base) "/purge" } {
+                    (hidden(csrf))
+                    button type="submit" id="purge-tenant" { "Purge its data" }
+                }
+            } @else {
+                p { "A retired tenant is suspended for good: no token of it is accepted, nothing of it changes but a purge of its data. Its audit trail stays." }
+                form.inline method="post" action={ (base) "/retire" } {
+                    (hidden(csrf))
+                    button type="submit" id="retire-tenant" { "Retire tenant" }
+                }
+            }
         }
     };
     respond(StatusCode::OK, page(&slug, nav(who, csrf), body))
