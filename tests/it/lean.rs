@@ -502,3 +502,51 @@ async fn alone_follows_changes(backend: Backend) {
     applies_within(live, &olivia, "the grant given back", true).await;
 }
 both_dbs!(lean_relay_callers_alone_follow_grant_changes, alone_follows_changes);
+
+/// An upstream that closes a call's event stream mid-call after an event with an id (SEP-1699
+/// polling: the everything fixture's `test_reconnection` over HTTP answers only once its client
+/// resumed the stream with `GET` and `Last-Event-ID`) is resumed on each leg that reads it: the
+/// relay's own reader, for a session's call and for a 2026-07-28 caller's (bridged to the
+/// upstream's session), and rmcp's client, for a session's call the relay leaves to rmcp (it
+/// carries an `Origin`). Each caller gets its own call's answer.
+async fn resumes_streams_closed_mid_call(backend: Backend) {
+    let proxy = Proxy::start(backend, Mode::Session, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ids = dir.path().join("call-ids");
+    let env = [("FIXTURE_CALL_IDS", ids.to_str().unwrap())];
+    let (mut child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &env).await;
+    // On 2025-11-25 for every caller, so a 2026-07-28 caller's call goes on a session too.
+    let everything = json!({"type": "http", "url": format!("http://{addr}/mcp"), "protocolVersion": "2025-11-25"});
+    proxy.declare("acme", "ev", &everything, "local").await;
+    proxy.grant("acme", "ev", Role::Owner, "*").await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let tool = "ev__test_reconnection";
+    let resumed = |leg: &str, reply: &Reply, id: i64| {
+        assert_eq!(reply.message["id"], id, "{leg}: {:?}", reply.message);
+        let text = reply.message["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("the client resumed it"), "{leg}: {:?}", reply.message);
+    };
+
+    let session = open_session(live, &olivia).await.unwrap();
+    lean_call(&proxy, &olivia, &session, 1, "ev__test_simple_text", json!({})).await;
+    let sent_before = std::fs::read_to_string(&ids).unwrap_or_default().lines().count();
+    let lean = post(live, &olivia, Some(&session), &tool_call(2, tool, json!({})), &[]).await;
+    resumed("the relay, in a session", &lean, 2);
+    let origin = live.config.public_url();
+    let by_rmcp = post(live, &olivia, Some(&session), &tool_call(3, tool, json!({})), &[("origin", &origin)]).await;
+    resumed("rmcp's client, in a session", &by_rmcp, 3);
+    let alone = post(live, &olivia, None, &modern_call(4, tool, None).to_string(), &alone_headers(tool)).await;
+    resumed("the relay, for a 2026-07-28 caller", &alone, 4);
+    assert_eq!(alone.message["result"]["resultType"], "complete", "{:?}", alone.message);
+
+    // Which leg sent each call: the relay's own ids, or rmcp's numbers.
+    let sent = std::fs::read_to_string(&ids).unwrap_or_default();
+    let sent: Vec<&str> = sent.lines().skip(sent_before).collect();
+    let by_relay = sent.iter().filter(|l| l.contains("scopegate-")).count();
+    assert_eq!((by_relay, sent.len()), (2, 3), "two calls on the relay's leg, one on rmcp's: {sent:?}");
+    let ok = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev__test_reconnection' AND outcome = 'ok'";
+    assert_eq!(live.count(ok).await, 3);
+    child.kill().await.ok();
+}
+both_dbs!(upstream_streams_closed_mid_call_are_resumed_on_both_legs, resumes_streams_closed_mid_call);
