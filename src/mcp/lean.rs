@@ -127,6 +127,8 @@ pub(crate) struct Relay {
     next_call: std::sync::atomic::AtomicU64,
     /// The requests the relay's calls asked their clients, waiting for the answers.
     asks: Arc<crate::relay::Asks>,
+    /// A session's answers given as event streams, which its client may resume.
+    replays: Replays,
 }
 
 #[derive(Deserialize)]
@@ -247,6 +249,7 @@ impl Relay {
             calls: Mutex::default(),
             next_call: Default::default(),
             asks: Arc::default(),
+            replays: Replays::default(),
         }
     }
 
@@ -256,6 +259,9 @@ impl Relay {
 
     /// Serves `request` when the relay takes it; hands it back otherwise.
     pub(crate) async fn serve(self: &Arc<Self>, request: Request) -> Result<Response, Request> {
+        if request.method() == Method::GET {
+            return self.resume(request);
+        }
         if request.method() != Method::POST {
             return Err(request);
         }
@@ -508,8 +514,74 @@ impl Relay {
         // A notification queued before the answer is taken first.
         tokio::select! {
             biased;
-            Some(first) = noted.recv() => events_response(first, noted, answered, request_id),
+            Some(first) = noted.recv() => match session {
+                Some(session) => self.replayed_response(session, first, noted, answered, request_id),
+                None => events_response(first, noted, answered, request_id),
+            },
             answer = &mut answered => json_response(answer.unwrap_or_else(|_| gone(&request_id))),
+        }
+    }
+
+    /// A session's answer as an event stream that its client may resume (SEP-1699), as rmcp
+    /// answers a session's request: a priming event first (an id, the session's `retry`, no
+    /// data), then each message with an id. What the call sends is kept (in a task of its own,
+    /// whether the client is connected or not) until the answer, and a while after it,
+    /// for a `GET` with `Last-Event-ID` in the same session ([`Relay::resume`]); the time is
+    /// rmcp's for its own answered streams (`completed_cache_ttl`).
+    fn replayed_response(
+        &self,
+        session: &str,
+        first: Bytes,
+        mut noted: mpsc::Receiver<Bytes>,
+        mut answered: oneshot::Receiver<Reply>,
+        id: RequestId,
+    ) -> Response {
+        let replay = self.replays.open(session, self.manager.session_config.completed_cache_ttl);
+        replay.push(None, self.manager.session_config.sse_retry);
+        replay.push(Some(&first), None);
+        let reading = Arc::clone(&replay).read_from(0);
+        tokio::spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(note) = noted.recv() => replay.push(Some(&note), None),
+                        answer = &mut answered => {
+                            let answer = answer.unwrap_or_else(|_| gone(&id));
+                            replay.push(Some(&answer.bytes), None);
+                            replay.finish();
+                            break;
+                        }
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+        stream_response(reading)
+    }
+
+    /// A `GET` resuming one of the relay's event streams (its `Last-Event-ID` is one of the
+    /// relay's ids) in the session that stream answered: the events after that id, then the
+    /// rest as it comes. Anything else goes to rmcp (which, for an id of the relay's it does
+    /// not know, answers with an empty stream: another session's events are never sent).
+    fn resume(&self, request: Request) -> Result<Response, Request> {
+        let text = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        let accepts_events = request
+            .headers()
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream"));
+        let position = text("last-event-id").and_then(replay_position);
+        let found = match (position, text(SESSION_HEADER)) {
+            (Some((number, index)), Some(session)) if accepts_events => {
+                self.replays.find(number, session).map(|replay| (replay, index))
+            }
+            _ => None,
+        };
+        match found {
+            Some((replay, index)) => Ok(stream_response(replay.read_from(index + 1))),
+            None => Err(request),
         }
     }
 
@@ -783,7 +855,8 @@ fn json_response(answer: Reply) -> Response {
     response
 }
 
-/// The notifications (`first` and what follows) and then the answer, as an event stream.
+/// The notifications (`first` and what follows) and then the answer, as an event stream (for
+/// a 2026-07-28 caller, whose revision resumes no stream: no ids).
 fn events_response(
     first: Bytes,
     noted: mpsc::Receiver<Bytes>,
@@ -816,6 +889,151 @@ fn events_response(
         };
         Some((Ok(event(&next)), state))
     });
+    stream_response(events)
+}
+
+/// The prefix of the relay's event ids (`scopegate-lean-STREAM-INDEX`): never one rmcp's
+/// sessions give (`INDEX` or `INDEX/REQUEST`), so a `GET` naming one is the relay's.
+const REPLAY_PREFIX: &str = "scopegate-lean-";
+
+/// The most events one replay keeps: an older one is dropped, and resuming from before it
+/// is refused (an empty stream), as rmcp's sessions refuse an id they no longer hold.
+const MAX_REPLAYED: usize = 1024;
+
+/// The stream and event index an event id of the relay's names.
+fn replay_position(id: &str) -> Option<(u64, usize)> {
+    let (stream, index) = id.strip_prefix(REPLAY_PREFIX)?.split_once('-')?;
+    Some((stream.parse().ok()?, index.parse().ok()?))
+}
+
+/// The relay's resumable answers, by stream number; an ended one is forgotten `kept` after its
+/// answer (looked at whenever one opens or is looked for).
+#[derive(Default)]
+struct Replays {
+    next: std::sync::atomic::AtomicU64,
+    live: Mutex<HashMap<u64, Arc<Replay>>>,
+}
+
+impl Replays {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Replay>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn open(&self, session: &str, kept: std::time::Duration) -> Arc<Replay> {
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let replay = Arc::new(Replay {
+            number,
+            session: session.to_owned(),
+            kept,
+            state: Mutex::default(),
+            grown: tokio::sync::watch::Sender::new(()),
+        });
+        let mut live = self.lock();
+        live.retain(|_, replay| !replay.expired());
+        live.insert(number, Arc::clone(&replay));
+        replay
+    }
+
+    /// Stream `number`, if it answered `session` and is still kept.
+    fn find(&self, number: u64, session: &str) -> Option<Arc<Replay>> {
+        let mut live = self.lock();
+        live.retain(|_, replay| !replay.expired());
+        live.get(&number).filter(|replay| replay.session == session).cloned()
+    }
+}
+
+/// One answer's events, each with its id, as written so far.
+struct Replay {
+    number: u64,
+    /// The session it answers: the only one that may resume it.
+    session: String,
+    kept: std::time::Duration,
+    state: Mutex<Replayed>,
+    /// Told whenever an event is added or the answer is complete.
+    grown: tokio::sync::watch::Sender<()>,
+}
+
+#[derive(Default)]
+struct Replayed {
+    /// The index of `events[0]`.
+    base: usize,
+    events: std::collections::VecDeque<Bytes>,
+    /// When the answer was written.
+    done: Option<std::time::Instant>,
+}
+
+/// What a reader of a replay finds at its place.
+enum Found {
+    Event(Bytes),
+    Wait,
+    End,
+}
+
+impl Replay {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Replayed> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn expired(&self) -> bool {
+        self.lock().done.is_some_and(|done| done.elapsed() > self.kept)
+    }
+
+    /// Adds an event with the next id: `message` as its data (none: a priming event), with a
+    /// `retry` field when given.
+    fn push(&self, message: Option<&[u8]>, retry: Option<std::time::Duration>) {
+        let mut state = self.lock();
+        let index = state.base + state.events.len();
+        let mut out = format!("id: {REPLAY_PREFIX}{}-{index}\n", self.number).into_bytes();
+        if let Some(retry) = retry {
+            out.extend_from_slice(format!("retry: {}\n", retry.as_millis()).as_bytes());
+        }
+        match message {
+            Some(message) => out.extend_from_slice(&event(message)),
+            None => out.extend_from_slice(b"data: \n\n"),
+        }
+        if state.events.len() >= MAX_REPLAYED {
+            state.events.pop_front();
+            state.base += 1;
+        }
+        state.events.push_back(Bytes::from(out));
+        drop(state);
+        self.grown.send_replace(());
+    }
+
+    fn finish(&self) {
+        self.lock().done = Some(std::time::Instant::now());
+        self.grown.send_replace(());
+    }
+
+    fn at(&self, index: usize) -> Found {
+        let state = self.lock();
+        if index < state.base {
+            return Found::End;
+        }
+        match state.events.get(index - state.base) {
+            Some(event) => Found::Event(event.clone()),
+            None if state.done.is_some() => Found::End,
+            None => Found::Wait,
+        }
+    }
+
+    /// The events from index `from` on, as they come, until the answer.
+    fn read_from(self: Arc<Self>, from: usize) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send {
+        let grown = self.grown.subscribe();
+        futures_util::stream::unfold((self, from, grown), |(replay, next, mut grown)| async move {
+            loop {
+                match replay.at(next) {
+                    Found::Event(event) => return Some((Ok(event), (replay, next + 1, grown))),
+                    Found::End => return None,
+                    Found::Wait => grown.changed().await.ok()?,
+                }
+            }
+        })
+    }
+}
+
+/// An event stream response with `events` as its body.
+fn stream_response(events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static) -> Response {
     let mut response = Response::new(Body::from_stream(events));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));

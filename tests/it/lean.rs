@@ -550,3 +550,68 @@ async fn resumes_streams_closed_mid_call(backend: Backend) {
     child.kill().await.ok();
 }
 both_dbs!(upstream_streams_closed_mid_call_are_resumed_on_both_legs, resumes_streams_closed_mid_call);
+
+/// A `GET` resuming one of a session's event streams after `last` (its `Last-Event-ID`): the
+/// whole body, read to its end.
+async fn resume_stream(live: &Live, token: &str, session: &str, last: &str) -> (StatusCode, String) {
+    let response = reqwest::Client::new()
+        .get(live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .header("last-event-id", last)
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+/// A session's call the relay answers as an event stream (its upstream sends something before
+/// the answer) can be resumed as rmcp's answers can (SEP-1699): a priming event first (an id
+/// of the relay's, a `retry`, no data), an id on every event, and a `GET` with `Last-Event-ID`
+/// in the same session brings the events after that id, the answer included. Another session
+/// gets none of them.
+async fn answers_resumably(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let (url, server) = raw_upstream().await;
+    proxy.declare("acme", "raw", &json!({"type": "http", "url": url}), "local").await;
+    proxy.grant("acme", "raw", Role::Owner, "*").await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let session = open_session(live, &olivia).await.unwrap();
+    lean_call(&proxy, &olivia, &session, 1, "fx__whoami_upstream", json!({})).await;
+
+    let call = tool_call(2, "raw__noisy", json!({})).into_bytes();
+    let response = send(live, &olivia, Some(&session), call, &[]).await;
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let body = response.text().await.unwrap();
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.trim().is_empty()).collect();
+    fn field<'e>(event: &'e str, name: &str) -> Option<&'e str> {
+        event.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':'))).map(str::trim)
+    }
+    let priming = events[0];
+    let first_id = field(priming, "id").unwrap_or_else(|| panic!("an id on the priming event: {priming:?}"));
+    assert!(first_id.starts_with("scopegate-lean-"), "{priming:?}");
+    assert!(field(priming, "retry").is_some_and(|r| r.parse::<u64>().is_ok()), "a retry: {priming:?}");
+    assert_eq!(field(priming, "data"), Some(""), "no data: {priming:?}");
+    assert!(events.iter().all(|e| field(e, "id").is_some()), "an id on every event: {body}");
+    // Ten log lines; no progress: the call asked for none.
+    assert_eq!(events.len(), 12, "the priming event, ten log lines, the answer: {body}");
+    let answer = events[11];
+    assert!(answer.contains("\"id\":2") && answer.contains("done"), "the answer last: {body}");
+
+    let (status, resumed) = resume_stream(live, &olivia, &session, first_id).await;
+    assert_eq!(status, StatusCode::OK);
+    let again: Vec<&str> = resumed.split("\n\n").filter(|e| !e.trim().is_empty()).collect();
+    assert_eq!(again, events[1..], "every event after the one named, the answer included");
+    let (_, from_answer) = resume_stream(live, &olivia, &session, field(answer, "id").unwrap()).await;
+    assert!(from_answer.trim().is_empty(), "nothing after the answer: {from_answer:?}");
+
+    let other = open_session(live, &olivia).await.unwrap();
+    let (status, foreign) = resume_stream(live, &olivia, &other, first_id).await;
+    assert!(!foreign.contains("fixture log") && !foreign.contains("done"), "another session's events: {foreign:?}");
+    assert!(status.is_success(), "{status}");
+    server.abort();
+}
+both_dbs!(lean_relay_answers_sessions_resumably, answers_resumably);
