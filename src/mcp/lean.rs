@@ -260,7 +260,7 @@ impl Relay {
     /// Serves `request` when the relay takes it; hands it back otherwise.
     pub(crate) async fn serve(self: &Arc<Self>, request: Request) -> Result<Response, Request> {
         if request.method() == Method::GET {
-            return self.resume(request);
+            return self.resume(&request).ok_or(request);
         }
         if request.method() != Method::POST {
             return Err(request);
@@ -564,7 +564,7 @@ impl Relay {
     /// relay's ids) in the session that stream answered: the events after that id, then the
     /// rest as it comes. Anything else goes to rmcp (which, for an id of the relay's it does
     /// not know, answers with an empty stream: another session's events are never sent).
-    fn resume(&self, request: Request) -> Result<Response, Request> {
+    fn resume(&self, request: &Request) -> Option<Response> {
         let text = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         let accepts_events = request
             .headers()
@@ -579,10 +579,7 @@ impl Relay {
             }
             _ => None,
         };
-        match found {
-            Some((replay, index)) => Ok(stream_response(replay.read_from(index + 1))),
-            None => Err(request),
-        }
+        found.map(|(replay, index)| stream_response(replay.read_from(index + 1)))
     }
 
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
