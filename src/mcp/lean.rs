@@ -5,7 +5,11 @@
 //! grants), sends the call on the lean leg (`proxy::lean`), audits it before
 //! answering, and answers with the upstream's result as it came: as plain JSON when nothing
 //! comes before it, as an event stream (the notifications in order, then the answer) when
-//! something does.
+//! something does. A session's event stream is resumable (SEP-1699: a priming event, an id on
+//! every event, a `GET` with `Last-Event-ID` brings the rest), and when the upstream polls
+//! (ends the call's stream before answering, to be resumed) the relay does the same to its
+//! caller: it ends the answer's stream after an event with an id and the upstream's `retry`,
+//! and the answer waits for the client's `GET`.
 //!
 //! The relay takes only what it serves exactly like rmcp would, and hands everything else back
 //! untouched to rmcp (which then answers it, errors included):
@@ -65,6 +69,7 @@ use crate::proxy::surface;
 use crate::proxy::{
     CallOrigin, Downstream, Exchange, LeanResult, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink,
 };
+use crate::relay::Note;
 use crate::selection;
 use crate::telemetry::trace;
 use crate::vocab::names::split_tool_name;
@@ -484,9 +489,10 @@ impl Relay {
 
     /// Runs an accepted call in a task of its own (it is audited and its upstream told to
     /// cancel even when the caller goes away) and answers with what it sends: the answer alone
-    /// as JSON, or, when a notification comes first, an event stream.
+    /// as JSON, or, when a notification (or, in a session, the upstream's polling) comes
+    /// first, an event stream.
     async fn relay(self: &Arc<Self>, accepted: Accepted, session: Option<&str>, span: tracing::Span) -> Response {
-        let (notes, mut noted) = mpsc::channel::<Bytes>(64);
+        let (notes, mut noted) = mpsc::channel::<Note>(64);
         let (answer, mut answered) = oneshot::channel::<Reply>();
         let cancelled = CancellationToken::new();
         let request_id = accepted.ctx.request_id().clone();
@@ -511,14 +517,19 @@ impl Relay {
             }
             .instrument(span),
         );
-        // A notification queued before the answer is taken first.
-        tokio::select! {
-            biased;
-            Some(first) = noted.recv() => match session {
-                Some(session) => self.replayed_response(session, first, noted, answered, request_id),
-                None => events_response(first, noted, answered, request_id),
-            },
-            answer = &mut answered => json_response(answer.unwrap_or_else(|_| gone(&request_id))),
+        // A note queued before the answer is taken first.
+        loop {
+            tokio::select! {
+                biased;
+                Some(note) = noted.recv() => match (session, note) {
+                    (Some(session), note) => return self.replayed_response(session, note, noted, answered, request_id),
+                    (None, Note::Message(first)) => return events_response(first, noted, answered, request_id),
+                    // A 2026-07-28 caller's revision resumes nothing: the upstream's polling
+                    // stays the gateway's business, and the caller waits for the answer.
+                    (None, Note::Polled { .. }) => {}
+                },
+                answer = &mut answered => return json_response(answer.unwrap_or_else(|_| gone(&request_id))),
+            }
         }
     }
 
@@ -527,25 +538,28 @@ impl Relay {
     /// data), then each message with an id. What the call sends is kept (in a task of its own,
     /// whether the client is connected or not) until the answer, and a while after it,
     /// for a `GET` with `Last-Event-ID` in the same session ([`Relay::resume`]); the time is
-    /// rmcp's for its own answered streams (`completed_cache_ttl`).
+    /// rmcp's for its own answered streams (`completed_cache_ttl`). When the upstream polls,
+    /// this response ends as the upstream's did ([`Replay::poll`]) and the client's `GET`
+    /// brings the rest.
     fn replayed_response(
         &self,
         session: &str,
-        first: Bytes,
-        mut noted: mpsc::Receiver<Bytes>,
+        first: Note,
+        mut noted: mpsc::Receiver<Note>,
         mut answered: oneshot::Receiver<Reply>,
         id: RequestId,
     ) -> Response {
-        let replay = self.replays.open(session, self.manager.session_config.completed_cache_ttl);
-        replay.push(None, self.manager.session_config.sse_retry);
-        replay.push(Some(&first), None);
-        let reading = Arc::clone(&replay).read_from(0);
+        let config = &self.manager.session_config;
+        let (replay, retry) = (self.replays.open(session, config.completed_cache_ttl), config.sse_retry);
+        replay.push(None, retry);
+        replay.note(first, retry);
+        let reading = Arc::clone(&replay).read_from(0, true);
         tokio::spawn(
             async move {
                 loop {
                     tokio::select! {
                         biased;
-                        Some(note) = noted.recv() => replay.push(Some(&note), None),
+                        Some(note) = noted.recv() => replay.note(note, retry),
                         answer = &mut answered => {
                             let answer = answer.unwrap_or_else(|_| gone(&id));
                             replay.push(Some(&answer.bytes), None);
@@ -579,11 +593,11 @@ impl Relay {
             }
             _ => None,
         };
-        found.map(|(replay, index)| stream_response(replay.read_from(index + 1)))
+        found.map(|(replay, index)| stream_response(replay.read_from(index + 1, false)))
     }
 
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
-    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Bytes>, cancelled: &CancellationToken) -> Reply {
+    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Note>, cancelled: &CancellationToken) -> Reply {
         let shared = &self.shared;
         let Accepted { ctx, caller, target, tool, upstream_tool, progress, arguments, parsed, args_digest, args_raw } =
             accepted;
@@ -853,16 +867,17 @@ fn json_response(answer: Reply) -> Response {
 }
 
 /// The notifications (`first` and what follows) and then the answer, as an event stream (for
-/// a 2026-07-28 caller, whose revision resumes no stream: no ids).
+/// a 2026-07-28 caller, whose revision resumes no stream: no ids, and the upstream's polling
+/// does not end it).
 fn events_response(
     first: Bytes,
-    noted: mpsc::Receiver<Bytes>,
+    noted: mpsc::Receiver<Note>,
     answered: oneshot::Receiver<Reply>,
     id: RequestId,
 ) -> Response {
     struct State {
         first: Option<Bytes>,
-        noted: mpsc::Receiver<Bytes>,
+        noted: mpsc::Receiver<Note>,
         answered: oneshot::Receiver<Reply>,
         id: RequestId,
         done: bool,
@@ -872,19 +887,24 @@ fn events_response(
         if let Some(first) = state.first.take() {
             return Some((Ok::<Bytes, Infallible>(event(&first)), state));
         }
-        if state.done {
-            return None;
-        }
-        // A notification queued before the answer is taken before it.
-        let next = tokio::select! {
-            biased;
-            Some(note) = state.noted.recv() => note,
-            answer = &mut state.answered => {
-                state.done = true;
-                answer.unwrap_or_else(|_| gone(&state.id)).bytes
+        loop {
+            if state.done {
+                return None;
             }
-        };
-        Some((Ok(event(&next)), state))
+            // A notification queued before the answer is taken before it.
+            let next = tokio::select! {
+                biased;
+                Some(note) = state.noted.recv() => match note {
+                    Note::Message(note) => note,
+                    Note::Polled { .. } => continue,
+                },
+                answer = &mut state.answered => {
+                    state.done = true;
+                    answer.unwrap_or_else(|_| gone(&state.id)).bytes
+                }
+            };
+            return Some((Ok(event(&next)), state));
+        }
     });
     stream_response(events)
 }
@@ -957,6 +977,8 @@ struct Replayed {
     events: std::collections::VecDeque<Bytes>,
     /// When the answer was written.
     done: Option<std::time::Instant>,
+    /// The index of the event after which the POST's own response ends: the upstream polled.
+    polled: Option<usize>,
 }
 
 /// What a reader of a replay finds at its place.
@@ -978,8 +1000,37 @@ impl Replay {
     /// Adds an event with the next id: `message` as its data (none: a priming event), with a
     /// `retry` field when given.
     fn push(&self, message: Option<&[u8]>, retry: Option<std::time::Duration>) {
+        self.write(message, retry, false);
+    }
+
+    /// Adds what the call sent: a message, or the upstream's polling ([`Replay::poll`]), with
+    /// `retry` (the session's) where the upstream announced none.
+    fn note(&self, note: Note, retry: Option<std::time::Duration>) {
+        match note {
+            Note::Message(message) => self.push(Some(&message), None),
+            Note::Polled { retry: announced } => self.poll(announced.or(retry)),
+        }
+    }
+
+    /// The upstream polled (SEP-1699): the POST's response ends here, as the upstream's did,
+    /// after an event with an id and `retry` and no data, as rmcp's sessions end a stream they
+    /// close (`close_sse_stream`); its client resumes with a `GET` and that id, and gets the
+    /// rest, the answer included, when it comes. Once only: a later stream is the client's
+    /// `GET`, which goes on to the answer.
+    fn poll(&self, retry: Option<std::time::Duration>) {
+        self.write(None, retry, true);
+    }
+
+    fn write(&self, message: Option<&[u8]>, retry: Option<std::time::Duration>, polled: bool) {
         let mut state = self.lock();
+        if polled && state.polled.is_some() {
+            return;
+        }
         let index = state.base + state.events.len();
+        if polled {
+            // Set with the event, under one lock: a reader never sees one without the other.
+            state.polled = Some(index);
+        }
         let mut out = format!("id: {REPLAY_PREFIX}{}-{index}\n", self.number).into_bytes();
         if let Some(retry) = retry {
             out.extend_from_slice(format!("retry: {}\n", retry.as_millis()).as_bytes());
@@ -1002,9 +1053,10 @@ impl Replay {
         self.grown.send_replace(());
     }
 
-    fn at(&self, index: usize) -> Found {
+    /// The event at `index`, for the POST's own response (`posted`) or a `GET`'s.
+    fn at(&self, index: usize, posted: bool) -> Found {
         let state = self.lock();
-        if index < state.base {
+        if index < state.base || (posted && state.polled.is_some_and(|last| index > last)) {
             return Found::End;
         }
         match state.events.get(index - state.base) {
@@ -1014,12 +1066,17 @@ impl Replay {
         }
     }
 
-    /// The events from index `from` on, as they come, until the answer.
-    fn read_from(self: Arc<Self>, from: usize) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send {
+    /// The events from index `from` on, as they come, until the answer; for the POST's own
+    /// response (`posted`), until the upstream polled if it did.
+    fn read_from(
+        self: Arc<Self>,
+        from: usize,
+        posted: bool,
+    ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send {
         let grown = self.grown.subscribe();
-        futures_util::stream::unfold((self, from, grown), |(replay, next, mut grown)| async move {
+        futures_util::stream::unfold((self, from, grown), move |(replay, next, mut grown)| async move {
             loop {
-                match replay.at(next) {
+                match replay.at(next, posted) {
                     Found::Event(event) => return Some((Ok(event), (replay, next + 1, grown))),
                     Found::End => return None,
                     Found::Wait => grown.changed().await.ok()?,

@@ -427,6 +427,8 @@ impl Upstreams {
         // The bound holds for all the events of the call's stream together, resumed or not.
         let mut seen = 0usize;
         let mut resumption = if target.wire.resumable() { Resumption::default() } else { Resumption::none() };
+        // Whether the caller was told that the upstream polled (once: its stream ends there).
+        let mut told = false;
         let mut response = response;
         loop {
             let broken = {
@@ -464,6 +466,15 @@ impl Upstreams {
                     None => unavailable("the upstream's event stream ended before its answer"),
                 });
             };
+            // A stream closed cleanly with an id to resume from is the upstream polling
+            // (SEP-1699): the caller's answer may do as the upstream did (end its stream,
+            // resumable, and let the client come back for the answer); after what came
+            // before it, so nothing is reordered. A broken connection is the gateway's
+            // business alone.
+            if broken.is_none() && !told {
+                told = true;
+                downstream.sink.polled(resumption.announced()).await;
+            }
             response = self.lean_resume(target, &last).await?;
         }
     }

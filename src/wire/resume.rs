@@ -21,14 +21,15 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Resumption {
     last_event: Option<String>,
-    retry: Duration,
+    /// The server's own `retry` (bounded), if it announced one.
+    announced: Option<Duration>,
     answered: bool,
     resumes_left: u8,
 }
 
 impl Default for Resumption {
     fn default() -> Self {
-        Self { last_event: None, retry: DEFAULT_RETRY, answered: false, resumes_left: MAX_RESUMES }
+        Self { last_event: None, announced: None, answered: false, resumes_left: MAX_RESUMES }
     }
 }
 
@@ -44,7 +45,7 @@ impl Resumption {
             self.last_event = Some(id.to_owned());
         }
         if let Some(ms) = retry {
-            self.retry = Duration::from_millis(ms).min(MAX_RETRY);
+            self.announced = Some(Duration::from_millis(ms).min(MAX_RETRY));
         }
     }
 
@@ -53,9 +54,16 @@ impl Resumption {
         self.answered = true;
     }
 
-    /// The wait the server asked for before a reconnection (bounded by [`MAX_RETRY`]).
+    /// The wait before a later reconnection: the server's `retry` (bounded by [`MAX_RETRY`]),
+    /// or a second when it announced none.
     pub fn retry(&self) -> Duration {
-        self.retry
+        self.announced.unwrap_or(DEFAULT_RETRY)
+    }
+
+    /// The `retry` the server announced (bounded by [`MAX_RETRY`]), if any: what a leg that
+    /// passes the server's polling on to its own client asks that client to wait.
+    pub fn announced(&self) -> Option<Duration> {
+        self.announced
     }
 
     /// Whether the stream was resumed at least once.
@@ -71,7 +79,7 @@ impl Resumption {
     pub async fn next(&mut self) -> Option<String> {
         let last = self.last_event.clone().filter(|_| !self.answered && self.resumes_left > 0)?;
         if self.resumed() {
-            tokio::time::sleep(self.retry).await;
+            tokio::time::sleep(self.retry()).await;
         }
         self.resumes_left -= 1;
         Some(last)
@@ -85,7 +93,9 @@ mod tests {
     #[tokio::test]
     async fn resumes_from_the_last_id_at_once_then_after_retry_and_a_bounded_number_of_times() {
         let mut nothing = Resumption::default();
+        assert_eq!(nothing.announced(), None);
         nothing.saw(None, Some(50));
+        assert_eq!(nothing.announced(), Some(Duration::from_millis(50)));
         assert_eq!(nothing.next().await, None, "no event had an id: nothing to resume from");
 
         let mut polled = Resumption::default();
