@@ -508,7 +508,11 @@ both_dbs!(lean_relay_callers_alone_follow_grant_changes, alone_follows_changes);
 /// resumed the stream with `GET` and `Last-Event-ID`) is resumed on each leg that reads it: the
 /// relay's own reader, for a session's call and for a 2026-07-28 caller's (bridged to the
 /// upstream's session), and rmcp's client, for a session's call the relay leaves to rmcp (it
-/// carries an `Origin`). Each caller gets its own call's answer.
+/// carries an `Origin`). Each caller gets its own call's answer. The relay passes the polling
+/// on to a session's caller: its answer is an event stream that ends, as the upstream's did,
+/// after an event with an id and the upstream's `retry` (the fixture's 200 ms), before the
+/// answer, which the caller's `GET` with that `Last-Event-ID` brings; a 2026-07-28 caller,
+/// whose revision resumes nothing, gets its answer whole, as JSON.
 async fn resumes_streams_closed_mid_call(backend: Backend) {
     let proxy = Proxy::start(backend, Mode::Session, &[]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -522,22 +526,37 @@ async fn resumes_streams_closed_mid_call(backend: Backend) {
     let live = &proxy.live;
     let olivia = live.token_for("olivia@acme.test");
     let tool = "ev__test_reconnection";
-    let resumed = |leg: &str, reply: &Reply, id: i64| {
-        assert_eq!(reply.message["id"], id, "{leg}: {:?}", reply.message);
-        let text = reply.message["result"]["content"][0]["text"].as_str().unwrap_or_default();
-        assert!(text.contains("the client resumed it"), "{leg}: {:?}", reply.message);
+    let resumed = |leg: &str, message: &Value, id: i64| {
+        assert_eq!(message["id"], id, "{leg}: {message:?}");
+        let text = message["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("the client resumed it"), "{leg}: {message:?}");
     };
 
     let session = open_session(live, &olivia).await.unwrap();
     lean_call(&proxy, &olivia, &session, 1, "ev__test_simple_text", json!({})).await;
     let sent_before = std::fs::read_to_string(&ids).unwrap_or_default().lines().count();
-    let lean = post(live, &olivia, Some(&session), &tool_call(2, tool, json!({})), &[]).await;
-    resumed("the relay, in a session", &lean, 2);
+    let polled = send(live, &olivia, Some(&session), tool_call(2, tool, json!({})).into_bytes(), &[]).await;
+    let kind = polled.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/event-stream"), "the polling passed on as an event stream: {kind}");
+    // Read to its end: the relay ends it, as the upstream ended its own.
+    let body = polled.text().await.unwrap();
+    let events = events_of(&body);
+    let (priming, last) = (events[0], events[events.len() - 1]);
+    assert!(field(priming, "id").is_some() && field(priming, "retry").is_some(), "a priming event first: {body}");
+    assert_eq!(field(last, "retry"), Some("200"), "the upstream's retry on the last event: {body}");
+    assert_eq!(field(last, "data"), Some(""), "no data on it: {body}");
+    assert!(!body.contains("\"result\""), "the stream ends before the answer: {body}");
+    let last_id = field(last, "id").unwrap_or_else(|| panic!("an id to resume from: {last:?}"));
+    let (status, rest) = resume_stream(live, &olivia, &session, last_id).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer = events_of(&rest).iter().find_map(|e| field(e, "data").and_then(|d| serde_json::from_str(d).ok()));
+    resumed("the relay, in a session, on the client's GET", &answer.unwrap_or_default(), 2);
     let origin = live.config.public_url();
     let by_rmcp = post(live, &olivia, Some(&session), &tool_call(3, tool, json!({})), &[("origin", &origin)]).await;
-    resumed("rmcp's client, in a session", &by_rmcp, 3);
+    resumed("rmcp's client, in a session", &by_rmcp.message, 3);
     let alone = post(live, &olivia, None, &modern_call(4, tool, None).to_string(), &alone_headers(tool)).await;
-    resumed("the relay, for a 2026-07-28 caller", &alone, 4);
+    resumed("the relay, for a 2026-07-28 caller", &alone.message, 4);
+    assert!(content_type(&alone).starts_with("application/json"), "its answer whole: {:?}", alone.headers);
     assert_eq!(alone.message["result"]["resultType"], "complete", "{:?}", alone.message);
 
     // Which leg sent each call: the relay's own ids, or rmcp's numbers.
@@ -550,6 +569,16 @@ async fn resumes_streams_closed_mid_call(backend: Backend) {
     child.kill().await.ok();
 }
 both_dbs!(upstream_streams_closed_mid_call_are_resumed_on_both_legs, resumes_streams_closed_mid_call);
+
+/// The events of an event stream's body.
+fn events_of(body: &str) -> Vec<&str> {
+    body.split("\n\n").filter(|e| !e.trim().is_empty()).collect()
+}
+
+/// The value of an event's field `name` (its first line of that name).
+fn field<'e>(event: &'e str, name: &str) -> Option<&'e str> {
+    event.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':'))).map(str::trim)
+}
 
 /// A `GET` resuming one of a session's event streams after `last` (its `Last-Event-ID`): the
 /// whole body, read to its end.
@@ -586,10 +615,7 @@ async fn answers_resumably(backend: Backend) {
     let response = send(live, &olivia, Some(&session), call, &[]).await;
     assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
     let body = response.text().await.unwrap();
-    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.trim().is_empty()).collect();
-    fn field<'e>(event: &'e str, name: &str) -> Option<&'e str> {
-        event.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':'))).map(str::trim)
-    }
+    let events = events_of(&body);
     let priming = events[0];
     let first_id = field(priming, "id").unwrap_or_else(|| panic!("an id on the priming event: {priming:?}"));
     assert!(first_id.starts_with("scopegate-lean-"), "{priming:?}");
@@ -603,7 +629,7 @@ async fn answers_resumably(backend: Backend) {
 
     let (status, resumed) = resume_stream(live, &olivia, &session, first_id).await;
     assert_eq!(status, StatusCode::OK);
-    let again: Vec<&str> = resumed.split("\n\n").filter(|e| !e.trim().is_empty()).collect();
+    let again = events_of(&resumed);
     assert_eq!(again, events[1..], "every event after the one named, the answer included");
     let (_, from_answer) = resume_stream(live, &olivia, &session, field(answer, "id").unwrap()).await;
     assert!(from_answer.trim().is_empty(), "nothing after the answer: {from_answer:?}");
