@@ -13,6 +13,9 @@
 //! the same way as on rmcp's side. The call is announced in the connection's route table like
 //! any other, so what the upstream sends on its session's own stream finds it too; the answer
 //! waits for those. At the timeout, or when the caller cancels, the upstream is told to cancel.
+//! A stream the upstream ends before the answer is resumed (`wire::resume`); when it ended
+//! cleanly (the upstream polls, SEP-1699) the caller's sink is told, in its place among the
+//! rest ([`crate::relay::Note::Polled`]), so the relay can end its own answer's stream alike.
 //!
 //! The relay's other calls (stdio upstreams, those through a remote executor, those that
 //! carry a credential, tools that take request headers from their arguments) go through
