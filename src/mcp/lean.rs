@@ -7,9 +7,10 @@
 //! comes before it, as an event stream (the notifications in order, then the answer) when
 //! something does. A session's event stream is resumable (SEP-1699: a priming event, an id on
 //! every event, a `GET` with `Last-Event-ID` brings the rest), and when the upstream polls
-//! (ends the call's stream before answering, to be resumed) the relay does the same to its
-//! caller: it ends the answer's stream after an event with an id and the upstream's `retry`,
-//! and the answer waits for the client's `GET`.
+//! (ends the call's stream before answering, to be resumed) the relay does the same to a
+//! caller whose session is on 2025-11-25 (the revision that lets a server do so: SEP-1699): it
+//! ends the answer's stream after an event with an id and the upstream's `retry`, and the
+//! answer waits for the client's `GET`.
 //!
 //! The relay takes only what it serves exactly like rmcp would, and hands everything else back
 //! untouched to rmcp (which then answers it, errors included):
@@ -82,6 +83,9 @@ pub(crate) struct LeanSession {
     pub caps: RelayCaps,
     pub client: Option<(String, String)>,
     pub log_level: Arc<LogLevel>,
+    /// The session's revision lets a server end a request's stream before its answer, for the
+    /// client to resume (2025-11-25, SEP-1699; before it, a server SHOULD NOT).
+    pub polling: bool,
 }
 
 /// The sessions the relay may serve, by session id.
@@ -220,6 +224,9 @@ struct Caller {
     log_level: Arc<LogLevel>,
     /// A 2026-07-28 caller: how what its upstream asks reaches it.
     rounds: Option<ByRounds>,
+    /// The upstream's polling is passed on ([`LeanSession::polling`]; never to a 2026-07-28
+    /// caller, whose revision resumes nothing).
+    polling: bool,
 }
 
 /// How a 2026-07-28 caller's call takes its multi round-trip.
@@ -457,6 +464,7 @@ impl Relay {
                 client: known.client.clone(),
                 log_level: Arc::clone(&known.log_level),
                 rounds: None,
+                polling: known.polling,
             },
             Known::Alone(alone) => Caller {
                 peer: None,
@@ -471,6 +479,7 @@ impl Relay {
                     },
                     passed: modern_upstream,
                 }),
+                polling: false,
             },
         };
         Some(Accepted {
@@ -489,13 +498,14 @@ impl Relay {
 
     /// Runs an accepted call in a task of its own (it is audited and its upstream told to
     /// cancel even when the caller goes away) and answers with what it sends: the answer alone
-    /// as JSON, or, when a notification (or, in a session, the upstream's polling) comes
-    /// first, an event stream.
+    /// as JSON, or, when a notification (or the upstream's polling, passed on) comes first, an
+    /// event stream.
     async fn relay(self: &Arc<Self>, accepted: Accepted, session: Option<&str>, span: tracing::Span) -> Response {
         let (notes, mut noted) = mpsc::channel::<Note>(64);
         let (answer, mut answered) = oneshot::channel::<Reply>();
         let cancelled = CancellationToken::new();
         let request_id = accepted.ctx.request_id().clone();
+        let polling = session.is_some() && accepted.caller.polling;
         // A session's call is found by its cancellation (a request alone has no session to
         // send one in). Numbered: a call whose client went away may end after another took its id.
         let key = session.map(|session| (session.to_owned(), id_text(&request_id)));
@@ -521,12 +531,13 @@ impl Relay {
         loop {
             tokio::select! {
                 biased;
-                Some(note) = noted.recv() => match (session, note) {
-                    (Some(session), note) => return self.replayed_response(session, note, noted, answered, request_id),
-                    (None, Note::Message(first)) => return events_response(first, noted, answered, request_id),
-                    // A 2026-07-28 caller's revision resumes nothing: the upstream's polling
-                    // stays the gateway's business, and the caller waits for the answer.
-                    (None, Note::Polled { .. }) => {}
+                Some(note) = noted.recv() => match session {
+                    // Not passed on (a 2026-07-28 caller, or a session before 2025-11-25): the
+                    // upstream's polling stays the gateway's business, and the caller waits for
+                    // the answer.
+                    _ if !polling && matches!(note, Note::Polled { .. }) => {}
+                    Some(session) => return self.replayed_response(session, note, polling, noted, answered, request_id),
+                    None => return events_response(note, noted, answered, request_id),
                 },
                 answer = &mut answered => return json_response(answer.unwrap_or_else(|_| gone(&request_id))),
             }
@@ -538,28 +549,33 @@ impl Relay {
     /// data), then each message with an id. What the call sends is kept (in a task of its own,
     /// whether the client is connected or not) until the answer, and a while after it,
     /// for a `GET` with `Last-Event-ID` in the same session ([`Relay::resume`]); the time is
-    /// rmcp's for its own answered streams (`completed_cache_ttl`). When the upstream polls,
-    /// this response ends as the upstream's did ([`Replay::poll`]) and the client's `GET`
-    /// brings the rest.
+    /// rmcp's for its own answered streams (`completed_cache_ttl`). When the upstream polls and
+    /// the session's revision allows it (`polling`), this response ends as the upstream's did
+    /// ([`Replay::poll`]) and the client's `GET` brings the rest.
     fn replayed_response(
         &self,
         session: &str,
         first: Note,
+        polling: bool,
         mut noted: mpsc::Receiver<Note>,
         mut answered: oneshot::Receiver<Reply>,
         id: RequestId,
     ) -> Response {
         let config = &self.manager.session_config;
         let (replay, retry) = (self.replays.open(session, config.completed_cache_ttl), config.sse_retry);
+        let note = move |replay: &Replay, note: Note| match note {
+            Note::Polled { .. } if !polling => {}
+            note => replay.note(note, retry),
+        };
         replay.push(None, retry);
-        replay.note(first, retry);
+        note(&replay, first);
         let reading = Arc::clone(&replay).read_from(0, true);
         tokio::spawn(
             async move {
                 loop {
                     tokio::select! {
                         biased;
-                        Some(note) = noted.recv() => replay.note(note, retry),
+                        Some(next) = noted.recv() => note(&replay, next),
                         answer = &mut answered => {
                             let answer = answer.unwrap_or_else(|_| gone(&id));
                             replay.push(Some(&answer.bytes), None);
@@ -870,13 +886,13 @@ fn json_response(answer: Reply) -> Response {
 /// a 2026-07-28 caller, whose revision resumes no stream: no ids, and the upstream's polling
 /// does not end it).
 fn events_response(
-    first: Bytes,
+    first: Note,
     noted: mpsc::Receiver<Note>,
     answered: oneshot::Receiver<Reply>,
     id: RequestId,
 ) -> Response {
     struct State {
-        first: Option<Bytes>,
+        first: Option<Note>,
         noted: mpsc::Receiver<Note>,
         answered: oneshot::Receiver<Reply>,
         id: RequestId,
@@ -884,7 +900,7 @@ fn events_response(
     }
     let state = State { first: Some(first), noted, answered, id, done: false };
     let events = futures_util::stream::unfold(state, |mut state| async move {
-        if let Some(first) = state.first.take() {
+        if let Some(Note::Message(first)) = state.first.take() {
             return Some((Ok::<Bytes, Infallible>(event(&first)), state));
         }
         loop {

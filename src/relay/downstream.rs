@@ -55,7 +55,8 @@ pub enum Note {
     Message(bytes::Bytes),
     /// The upstream ended the call's event stream before answering, to be polled (SEP-1699),
     /// and the call's leg resumed it: the relay may end its own answer's stream at this point
-    /// too, with an event id to resume from and the upstream's `retry` (if it announced one).
+    /// too (when its caller's revision allows it), with an event id to resume from and the
+    /// upstream's `retry` (if it announced one).
     Polled { retry: Option<Duration> },
 }
 

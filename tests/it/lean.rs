@@ -509,10 +509,12 @@ both_dbs!(lean_relay_callers_alone_follow_grant_changes, alone_follows_changes);
 /// relay's own reader, for a session's call and for a 2026-07-28 caller's (bridged to the
 /// upstream's session), and rmcp's client, for a session's call the relay leaves to rmcp (it
 /// carries an `Origin`). Each caller gets its own call's answer. The relay passes the polling
-/// on to a session's caller: its answer is an event stream that ends, as the upstream's did,
-/// after an event with an id and the upstream's `retry` (the fixture's 200 ms), before the
-/// answer, which the caller's `GET` with that `Last-Event-ID` brings; a 2026-07-28 caller,
-/// whose revision resumes nothing, gets its answer whole, as JSON.
+/// on to a caller whose session is on 2025-11-25 (SEP-1699's revision): its answer is an event
+/// stream that ends, as the upstream's did, after an event with an id and the upstream's
+/// `retry` (the fixture's 200 ms), before the answer, which the caller's `GET` with that
+/// `Last-Event-ID` brings. A 2025-06-18 session's caller (a server SHOULD NOT end its stream
+/// before the answer) and a 2026-07-28 caller (its revision resumes nothing) get their answers
+/// whole, as JSON.
 async fn resumes_streams_closed_mid_call(backend: Backend) {
     let proxy = Proxy::start(backend, Mode::Session, &[]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -534,8 +536,19 @@ async fn resumes_streams_closed_mid_call(backend: Backend) {
 
     let session = open_session(live, &olivia).await.unwrap();
     lean_call(&proxy, &olivia, &session, 1, "ev__test_simple_text", json!({})).await;
+    let latest = [("mcp-protocol-version", "2025-11-25")];
+    let init = INIT.replace("2025-06-18", "2025-11-25");
+    let opened = post(live, &olivia, None, &init, &latest).await;
+    assert_eq!(opened.message["result"]["protocolVersion"], "2025-11-25", "{:?}", opened.message);
+    let polling = opened.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    post(live, &olivia, Some(&polling), INITIALIZED, &latest).await;
+    lean_call(&proxy, &olivia, &polling, 1, "ev__test_simple_text", json!({})).await;
     let sent_before = std::fs::read_to_string(&ids).unwrap_or_default().lines().count();
-    let polled = send(live, &olivia, Some(&session), tool_call(2, tool, json!({})).into_bytes(), &[]).await;
+
+    let whole = post(live, &olivia, Some(&session), &tool_call(2, tool, json!({})), &[]).await;
+    resumed("the relay, in a 2025-06-18 session", &whole.message, 2);
+    assert!(content_type(&whole).starts_with("application/json"), "its answer whole: {:?}", whole.headers);
+    let polled = send(live, &olivia, Some(&polling), tool_call(2, tool, json!({})).into_bytes(), &latest).await;
     let kind = polled.headers()["content-type"].to_str().unwrap().to_owned();
     assert!(kind.starts_with("text/event-stream"), "the polling passed on as an event stream: {kind}");
     // Read to its end: the relay ends it, as the upstream ended its own.
@@ -547,10 +560,10 @@ async fn resumes_streams_closed_mid_call(backend: Backend) {
     assert_eq!(field(last, "data"), Some(""), "no data on it: {body}");
     assert!(!body.contains("\"result\""), "the stream ends before the answer: {body}");
     let last_id = field(last, "id").unwrap_or_else(|| panic!("an id to resume from: {last:?}"));
-    let (status, rest) = resume_stream(live, &olivia, &session, last_id).await;
+    let (status, rest) = resume_stream(live, &olivia, &polling, last_id).await;
     assert_eq!(status, StatusCode::OK);
     let answer = events_of(&rest).iter().find_map(|e| field(e, "data").and_then(|d| serde_json::from_str(d).ok()));
-    resumed("the relay, in a session, on the client's GET", &answer.unwrap_or_default(), 2);
+    resumed("the relay, in a 2025-11-25 session, on the client's GET", &answer.unwrap_or_default(), 2);
     let origin = live.config.public_url();
     let by_rmcp = post(live, &olivia, Some(&session), &tool_call(3, tool, json!({})), &[("origin", &origin)]).await;
     resumed("rmcp's client, in a session", &by_rmcp.message, 3);
@@ -563,9 +576,9 @@ async fn resumes_streams_closed_mid_call(backend: Backend) {
     let sent = std::fs::read_to_string(&ids).unwrap_or_default();
     let sent: Vec<&str> = sent.lines().skip(sent_before).collect();
     let by_relay = sent.iter().filter(|l| l.contains("scopegate-")).count();
-    assert_eq!((by_relay, sent.len()), (2, 3), "two calls on the relay's leg, one on rmcp's: {sent:?}");
+    assert_eq!((by_relay, sent.len()), (3, 4), "three calls on the relay's leg, one on rmcp's: {sent:?}");
     let ok = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev__test_reconnection' AND outcome = 'ok'";
-    assert_eq!(live.count(ok).await, 3);
+    assert_eq!(live.count(ok).await, 4);
     child.kill().await.ok();
 }
 both_dbs!(upstream_streams_closed_mid_call_are_resumed_on_both_legs, resumes_streams_closed_mid_call);
