@@ -15,7 +15,9 @@
 #                       check alone). Default: sdk-tool-results, then the whole requirement set
 #                       of each revision (2025-11-25, 2026-07-28), each checked against
 #                       conformance/expected-failures-<revision>.yml: a scenario that fails and
-#                       is not listed, or that passes and is listed, fails the run.
+#                       is not listed, or that passes and is listed, fails the run; and a check
+#                       listed in conformance/required-checks-<revision>.yml that is not
+#                       SUCCESS (missing, or "not applicable") fails it too.
 #   --requirements R    run only requirement set R (2025-11-25 or 2026-07-28)
 #   --upstream-version V  pin the reference server's declaration to protocol revision V
 #                       ("protocolVersion": V; 2026-07-28, or a legacy one such as 2025-11-25).
@@ -438,8 +440,14 @@ run_revision() { # revision
     fi
   fi
   say "$run: requirements $revision against $target, $(basename "$expected") ($(( $(date +%s) - t0 )) s):"
+  # Checks that must be SUCCESS whenever their scenario runs (required-checks-<revision>.yml):
+  # all of its scenarios must run in a whole set's run.
+  local required=() required_file="$script_dir/conformance/required-checks-$revision.yml"
+  if [ -f "$required_file" ]; then
+    required=("$required_file" "$([ "$whole_suite" -eq 1 ] && echo all || echo ran)")
+  fi
   verdict=0
-  NODE_PATH="$cache/node_modules" "$node" "$summary" "$mode" "$dir" "$log" "$scored" "$expected" >&2 || verdict=$?
+  NODE_PATH="$cache/node_modules" "$node" "$summary" "$mode" "$dir" "$log" "$scored" "$expected" "${required[@]}" >&2 || verdict=$?
   if [ "$mode" = direct ]; then
     # Directly, the suite's verdict is the scored scenarios' own (no baseline): reported only.
     say "$run: the suite exited $rc (no baseline directly: nonzero when a scored or named scenario fails against the reference server itself)"

@@ -2,7 +2,7 @@
 // The compact summary of one run of the conformance suite (scripts/conformance.sh), and its
 // baseline check over EVERY scenario run, scored or not.
 //
-// Usage: node summary.cjs MODE RUN_DIR SUITE_LOG SCORED EXPECTED_FAILURES
+// Usage: node summary.cjs MODE RUN_DIR SUITE_LOG SCORED EXPECTED_FAILURES [REQUIRED_CHECKS WHICH]
 //   MODE               gateway: fail on a failing scenario (or check) not listed in
 //                      EXPECTED_FAILURES and on a listed one that passes (the suite's own rule,
 //                      which with --requirements covers only the scored scenarios);
@@ -12,6 +12,11 @@
 //   SUITE_LOG          the suite's output (names the scenarios it started)
 //   SCORED             comma-separated scenarios the requirement set scores ('' : all)
 //   EXPECTED_FAILURES  the YAML baseline ({server: [scenario | scenario:check-id, ...]})
+//   REQUIRED_CHECKS    optional YAML ({server: [scenario:check-id, ...]}): checks that must be
+//                      SUCCESS (present, not INFO, not missing) in every scenario of the list
+//                      that ran, in either mode
+//   WHICH              all: every scenario REQUIRED_CHECKS names must have run (a whole
+//                      requirement set); ran: only those that ran are held (named scenarios)
 //
 // A scenario fails when one of its checks is a FAILURE or a WARNING (as the suite counts it
 // for a baseline), or when it started and left no checks.json (it crashed or timed out).
@@ -20,9 +25,10 @@
 const fs = require('node:fs');
 const path = require('node:path');
 
-const [mode, runDir, suiteLog, scoredArg, expectedFile] = process.argv.slice(2);
-if (!['gateway', 'direct'].includes(mode) || !runDir || !suiteLog || expectedFile === undefined) {
-  console.error('usage: summary.cjs gateway|direct RUN_DIR SUITE_LOG SCORED EXPECTED_FAILURES');
+const [mode, runDir, suiteLog, scoredArg, expectedFile, requiredFile, which] = process.argv.slice(2);
+const usage = !['gateway', 'direct'].includes(mode) || !runDir || !suiteLog || expectedFile === undefined;
+if (usage || (requiredFile && !['all', 'ran'].includes(which))) {
+  console.error('usage: summary.cjs gateway|direct RUN_DIR SUITE_LOG SCORED EXPECTED_FAILURES [REQUIRED_CHECKS all|ran]');
   process.exit(2);
 }
 const scored = scoredArg ? new Set(scoredArg.split(',')) : null;
@@ -50,12 +56,13 @@ for (const d of dirs) {
 }
 
 // --- the baseline ----------------------------------------------------------------------------
-let entries = [];
-if (expectedFile) {
+const listed = (file) => {
+  if (!file) return [];
   const YAML = require('yaml');
-  const doc = YAML.parse(fs.readFileSync(expectedFile, 'utf8')) || {};
-  entries = (doc.server || []).map(String);
-}
+  const doc = YAML.parse(fs.readFileSync(file, 'utf8')) || {};
+  return (doc.server || []).map(String);
+};
+const entries = listed(expectedFile);
 const wholeScenarios = new Set(entries.filter((e) => !e.includes(':')));
 const perCheck = new Map();
 for (const e of entries.filter((e) => e.includes(':'))) {
@@ -113,17 +120,39 @@ if (scored) {
 }
 if (results.size === 0) out.push('  no scenario ran (see the suite log)');
 
+// --- the required checks: SUCCESS, not merely "not failing" ------------------------------------
+const unmet = [];
+let held = 0;
+for (const entry of listed(requiredFile)) {
+  const [scenario, id] = [entry.slice(0, entry.indexOf(':')), entry.slice(entry.indexOf(':') + 1)];
+  if (!entry.includes(':') || !id) {
+    unmet.push(`${entry} (not scenario:check-id)`);
+    continue;
+  }
+  if (!results.has(scenario)) {
+    if (which === 'all') unmet.push(`${entry} (the scenario did not run)`);
+    continue;
+  }
+  const checks = results.get(scenario) || [];
+  const found = checks.filter((c) => c.id === id);
+  if (found.length === 0) unmet.push(`${entry} (missing)`);
+  else if (found.some((c) => c.status !== 'SUCCESS')) unmet.push(`${entry} (${found.map((c) => c.status).join(', ')})`);
+  else held++;
+}
+if (held) out.push(`  required checks SUCCESS: ${held}`);
+if (unmet.length) out.push(`  REQUIRED CHECKS NOT MET (${path.basename(requiredFile)}): ${unmet.join(', ')}`);
+
 let ok;
 if (mode === 'gateway') {
   if (expected.length) out.push(`  expected failures: ${expected.join(', ')}`);
   if (unexpected.length) out.push(`  UNEXPECTED failures (not in ${path.basename(expectedFile)}): ${unexpected.join(', ')}`);
   if (stale.length) out.push(`  STALE entries (listed, now passing; remove them): ${stale.join(', ')}`);
-  ok = results.size > 0 && unexpected.length === 0 && stale.length === 0;
+  ok = results.size > 0 && unexpected.length === 0 && stale.length === 0 && unmet.length === 0;
 } else {
   const failingDirect = [...expected];
   if (failingDirect.length) out.push(`  listed and failing directly (justified): ${failingDirect.join(', ')}`);
   if (stale.length) out.push(`  LISTED BUT PASSING DIRECTLY (not allowed in ${path.basename(expectedFile)}): ${stale.join(', ')}`);
-  ok = results.size > 0 && stale.length === 0;
+  ok = results.size > 0 && stale.length === 0 && unmet.length === 0;
 }
 console.log(out.join('\n'));
 process.exit(ok ? 0 : 1);

@@ -5,7 +5,12 @@
 //! grants), sends the call on the lean leg (`proxy::lean`), audits it before
 //! answering, and answers with the upstream's result as it came: as plain JSON when nothing
 //! comes before it, as an event stream (the notifications in order, then the answer) when
-//! something does.
+//! something does. A session's event stream is resumable (SEP-1699: a priming event, an id on
+//! every event, a `GET` with `Last-Event-ID` brings the rest), and when the upstream polls
+//! (ends the call's stream before answering, to be resumed) the relay does the same to a
+//! caller whose session is on 2025-11-25 (the revision that lets a server do so: SEP-1699): it
+//! ends the answer's stream after an event with an id and the upstream's `retry`, and the
+//! answer waits for the client's `GET`.
 //!
 //! The relay takes only what it serves exactly like rmcp would, and hands everything else back
 //! untouched to rmcp (which then answers it, errors included):
@@ -65,6 +70,7 @@ use crate::proxy::surface;
 use crate::proxy::{
     CallOrigin, Downstream, Exchange, LeanResult, LogLevel, PassedInput, ProxyError, RelayCaps, Round, Sink,
 };
+use crate::relay::Note;
 use crate::selection;
 use crate::telemetry::trace;
 use crate::vocab::names::split_tool_name;
@@ -77,6 +83,9 @@ pub(crate) struct LeanSession {
     pub caps: RelayCaps,
     pub client: Option<(String, String)>,
     pub log_level: Arc<LogLevel>,
+    /// The session's revision lets a server end a request's stream before its answer, for the
+    /// client to resume (2025-11-25, SEP-1699; before it, a server SHOULD NOT).
+    pub polling: bool,
 }
 
 /// The sessions the relay may serve, by session id.
@@ -127,6 +136,8 @@ pub(crate) struct Relay {
     next_call: std::sync::atomic::AtomicU64,
     /// The requests the relay's calls asked their clients, waiting for the answers.
     asks: Arc<crate::relay::Asks>,
+    /// A session's answers given as event streams, which its client may resume.
+    replays: Replays,
 }
 
 #[derive(Deserialize)]
@@ -213,6 +224,9 @@ struct Caller {
     log_level: Arc<LogLevel>,
     /// A 2026-07-28 caller: how what its upstream asks reaches it.
     rounds: Option<ByRounds>,
+    /// The upstream's polling is passed on ([`LeanSession::polling`]; never to a 2026-07-28
+    /// caller, whose revision resumes nothing).
+    polling: bool,
 }
 
 /// How a 2026-07-28 caller's call takes its multi round-trip.
@@ -247,6 +261,7 @@ impl Relay {
             calls: Mutex::default(),
             next_call: Default::default(),
             asks: Arc::default(),
+            replays: Replays::default(),
         }
     }
 
@@ -256,6 +271,9 @@ impl Relay {
 
     /// Serves `request` when the relay takes it; hands it back otherwise.
     pub(crate) async fn serve(self: &Arc<Self>, request: Request) -> Result<Response, Request> {
+        if request.method() == Method::GET {
+            return self.resume(&request).ok_or(request);
+        }
         if request.method() != Method::POST {
             return Err(request);
         }
@@ -446,6 +464,7 @@ impl Relay {
                 client: known.client.clone(),
                 log_level: Arc::clone(&known.log_level),
                 rounds: None,
+                polling: known.polling,
             },
             Known::Alone(alone) => Caller {
                 peer: None,
@@ -460,6 +479,7 @@ impl Relay {
                     },
                     passed: modern_upstream,
                 }),
+                polling: false,
             },
         };
         Some(Accepted {
@@ -478,12 +498,14 @@ impl Relay {
 
     /// Runs an accepted call in a task of its own (it is audited and its upstream told to
     /// cancel even when the caller goes away) and answers with what it sends: the answer alone
-    /// as JSON, or, when a notification comes first, an event stream.
+    /// as JSON, or, when a notification (or the upstream's polling, passed on) comes first, an
+    /// event stream.
     async fn relay(self: &Arc<Self>, accepted: Accepted, session: Option<&str>, span: tracing::Span) -> Response {
-        let (notes, mut noted) = mpsc::channel::<Bytes>(64);
+        let (notes, mut noted) = mpsc::channel::<Note>(64);
         let (answer, mut answered) = oneshot::channel::<Reply>();
         let cancelled = CancellationToken::new();
         let request_id = accepted.ctx.request_id().clone();
+        let polling = session.is_some() && accepted.caller.polling;
         // A session's call is found by its cancellation (a request alone has no session to
         // send one in). Numbered: a call whose client went away may end after another took its id.
         let key = session.map(|session| (session.to_owned(), id_text(&request_id)));
@@ -505,16 +527,93 @@ impl Relay {
             }
             .instrument(span),
         );
-        // A notification queued before the answer is taken first.
-        tokio::select! {
-            biased;
-            Some(first) = noted.recv() => events_response(first, noted, answered, request_id),
-            answer = &mut answered => json_response(answer.unwrap_or_else(|_| gone(&request_id))),
+        // A note queued before the answer is taken first.
+        loop {
+            tokio::select! {
+                biased;
+                Some(note) = noted.recv() => match session {
+                    // Not passed on (a 2026-07-28 caller, or a session before 2025-11-25): the
+                    // upstream's polling stays the gateway's business, and the caller waits for
+                    // the answer.
+                    _ if !polling && matches!(note, Note::Polled { .. }) => {}
+                    Some(session) => return self.replayed_response(session, note, polling, noted, answered, request_id),
+                    None => return events_response(note, noted, answered, request_id),
+                },
+                answer = &mut answered => return json_response(answer.unwrap_or_else(|_| gone(&request_id))),
+            }
         }
     }
 
+    /// A session's answer as an event stream that its client may resume (SEP-1699), as rmcp
+    /// answers a session's request: a priming event first (an id, the session's `retry`, no
+    /// data), then each message with an id. What the call sends is kept (in a task of its own,
+    /// whether the client is connected or not) until the answer, and a while after it,
+    /// for a `GET` with `Last-Event-ID` in the same session ([`Relay::resume`]); the time is
+    /// rmcp's for its own answered streams (`completed_cache_ttl`). When the upstream polls and
+    /// the session's revision allows it (`polling`), this response ends as the upstream's did
+    /// ([`Replay::poll`]) and the client's `GET` brings the rest.
+    fn replayed_response(
+        &self,
+        session: &str,
+        first: Note,
+        polling: bool,
+        mut noted: mpsc::Receiver<Note>,
+        mut answered: oneshot::Receiver<Reply>,
+        id: RequestId,
+    ) -> Response {
+        let config = &self.manager.session_config;
+        let (replay, retry) = (self.replays.open(session, config.completed_cache_ttl), config.sse_retry);
+        let note = move |replay: &Replay, note: Note| match note {
+            Note::Polled { .. } if !polling => {}
+            note => replay.note(note, retry),
+        };
+        replay.push(None, retry);
+        note(&replay, first);
+        let reading = Arc::clone(&replay).read_from(0, true);
+        tokio::spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(next) = noted.recv() => note(&replay, next),
+                        answer = &mut answered => {
+                            let answer = answer.unwrap_or_else(|_| gone(&id));
+                            replay.push(Some(&answer.bytes), None);
+                            replay.finish();
+                            break;
+                        }
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+        stream_response(reading)
+    }
+
+    /// A `GET` resuming one of the relay's event streams (its `Last-Event-ID` is one of the
+    /// relay's ids) in the session that stream answered: the events after that id, then the
+    /// rest as it comes. Anything else goes to rmcp (which, for an id of the relay's it does
+    /// not know, answers with an empty stream: another session's events are never sent).
+    fn resume(&self, request: &Request) -> Option<Response> {
+        let text = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        let accepts_events = request
+            .headers()
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream"));
+        let position = text("last-event-id").and_then(replay_position);
+        let found = match (position, text(SESSION_HEADER)) {
+            (Some((number, index)), Some(session)) if accepts_events => {
+                self.replays.find(number, session).map(|replay| (replay, index))
+            }
+            _ => None,
+        };
+        found.map(|(replay, index)| stream_response(replay.read_from(index + 1, false)))
+    }
+
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
-    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Bytes>, cancelled: &CancellationToken) -> Reply {
+    async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Note>, cancelled: &CancellationToken) -> Reply {
         let shared = &self.shared;
         let Accepted { ctx, caller, target, tool, upstream_tool, progress, arguments, parsed, args_digest, args_raw } =
             accepted;
@@ -783,39 +882,228 @@ fn json_response(answer: Reply) -> Response {
     response
 }
 
-/// The notifications (`first` and what follows) and then the answer, as an event stream.
+/// The notifications (`first` and what follows) and then the answer, as an event stream (for
+/// a 2026-07-28 caller, whose revision resumes no stream: no ids, and the upstream's polling
+/// does not end it).
 fn events_response(
-    first: Bytes,
-    noted: mpsc::Receiver<Bytes>,
+    first: Note,
+    noted: mpsc::Receiver<Note>,
     answered: oneshot::Receiver<Reply>,
     id: RequestId,
 ) -> Response {
     struct State {
-        first: Option<Bytes>,
-        noted: mpsc::Receiver<Bytes>,
+        first: Option<Note>,
+        noted: mpsc::Receiver<Note>,
         answered: oneshot::Receiver<Reply>,
         id: RequestId,
         done: bool,
     }
     let state = State { first: Some(first), noted, answered, id, done: false };
     let events = futures_util::stream::unfold(state, |mut state| async move {
-        if let Some(first) = state.first.take() {
+        if let Some(Note::Message(first)) = state.first.take() {
             return Some((Ok::<Bytes, Infallible>(event(&first)), state));
         }
-        if state.done {
-            return None;
-        }
-        // A notification queued before the answer is taken before it.
-        let next = tokio::select! {
-            biased;
-            Some(note) = state.noted.recv() => note,
-            answer = &mut state.answered => {
-                state.done = true;
-                answer.unwrap_or_else(|_| gone(&state.id)).bytes
+        loop {
+            if state.done {
+                return None;
             }
-        };
-        Some((Ok(event(&next)), state))
+            // A notification queued before the answer is taken before it.
+            let next = tokio::select! {
+                biased;
+                Some(note) = state.noted.recv() => match note {
+                    Note::Message(note) => note,
+                    Note::Polled { .. } => continue,
+                },
+                answer = &mut state.answered => {
+                    state.done = true;
+                    answer.unwrap_or_else(|_| gone(&state.id)).bytes
+                }
+            };
+            return Some((Ok(event(&next)), state));
+        }
     });
+    stream_response(events)
+}
+
+/// The prefix of the relay's event ids (`scopegate-lean-STREAM-INDEX`): never one rmcp's
+/// sessions give (`INDEX` or `INDEX/REQUEST`), so a `GET` naming one is the relay's.
+const REPLAY_PREFIX: &str = "scopegate-lean-";
+
+/// The most events one replay keeps: an older one is dropped, and resuming from before it
+/// is refused (an empty stream), as rmcp's sessions refuse an id they no longer hold.
+const MAX_REPLAYED: usize = 1024;
+
+/// The stream and event index an event id of the relay's names.
+fn replay_position(id: &str) -> Option<(u64, usize)> {
+    let (stream, index) = id.strip_prefix(REPLAY_PREFIX)?.split_once('-')?;
+    Some((stream.parse().ok()?, index.parse().ok()?))
+}
+
+/// The relay's resumable answers, by stream number; an ended one is forgotten `kept` after its
+/// answer (looked at whenever one opens or is looked for).
+#[derive(Default)]
+struct Replays {
+    next: std::sync::atomic::AtomicU64,
+    live: Mutex<HashMap<u64, Arc<Replay>>>,
+}
+
+impl Replays {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Replay>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn open(&self, session: &str, kept: std::time::Duration) -> Arc<Replay> {
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let replay = Arc::new(Replay {
+            number,
+            session: session.to_owned(),
+            kept,
+            state: Mutex::default(),
+            grown: tokio::sync::watch::Sender::new(()),
+        });
+        let mut live = self.lock();
+        live.retain(|_, replay| !replay.expired());
+        live.insert(number, Arc::clone(&replay));
+        replay
+    }
+
+    /// Stream `number`, if it answered `session` and is still kept.
+    fn find(&self, number: u64, session: &str) -> Option<Arc<Replay>> {
+        let mut live = self.lock();
+        live.retain(|_, replay| !replay.expired());
+        live.get(&number).filter(|replay| replay.session == session).cloned()
+    }
+}
+
+/// One answer's events, each with its id, as written so far.
+struct Replay {
+    number: u64,
+    /// The session it answers: the only one that may resume it.
+    session: String,
+    kept: std::time::Duration,
+    state: Mutex<Replayed>,
+    /// Told whenever an event is added or the answer is complete.
+    grown: tokio::sync::watch::Sender<()>,
+}
+
+#[derive(Default)]
+struct Replayed {
+    /// The index of `events[0]`.
+    base: usize,
+    events: std::collections::VecDeque<Bytes>,
+    /// When the answer was written.
+    done: Option<std::time::Instant>,
+    /// The index of the event after which the POST's own response ends: the upstream polled.
+    polled: Option<usize>,
+}
+
+/// What a reader of a replay finds at its place.
+enum Found {
+    Event(Bytes),
+    Wait,
+    End,
+}
+
+impl Replay {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Replayed> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn expired(&self) -> bool {
+        self.lock().done.is_some_and(|done| done.elapsed() > self.kept)
+    }
+
+    /// Adds an event with the next id: `message` as its data (none: a priming event), with a
+    /// `retry` field when given.
+    fn push(&self, message: Option<&[u8]>, retry: Option<std::time::Duration>) {
+        self.write(message, retry, false);
+    }
+
+    /// Adds what the call sent: a message, or the upstream's polling ([`Replay::poll`]), with
+    /// `retry` (the session's) where the upstream announced none.
+    fn note(&self, note: Note, retry: Option<std::time::Duration>) {
+        match note {
+            Note::Message(message) => self.push(Some(&message), None),
+            Note::Polled { retry: announced } => self.poll(announced.or(retry)),
+        }
+    }
+
+    /// The upstream polled (SEP-1699): the POST's response ends here, as the upstream's did,
+    /// after an event with an id and `retry` and no data, as rmcp's sessions end a stream they
+    /// close (`close_sse_stream`); its client resumes with a `GET` and that id, and gets the
+    /// rest, the answer included, when it comes. Once only: a later stream is the client's
+    /// `GET`, which goes on to the answer.
+    fn poll(&self, retry: Option<std::time::Duration>) {
+        self.write(None, retry, true);
+    }
+
+    fn write(&self, message: Option<&[u8]>, retry: Option<std::time::Duration>, polled: bool) {
+        let mut state = self.lock();
+        if polled && state.polled.is_some() {
+            return;
+        }
+        let index = state.base + state.events.len();
+        if polled {
+            // Set with the event, under one lock: a reader never sees one without the other.
+            state.polled = Some(index);
+        }
+        let mut out = format!("id: {REPLAY_PREFIX}{}-{index}\n", self.number).into_bytes();
+        if let Some(retry) = retry {
+            out.extend_from_slice(format!("retry: {}\n", retry.as_millis()).as_bytes());
+        }
+        match message {
+            Some(message) => out.extend_from_slice(&event(message)),
+            None => out.extend_from_slice(b"data: \n\n"),
+        }
+        if state.events.len() >= MAX_REPLAYED {
+            state.events.pop_front();
+            state.base += 1;
+        }
+        state.events.push_back(Bytes::from(out));
+        drop(state);
+        self.grown.send_replace(());
+    }
+
+    fn finish(&self) {
+        self.lock().done = Some(std::time::Instant::now());
+        self.grown.send_replace(());
+    }
+
+    /// The event at `index`, for the POST's own response (`posted`) or a `GET`'s.
+    fn at(&self, index: usize, posted: bool) -> Found {
+        let state = self.lock();
+        if index < state.base || (posted && state.polled.is_some_and(|last| index > last)) {
+            return Found::End;
+        }
+        match state.events.get(index - state.base) {
+            Some(event) => Found::Event(event.clone()),
+            None if state.done.is_some() => Found::End,
+            None => Found::Wait,
+        }
+    }
+
+    /// The events from index `from` on, as they come, until the answer; for the POST's own
+    /// response (`posted`), until the upstream polled if it did.
+    fn read_from(
+        self: Arc<Self>,
+        from: usize,
+        posted: bool,
+    ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send {
+        let grown = self.grown.subscribe();
+        futures_util::stream::unfold((self, from, grown), move |(replay, next, mut grown)| async move {
+            loop {
+                match replay.at(next, posted) {
+                    Found::Event(event) => return Some((Ok(event), (replay, next + 1, grown))),
+                    Found::End => return None,
+                    Found::Wait => grown.changed().await.ok()?,
+                }
+            }
+        })
+    }
+}
+
+/// An event stream response with `events` as its body.
+fn stream_response(events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static) -> Response {
     let mut response = Response::new(Body::from_stream(events));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));

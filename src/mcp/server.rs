@@ -433,6 +433,8 @@ impl ServerHandler for GatewayServer {
             caps: RelayCaps::declared_by(&info.capabilities),
             client: Some((info.client_info.name.clone(), info.client_info.version.clone())),
             log_level: Arc::clone(&self.log_level),
+            // rmcp has put the negotiated revision in the peer's info by now.
+            polling: info.protocol_version >= rmcp::model::ProtocolVersion::V_2025_11_25,
         };
         self.shared.lean.register(session, known);
     }

@@ -13,6 +13,9 @@
 //! the same way as on rmcp's side. The call is announced in the connection's route table like
 //! any other, so what the upstream sends on its session's own stream finds it too; the answer
 //! waits for those. At the timeout, or when the caller cancels, the upstream is told to cancel.
+//! A stream the upstream ends before the answer is resumed (`wire::resume`); when it ended
+//! cleanly (the upstream polls, SEP-1699) the caller's sink is told, in its place among the
+//! rest ([`crate::relay::Note::Polled`]), so the relay can end its own answer's stream alike.
 //!
 //! The relay's other calls (stdio upstreams, those through a remote executor, those that
 //! carry a credential, tools that take request headers from their arguments) go through
@@ -49,6 +52,7 @@ use crate::relay::catalog::ListKind;
 use crate::relay::{Asked, forward_log, forward_progress, relay_to};
 use crate::telemetry::trace;
 use crate::wire::client::Wire;
+use crate::wire::resume::Resumption;
 
 /// The most an upstream's answer to one call may hold (its JSON body, or all the events of
 /// its event stream together).
@@ -423,24 +427,80 @@ impl Upstreams {
         if !status.is_success() || essence != "text/event-stream" {
             return Err(unavailable(format!("the upstream answered HTTP {status} ({content_type})")));
         }
+        // The bound holds for all the events of the call's stream together, resumed or not.
         let mut seen = 0usize;
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(std::io::Error::other)?;
-            seen += chunk.len();
+        let mut resumption = if target.wire.resumable() { Resumption::default() } else { Resumption::none() };
+        // Whether the caller was told that the upstream polled (once: its stream ends there).
+        let mut told = false;
+        let mut response = response;
+        loop {
+            let broken = {
+                let seen = &mut seen;
+                let bytes = response.bytes_stream().map(move |chunk| {
+                    let chunk = chunk.map_err(std::io::Error::other)?;
+                    *seen += chunk.len();
+                    if *seen > MAX_ANSWER_BYTES {
+                        return Err(std::io::Error::other("the upstream's answer is too large"));
+                    }
+                    Ok::<Bytes, std::io::Error>(chunk)
+                });
+                let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
+                loop {
+                    let event = match events.next().await {
+                        Some(Ok(event)) => event,
+                        Some(Err(e)) => break Some(e),
+                        None => break None,
+                    };
+                    resumption.saw(event.id.as_deref(), event.retry);
+                    let Some(data) = event.data.as_deref().filter(|d| !d.trim().is_empty()) else { continue };
+                    if let Some(ended) = self.lean_message(target, data, id, downstream, cancelled).await? {
+                        return Ok(ended);
+                    }
+                }
+            };
             if seen > MAX_ANSWER_BYTES {
-                return Err(std::io::Error::other("the upstream's answer is too large"));
+                return Err(unavailable("the upstream's answer is too large"));
             }
-            Ok::<Bytes, std::io::Error>(chunk)
-        });
-        let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
-        while let Some(event) = events.next().await {
-            let event = event.map_err(unavailable)?;
-            let Some(data) = event.data.as_deref().filter(|d| !d.trim().is_empty()) else { continue };
-            if let Some(ended) = self.lean_message(target, data, id, downstream, cancelled).await? {
-                return Ok(ended);
+            // The stream ended (or broke) before the answer: resumed on the session, as the
+            // upstream's event ids and `retry` allow, within the call's deadline (its caller's).
+            let Some(last) = resumption.next().await else {
+                return Err(match broken {
+                    Some(e) => unavailable(e),
+                    None => unavailable("the upstream's event stream ended before its answer"),
+                });
+            };
+            // A stream closed cleanly with an id to resume from is the upstream polling
+            // (SEP-1699): the caller's answer may do as the upstream did (end its stream,
+            // resumable, and let the client come back for the answer); after what came
+            // before it, so nothing is reordered. A broken connection is the gateway's
+            // business alone.
+            if broken.is_none() && !told {
+                told = true;
+                downstream.sink.polled(resumption.announced()).await;
             }
+            response = self.lean_resume(target, &last).await?;
         }
-        Err(unavailable("the upstream's event stream ended before its answer"))
+    }
+
+    /// A `GET` resuming the call's event stream after `last` (the last event id it showed), on
+    /// the session the call went on, with the session's headers: none of the call's own (its
+    /// assertion, its trace context) is sent again.
+    async fn lean_resume(&self, target: &HttpTarget, last: &str) -> Result<reqwest::Response, ProxyError> {
+        let wire = &target.wire;
+        let mut request =
+            self.local.http.get(wire.url.clone()).headers(wire.headers.clone()).header(ACCEPT, "text/event-stream");
+        if let Some(session) = &wire.session {
+            request = request.header("mcp-session-id", &**session);
+        }
+        let response = request.header("last-event-id", last).send().await.map_err(unavailable)?;
+        let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let essence = content_type.split(';').next().unwrap_or_default().trim();
+        if !response.status().is_success() || !essence.eq_ignore_ascii_case("text/event-stream") {
+            let status = response.status();
+            return Err(unavailable(format!("resuming the call's event stream: HTTP {status} ({content_type})")));
+        }
+        tracing::debug!(server = %target.connection.server(), "a call's event stream resumed");
+        Ok(response)
     }
 
     /// Handles one message from the upstream; `Some` when it ends the exchange.

@@ -191,7 +191,7 @@ async fn ask_on_answer(
     method: &str,
     asks: &Asks,
     session: &str,
-    answer: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+    answer: &tokio::sync::mpsc::Sender<super::Note>,
     request: ServerRequest,
     parse: Parse,
     timeout: Duration,
@@ -201,7 +201,7 @@ async fn ask_on_answer(
     let (id, mut waiting) = asks.wait(session);
     let message = rmcp::model::ServerJsonRpcMessage::Request(rmcp::model::JsonRpcRequest::new(id, request));
     let bytes = serde_json::to_vec(&message).map_err(|_| gone())?;
-    answer.send(bytes.into()).await.map_err(|_| gone())?;
+    answer.send(super::Note::Message(bytes.into())).await.map_err(|_| gone())?;
     tokio::select! {
         answered = tokio::time::timeout(timeout, &mut waiting.answered) => match answered {
             Ok(Ok(Ok(value))) => parse(value).map_err(|e| {

@@ -44,7 +44,20 @@ pub enum Sink {
     /// a caller without a session (2026-07-28) has nothing after its answer, as on rmcp's
     /// stateless path. A request the upstream makes of a session's caller goes on the answer
     /// too, and the client's answer to it comes back through `asks`.
-    Stream { answer: tokio::sync::mpsc::Sender<bytes::Bytes>, session: Option<Peer<RoleServer>>, asks: Arc<Asks> },
+    Stream { answer: tokio::sync::mpsc::Sender<Note>, session: Option<Peer<RoleServer>>, asks: Arc<Asks> },
+}
+
+/// What goes onto the answer of a call the lean relay serves before the answer itself, in the
+/// order the upstream sent it.
+#[derive(Debug)]
+pub enum Note {
+    /// One serialized JSON-RPC message: a notification, or a request of the client.
+    Message(bytes::Bytes),
+    /// The upstream ended the call's event stream before answering, to be polled (SEP-1699),
+    /// and the call's leg resumed it: the relay may end its own answer's stream at this point
+    /// too (when its caller's revision allows it), with an event id to resume from and the
+    /// upstream's `retry` (if it announced one).
+    Polled { retry: Option<Duration> },
 }
 
 /// What a client answered to a request the lean relay put on one of its calls' answers.
@@ -107,7 +120,7 @@ impl Sink {
             Self::Stream { answer, session, .. } => match answer.reserve().await {
                 Ok(place) => {
                     let message = rmcp::model::ServerJsonRpcMessage::notification(notification);
-                    place.send(serde_json::to_vec(&message).map_err(|e| e.to_string())?.into());
+                    place.send(Note::Message(serde_json::to_vec(&message).map_err(|e| e.to_string())?.into()));
                     Ok(())
                 }
                 Err(_) => match session {
@@ -115,6 +128,19 @@ impl Sink {
                     None => Err("the request was answered".to_owned()),
                 },
             },
+        }
+    }
+}
+
+impl Sink {
+    /// Tells the caller's answer that the upstream polled (see [`Note::Polled`]), after what
+    /// the upstream sent before it and before what it sends after. Only the lean relay's
+    /// answers can act on it: rmcp's server gives a tool's handler no hold on the event stream
+    /// of the request it serves, so a caller through rmcp's session keeps its stream open and
+    /// gets the answer on it. Once the answer is gone there is nothing to end.
+    pub(crate) async fn polled(&self, retry: Option<Duration>) {
+        if let Self::Stream { answer, .. } = self {
+            let _ = answer.send(Note::Polled { retry }).await;
         }
     }
 }

@@ -16,7 +16,7 @@ mod order;
 
 use asked::answered_otherwise;
 pub(crate) use asked::{Asked, asked_request, audit_passed, relay_to};
-pub use downstream::{Asks, CallOrigin, Downstream, LogLevel, Round, Sink, by_rounds};
+pub use downstream::{Asks, CallOrigin, Downstream, LogLevel, Note, Round, Sink, by_rounds};
 pub use error::ProxyError;
 pub use order::Counted;
 use order::{DuringOwn, Handled, Marked, Seq};

@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use http::{HeaderName, HeaderValue};
@@ -23,6 +22,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 
 pub use super::AUTHORIZATION_META_KEY;
+use super::resume::Resumption;
 use crate::telemetry::trace::CONTEXT_FIELDS as TRACE_CONTEXT_FIELDS;
 
 /// Where a proxied request carries its identity assertion (stdio upstreams read it there).
@@ -66,51 +66,34 @@ fn mark_related(data: &mut Option<String>, related: Option<&Value>) {
 /// with that request's id (the stream of a POST that is no request is [`unrelated`]). A server
 /// may end the stream before it answers (SEP-1699 polling: an event id first, the stream
 /// closed mid-call), or the connection may break: the stream is then resumed with a `GET` and
-/// `Last-Event-ID` (at once, then after the server's `retry` interval), a bounded number of
-/// times, and goes on as the same stream, still that request's.
+/// `Last-Event-ID` as [`Resumption`] says, and goes on as the same stream, still that
+/// request's.
 fn related_to(response: StreamableHttpPostResponse, request: Option<(Value, Resume)>) -> StreamableHttpPostResponse {
     let StreamableHttpPostResponse::Sse(stream, session) = response else { return response };
     let Some((request, resume)) = request else {
         return StreamableHttpPostResponse::Sse(unrelated(stream), session);
     };
-    let state = Resuming {
-        resume,
-        request,
-        last_event: None,
-        retry: Duration::from_secs(1),
-        answered: false,
-        resumes_left: MAX_RESUMES,
-    };
+    let resumption = if resume.modern { Resumption::none() } else { Resumption::default() };
+    let state = Resuming { resume, request, resumption };
     let continued = futures_util::stream::unfold((stream, state), |(mut stream, mut state)| async move {
         loop {
             let ended = match stream.next().await {
                 Some(Ok(mut sse)) => {
-                    if let Some(event) = &sse.id {
-                        state.last_event = Some(event.clone());
+                    state.resumption.saw(sse.id.as_deref(), sse.retry);
+                    if answers(sse.data.as_deref(), &state.request) {
+                        state.resumption.answered();
                     }
-                    if let Some(ms) = sse.retry {
-                        state.retry = Duration::from_millis(ms).min(MAX_RETRY);
-                    }
-                    state.answered |= answers(sse.data.as_deref(), &state.request);
                     mark_related(&mut sse.data, Some(&state.request));
                     return Some((Ok(sse), (stream, state)));
                 }
                 Some(Err(e)) => Some(e),
                 None => None,
             };
-            let resumable = state.last_event.clone().filter(|_| !state.answered && state.resumes_left > 0);
-            let Some(last) = resumable else {
+            let Some(last) = state.resumption.next().await else {
                 // Nothing to resume: the stream ends as it ended.
                 return ended.map(|e| (Err(e), (stream, state)));
             };
-            // The first resumption at once (a caller is waiting on this call, and a server that
-            // closes a stream to be polled may send its answer right after); the later ones
-            // after the server's `retry` interval.
-            if state.resumes_left < MAX_RESUMES {
-                tokio::time::sleep(state.retry).await;
-            }
-            state.resumes_left -= 1;
-            let Resume { client, uri, session, auth, headers } = &state.resume;
+            let Resume { client, uri, session, auth, headers, .. } = &state.resume;
             match client.get_stream(uri.clone(), session.clone(), Some(last), auth.clone(), headers.clone()).await {
                 Ok(next) => stream = next,
                 Err(e) => {
@@ -123,10 +106,6 @@ fn related_to(response: StreamableHttpPostResponse, request: Option<(Value, Resu
     StreamableHttpPostResponse::Sse(Box::pin(continued), session)
 }
 
-/// How often one request's event stream is resumed at most, and the longest wait before each.
-const MAX_RESUMES: u8 = 8;
-const MAX_RETRY: Duration = Duration::from_secs(30);
-
 /// What resuming a request's event stream needs: the request's own endpoint, session and
 /// headers.
 pub(crate) struct Resume {
@@ -135,15 +114,14 @@ pub(crate) struct Resume {
     session: Option<Arc<str>>,
     auth: Option<String>,
     headers: HashMap<HeaderName, HeaderValue>,
+    /// The request is on protocol 2026-07-28, which has no resumption.
+    modern: bool,
 }
 
 struct Resuming {
     resume: Resume,
     request: Value,
-    last_event: Option<String>,
-    retry: Duration,
-    answered: bool,
-    resumes_left: u8,
+    resumption: Resumption,
 }
 
 /// Whether an SSE event's data is the answer (result or error) to `request`.
@@ -186,6 +164,15 @@ pub struct Wire {
     pub meta: serde_json::Map<String, Value>,
     /// The negotiated version asks for the standard request headers (2026-07-28 and later).
     pub standard_headers: bool,
+}
+
+impl Wire {
+    /// Whether a call's event stream that ends before its answer is resumed (`GET` with
+    /// `Last-Event-ID`): on the session revisions; 2026-07-28, the revision that brought the
+    /// standard headers, has no resumption (an ended stream is the request's end).
+    pub fn resumable(&self) -> bool {
+        !self.standard_headers
+    }
 }
 
 /// The latest [`Wire`] of one connection (none before its first request, and none for an
@@ -249,14 +236,21 @@ impl WireSlot {
             meta.remove(key);
         }
         let Ok(url) = reqwest::Url::parse(uri) else { return };
-        let standard_headers = version
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::STANDARD_HEADERS.as_str());
+        let standard_headers = standard_headers(headers);
         *slot = Some(Arc::new(Wire { url, session: session.cloned(), headers: kept, meta, standard_headers }));
     }
 }
 
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// Whether the protocol version a message is sent with asks for the standard request headers
+/// (2026-07-28 and later).
+fn standard_headers(headers: &Headers) -> bool {
+    headers
+        .get(&HeaderName::from_static(PROTOCOL_VERSION_HEADER))
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::STANDARD_HEADERS.as_str())
+}
 
 /// The headers rmcp hands its HTTP client with each message.
 type Headers = HashMap<HeaderName, HeaderValue>;
@@ -351,6 +345,7 @@ impl AssertingClient {
         let auth = self.bearer(message, auth);
         self.record(uri, session.as_ref(), headers, message);
         let request = request_id(message).map(|id| {
+            let modern = standard_headers(headers);
             let headers = headers
                 .iter()
                 .filter(|(name, _)| **name != self.header && !TRACE_CONTEXT_FIELDS.contains(&name.as_str()))
@@ -362,6 +357,7 @@ impl AssertingClient {
                 session: session.clone(),
                 auth: auth.clone(),
                 headers,
+                modern,
             };
             (id, resume)
         });

@@ -1,11 +1,12 @@
 //! What the gateway and its agent both speak to an upstream, below either: the rmcp HTTP
 //! client for Streamable HTTP upstreams (`client`: the per-call identity assertion moved into a
 //! header, an executor's access token into `Authorization`), one bounded HTTP exchange over this
-//! host's network (`exchange`), and the `_meta` keys by which the gateway and an agent mark what
-//! travels between them. Holds no caller's identity and decides nothing about one.
+//! host's network (`exchange`), when a request's event stream is resumed (`resume`), and the
+//! `_meta` keys by which the gateway and an agent mark what travels between them. Holds no caller's identity and decides nothing about one.
 
 pub mod client;
 pub mod exchange;
+pub mod resume;
 
 /// Where a proxied message to an executor-hosted protected server carries its access token;
 /// the agent moves it into the `Authorization` header and never forwards it in a body.

@@ -502,3 +502,155 @@ async fn alone_follows_changes(backend: Backend) {
     applies_within(live, &olivia, "the grant given back", true).await;
 }
 both_dbs!(lean_relay_callers_alone_follow_grant_changes, alone_follows_changes);
+
+/// An upstream that closes a call's event stream mid-call after an event with an id (SEP-1699
+/// polling: the everything fixture's `test_reconnection` over HTTP answers only once its client
+/// resumed the stream with `GET` and `Last-Event-ID`) is resumed on each leg that reads it: the
+/// relay's own reader, for a session's call and for a 2026-07-28 caller's (bridged to the
+/// upstream's session), and rmcp's client, for a session's call the relay leaves to rmcp (it
+/// carries an `Origin`). Each caller gets its own call's answer. The relay passes the polling
+/// on to a caller whose session is on 2025-11-25 (SEP-1699's revision): its answer is an event
+/// stream that ends, as the upstream's did, after an event with an id and the upstream's
+/// `retry` (the fixture's 200 ms), before the answer, which the caller's `GET` with that
+/// `Last-Event-ID` brings. A 2025-06-18 session's caller (a server SHOULD NOT end its stream
+/// before the answer) and a 2026-07-28 caller (its revision resumes nothing) get their answers
+/// whole, as JSON.
+async fn resumes_streams_closed_mid_call(backend: Backend) {
+    let proxy = Proxy::start(backend, Mode::Session, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ids = dir.path().join("call-ids");
+    let env = [("FIXTURE_CALL_IDS", ids.to_str().unwrap())];
+    let (mut child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &env).await;
+    // On 2025-11-25 for every caller, so a 2026-07-28 caller's call goes on a session too.
+    let everything = json!({"type": "http", "url": format!("http://{addr}/mcp"), "protocolVersion": "2025-11-25"});
+    proxy.declare("acme", "ev", &everything, "local").await;
+    proxy.grant("acme", "ev", Role::Owner, "*").await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let tool = "ev__test_reconnection";
+    let resumed = |leg: &str, message: &Value, id: i64| {
+        assert_eq!(message["id"], id, "{leg}: {message:?}");
+        let text = message["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("the client resumed it"), "{leg}: {message:?}");
+    };
+
+    let session = open_session(live, &olivia).await.unwrap();
+    lean_call(&proxy, &olivia, &session, 1, "ev__test_simple_text", json!({})).await;
+    let latest = [("mcp-protocol-version", "2025-11-25")];
+    let init = INIT.replace("2025-06-18", "2025-11-25");
+    let opened = post(live, &olivia, None, &init, &latest).await;
+    assert_eq!(opened.message["result"]["protocolVersion"], "2025-11-25", "{:?}", opened.message);
+    let polling = opened.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    post(live, &olivia, Some(&polling), INITIALIZED, &latest).await;
+    lean_call(&proxy, &olivia, &polling, 1, "ev__test_simple_text", json!({})).await;
+    let sent_before = std::fs::read_to_string(&ids).unwrap_or_default().lines().count();
+
+    let whole = post(live, &olivia, Some(&session), &tool_call(2, tool, json!({})), &[]).await;
+    resumed("the relay, in a 2025-06-18 session", &whole.message, 2);
+    assert!(content_type(&whole).starts_with("application/json"), "its answer whole: {:?}", whole.headers);
+    let polled = send(live, &olivia, Some(&polling), tool_call(2, tool, json!({})).into_bytes(), &latest).await;
+    let kind = polled.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/event-stream"), "the polling passed on as an event stream: {kind}");
+    // Read to its end: the relay ends it, as the upstream ended its own.
+    let body = polled.text().await.unwrap();
+    let events = events_of(&body);
+    let (priming, last) = (events[0], events[events.len() - 1]);
+    assert!(field(priming, "id").is_some() && field(priming, "retry").is_some(), "a priming event first: {body}");
+    assert_eq!(field(last, "retry"), Some("200"), "the upstream's retry on the last event: {body}");
+    assert_eq!(field(last, "data"), Some(""), "no data on it: {body}");
+    assert!(!body.contains("\"result\""), "the stream ends before the answer: {body}");
+    let last_id = field(last, "id").unwrap_or_else(|| panic!("an id to resume from: {last:?}"));
+    let (status, rest) = resume_stream(live, &olivia, &polling, last_id).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer = events_of(&rest).iter().find_map(|e| field(e, "data").and_then(|d| serde_json::from_str(d).ok()));
+    resumed("the relay, in a 2025-11-25 session, on the client's GET", &answer.unwrap_or_default(), 2);
+    let origin = live.config.public_url();
+    let by_rmcp = post(live, &olivia, Some(&session), &tool_call(3, tool, json!({})), &[("origin", &origin)]).await;
+    resumed("rmcp's client, in a session", &by_rmcp.message, 3);
+    let alone = post(live, &olivia, None, &modern_call(4, tool, None).to_string(), &alone_headers(tool)).await;
+    resumed("the relay, for a 2026-07-28 caller", &alone.message, 4);
+    assert!(content_type(&alone).starts_with("application/json"), "its answer whole: {:?}", alone.headers);
+    assert_eq!(alone.message["result"]["resultType"], "complete", "{:?}", alone.message);
+
+    // Which leg sent each call: the relay's own ids, or rmcp's numbers.
+    let sent = std::fs::read_to_string(&ids).unwrap_or_default();
+    let sent: Vec<&str> = sent.lines().skip(sent_before).collect();
+    let by_relay = sent.iter().filter(|l| l.contains("scopegate-")).count();
+    assert_eq!((by_relay, sent.len()), (3, 4), "three calls on the relay's leg, one on rmcp's: {sent:?}");
+    let ok = "SELECT COUNT(*) FROM audit_events WHERE tool = 'ev__test_reconnection' AND outcome = 'ok'";
+    assert_eq!(live.count(ok).await, 4);
+    child.kill().await.ok();
+}
+both_dbs!(upstream_streams_closed_mid_call_are_resumed_on_both_legs, resumes_streams_closed_mid_call);
+
+/// The events of an event stream's body.
+fn events_of(body: &str) -> Vec<&str> {
+    body.split("\n\n").filter(|e| !e.trim().is_empty()).collect()
+}
+
+/// The value of an event's field `name` (its first line of that name).
+fn field<'e>(event: &'e str, name: &str) -> Option<&'e str> {
+    event.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':'))).map(str::trim)
+}
+
+/// A `GET` resuming one of a session's event streams after `last` (its `Last-Event-ID`): the
+/// whole body, read to its end.
+async fn resume_stream(live: &Live, token: &str, session: &str, last: &str) -> (StatusCode, String) {
+    let response = reqwest::Client::new()
+        .get(live.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .header("last-event-id", last)
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+/// A session's call the relay answers as an event stream (its upstream sends something before
+/// the answer) can be resumed as rmcp's answers can (SEP-1699): a priming event first (an id
+/// of the relay's, a `retry`, no data), an id on every event, and a `GET` with `Last-Event-ID`
+/// in the same session brings the events after that id, the answer included. Another session
+/// gets none of them.
+async fn answers_resumably(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let (url, server) = raw_upstream().await;
+    proxy.declare("acme", "raw", &json!({"type": "http", "url": url}), "local").await;
+    proxy.grant("acme", "raw", Role::Owner, "*").await;
+    let live = &proxy.live;
+    let olivia = live.token_for("olivia@acme.test");
+    let session = open_session(live, &olivia).await.unwrap();
+    lean_call(&proxy, &olivia, &session, 1, "fx__whoami_upstream", json!({})).await;
+
+    let call = tool_call(2, "raw__noisy", json!({})).into_bytes();
+    let response = send(live, &olivia, Some(&session), call, &[]).await;
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let body = response.text().await.unwrap();
+    let events = events_of(&body);
+    let priming = events[0];
+    let first_id = field(priming, "id").unwrap_or_else(|| panic!("an id on the priming event: {priming:?}"));
+    assert!(first_id.starts_with("scopegate-lean-"), "{priming:?}");
+    assert!(field(priming, "retry").is_some_and(|r| r.parse::<u64>().is_ok()), "a retry: {priming:?}");
+    assert_eq!(field(priming, "data"), Some(""), "no data: {priming:?}");
+    assert!(events.iter().all(|e| field(e, "id").is_some()), "an id on every event: {body}");
+    // Ten log lines; no progress: the call asked for none.
+    assert_eq!(events.len(), 12, "the priming event, ten log lines, the answer: {body}");
+    let answer = events[11];
+    assert!(answer.contains("\"id\":2") && answer.contains("done"), "the answer last: {body}");
+
+    let (status, resumed) = resume_stream(live, &olivia, &session, first_id).await;
+    assert_eq!(status, StatusCode::OK);
+    let again = events_of(&resumed);
+    assert_eq!(again, events[1..], "every event after the one named, the answer included");
+    let (_, from_answer) = resume_stream(live, &olivia, &session, field(answer, "id").unwrap()).await;
+    assert!(from_answer.trim().is_empty(), "nothing after the answer: {from_answer:?}");
+
+    let other = open_session(live, &olivia).await.unwrap();
+    let (status, foreign) = resume_stream(live, &olivia, &other, first_id).await;
+    assert!(!foreign.contains("fixture log") && !foreign.contains("done"), "another session's events: {foreign:?}");
+    assert!(status.is_success(), "{status}");
+    server.abort();
+}
+both_dbs!(lean_relay_answers_sessions_resumably, answers_resumably);
