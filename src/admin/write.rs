@@ -357,7 +357,7 @@ impl Write {
     }
 
     /// The tenant named in it, if any.
-    fn tenant(&self) -> Option<&str> {
+    pub fn tenant(&self) -> Option<&str> {
         use Write::*;
         match self {
             CreateTenant { slug, .. } | UpdateTenant { slug, .. } | RetireTenant { slug } | PurgeTenant { slug } => {

@@ -349,12 +349,7 @@ async fn retire_tenant(
     Path(tenant): Path<String>,
     Form(f): Form<CsrfOnly>,
 ) -> Response {
-    let s = match posted(&console, &headers, &f.csrf).await {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let back = format!("/console/tenants/{tenant}");
-    act(&console, &s, Write::RetireTenant { slug: tenant }, &back).await
+    on_tenant(&console, &headers, &f.csrf, Write::RetireTenant { slug: tenant }).await
 }
 
 async fn purge_tenant(
@@ -363,12 +358,17 @@ async fn purge_tenant(
     Path(tenant): Path<String>,
     Form(f): Form<CsrfOnly>,
 ) -> Response {
-    let s = match posted(&console, &headers, &f.csrf).await {
+    on_tenant(&console, &headers, &f.csrf, Write::PurgeTenant { slug: tenant }).await
+}
+
+/// A form's act on a tenant as a whole, then back to the tenant's page.
+async fn on_tenant(console: &Console, headers: &HeaderMap, csrf: &str, write: Write) -> Response {
+    let s = match posted(console, headers, csrf).await {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let back = format!("/console/tenants/{tenant}");
-    act(&console, &s, Write::PurgeTenant { slug: tenant }, &back).await
+    let back = format!("/console/tenants/{}", write.tenant().unwrap_or_default());
+    act(console, &s, write, &back).await
 }
 
 #[derive(Deserialize)]
