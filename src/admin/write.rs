@@ -422,13 +422,13 @@ impl Admin {
             return Ok(done);
         }
         // A retired tenant changes no more, but for the purge of its data (and an executor
-        // it owned losing it, or being deleted).
-        if let Some(slug) = write.tenant()
-            && !matches!(
-                write,
-                Write::CreateTenant { .. } | Write::PurgeTenant { .. } | Write::RemoveExecutorOwner { .. }
-            )
-        {
+        // it owned losing it, or being deleted); nor is it made a new executor's owner.
+        let named: Vec<&str> = match &write {
+            Write::CreateTenant { .. } | Write::PurgeTenant { .. } | Write::RemoveExecutorOwner { .. } => Vec::new(),
+            Write::CreateExecutor { owners, .. } => owners.iter().map(String::as_str).collect(),
+            other => other.tenant().into_iter().collect(),
+        };
+        for slug in named {
             match admin::retired_at(&mut tx, slug).await {
                 Ok(Some(_)) => {
                     return Err(AdminError::Conflict(format!("tenant `{slug}` is retired: it changes no more")));

@@ -415,6 +415,11 @@ async fn retire_and_purge(live: &Live, ops: &str, peter: &str, events: usize) {
             json!({"subject": "z@initech.test", "display_name": "Z", "roles": ["worker"]}),
         ),
         (Method::DELETE, t.to_owned(), Value::Null),
+        (
+            Method::POST,
+            "/admin/v1/executors".to_owned(),
+            json!({"name": "late", "machine": "m", "run_as": "u", "kind": "remote", "owners": ["initech"]}),
+        ),
     ] {
         let refused = request(live, method.clone(), &path, Some(ops), Some(&body), &[]).await;
         assert_eq!(refused.status, 409, "{method} {path}: {}", refused.body);
