@@ -588,21 +588,19 @@ impl Config {
 /// `localhost` (or a name under it), or a loopback IP address (IPv6 with or without brackets),
 /// with or without a port.
 fn is_loopback_host(host: &str) -> bool {
-    let bare = host.strip_prefix('[').and_then(|h| h.split_once(']')).map_or(host, |(h, _)| h);
-    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
-        return ip.is_loopback();
+    // The name without its port: `[v6]:port`, `name:port`; a bare IPv6 address has colons of its own.
+    let name = match (host.strip_prefix('['), host.rsplit_once(':')) {
+        (Some(v6), _) => v6.split_once(']').map_or(v6, |(ip, _)| ip),
+        (None, Some((name, port))) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            name == "localhost" || name.ends_with(".localhost")
+        }
     }
-    let name = bare.rsplit_once(':').map_or(
-        bare,
-        |(name, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) { name } else { bare }
-        },
-    );
-    if let Ok(ip) = name.parse::<std::net::IpAddr>() {
-        return ip.is_loopback();
-    }
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// Where audit checkpoints go (`audit.checkpoint_sink`).

@@ -408,7 +408,7 @@ impl Upstreams {
         if target.wire.standard_headers {
             request = request.header("mcp-name", tool);
         }
-        let response = request.send().await.map_err(unavailable)?;
+        let mut response = request.send().await.map_err(unavailable)?;
         let status = response.status();
         if status == http::StatusCode::NOT_FOUND && target.wire.session.is_some() {
             return Ok(Ended::SessionGone);
@@ -432,7 +432,6 @@ impl Upstreams {
         let mut resumption = if target.wire.resumable() { Resumption::default() } else { Resumption::none() };
         // Whether the caller was told that the upstream polled (once: its stream ends there).
         let mut told = false;
-        let mut response = response;
         loop {
             let broken = {
                 let seen = &mut seen;

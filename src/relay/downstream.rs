@@ -130,9 +130,7 @@ impl Sink {
             },
         }
     }
-}
 
-impl Sink {
     /// Tells the caller's answer that the upstream polled (see [`Note::Polled`]), after what
     /// the upstream sent before it and before what it sends after. Only the lean relay's
     /// answers can act on it: rmcp's server gives a tool's handler no hold on the event stream

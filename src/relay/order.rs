@@ -170,13 +170,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
             )
         {
             let seq = self.routes.dispatch.received();
-            notification.extensions_mut().insert(seq);
-        }
-        if let JsonRpcMessage::Notification(JsonRpcNotification { notification, .. }) = &mut message
-            && matches!(notification, ServerNotification::LoggingMessageNotification(_))
-            && self.routes.own.load(std::sync::atomic::Ordering::SeqCst) > 0
-        {
-            notification.extensions_mut().insert(DuringOwn);
+            let log = matches!(notification, ServerNotification::LoggingMessageNotification(_));
+            let extensions = notification.extensions_mut();
+            extensions.insert(seq);
+            if log && self.routes.own.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                extensions.insert(DuringOwn);
+            }
         }
         Some(message)
     }
@@ -340,9 +339,9 @@ impl Routes {
     /// new one writes, so only the calls in flight now count as its callers.
     pub(crate) fn started(&self) {
         let mut table = self.lock();
-        let in_flight: Vec<Downstream> =
-            table.calls.values().chain(table.announced.iter().map(|(_, d)| d)).cloned().collect();
-        table.callers = in_flight.iter().fold(Callers::Nobody, Callers::with);
+        let callers =
+            table.calls.values().chain(table.announced.iter().map(|(_, d)| d)).fold(Callers::Nobody, Callers::with);
+        table.callers = callers;
     }
 }
 

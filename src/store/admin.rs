@@ -80,13 +80,18 @@ async fn flock_id_by_name(conn: &mut AnyConnection, tenant: TenantId, name: &str
         .ok_or_else(|| StoreError::NotFound(format!("flock `{name}` does not exist in this tenant")))
 }
 
+/// Gives the user `roles`, each once: a role named twice is one role (the table's key would
+/// refuse a second row).
 pub(crate) async fn insert_user_roles(
     tx: &mut AnyConnection,
     tenant: TenantId,
     user: UserId,
     roles: &[Role],
 ) -> Result<(), StoreError> {
-    for role in roles {
+    let mut once = roles.to_vec();
+    once.sort();
+    once.dedup();
+    for role in once {
         sqlx::query("INSERT INTO user_roles (tenant_id, user_id, role) VALUES ($1, $2, $3)")
             .bind(tenant)
             .bind(user)
@@ -167,15 +172,12 @@ pub async fn update_user(
         set_status(&mut *conn, tenant, user, status).await?;
     }
     if let Some(roles) = roles {
-        let mut wanted = roles.to_vec();
-        wanted.sort();
-        wanted.dedup();
         sqlx::query("DELETE FROM user_roles WHERE tenant_id = $1 AND user_id = $2")
             .bind(tenant)
             .bind(user)
             .execute(&mut *conn)
             .await?;
-        insert_user_roles(conn, tenant, user, &wanted).await?;
+        insert_user_roles(conn, tenant, user, roles).await?;
     }
     Ok(())
 }
@@ -204,11 +206,7 @@ pub async fn create_user(
     .execute(&mut *conn)
     .await
     .map_err(|e| unique_conflict(e, || format!("user `{subject}` already exists in `{tenant_slug}`")))?;
-    // A role named twice is one role (the table's key would refuse the second row).
-    let mut wanted = roles.to_vec();
-    wanted.sort();
-    wanted.dedup();
-    insert_user_roles(&mut *conn, tenant, id, &wanted).await?;
+    insert_user_roles(&mut *conn, tenant, id, roles).await?;
     Ok(id)
 }
 
@@ -345,9 +343,6 @@ pub async fn unassign_flock(
     Ok(())
 }
 
-/// Deletes a tenant and everything it owns. Its audit trail is kept by refusing: a tenant
-/// whose chain holds any event but administrative ones (its own set-up: `admin.*`) can't be
-/// deleted (suspend it instead). A tenant that was set up and never used goes with its chain.
 /// When the tenant was retired, if it was (NotFound when there is no such tenant).
 pub async fn retired_at(conn: &mut AnyConnection, slug: &str) -> Result<Option<i64>, StoreError> {
     let row: Option<(Option<i64>,)> = sqlx::query_as("SELECT retired_at FROM tenants WHERE slug = $1 AND slug <> $2")

@@ -2,7 +2,8 @@
 //! client for Streamable HTTP upstreams (`client`: the per-call identity assertion moved into a
 //! header, an executor's access token into `Authorization`), one bounded HTTP exchange over this
 //! host's network (`exchange`), when a request's event stream is resumed (`resume`), and the
-//! `_meta` keys by which the gateway and an agent mark what travels between them. Holds no caller's identity and decides nothing about one.
+//! `_meta` keys by which the gateway and an agent mark what travels between them. Holds no
+//! caller's identity and decides nothing about one.
 
 pub mod client;
 pub mod exchange;

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 /// How often one request's event stream is resumed at most.
-pub const MAX_RESUMES: u8 = 8;
+const MAX_RESUMES: u8 = 8;
 /// The longest wait before a resumption, whatever `retry` the server announced.
-pub const MAX_RETRY: Duration = Duration::from_secs(30);
+const MAX_RETRY: Duration = Duration::from_secs(30);
 /// The wait before a later resumption when the server announced no `retry`.
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 
@@ -56,7 +56,7 @@ impl Resumption {
 
     /// The wait before a later reconnection: the server's `retry` (bounded by [`MAX_RETRY`]),
     /// or a second when it announced none.
-    pub fn retry(&self) -> Duration {
+    fn retry(&self) -> Duration {
         self.announced.unwrap_or(DEFAULT_RETRY)
     }
 
@@ -67,7 +67,7 @@ impl Resumption {
     }
 
     /// Whether the stream was resumed at least once.
-    pub fn resumed(&self) -> bool {
+    fn resumed(&self) -> bool {
         self.resumes_left < MAX_RESUMES
     }
 
