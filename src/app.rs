@@ -111,6 +111,8 @@ impl Gateway {
             db: db.clone(),
             service_subjects: config.auth.service_subjects.clone(),
             resource_metadata_url: config.resource_metadata_url(),
+            required_scopes: config.auth.required_scopes.clone(),
+            challenge_scope: config.challenge_scope(),
             body_limit: config.server.body_limit_bytes,
             cache: crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms))
                 .map(Arc::new),
@@ -156,6 +158,7 @@ impl Gateway {
             state.shutdown.clone(),
         );
         upstreams.spawn_sweeper(state.shutdown.clone());
+        state.gate.authenticator.spawn_refresh(state.shutdown.clone());
         spawn_task_purge(state.db.clone(), TASK_PURGE_EVERY, state.shutdown.clone());
         if let Some(cache) = &state.gate.cache {
             cache.spawn_poller(state.db.clone(), state.shutdown.clone());

@@ -280,14 +280,47 @@ pub struct AuthConfig {
     pub jwks_file: Option<PathBuf>,
     #[serde(default)]
     pub jwks_url: Option<String>,
+    /// Discover the key set from `issuer` (RFC 8414 / OpenID discovery) when neither
+    /// `jwks_file` nor `jwks_url` is set and the issuer is an http(s) URL.
+    pub discovery: bool,
+    /// How long a fetched key set is used before it is fetched again, when its response
+    /// carries no `Cache-Control: max-age`.
     pub jwks_cache_secs: u64,
+    /// The floor between two fetches of the key set provoked by an unknown `kid`.
     pub jwks_refetch_min_interval_secs: u64,
+    /// The most key set fetches provoked by unknown `kid`s in any minute.
+    pub jwks_refetch_per_minute: u32,
+    /// Published in the protected resource metadata; empty: the issuer, when tokens come from
+    /// an identity provider (see [`Config::authorization_servers`]).
     pub authorization_servers: Vec<String>,
+    /// The scopes published in the protected resource metadata (`scopes_supported`) and
+    /// named in the 401 challenge when `required_scopes` is empty.
+    pub scopes_supported: Vec<String>,
+    /// Scopes every token on the MCP endpoint must carry (in `scope` or `scp`); a token
+    /// without one of them is answered 403 `insufficient_scope`.
+    pub required_scopes: Vec<String>,
+    /// `resource_name` of the protected resource metadata.
+    pub resource_name: String,
+    /// Where the user's subject is: a claim name, or a JSON pointer (`/user/id`).
+    pub subject_claim: String,
+    /// What the tenant claim's value names: a tenant's slug, or the organization id a
+    /// platform administrator recorded on a tenant.
+    pub tenant_match: TenantMatch,
     pub service_subjects: Vec<String>,
     pub demo_token_ttl_secs: u64,
     /// How often the identity change counter is read, which bounds how stale reused identity
     /// rows can be (0: no reuse, read on every request).
     pub identity_cache_ms: u64,
+}
+
+/// What the value of `auth.tenant_claim` names.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TenantMatch {
+    /// The tenant's slug (`acme`).
+    Slug,
+    /// The organization id recorded on the tenant (`org_AbC123` -> `acme`).
+    OrgId,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -363,33 +396,7 @@ impl Config {
         if !(100..=60_000).contains(&c.heartbeat_ms) {
             return Err(ConfigError::invalid("cluster.heartbeat_ms", "must be between 100 and 60000"));
         }
-        let a = &self.auth;
-        if a.hs256_secret.is_empty() && a.jwks_file.is_none() && a.jwks_url.is_none() {
-            return Err(ConfigError::invalid(
-                "auth.hs256_secret",
-                "no token verification key is configured: set auth.jwks_file or auth.jwks_url \
-                 (production) or auth.hs256_secret (development)",
-            ));
-        }
-        if !a.hs256_secret.is_empty() && a.hs256_secret.expose().len() < 32 {
-            return Err(ConfigError::invalid("auth.hs256_secret", "must be at least 32 bytes long"));
-        }
-        if a.jwks_file.is_some() && a.jwks_url.is_some() {
-            return Err(ConfigError::invalid("auth.jwks_url", "set either auth.jwks_file or auth.jwks_url, not both"));
-        }
-        if let Some(url) = &a.jwks_url
-            && !(url.starts_with("https://") || url.starts_with("http://"))
-        {
-            {
-                return Err(ConfigError::invalid("auth.jwks_url", "must be an http(s) URL"));
-            }
-        }
-        if a.issuer.is_empty() {
-            return Err(ConfigError::invalid("auth.issuer", "must not be empty"));
-        }
-        if a.tenant_claim.is_empty() {
-            return Err(ConfigError::invalid("auth.tenant_claim", "must not be empty"));
-        }
+        self.validate_auth()?;
         let url = self.public_url();
         if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
             return Err(ConfigError::invalid(
@@ -534,6 +541,123 @@ impl Config {
         Ok(())
     }
 
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let a = &self.auth;
+        if a.issuer.is_empty() {
+            return Err(ConfigError::invalid("auth.issuer", "must not be empty"));
+        }
+        if a.hs256_secret.is_empty() && self.key_source().is_none() {
+            return Err(ConfigError::invalid(
+                "auth.hs256_secret",
+                "no token verification key is configured: set auth.issuer to your identity provider's \
+                 https URL (its keys are discovered), or auth.jwks_url or auth.jwks_file (production), \
+                 or auth.hs256_secret (development)",
+            ));
+        }
+        if !a.hs256_secret.is_empty() && a.hs256_secret.expose().len() < 32 {
+            return Err(ConfigError::invalid("auth.hs256_secret", "must be at least 32 bytes long"));
+        }
+        if a.jwks_file.is_some() && a.jwks_url.is_some() {
+            return Err(ConfigError::invalid("auth.jwks_url", "set either auth.jwks_file or auth.jwks_url, not both"));
+        }
+        if let Some(url) = &a.jwks_url
+            && !is_http_url(url)
+        {
+            return Err(ConfigError::invalid("auth.jwks_url", "must be an http(s) URL"));
+        }
+        if !(1..=300).contains(&a.jwks_refetch_min_interval_secs) {
+            return Err(ConfigError::invalid("auth.jwks_refetch_min_interval_secs", "must be 1 to 300 seconds"));
+        }
+        if !(1..=60).contains(&a.jwks_refetch_per_minute) {
+            return Err(ConfigError::invalid("auth.jwks_refetch_per_minute", "must be 1 to 60"));
+        }
+        if a.jwks_cache_secs < 10 {
+            return Err(ConfigError::invalid("auth.jwks_cache_secs", "must be at least 10 seconds"));
+        }
+        for (key, path) in [("auth.tenant_claim", &a.tenant_claim), ("auth.subject_claim", &a.subject_claim)] {
+            if path.is_empty() || path == "/" {
+                return Err(ConfigError::invalid(key, "must name a claim (`tid`) or be a JSON pointer (`/org/id`)"));
+            }
+        }
+        for (key, scopes) in
+            [("auth.scopes_supported", &a.scopes_supported), ("auth.required_scopes", &a.required_scopes)]
+        {
+            if let Some(bad) = scopes.iter().find(|s| !is_scope_token(s)) {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("`{bad}` is not a scope (RFC 6749: printable ASCII, no space, quote or backslash)"),
+                ));
+            }
+        }
+        if !a.scopes_supported.is_empty()
+            && let Some(missing) = a.required_scopes.iter().find(|s| !a.scopes_supported.contains(s))
+        {
+            return Err(ConfigError::invalid(
+                "auth.required_scopes",
+                format!("`{missing}` is required but not in auth.scopes_supported, so no client would ask for it"),
+            ));
+        }
+        if a.resource_name.trim().is_empty() || a.resource_name.chars().any(char::is_control) {
+            return Err(ConfigError::invalid(
+                "auth.resource_name",
+                "must be a non-empty name without control characters",
+            ));
+        }
+        if let Some(bad) = a.authorization_servers.iter().find(|s| !is_http_url(s)) {
+            return Err(ConfigError::invalid("auth.authorization_servers", format!("`{bad}` is not an http(s) URL")));
+        }
+        if self.key_source().is_some() && self.authorization_servers().is_empty() {
+            return Err(ConfigError::invalid(
+                "auth.authorization_servers",
+                "tokens come from an identity provider but clients are told of no authorization server: \
+                 set auth.authorization_servers to your identity provider's issuer URL (it defaults to \
+                 auth.issuer when that is an http(s) URL)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the keys of the identity provider's tokens come from, if tokens come from one: a
+    /// file, a URL, or the issuer's discovery metadata.
+    pub fn key_source(&self) -> Option<crate::auth::jwks::JwksSource> {
+        use crate::auth::jwks::JwksSource;
+        let a = &self.auth;
+        match (&a.jwks_file, &a.jwks_url) {
+            (Some(path), _) => Some(JwksSource::File(path.clone())),
+            (None, Some(url)) => Some(JwksSource::Url(url.clone())),
+            (None, None) if a.discovery && is_http_url(&a.issuer) => Some(JwksSource::Issuer(a.issuer.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// The authorization servers clients are told of: `auth.authorization_servers`, or, when
+    /// that is empty and tokens come from an identity provider whose issuer is an http(s) URL,
+    /// that issuer.
+    pub fn authorization_servers(&self) -> Vec<String> {
+        let a = &self.auth;
+        if !a.authorization_servers.is_empty() {
+            return a.authorization_servers.clone();
+        }
+        if self.key_source().is_some() && is_http_url(&a.issuer) {
+            return vec![a.issuer.clone()];
+        }
+        Vec::new()
+    }
+
+    /// The scopes published as `scopes_supported`: `auth.scopes_supported`, or the required
+    /// ones when that is empty.
+    pub fn scopes_supported(&self) -> &[String] {
+        if self.auth.scopes_supported.is_empty() { &self.auth.required_scopes } else { &self.auth.scopes_supported }
+    }
+
+    /// The `scope` of the 401 challenge: what a client should ask for to be let in (the
+    /// required scopes, else the supported ones; none when neither is set).
+    pub fn challenge_scope(&self) -> Option<String> {
+        let scopes =
+            if self.auth.required_scopes.is_empty() { self.scopes_supported() } else { &self.auth.required_scopes };
+        (!scopes.is_empty()).then(|| scopes.join(" "))
+    }
+
     /// Why this gateway may be reached by others than its operator, if it may: a non-loopback
     /// listen address, a public URL or allowed host that is not loopback (a reverse proxy in
     /// front of a loopback listener), or a JWKS (an identity provider's deployment). The shipped
@@ -555,8 +679,12 @@ impl Config {
         if let Some(host) = s.allowed_hosts.iter().find(|h| !is_loopback_host(h)) {
             return Some(format!("server.allowed_hosts admits `{host}`, which is not a loopback name"));
         }
-        if self.auth.jwks_file.is_some() || self.auth.jwks_url.is_some() {
-            return Some("a JWKS is configured (auth.jwks_file or auth.jwks_url): this is a deployment".to_owned());
+        if self.key_source().is_some() {
+            return Some(
+                "tokens come from an identity provider (auth.jwks_file, auth.jwks_url, or auth.issuer \
+                 discovered): this is a deployment"
+                    .to_owned(),
+            );
         }
         None
     }
@@ -583,6 +711,16 @@ impl Config {
     pub fn uses_shipped_dev_secret(&self) -> bool {
         self.auth.hs256_secret.expose() == SHIPPED_DEV_SECRET
     }
+}
+
+/// An `http://` or `https://` URL with a host.
+fn is_http_url(text: &str) -> bool {
+    reqwest::Url::parse(text).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+}
+
+/// A scope token of RFC 6749 section 3.3: one or more of %x21 / %x23-5B / %x5D-7E.
+fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
 }
 
 /// `localhost` (or a name under it), or a loopback IP address (IPv6 with or without brackets),

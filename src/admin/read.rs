@@ -182,10 +182,11 @@ impl Target {
     /// Its representation, or `None` when it does not exist.
     pub async fn view(&self, conn: &mut AnyConnection) -> Result<Option<Value>, AdminError> {
         if let Target::Tenant { slug } = self {
-            let row = sqlx::query("SELECT slug, name, status, created_at, retired_at FROM tenants WHERE slug = $1")
-                .bind(slug)
-                .fetch_optional(&mut *conn)
-                .await?;
+            let row =
+                sqlx::query("SELECT slug, name, status, created_at, retired_at, org_id FROM tenants WHERE slug = $1")
+                    .bind(slug)
+                    .fetch_optional(&mut *conn)
+                    .await?;
             return row.map(|r| tenant_row(&r).map(to_value)).transpose();
         }
         if let Target::Executor { name } = self {
@@ -282,7 +283,7 @@ impl Collection {
             (Collection::Tenants, _) => {
                 let after = query.cursor(1)?.map(|k| k[0].clone()).unwrap_or_default();
                 let rows = sqlx::query(
-                    "SELECT slug, name, status, created_at, retired_at FROM tenants \
+                    "SELECT slug, name, status, created_at, retired_at, org_id FROM tenants \
                      WHERE slug > $1 AND slug <> $2 ORDER BY slug LIMIT $3",
                 )
                 .bind(after)
@@ -394,6 +395,7 @@ fn tenant_row(r: &sqlx::any::AnyRow) -> Result<TenantView, AdminError> {
         status: if retired_at.is_some() { "retired".to_owned() } else { r.try_get("status")? },
         created_at: r.try_get("created_at")?,
         retired_at,
+        org_id: r.try_get("org_id")?,
     })
 }
 

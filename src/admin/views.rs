@@ -23,6 +23,10 @@ pub struct TenantView {
     /// When it was retired (milliseconds since the Unix epoch), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retired_at: Option<i64>,
+    /// Its organization id at the identity provider, when one is recorded: a token whose
+    /// tenant claim holds it names this tenant (`auth.tenant_match = "org_id"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub org_id: Option<String>,
 }
 
 /// A user of a tenant, with its roles there.

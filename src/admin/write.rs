@@ -28,6 +28,9 @@ pub enum Write {
         slug: String,
         name: Option<String>,
         status: Option<TenantStatus>,
+        /// The organization id at the identity provider; `""` clears it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        org_id: Option<String>,
     },
     /// Retires the tenant (the admin API's DELETE): suspended for good, its data and its
     /// audit chain kept. Nothing erases a tenant's chain.
@@ -546,14 +549,17 @@ impl Admin {
             Write::CreateTenant { slug, name } => {
                 admin::create_tenant(c, slug, name).await?;
             }
-            Write::UpdateTenant { slug, name, status } => {
+            Write::UpdateTenant { slug, name, status, org_id } => {
                 if let Some(name) = name {
                     admin::rename_tenant(&mut *c, slug, name).await?;
                 }
                 if let Some(status) = status {
                     admin::set_tenant_status(&mut *c, slug, *status).await?;
                 }
-                if name.is_none() && status.is_none() {
+                if let Some(org_id) = org_id {
+                    admin::set_tenant_org_id(&mut *c, slug, Some(org_id.as_str()).filter(|o| !o.is_empty())).await?;
+                }
+                if name.is_none() && status.is_none() && org_id.is_none() {
                     super::tenant_id(c, slug).await?;
                 }
             }

@@ -6,7 +6,9 @@
 //! RSA public key, or an `alg: none` token, never verifies.
 
 pub mod assertion;
+pub mod discovery;
 pub mod jwks;
+pub mod mapping;
 pub mod mint;
 
 use std::sync::Arc;
@@ -15,8 +17,9 @@ use std::time::Duration;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
-use crate::config::Config;
-use jwks::{Jwks, JwksError, JwksSource};
+use crate::config::{Config, TenantMatch};
+use jwks::{FetchPolicy, Jwks, JwksError, KeyMiss};
+use mapping::ClaimPath;
 
 /// Why a bearer token was refused. Every variant is a 401; the text goes to logs and
 /// metrics, and a short, fixed description goes to the client.
@@ -44,6 +47,10 @@ pub enum AuthError {
     Claims,
     #[error("no tenant claim")]
     MissingTenant,
+    #[error("the tenant claim names several tenants")]
+    AmbiguousTenant,
+    #[error("the identity provider's keys are not available")]
+    KeysUnavailable,
 }
 
 impl AuthError {
@@ -61,6 +68,8 @@ impl AuthError {
             AuthError::Audience => "audience",
             AuthError::Claims => "claims",
             AuthError::MissingTenant => "missing_tenant",
+            AuthError::AmbiguousTenant => "ambiguous_tenant",
+            AuthError::KeysUnavailable => "keys_unavailable",
         }
     }
 
@@ -70,6 +79,7 @@ impl AuthError {
             AuthError::Missing => "a bearer token is required",
             AuthError::Expired => "the access token expired",
             AuthError::NotYetValid => "the access token is not valid yet",
+            AuthError::KeysUnavailable => "the access token cannot be verified now; try again shortly",
             AuthError::Malformed
             | AuthError::Algorithm
             | AuthError::UnknownKey
@@ -77,7 +87,8 @@ impl AuthError {
             | AuthError::Issuer
             | AuthError::Audience
             | AuthError::Claims
-            | AuthError::MissingTenant => "the access token is invalid",
+            | AuthError::MissingTenant
+            | AuthError::AmbiguousTenant => "the access token is invalid",
         }
     }
 }
@@ -85,13 +96,35 @@ impl AuthError {
 /// Claims of a verified token: who (`sub`), which tenant, until when.
 #[derive(Debug, Clone)]
 pub struct Claims {
+    /// The subject, from `auth.subject_claim`.
     pub subject: String,
+    /// The tenant claim's value: a slug, or an organization id (`tenant_match`).
     pub tenant: String,
+    /// What `tenant` names.
+    pub tenant_match: TenantMatch,
     pub expires_at: i64,
     pub issuer: String,
-    /// The token's other claims (a tenant that provisions users on first sight reads its
+    /// The token's scopes (`scope` and `scp`), sorted.
+    pub scopes: Vec<String>,
+    /// All the token's claims (a tenant that provisions users on first sight reads its
     /// group claim, and `name`, from here).
     pub rest: Map<String, Value>,
+}
+
+impl Claims {
+    /// How the token names its tenant.
+    pub fn tenant_key(&self) -> crate::store::principal::TenantKey<'_> {
+        use crate::store::principal::TenantKey;
+        match self.tenant_match {
+            TenantMatch::Slug => TenantKey::Slug(&self.tenant),
+            TenantMatch::OrgId => TenantKey::OrgId(&self.tenant),
+        }
+    }
+
+    /// Whether the token carries every one of `scopes`.
+    pub fn has_scopes(&self, scopes: &[String]) -> bool {
+        scopes.iter().all(|s| self.scopes.binary_search(s).is_ok())
+    }
 }
 
 /// Verifies bearer tokens against the configured keys.
@@ -101,7 +134,9 @@ pub struct Authenticator {
     /// One validation per algorithm a key may verify, built once (each accepts only its own
     /// algorithm).
     validations: Vec<Validation>,
-    tenant_claim: String,
+    tenant_claim: ClaimPath,
+    tenant_match: TenantMatch,
+    subject_claim: ClaimPath,
     /// `auth.leeway_secs`: a token is honoured until the instant `exp` plus this.
     leeway_secs: i64,
 }
@@ -121,6 +156,9 @@ const KEY_ALGORITHMS: &[Algorithm] = &[
     Algorithm::EdDSA,
 ];
 
+/// How long start-up waits for the identity provider's keys before going on without them.
+const FIRST_LOAD_PATIENCE: Duration = Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {
     #[error(transparent)]
@@ -137,20 +175,17 @@ impl Authenticator {
         } else {
             Some(DecodingKey::from_secret(a.hs256_secret.expose().as_bytes()).map_err(AuthSetupError::Secret)?)
         };
-        let source = match (&a.jwks_file, &a.jwks_url) {
-            (Some(path), _) => Some(JwksSource::File(path.clone())),
-            (None, Some(url)) => Some(JwksSource::Url(url.clone())),
-            (None, None) => None,
-        };
-        let jwks = match source {
-            Some(source) => Some(
-                Jwks::load(
-                    source,
-                    Duration::from_secs(a.jwks_cache_secs),
-                    Duration::from_secs(a.jwks_refetch_min_interval_secs),
-                )
-                .await?,
-            ),
+        let jwks = match config.key_source() {
+            Some(source) => {
+                let policy = FetchPolicy {
+                    max_age: Duration::from_secs(a.jwks_cache_secs),
+                    floor: Duration::from_secs(a.jwks_refetch_min_interval_secs),
+                    per_minute: a.jwks_refetch_per_minute,
+                };
+                let jwks = Jwks::new(source, policy)?;
+                jwks.first_load(FIRST_LOAD_PATIENCE).await?;
+                Some(jwks)
+            }
             None => None,
         };
         let validations = KEY_ALGORITHMS
@@ -161,14 +196,36 @@ impl Authenticator {
                 validation.validate_exp = true;
                 validation.validate_nbf = true;
                 validation.validate_aud = true;
-                validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+                // `sub` is read where `auth.subject_claim` says (and required there).
+                validation.set_required_spec_claims(&["exp", "iss", "aud"]);
                 validation.set_issuer(&[a.issuer.as_str()]);
                 validation.set_audience(&[config.audience()]);
                 validation
             })
             .collect();
         let leeway_secs = i64::try_from(a.leeway_secs).unwrap_or(i64::MAX);
-        Ok(Self { hs256, jwks, validations, tenant_claim: a.tenant_claim.clone(), leeway_secs })
+        Ok(Self {
+            hs256,
+            jwks,
+            validations,
+            tenant_claim: ClaimPath::parse(&a.tenant_claim),
+            tenant_match: a.tenant_match,
+            subject_claim: ClaimPath::parse(&a.subject_claim),
+            leeway_secs,
+        })
+    }
+
+    /// Whether tokens can be verified: no identity provider is configured, or its keys are
+    /// held.
+    pub fn keys_ready(&self) -> bool {
+        self.jwks.as_ref().is_none_or(|j| j.has_keys())
+    }
+
+    /// Keeps the identity provider's keys fresh in the background (see [`jwks`]).
+    pub fn spawn_refresh(&self, shutdown: tokio_util::sync::CancellationToken) {
+        if let Some(jwks) = &self.jwks {
+            jwks.spawn_refresh(shutdown);
+        }
     }
 
     /// The validation accepting exactly `alg`.
@@ -206,33 +263,41 @@ impl Authenticator {
                 let Some(jwks) = &self.jwks else {
                     return Err(AuthError::Algorithm);
                 };
-                let vk = jwks.key(header.kid.as_deref()).await.ok_or(AuthError::UnknownKey)?;
+                let vk = jwks.key(header.kid.as_deref()).await.map_err(|miss| match miss {
+                    KeyMiss::Unknown => AuthError::UnknownKey,
+                    KeyMiss::NoKeys => AuthError::KeysUnavailable,
+                })?;
                 if vk.alg != header.alg {
                     return Err(AuthError::Algorithm);
                 }
                 jsonwebtoken::decode::<Map<String, Value>>(token, &vk.key, self.validation(vk.alg)?)
             }
         };
-        let mut claims = data.map_err(map_jwt_error)?.claims;
-        let mut text = |name: &str| match claims.remove(name) {
-            Some(Value::String(s)) => Some(s),
-            _ => None,
+        let claims = data.map_err(map_jwt_error)?.claims;
+        let issuer = match claims.get("iss") {
+            Some(Value::String(iss)) => iss.clone(),
+            _ => return Err(AuthError::Claims),
         };
-        let (Some(subject), Some(issuer)) = (text("sub"), text("iss")) else {
-            return Err(AuthError::Claims);
-        };
-        let tenant = text(&self.tenant_claim).filter(|t| !t.is_empty());
+        let subject = mapping::subject_of(self.subject_claim.find(&claims)).ok_or(AuthError::Claims)?;
+        let tenant = mapping::tenant_of(self.tenant_claim.find(&claims))?;
         let expires_at = claims.get("exp").and_then(Value::as_i64).ok_or(AuthError::Claims)?;
-        if subject.is_empty() {
-            return Err(AuthError::Claims);
-        }
         // One rule for requests and streams: honoured until the instant exp + leeway (the
         // library's whole-second comparison would honour the token for up to a second more
         // than the streams it opened live).
         if crate::store::now_millis() >= honoured_until_ms(expires_at, self.leeway_secs) {
             return Err(AuthError::Expired);
         }
-        Ok((Claims { subject, tenant: String::new(), expires_at, issuer, rest: claims }, tenant))
+        let scopes = mapping::scopes_of(&claims);
+        let claims = Claims {
+            subject,
+            tenant: String::new(),
+            tenant_match: self.tenant_match,
+            expires_at,
+            issuer,
+            scopes,
+            rest: claims,
+        };
+        Ok((claims, tenant))
     }
 }
 

@@ -83,6 +83,16 @@ pub enum TenantCmd {
     Purge {
         slug: String,
     },
+    /// Records the tenant's organization id at the identity provider (`org_AbC123`), so that
+    /// a token whose tenant claim holds it names this tenant (`auth.tenant_match = "org_id"`);
+    /// `--clear` removes it.
+    OrgId {
+        slug: String,
+        #[arg(required_unless_present = "clear")]
+        org_id: Option<String>,
+        #[arg(long, conflicts_with = "org_id")]
+        clear: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -468,8 +478,15 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
         AdminCommand::Tenant(cmd) => match cmd {
             TenantCmd::Create { slug, name } => W::CreateTenant { slug, name },
             TenantCmd::List => return Ok(list(Collection::Tenants).await?),
-            TenantCmd::Suspend { slug } => W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Suspended) },
-            TenantCmd::Activate { slug } => W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Active) },
+            TenantCmd::Suspend { slug } => {
+                W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Suspended), org_id: None }
+            }
+            TenantCmd::Activate { slug } => {
+                W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Active), org_id: None }
+            }
+            TenantCmd::OrgId { slug, org_id, clear: _ } => {
+                W::UpdateTenant { slug, name: None, status: None, org_id: Some(org_id.unwrap_or_default()) }
+            }
             TenantCmd::Retire { slug } => W::RetireTenant { slug },
             TenantCmd::Purge { slug } => W::PurgeTenant { slug },
         },

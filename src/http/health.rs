@@ -1,5 +1,6 @@
-//! Liveness and readiness. `/readyz` is ready only after start-up finished, the database
-//! answers and the newest migration is applied.
+//! Liveness and readiness. `/readyz` is ready only after start-up finished, the identity
+//! provider's keys are held (when tokens come from one), the database answers and the newest
+//! migration is applied.
 
 use std::sync::atomic::Ordering;
 
@@ -17,6 +18,13 @@ pub(crate) async fn healthz() -> Response {
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if !state.ready.load(Ordering::Acquire) {
         return json_error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "starting");
+    }
+    if !state.gate.authenticator.keys_ready() {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "the identity provider's keys have not been fetched yet",
+        );
     }
     if !state.db.is_ready().await {
         return json_error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "database unreachable or not migrated");

@@ -9,12 +9,16 @@ use super::AppState;
 
 pub(crate) async fn protected_resource(State(state): State<AppState>) -> Json<Value> {
     let c = &state.config;
-    Json(json!({
+    let mut metadata = json!({
         "resource": c.resource_uri(),
-        "authorization_servers": c.auth.authorization_servers,
+        "authorization_servers": c.authorization_servers(),
         "bearer_methods_supported": ["header"],
-        "resource_name": "scopegate",
-    }))
+        "resource_name": c.auth.resource_name,
+    });
+    if !c.scopes_supported().is_empty() {
+        metadata["scopes_supported"] = json!(c.scopes_supported());
+    }
+    Json(metadata)
 }
 
 /// The keys upstream servers verify identity assertions with: every replica's (see

@@ -27,6 +27,10 @@ pub(crate) struct Gate {
     pub db: Db,
     pub service_subjects: Vec<String>,
     pub resource_metadata_url: String,
+    /// Scopes every token must carry (`auth.required_scopes`).
+    pub required_scopes: Vec<String>,
+    /// The `scope` of the 401 challenge: the required scopes, else the supported ones.
+    pub challenge_scope: Option<String>,
     pub body_limit: usize,
     pub cache: Option<Arc<super::IdentityCache>>,
 }
@@ -41,6 +45,9 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
         Ok(claims) => claims,
         Err(e) => return unauthorized(&gate, e),
     };
+    if !claims.has_scopes(&gate.required_scopes) {
+        return insufficient_scope(&gate, &claims);
+    }
 
     // Buffer the body to learn which JSON-RPC message this identity is for. A body that
     // is not JSON-RPC binds no id, so no tool call can use this identity.
@@ -153,14 +160,22 @@ pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Result<&str, AuthError>
     Ok(token)
 }
 
-/// 401 with an RFC 6750 / RFC 9728 challenge. `error="invalid_token"` only when a
-/// token was sent.
+/// 401 with an RFC 6750 / RFC 9728 challenge naming the scopes to ask for.
+/// `error="invalid_token"` only when a token was sent. A token that cannot be verified because
+/// the identity provider's keys are not held yet is answered 503 instead: nothing is wrong with
+/// it, and a 401 would make the client throw it away and authorise again.
 fn unauthorized(gate: &Gate, error: AuthError) -> Response {
     tracing::info!(reason = error.reason(), "bearer token refused");
+    if error == AuthError::KeysUnavailable {
+        let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", error.description());
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    let scope = gate.challenge_scope.as_deref().map(|s| format!(", scope=\"{s}\"")).unwrap_or_default();
     let challenge = match error {
-        AuthError::Missing => format!("Bearer resource_metadata=\"{}\"", gate.resource_metadata_url),
+        AuthError::Missing => format!("Bearer resource_metadata=\"{}\"{scope}", gate.resource_metadata_url),
         other => format!(
-            "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{}\"",
+            "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{}\"{scope}",
             other.description(),
             gate.resource_metadata_url
         ),
@@ -171,4 +186,29 @@ fn unauthorized(gate: &Gate, error: AuthError) -> Response {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }
     response.into_response()
+}
+
+/// 403 with the step-up challenge of RFC 6750 section 3.1: the scopes the token lacks, with
+/// the ones it has (a client asks for them all at once, so it does not lose what it had).
+fn insufficient_scope(gate: &Gate, claims: &crate::auth::Claims) -> Response {
+    tracing::info!(tenant = %claims.tenant, held = ?claims.scopes, "token lacks a required scope");
+    crate::telemetry::metrics::insufficient_scope();
+    let mut wanted: Vec<&str> = claims.scopes.iter().map(String::as_str).collect();
+    for scope in &gate.required_scopes {
+        if !wanted.contains(&scope.as_str()) {
+            wanted.push(scope);
+        }
+    }
+    let challenge = format!(
+        "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\", \
+         error_description=\"the access token lacks a required scope\"",
+        wanted.join(" "),
+        gate.resource_metadata_url
+    );
+    let mut response =
+        json_error(StatusCode::FORBIDDEN, "insufficient_scope", "the access token lacks a required scope");
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
 }

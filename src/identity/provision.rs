@@ -12,7 +12,7 @@ use crate::store::{AuditEventId, Db, StoreError, TenantId, admin, now_millis, pr
 
 /// Makes the user `claims` name in `tenant`, if its provisioning admits it. True when a user
 /// was made (or another request made it meanwhile).
-pub(super) async fn provision(db: &Db, tenant: TenantId, claims: &Claims) -> Result<bool, StoreError> {
+pub(super) async fn provision(db: &Db, tenant: TenantId, slug: &str, claims: &Claims) -> Result<bool, StoreError> {
     // Read first without the write lock: a tenant that does not provision (the usual case)
     // costs an unknown subject one plain read, never a write transaction.
     let config = {
@@ -29,7 +29,7 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, claims: &Claims) -> Res
     let groups = groups_of(claims, &config.role_claim);
     let roles = config.roles_of(&groups);
     if roles.is_empty() {
-        tracing::info!(tenant = %claims.tenant, "provisioning: no group of the token maps to a role");
+        tracing::info!(tenant = %slug, "provisioning: no group of the token maps to a role");
         return Ok(false);
     }
     let name = claims
@@ -38,14 +38,14 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, claims: &Claims) -> Res
         .and_then(Value::as_str)
         .filter(|n| admin::validate_text("display_name", n, 200).is_ok())
         .unwrap_or(&claims.subject);
-    let user = match admin::create_user(&mut tx, &claims.tenant, &claims.subject, name, &roles).await {
+    let user = match admin::create_user(&mut tx, slug, &claims.subject, name, &roles).await {
         Ok(user) => user,
         // Another request of the same subject made it first.
         Err(StoreError::Conflict(_)) => return Ok(true),
         // A subject the gateway would not store (an invisible or reordering character): nobody
         // is made, and the token is refused as any unknown user's.
         Err(StoreError::Invalid { field, message }) => {
-            tracing::info!(tenant = %claims.tenant, field, %message, "provisioning: the token's subject is refused");
+            tracing::info!(tenant = %slug, field, %message, "provisioning: the token's subject is refused");
             return Ok(false);
         }
         Err(e) => return Err(e),
@@ -67,7 +67,7 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, claims: &Claims) -> Res
         client_name: Some("scopegate-provisioning".into()),
         client_version: Some(env!("CARGO_PKG_VERSION").into()),
         action: "admin.user.provision".into(),
-        tool: Some(format!("tenants/{}/users/{}", claims.tenant, claims.subject)),
+        tool: Some(format!("tenants/{}/users/{}", slug, claims.subject)),
         args_digest: Some(digest.clone()),
         args_raw: Some(crate::vocab::digest::canonical_json(&serde_json::json!({
             "actor": format!("provisioning:{}", config.role_claim),
@@ -81,7 +81,7 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, claims: &Claims) -> Res
     };
     audit::append(&mut tx, &None, &event).await?;
     tx.commit().await?;
-    tracing::info!(tenant = %claims.tenant, user = %user, roles = ?roles, "user provisioned on first sight");
+    tracing::info!(tenant = %slug, user = %user, roles = ?roles, "user provisioned on first sight");
     Ok(true)
 }
 

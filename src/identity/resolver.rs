@@ -55,7 +55,7 @@ pub(in crate::identity) async fn resolve(
         None => {
             // The change counter before the read: the rows are at least that new.
             let epoch = cache.and_then(super::IdentityCache::epoch);
-            let rows = std::sync::Arc::new(db.load_principal(&claims.tenant, subject).await?);
+            let rows = std::sync::Arc::new(db.load_principal(claims.tenant_key(), subject).await?);
             if let (Some(cache), Some(epoch)) = (cache, epoch) {
                 cache.put(&claims.tenant, subject, epoch, std::sync::Arc::clone(&rows));
             }
@@ -68,7 +68,7 @@ pub(in crate::identity) async fn resolve(
         return Err(IdentityError::SuspendedTenant);
     }
     let tenant =
-        TenantContext::resolved(Tenant { id: tenant_row.id, slug: claims.tenant.clone(), name: tenant_row.name });
+        TenantContext::resolved(Tenant { id: tenant_row.id, slug: tenant_row.slug.clone(), name: tenant_row.name });
 
     if is_service {
         return Ok(ResolvedIdentity {
@@ -84,8 +84,8 @@ pub(in crate::identity) async fn resolve(
     // sight and the token's groups map to a role, then read as any user is.
     let rows = match rows.user {
         Some(_) => rows,
-        None if super::provision::provision(db, tenant_row.id, claims).await? => {
-            std::sync::Arc::new(db.load_principal(&claims.tenant, subject).await?)
+        None if super::provision::provision(db, tenant_row.id, &tenant_row.slug, claims).await? => {
+            std::sync::Arc::new(db.load_principal(claims.tenant_key(), subject).await?)
         }
         None => return Err(IdentityError::UnknownUser),
     };

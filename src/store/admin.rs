@@ -133,6 +133,29 @@ pub async fn set_tenant_status(conn: &mut AnyConnection, slug: &str, status: Ten
     Ok(())
 }
 
+/// Records (or, with `None`, clears) the organization id a tenant has at the identity
+/// provider; an id is another tenant's at most once.
+pub async fn set_tenant_org_id(conn: &mut AnyConnection, slug: &str, org_id: Option<&str>) -> Result<(), StoreError> {
+    if let Some(org_id) = org_id {
+        validate_text("org_id", org_id, 200)?;
+    }
+    let done = sqlx::query("UPDATE tenants SET org_id = $1 WHERE slug = $2 AND slug <> $3")
+        .bind(org_id)
+        .bind(slug)
+        .bind(PLATFORM_SLUG)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| {
+            super::unique_conflict(e, || {
+                format!("organization id `{}` is another tenant's", org_id.unwrap_or_default())
+            })
+        })?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("tenant `{slug}` does not exist")));
+    }
+    Ok(())
+}
+
 pub async fn rename_tenant(conn: &mut AnyConnection, slug: &str, name: &str) -> Result<(), StoreError> {
     validate_text("name", name, 200)?;
     let done =

@@ -177,6 +177,17 @@ pub fn identity_counter_readable(readable: bool) {
     metrics::gauge!("scopegate_identity_counter_readable").set(if readable { 1.0 } else { 0.0 });
 }
 
+/// A fetch of the identity provider's key set: `ok`, `error`, or `budget` (an unknown `kid`
+/// found the minute's on-demand fetches spent).
+pub fn jwks_fetch(outcome: &'static str) {
+    metrics::counter!("scopegate_jwks_fetches_total", "outcome" => outcome).increment(1);
+}
+
+/// A token on the MCP endpoint answered 403 `insufficient_scope`.
+pub fn insufficient_scope() {
+    metrics::counter!("scopegate_insufficient_scope_total").increment(1);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

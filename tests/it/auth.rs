@@ -56,7 +56,11 @@ async fn jwt_negative_cases(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
-    let prepared = TestGateway::new(backend).set("auth.jwks_file", json!(jwks)).prepare().await;
+    let prepared = TestGateway::new(backend)
+        .set("auth.jwks_file", json!(jwks))
+        .set("auth.authorization_servers", json!([IDP]))
+        .prepare()
+        .await;
     let (config, seed_db) = (prepared.config.clone(), &prepared.db);
     admin_tx!(seed_db, |tx| admin_fns::set_tenant_status(&mut tx, "globex", scopegate::model::TenantStatus::Suspended))
         .unwrap();
@@ -233,6 +237,9 @@ both_dbs!(jwt_and_identity_negative_cases, jwt_negative_cases);
 
 /// With HS256 disabled (no development secret), HS256 tokens are refused outright,
 /// including one made with the RSA public key as the HMAC secret.
+/// The authorization server the tests' identity provider gateways name.
+const IDP: &str = "https://idp.test";
+
 #[tokio::test]
 async fn without_a_dev_secret_hs256_is_refused() {
     let rsa = Signer::from_pem(Algorithm::RS256, "rsa.pem", "rsa-1");
@@ -241,6 +248,7 @@ async fn without_a_dev_secret_hs256_is_refused() {
     std::fs::write(&jwks, jwks_json(&[&rsa])).unwrap();
     let prepared = TestGateway::new(Backend::Sqlite)
         .set("auth.jwks_file", json!(jwks))
+        .set("auth.authorization_servers", json!([IDP]))
         .set("auth.hs256_secret", json!(""))
         .prepare()
         .await;
@@ -271,7 +279,11 @@ async fn every_asymmetric_algorithm_verifies_from_a_jwks_file() {
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&rsa, &ec, &ed])).unwrap();
-    let prepared = TestGateway::new(Backend::Sqlite).set("auth.jwks_file", json!(jwks)).prepare().await;
+    let prepared = TestGateway::new(Backend::Sqlite)
+        .set("auth.jwks_file", json!(jwks))
+        .set("auth.authorization_servers", json!([IDP]))
+        .prepare()
+        .await;
     let probe = prepared.probe().await;
     let good = claims(&prepared.config, "acme", "wanda@acme.test");
     for signer in [&rsa, &ec, &ed] {
@@ -285,10 +297,11 @@ async fn every_asymmetric_algorithm_verifies_from_a_jwks_file() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
-/// A JWKS URL: fetched at start-up, refetched on an unknown `kid` at most once per
-/// interval, and a rotated-in key is picked up by that refetch.
+/// A JWKS URL: fetched at start-up; a rotated-in key is accepted on its first use (one fetch
+/// at once, no refusal window); misses that arrive together share one fetch; fetches provoked
+/// by unknown `kid`s keep a floor between them and a budget per minute.
 #[tokio::test]
-async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
+async fn jwks_url_takes_a_rotation_at_once_and_bounds_refetches() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::RwLock;
@@ -318,7 +331,9 @@ async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
 
     let prepared = TestGateway::new(Backend::Sqlite)
         .set("auth.jwks_url", json!(url))
+        .set("auth.authorization_servers", json!([IDP]))
         .set("auth.jwks_refetch_min_interval_secs", json!(1))
+        .set("auth.jwks_refetch_per_minute", json!(3))
         .prepare()
         .await;
     let probe = prepared.probe().await;
@@ -329,23 +344,34 @@ async fn jwks_url_refetches_on_unknown_kid_at_a_bounded_rate() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(hits.load(Ordering::SeqCst), 1, "a known kid needs no fetch");
 
-    // The IdP rotates a new key in. Within the interval, unknown kids don't refetch.
+    // The IdP rotates a new key in: its first token is accepted, after one fetch.
     *body.write().await = jwks_json(&[&old, &new]);
-    for _ in 0..5 {
-        let (status, _, _) = probe.call(Some(&new.sign(&good))).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED);
-    }
-    assert_eq!(hits.load(Ordering::SeqCst), 1, "refetches are rate-limited");
-
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (status, _, _) = probe.call(Some(&new.sign(&good))).await;
-    assert_eq!(status, StatusCode::OK, "the rotated-in key is found by one refetch");
+    assert_eq!(status, StatusCode::OK, "a rotated-in key is accepted on first use");
     assert_eq!(hits.load(Ordering::SeqCst), 2);
-    for _ in 0..3 {
-        let (status, _, _) = probe.call(Some(&new.sign(&good))).await;
-        assert_eq!(status, StatusCode::OK);
-    }
-    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // Eight tokens of a kid nobody published, at once: inside the floor they wait for its end,
+    // then share one fetch, and are refused.
+    let stranger = Signer::from_pem(Algorithm::RS256, "rsa-other.pem", "stranger");
+    let token = stranger.sign(&good);
+    let started = std::time::Instant::now();
+    let answers = futures_util::future::join_all((0..8).map(|_| probe.call(Some(&token)))).await;
+    assert!(answers.iter().all(|(status, _, _)| *status == StatusCode::UNAUTHORIZED));
+    assert_eq!(hits.load(Ordering::SeqCst), 3, "one fetch for every miss that waited on it");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900), "the floor holds between fetches");
+
+    // The third fetch of the minute spends the budget; after it, a miss is refused at once.
+    let (status, _, _) = probe.call(Some(&token)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+    let started = std::time::Instant::now();
+    let (status, _, _) = probe.call(Some(&token)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(hits.load(Ordering::SeqCst), 4, "no fetch beyond the minute's budget");
+    assert!(started.elapsed() < std::time::Duration::from_millis(500), "refused at once, not held");
+    // Known keys still verify.
+    let (status, _, _) = probe.call(Some(&new.sign(&good))).await;
+    assert_eq!(status, StatusCode::OK);
 }
 
 /// A malformed Authorization header gets the challenge too, and a non-Bearer scheme is

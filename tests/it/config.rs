@@ -72,6 +72,7 @@ fn a_missing_verification_key_stops_start_up() {
 /// operator's own secret is taken in every case.
 #[test]
 fn the_shipped_dev_secret_is_refused_wherever_others_reach_the_gateway() {
+    const IDP_NAMED: (&str, &str) = ("SCOPEGATE_AUTH__AUTHORIZATION_SERVERS", "[\"https://idp.example.com/\"]");
     let cases: &[(&[(&str, &str)], &str)] = &[
         (&[("SCOPEGATE_SERVER__LISTEN", "0.0.0.0:8080")], "server.listen"),
         (&[("SCOPEGATE_SERVER__LISTEN", "[::]:8080")], "server.listen"),
@@ -79,8 +80,9 @@ fn the_shipped_dev_secret_is_refused_wherever_others_reach_the_gateway() {
         (&[("SCOPEGATE_SERVER__PUBLIC_URL", "http://10.0.0.5:8080")], "server.public_url"),
         (&[("SCOPEGATE_SERVER__ALLOWED_HOSTS", "[\"localhost\", \"mcp.example.com\"]")], "server.allowed_hosts"),
         (&[("SCOPEGATE_SERVER__ALLOWED_HOSTS", "[]")], "server.allowed_hosts"),
-        (&[("SCOPEGATE_AUTH__JWKS_URL", "https://idp.example.com/jwks.json")], "jwks"),
-        (&[("SCOPEGATE_AUTH__JWKS_FILE", "config/jwks.json")], "jwks"),
+        (&[("SCOPEGATE_AUTH__JWKS_URL", "https://idp.example.com/jwks.json"), IDP_NAMED], "jwks"),
+        (&[("SCOPEGATE_AUTH__JWKS_FILE", "config/jwks.json"), IDP_NAMED], "jwks"),
+        (&[("SCOPEGATE_AUTH__ISSUER", "https://idp.example.com/")], "discovered"),
     ];
     for (env, named) in cases {
         Jail::expect_with(|jail| {
@@ -147,6 +149,60 @@ fn secrets_are_never_printed() {
             assert!(!text.contains(SHIPPED_DEV_SECRET), "the HS256 secret leaked: {text}");
             assert!(!text.contains("hunter2"), "the database password leaked: {text}");
         }
+        Ok(())
+    });
+}
+
+/// The identity provider's settings are checked at start, each refusal naming its key: no
+/// authorization server to tell clients of, a required scope nobody would ask for, a scope
+/// that is not one, an empty claim path, a refetch floor of zero, an unknown tenant match.
+#[test]
+fn identity_provider_settings_are_checked() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("SCOPEGATE_AUTH__JWKS_URL", "https://idp.example.com/jwks.json")], "auth.authorization_servers"),
+        (
+            &[
+                ("SCOPEGATE_AUTH__SCOPES_SUPPORTED", "[\"mcp:read\"]"),
+                ("SCOPEGATE_AUTH__REQUIRED_SCOPES", "[\"mcp:write\"]"),
+            ],
+            "auth.required_scopes",
+        ),
+        (&[("SCOPEGATE_AUTH__SCOPES_SUPPORTED", "[\"mcp read\"]")], "auth.scopes_supported"),
+        (&[("SCOPEGATE_AUTH__REQUIRED_SCOPES", "[\"a\\\"b\"]")], "auth.required_scopes"),
+        (&[("SCOPEGATE_AUTH__TENANT_CLAIM", "/")], "auth.tenant_claim"),
+        (&[("SCOPEGATE_AUTH__SUBJECT_CLAIM", "")], "auth.subject_claim"),
+        (&[("SCOPEGATE_AUTH__JWKS_REFETCH_MIN_INTERVAL_SECS", "0")], "auth.jwks_refetch_min_interval_secs"),
+        (&[("SCOPEGATE_AUTH__JWKS_REFETCH_PER_MINUTE", "0")], "auth.jwks_refetch_per_minute"),
+        (&[("SCOPEGATE_AUTH__TENANT_MATCH", "name")], "TENANT_MATCH"),
+        (&[("SCOPEGATE_AUTH__AUTHORIZATION_SERVERS", "[\"idp.example.com\"]")], "auth.authorization_servers"),
+        (&[("SCOPEGATE_AUTH__RESOURCE_NAME", " ")], "auth.resource_name"),
+    ];
+    for (env, named) in cases {
+        Jail::expect_with(|jail| {
+            jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "a-private-secret-of-more-than-32-bytes!");
+            for (key, value) in *env {
+                jail.set_env(key, value);
+            }
+            let err = load_err(jail, None);
+            assert!(err.contains(named), "{env:?}: {err}");
+            Ok(())
+        });
+    }
+    // The issuer's https URL alone: keys discovered, the issuer is the authorization server,
+    // the required scopes are the supported ones.
+    Jail::expect_with(|jail| {
+        jail.set_env("SCOPEGATE_AUTH__HS256_SECRET", "");
+        jail.set_env("SCOPEGATE_AUTH__ISSUER", "https://idp.example.com/");
+        jail.set_env("SCOPEGATE_AUTH__REQUIRED_SCOPES", "[\"mcp\"]");
+        jail.set_env("SCOPEGATE_SERVER__PUBLIC_URL", "https://mcp.example.com");
+        let config = Config::load(None).expect("the issuer alone is enough");
+        assert_eq!(config.authorization_servers(), ["https://idp.example.com/"]);
+        assert_eq!(config.scopes_supported(), ["mcp"]);
+        assert_eq!(config.challenge_scope().as_deref(), Some("mcp"));
+        // Discovery switched off leaves no key: refused.
+        jail.set_env("SCOPEGATE_AUTH__DISCOVERY", "false");
+        let err = load_err(jail, None);
+        assert!(err.contains("auth.hs256_secret") && err.contains("no token verification key"), "{err}");
         Ok(())
     });
 }

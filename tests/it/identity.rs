@@ -242,7 +242,7 @@ async fn every_identity_change_moves_the_counter(backend: Backend) {
     assert_eq!(assigned, 0, "the cascade removed the assignment");
 
     let before = db.identity_epoch().await.unwrap();
-    db.load_principal("acme", Some("olivia@acme.test")).await.unwrap();
+    db.load_principal(scopegate::store::principal::TenantKey::Slug("acme"), Some("olivia@acme.test")).await.unwrap();
     assert_eq!(db.identity_epoch().await.unwrap(), before, "a read moves nothing");
 }
 both_dbs!(identity_every_change_moves_the_counter, every_identity_change_moves_the_counter);

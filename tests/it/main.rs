@@ -31,6 +31,7 @@ mod negotiation;
 mod oauth;
 mod oauth_fixture;
 mod otel;
+mod provider_settings;
 mod proxy;
 mod readme;
 mod remote;

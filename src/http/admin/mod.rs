@@ -161,7 +161,11 @@ pub(crate) async fn resolve(api: &AdminApi, token: &str) -> Result<Authority, De
         Authority::Platform { subject: claims.subject }
     } else {
         let tenant = tenant.ok_or(Denied::Token(AuthError::MissingTenant))?;
-        match member(api.admin.db(), &tenant, &claims.subject).await {
+        let key = match claims.tenant_match {
+            crate::config::TenantMatch::Slug => crate::store::principal::TenantKey::Slug(&tenant),
+            crate::config::TenantMatch::OrgId => crate::store::principal::TenantKey::OrgId(&tenant),
+        };
+        match member(api.admin.db(), key, &claims.subject).await {
             Ok(Some(member)) => Authority::Member(member),
             Ok(None) => {
                 tracing::info!(tenant = %tenant, "admin: no active user for the token");
@@ -207,9 +211,13 @@ async fn authority(State(api): State<AdminApi>, mut request: Request, next: Next
     response
 }
 
-/// The active user `subject` of the active tenant `slug`, with its roles.
-async fn member(db: &Db, slug: &str, subject: &str) -> Result<Option<Member>, AdminError> {
-    let rows = db.load_principal(slug, Some(subject)).await?;
+/// The active user `subject` of the active tenant `key` names, with its roles.
+async fn member(
+    db: &Db,
+    key: crate::store::principal::TenantKey<'_>,
+    subject: &str,
+) -> Result<Option<Member>, AdminError> {
+    let rows = db.load_principal(key, Some(subject)).await?;
     let (Some(tenant), Some(user)) = (rows.tenant, rows.user) else { return Ok(None) };
     if tenant.status != "active" || user.status != "active" {
         return Ok(None);
@@ -217,11 +225,16 @@ async fn member(db: &Db, slug: &str, subject: &str) -> Result<Option<Member>, Ad
     // A role the code does not know is a broken database: no authority at all.
     let roles: Option<Vec<Role>> = rows.roles.iter().map(|r| r.parse().ok()).collect();
     let Some(roles) = roles else { return Ok(None) };
-    Ok(Some(Member { tenant: tenant.id, slug: slug.to_owned(), user: user.id, subject: subject.to_owned(), roles }))
+    Ok(Some(Member { tenant: tenant.id, slug: tenant.slug, user: user.id, subject: subject.to_owned(), roles }))
 }
 
 fn unauthorized(api: &AdminApi, error: AuthError) -> Response {
     tracing::info!(reason = error.reason(), "admin API: bearer token refused");
+    if error == AuthError::KeysUnavailable {
+        let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "unavailable", error.description(), None);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
     let challenge = match error {
         AuthError::Missing => format!("Bearer resource_metadata=\"{}\"", api.resource_metadata_url),
         other => format!(

@@ -126,6 +126,8 @@ struct TenantPatch {
     /// `active` or `suspended`.
     #[schema(value_type = Option<String>)]
     status: Option<TenantStatus>,
+    /// The tenant's organization id at the identity provider (`org_AbC123`); `""` clears it.
+    org_id: Option<String>,
 }
 
 /// Every tenant (platform administrators).
@@ -162,7 +164,8 @@ async fn get_tenant(State(api): State<AdminApi>, Extension(who): Who, Path(tenan
     one(&api, &who, Target::Tenant { slug: tenant }).await
 }
 
-/// Rename, suspend or activate a tenant (platform administrators).
+/// Rename, suspend or activate a tenant, or record its organization id at the identity
+/// provider (platform administrators).
 #[utoipa::path(patch, path = "/admin/v1/tenants/{tenant}", tag = "tenants", request_body = TenantPatch,
     params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = TenantView), (status = 412, body = Problem), (status = 422, body = Problem)))]
@@ -173,8 +176,8 @@ async fn update_tenant(
     headers: HeaderMap,
     body: JsonBody<TenantPatch>,
 ) -> Answer {
-    let TenantPatch { name, status } = body.value;
-    change(&api, &who, &headers, None, Write::UpdateTenant { slug: tenant, name, status }).await
+    let TenantPatch { name, status, org_id } = body.value;
+    change(&api, &who, &headers, None, Write::UpdateTenant { slug: tenant, name, status, org_id }).await
 }
 
 /// Retire a tenant (platform administrators): it is suspended for good (no token of it is

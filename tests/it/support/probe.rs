@@ -111,3 +111,41 @@ impl Probe {
         (status, headers, json)
     }
 }
+
+impl Probe {
+    /// GETs `path` through the whole router: status, headers, JSON body (Null when not JSON).
+    pub async fn get(&self, path: &str) -> (StatusCode, http::HeaderMap, Value) {
+        use tower::ServiceExt;
+        let request = http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+        let response = self.gateway.router().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+}
+
+impl Probe {
+    /// Sends `method path` with `token` and a JSON `body` through the whole router.
+    pub async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        token: &str,
+        body: Value,
+    ) -> (StatusCode, http::HeaderMap, Value) {
+        use tower::ServiceExt;
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap();
+        let response = self.gateway.router().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+}
