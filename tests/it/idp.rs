@@ -27,7 +27,7 @@ async fn gateway_for(idp: &Idp, backend: Backend) -> Live {
 fn assert_called_whoami_as_olivia(run: &ClientRun, live: &Live) {
     let authorize = run.step("authorize").unwrap_or_else(|| panic!("an authorization: {run:#?}"));
     assert_eq!(authorize["resource"], json!(live.url()), "the resource indicator is the endpoint");
-    assert_eq!(run.authorizations(), 1, "{run:#?}");
+    assert_eq!((run.authorizations(), run.refreshes()), (1, 0), "one authorization, no refresh: {run:#?}");
     assert!(run.tool_names().iter().any(|t| t == "whoami"), "{:?}", run.tool_names());
     let result = &run.step("call").unwrap_or_else(|| panic!("a call: {run:#?}"))["result"];
     let me = &result["structuredContent"];
@@ -74,6 +74,12 @@ fn decode(token: &str) -> (Value, Value) {
     (part(1), part(0))
 }
 
+/// The kids of the key set at `jwks_url`, in order.
+async fn published_kids(jwks_url: String) -> Vec<String> {
+    let jwks: Value = reqwest::get(jwks_url).await.unwrap().json().await.unwrap();
+    jwks["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_owned()).collect()
+}
+
 /// The fixture itself: what its access tokens hold, its JWKS caching header, a rotation that
 /// keeps the old key published until it is dropped, and a restart that serves the same keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,10 +102,8 @@ async fn idp_fixture_tokens_keys_and_restart() {
 
     let jwks = reqwest::get(idp.jwks_url()).await.unwrap();
     assert_eq!(jwks.headers()["cache-control"], "max-age=42");
-    let kids = || async {
-        let jwks: Value = reqwest::get(idp.jwks_url()).await.unwrap().json().await.unwrap();
-        jwks["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
-    };
+    let jwks_url = idp.jwks_url();
+    let kids = || published_kids(jwks_url.clone());
     assert_eq!(kids().await, [first.clone()]);
 
     let second = idp.rotate().await;

@@ -66,6 +66,7 @@ impl Idp {
     /// Installs the npm fixtures (once), starts the provider on a free port and reads its
     /// discovery document.
     pub async fn start(options: IdpOptions) -> Self {
+        scopegate::http::install_tls_provider();
         let state = tempfile::tempdir().unwrap();
         let stderr = Arc::new(Mutex::new(String::new()));
         let (child, port) = spawn(&options, &state_file(&state), 0, &stderr).await;
