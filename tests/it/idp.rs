@@ -104,7 +104,7 @@ async fn idp_fixture_tokens_keys_and_restart() {
     assert_eq!(jwks.headers()["cache-control"], "max-age=42");
     let jwks_url = idp.jwks_url();
     let kids = || published_kids(jwks_url.clone());
-    assert_eq!(kids().await, [first.clone()]);
+    assert_eq!(kids().await, [first.as_str()]);
 
     let second = idp.rotate().await;
     assert_ne!(second, first);
