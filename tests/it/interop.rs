@@ -8,12 +8,11 @@
 //!   tests/fixtures/python/interop_server.py) over stdio and over Streamable HTTP.
 //!
 //! The servers are installed by the tests themselves, pinned, once, into `<target>/interop/`
-//! (npm and a Python venv; a file lock keeps concurrent test binaries from racing). A missing
-//! `node`, `npm` or `python3` fails the tests, it never skips them. On SQLite and PostgreSQL.
+//! (see [`installs`](crate::support::installs)). A missing `node`, `npm` or `python3` fails
+//! the tests, it never skips them. On SQLite and PostgreSQL.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use base64::Engine;
@@ -23,62 +22,14 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use scopegate::model::Role;
 use scopegate::store::entities::{self, GrantKind};
 use serde_json::{Value, json};
-use sha2::Digest;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
+use crate::support::installs::{fixture_file, npm_tree, python};
 use crate::support::*;
 
 // @modelcontextprotocol/server-everything (2026.8.31, the newest release, which runs on Node 20)
 // and everything below it, the TypeScript SDK (1.32.2) included, are pinned by
-// tests/fixtures/npm/package-lock.json.
-/// The official Python SDK (2.x: `MCPServer`, Python >= 3.10).
-const PY_MCP_VERSION: &str = "2.3.0";
-
-/// `<target>/interop`: the fixture binary lives in `<target>/<profile>/`.
-fn cache_dir() -> PathBuf {
-    let fixture = Path::new(env!("CARGO_BIN_EXE_scopegate-fixture-upstream"));
-    fixture.parent().and_then(Path::parent).expect("the target directory").join("interop")
-}
-
-/// `program` by its absolute path on PATH (the gateway starts stdio upstreams with a cleared
-/// environment), or a failure that says what the interop tests need.
-fn required_tool(program: &str) -> Result<PathBuf, String> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-        .ok_or_else(|| format!("`{program}` is required by the interop tests (tests/it/interop.rs) and is not on PATH"))
-}
-
-/// Runs `cmd` to completion, its output in the error when it fails.
-fn run(cmd: &mut std::process::Command) -> Result<(), String> {
-    let what = format!("{cmd:?}");
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
-}
-
-/// Installs once per cache (marker file `marker` under `dir`), under an exclusive lock on
-/// `<dir>.lock` so that concurrent test binaries do not install over each other.
-fn install_once(dir: &Path, marker: &str, install: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
-    std::fs::create_dir_all(cache_dir()).map_err(|e| format!("create {}: {e}", cache_dir().display()))?;
-    let lock_path = dir.with_extension("lock");
-    let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
-    let marker = dir.join(marker);
-    if marker.is_file() {
-        return Ok(());
-    }
-    install()?;
-    std::fs::write(&marker, b"").map_err(|e| format!("{}: {e}", marker.display()))
-}
+// tests/fixtures/npm/package-lock.json; the Python SDK by `installs::PY_MCP_VERSION`.
 
 /// Node and the entry point of the pinned server-everything.
 struct NodeServer {
@@ -86,61 +37,16 @@ struct NodeServer {
     entry: PathBuf,
 }
 
-fn everything_install() -> Result<NodeServer, String> {
-    let node = required_tool("node")?;
-    let npm = required_tool("npm")?;
-    let dir = cache_dir().join("npm");
-    // The whole tree pinned by the lock file beside the fixtures, installed with `npm ci`;
-    // a new lock file installs again.
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/npm");
-    let lock = std::fs::read(fixtures.join("package-lock.json")).map_err(|e| format!("the npm lock file: {e}"))?;
-    let marker = format!(".installed-{:x}", sha2::Sha256::digest(&lock));
-    install_once(&dir, &marker, || {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for file in ["package.json", "package-lock.json"] {
-            std::fs::copy(fixtures.join(file), dir.join(file)).map_err(|e| format!("{file}: {e}"))?;
-        }
-        run(std::process::Command::new(&npm).args(["ci", "--prefix"]).arg(&dir).args([
-            "--no-audit",
-            "--no-fund",
-            "--loglevel=error",
-        ]))
-    })?;
-    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.is_file() {
-        return Err(format!("{} is missing after npm install", entry.display()));
-    }
-    Ok(NodeServer { node, entry })
-}
-
-async fn everything() -> &'static NodeServer {
-    static INSTALLED: OnceLock<Result<NodeServer, String>> = OnceLock::new();
-    let installed = tokio::task::spawn_blocking(|| INSTALLED.get_or_init(everything_install).as_ref()).await.unwrap();
-    installed.unwrap_or_else(|e| panic!("installing @modelcontextprotocol/server-everything: {e}"))
-}
-
-/// The venv's Python with the pinned `mcp`.
-fn python_install() -> Result<PathBuf, String> {
-    let python3 = required_tool("python3")?;
-    let dir = cache_dir().join("py");
-    let python = dir.join("bin/python");
-    install_once(&dir, &format!(".installed-mcp-{PY_MCP_VERSION}"), || {
-        run(std::process::Command::new(&python3).args(["-m", "venv", "--clear"]).arg(&dir))?;
-        run(std::process::Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet"])
-            .arg(format!("mcp=={PY_MCP_VERSION}")))
-    })?;
-    Ok(python)
-}
-
-async fn python() -> &'static Path {
-    static INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let installed = tokio::task::spawn_blocking(|| INSTALLED.get_or_init(python_install).as_ref()).await.unwrap();
-    installed.map(PathBuf::as_path).unwrap_or_else(|e| panic!("installing the Python SDK (mcp=={PY_MCP_VERSION}): {e}"))
+async fn everything() -> NodeServer {
+    let tree = npm_tree().await;
+    let entry = tree
+        .module("@modelcontextprotocol/server-everything/dist/index.js")
+        .unwrap_or_else(|e| panic!("installing @modelcontextprotocol/server-everything: {e}"));
+    NodeServer { node: tree.node.clone(), entry }
 }
 
 fn python_fixture() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/interop_server.py").display().to_string()
+    fixture_file("python/interop_server.py").display().to_string()
 }
 
 /// A Node preload for server-everything's Streamable HTTP mode, which listens on `PORT` on

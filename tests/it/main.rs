@@ -19,6 +19,7 @@ mod grants;
 mod guards;
 mod hardening;
 mod identity;
+mod idp;
 mod interop;
 mod layers;
 mod lean;

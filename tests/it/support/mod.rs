@@ -1,9 +1,11 @@
 //! Test support, shared by the feature files (which hold tests only): fresh databases and
 //! configuration ([`db`]), tokens ([`tokens`]), the one gateway builder ([`gateway`]) and the
 //! probe gateway ([`probe`]), MCP clients ([`clients`]), fixture upstreams ([`fixtures`],
-//! [`oauth`]), the `scopegate` binary as a process ([`process`]), network namespaces
-//! ([`netns`]), remote executors ([`remote`]), the proxy's set-up ([`proxy`]), the workspace's
-//! own files ([`files`]), and waiting for something to happen ([`wait`]).
+//! [`oauth`]), a real identity provider and third-party OAuth clients ([`idp`]), the pinned
+//! third-party installs ([`installs`]), the `scopegate` binary as a process ([`process`]),
+//! network namespaces ([`netns`]), remote executors ([`remote`]), the proxy's set-up
+//! ([`proxy`]), the workspace's own files ([`files`]), and waiting for something to happen
+//! ([`wait`]).
 
 pub mod browser;
 pub mod clients;
@@ -11,6 +13,8 @@ pub mod db;
 pub mod files;
 pub mod fixtures;
 pub mod gateway;
+pub mod idp;
+pub mod installs;
 pub mod netns;
 pub mod oauth;
 pub mod probe;
@@ -26,6 +30,7 @@ pub use db::*;
 pub use files::*;
 pub use fixtures::*;
 pub use gateway::*;
+pub use idp::{ClientRun, Idp, IdpOptions, run_py_client, run_ts_client};
 pub use netns::*;
 pub use oauth::{OAuthFixtures, form};
 pub use probe::*;
