@@ -306,6 +306,10 @@ pub struct AuthConfig {
     /// What the tenant claim's value names: a tenant's slug, or the organization id a
     /// platform administrator recorded on a tenant.
     pub tenant_match: TenantMatch,
+    /// Admit tenant issuers (and their key sets) at `http://` URLs and loopback or private
+    /// hosts: for tests and development only. Off, a tenant's administrator cannot make the
+    /// gateway fetch from its own network.
+    pub tenant_issuers_insecure: bool,
     pub service_subjects: Vec<String>,
     pub demo_token_ttl_secs: u64,
     /// How often the identity change counter is read, which bounds how stale reused identity

@@ -413,6 +413,7 @@ pub async fn purge_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), St
         "mcp_server_entities",
         "tenant_role_map",
         "tenant_provisioning",
+        "tenant_issuers",
         "egg_counts",
         "flock_assignments",
         "user_roles",

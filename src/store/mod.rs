@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod demo;
 pub mod entities;
 pub mod ids;
+pub mod issuers;
 pub mod principal;
 pub mod provisioning;
 pub mod roots;
