@@ -113,6 +113,7 @@ impl Gateway {
             resource_metadata_url: config.resource_metadata_url(),
             required_scopes: config.auth.required_scopes.clone(),
             challenge_scope: config.challenge_scope(),
+            tool_scopes: config.auth.tool_scopes.clone(),
             body_limit: config.server.body_limit_bytes,
             cache: crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms))
                 .map(Arc::new),

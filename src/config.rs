@@ -301,6 +301,10 @@ pub struct AuthConfig {
     pub required_scopes: Vec<String>,
     /// `resource_name` of the protected resource metadata.
     pub resource_name: String,
+    /// Scopes a call of a tool needs beyond the required ones, by tool name (as callers see
+    /// it) or name prefix (`delete_*`): a call without them is answered 403
+    /// `insufficient_scope` naming them, so the client can ask the person for more (step-up).
+    pub tool_scopes: std::collections::BTreeMap<String, Vec<String>>,
     /// Where the user's subject is: a claim name, or a JSON pointer (`/user/id`).
     pub subject_claim: String,
     /// What the tenant claim's value names: a tenant's slug, or the organization id a
@@ -593,6 +597,26 @@ impl Config {
                 ));
             }
         }
+        for (tool, scopes) in &a.tool_scopes {
+            let pattern = tool.strip_suffix('*').unwrap_or(tool);
+            if pattern.is_empty() || pattern.contains('*') || scopes.is_empty() {
+                return Err(ConfigError::invalid(
+                    "auth.tool_scopes",
+                    format!("`{tool}`: a tool name or a name prefix ending in `*`, with at least one scope"),
+                ));
+            }
+            if let Some(bad) = scopes.iter().find(|s| !is_scope_token(s)) {
+                return Err(ConfigError::invalid("auth.tool_scopes", format!("`{tool}`: `{bad}` is not a scope")));
+            }
+            if !a.scopes_supported.is_empty()
+                && let Some(missing) = scopes.iter().find(|s| !a.scopes_supported.contains(s))
+            {
+                return Err(ConfigError::invalid(
+                    "auth.tool_scopes",
+                    format!("`{tool}` needs `{missing}`, which is not in auth.scopes_supported"),
+                ));
+            }
+        }
         if !a.scopes_supported.is_empty()
             && let Some(missing) = a.required_scopes.iter().find(|s| !a.scopes_supported.contains(s))
         {
@@ -652,6 +676,12 @@ impl Config {
     /// ones when that is empty.
     pub fn scopes_supported(&self) -> &[String] {
         if self.auth.scopes_supported.is_empty() { &self.auth.required_scopes } else { &self.auth.scopes_supported }
+    }
+
+    /// The scopes a call of `tool` needs beyond the required ones: those of every
+    /// `auth.tool_scopes` entry that names it or a prefix of its name.
+    pub fn tool_scopes(&self, tool: &str) -> Vec<String> {
+        scopes_of_tool(&self.auth.tool_scopes, tool)
     }
 
     /// The `scope` of the 401 challenge: what a client should ask for to be let in (the
@@ -715,6 +745,25 @@ impl Config {
     pub fn uses_shipped_dev_secret(&self) -> bool {
         self.auth.hs256_secret.expose() == SHIPPED_DEV_SECRET
     }
+}
+
+/// The scopes of every `auth.tool_scopes` entry that names `tool` or a prefix of its name.
+pub fn scopes_of_tool(map: &std::collections::BTreeMap<String, Vec<String>>, tool: &str) -> Vec<String> {
+    let mut needed: Vec<String> = Vec::new();
+    for (pattern, scopes) in map {
+        let matches = match pattern.strip_suffix('*') {
+            Some(prefix) => tool.starts_with(prefix),
+            None => tool == pattern,
+        };
+        if matches {
+            for scope in scopes {
+                if !needed.contains(scope) {
+                    needed.push(scope.clone());
+                }
+            }
+        }
+    }
+    needed
 }
 
 /// An `http://` or `https://` URL with a host.

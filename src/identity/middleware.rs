@@ -31,6 +31,8 @@ pub(crate) struct Gate {
     pub required_scopes: Vec<String>,
     /// The `scope` of the 401 challenge: the required scopes, else the supported ones.
     pub challenge_scope: Option<String>,
+    /// `auth.tool_scopes`.
+    pub tool_scopes: std::collections::BTreeMap<String, Vec<String>>,
     pub body_limit: usize,
     pub cache: Option<Arc<super::IdentityCache>>,
 }
@@ -46,7 +48,7 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
         Err(e) => return unauthorized(&gate, e),
     };
     if !claims.has_scopes(&gate.required_scopes) {
-        return insufficient_scope(&gate, &claims);
+        return insufficient_scope(&gate, &claims, &[]);
     }
 
     // Buffer the body to learn which JSON-RPC message this identity is for. A body that
@@ -61,6 +63,15 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     };
     // The one parse of the body; the JSON-RPC check behind the gate reuses it.
     let inspection = Inspection::of(bytes.clone());
+    // A tool that needs more than the token holds: the step-up challenge, before anything runs.
+    if inspection.method() == Some("tools/call")
+        && let Some(tool) = inspection.name()
+    {
+        let needed = crate::config::scopes_of_tool(&gate.tool_scopes, tool);
+        if !claims.has_scopes(&needed) {
+            return insufficient_scope(&gate, &claims, &needed);
+        }
+    }
     let request_id = inspection.request_id().cloned();
     let session_id = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let message = MessageBinding { request_id, session_id };
@@ -190,11 +201,11 @@ fn unauthorized(gate: &Gate, error: AuthError) -> Response {
 
 /// 403 with the step-up challenge of RFC 6750 section 3.1: the scopes the token lacks, with
 /// the ones it has (a client asks for them all at once, so it does not lose what it had).
-fn insufficient_scope(gate: &Gate, claims: &crate::auth::Claims) -> Response {
+fn insufficient_scope(gate: &Gate, claims: &crate::auth::Claims, needed: &[String]) -> Response {
     tracing::info!(tenant = %claims.tenant, held = ?claims.scopes, "token lacks a required scope");
     crate::telemetry::metrics::insufficient_scope();
     let mut wanted: Vec<&str> = claims.scopes.iter().map(String::as_str).collect();
-    for scope in &gate.required_scopes {
+    for scope in gate.required_scopes.iter().chain(needed) {
         if !wanted.contains(&scope.as_str()) {
             wanted.push(scope);
         }

@@ -277,3 +277,38 @@ async fn array_and_object_tenant_claims() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{several}");
     }
 }
+
+/// Step-up: a tool that needs a scope beyond the required ones (`auth.tool_scopes`, by name or
+/// prefix) is refused 403 `insufficient_scope` naming what the token has plus what the tool
+/// needs; other tools, and other methods naming it, pass; with the scope, it passes too.
+#[tokio::test]
+async fn a_tool_may_need_more_scope() {
+    let prepared = TestGateway::new(Backend::Sqlite)
+        .set("auth.scopes_supported", json!(["mcp:read", "mcp:write", "mcp:admin"]))
+        .set("auth.required_scopes", json!(["mcp:read"]))
+        .set("auth.tool_scopes", json!({"delete_*": ["mcp:write"], "delete_flock": ["mcp:admin"]}))
+        .prepare()
+        .await;
+    let probe = prepared.probe().await;
+    let signer = Signer::dev();
+    let token = |scope: &str| {
+        let mut c = claims(&prepared.config, "acme", "olivia@acme.test");
+        c["scope"] = json!(scope);
+        signer.sign(&c)
+    };
+    let call = |tool: &str| json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool}});
+    let read = token("mcp:read");
+    let (status, headers, body) = probe.request(Some(&read), call("delete_flock"), &[]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let challenge = www_authenticate(&headers);
+    assert!(challenge.contains(r#"error="insufficient_scope", scope="mcp:read mcp:write mcp:admin""#), "{challenge}");
+    let (status, headers, _) = probe.request(Some(&read), call("delete_egg"), &[]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(www_authenticate(&headers).contains(r#"scope="mcp:read mcp:write""#), "{headers:?}");
+    assert_eq!(probe.request(Some(&read), call("whoami"), &[]).await.0, StatusCode::OK);
+    let listing = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"name": "delete_flock"}});
+    assert_eq!(probe.request(Some(&read), listing, &[]).await.0, StatusCode::OK);
+    assert_eq!(probe.request(Some(&token("mcp:read mcp:write")), call("delete_egg"), &[]).await.0, StatusCode::OK);
+    let all = token("mcp:read mcp:write mcp:admin");
+    assert_eq!(probe.request(Some(&all), call("delete_flock"), &[]).await.0, StatusCode::OK);
+}
