@@ -106,8 +106,11 @@ impl Gateway {
                  for any tenant. Configure a JWKS and set auth.hs256_secret = \"\" in production."
             );
         }
+        let cache =
+            crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms)).map(Arc::new);
         let gate = Arc::new(Gate {
             authenticator,
+            trusted: Arc::new(crate::identity::TrustedIssuers::new(db.clone(), cache.clone())),
             db: db.clone(),
             service_subjects: config.auth.service_subjects.clone(),
             resource_metadata_url: config.resource_metadata_url(),
@@ -115,8 +118,7 @@ impl Gateway {
             challenge_scope: config.challenge_scope(),
             tool_scopes: config.auth.tool_scopes.clone(),
             body_limit: config.server.body_limit_bytes,
-            cache: crate::identity::IdentityCache::new(Duration::from_millis(config.auth.identity_cache_ms))
-                .map(Arc::new),
+            cache,
         });
         crate::telemetry::metrics::install();
         let audit = AuditWriter::start(db.clone(), config.audit.max_batch);

@@ -47,7 +47,7 @@ pub enum JwksError {
 }
 
 /// Where the key set comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum JwksSource {
     File(PathBuf),
     Url(String),
@@ -107,6 +107,9 @@ pub struct Jwks {
     attempts: AtomicU64,
     /// Serializes fetches (single flight) and holds the on-demand budget.
     demand: tokio::sync::Mutex<Demand>,
+    /// A tenant's issuer: the key set its metadata names must be at a public https URL (see
+    /// `store::issuers::check_url`).
+    restricted: bool,
 }
 
 /// Why a key was not found.
@@ -219,7 +222,7 @@ fn cache_max_age(value: &str) -> Option<Duration> {
 impl Jwks {
     /// A key set from `source`, not fetched yet (see [`Jwks::first_load`] and
     /// [`Jwks::spawn_refresh`]).
-    pub fn new(source: JwksSource, policy: FetchPolicy) -> Result<Arc<Self>, JwksError> {
+    pub fn new(source: JwksSource, policy: FetchPolicy, restricted: bool) -> Result<Arc<Self>, JwksError> {
         crate::tls::install_provider();
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
@@ -240,6 +243,7 @@ impl Jwks {
             jwks_uri: RwLock::new(jwks_uri),
             attempts: AtomicU64::new(0),
             demand: tokio::sync::Mutex::new(Demand::default()),
+            restricted,
         }))
     }
 
@@ -352,6 +356,11 @@ impl Jwks {
                     Some(url) => url,
                     None => {
                         let metadata = discovery::discover(&self.client, issuer).await?;
+                        if self.restricted
+                            && let Err(e) = crate::store::issuers::check_url("jwks_uri", &metadata.jwks_uri, false)
+                        {
+                            return Err(JwksError::Discovery { issuer: issuer.clone(), message: e.to_string() });
+                        }
                         *self.jwks_uri.write().unwrap_or_else(|p| p.into_inner()) = Some(metadata.jwks_uri.clone());
                         metadata.jwks_uri
                     }

@@ -106,6 +106,9 @@ pub struct Claims {
     pub issuer: String,
     /// The token's scopes (`scope` and `scp`), sorted.
     pub scopes: Vec<String>,
+    /// Issued by an identity provider a tenant trusts (`store::issuers`), not the gateway's
+    /// own: it names that tenant's users only, never a platform administrator or a service.
+    pub tenant_issuer: bool,
     /// All the token's claims (a tenant that provisions users on first sight reads its
     /// group claim, and `name`, from here).
     pub rest: Map<String, Value>,
@@ -137,6 +140,18 @@ pub struct Authenticator {
     tenant_claim: ClaimPath,
     tenant_match: TenantMatch,
     subject_claim: ClaimPath,
+    /// `auth.issuer`.
+    own_issuer: String,
+    /// The gateway's audience, the default of a tenant issuer's.
+    audience: String,
+    /// How key sets are fetched (the own issuer's and tenants' alike).
+    policy: FetchPolicy,
+    /// `auth.tenant_issuers_insecure`.
+    insecure: bool,
+    /// Key sets of tenants' issuers, made on first use.
+    tenant_keys: std::sync::Mutex<std::collections::HashMap<jwks::JwksSource, Arc<Jwks>>>,
+    /// Set once the background tasks start: tenant key sets are refreshed until it is cancelled.
+    shutdown: std::sync::OnceLock<tokio_util::sync::CancellationToken>,
     /// `auth.leeway_secs`: a token is honoured until the instant `exp` plus this.
     leeway_secs: i64,
 }
@@ -175,14 +190,14 @@ impl Authenticator {
         } else {
             Some(DecodingKey::from_secret(a.hs256_secret.expose().as_bytes()).map_err(AuthSetupError::Secret)?)
         };
+        let policy = FetchPolicy {
+            max_age: Duration::from_secs(a.jwks_cache_secs),
+            floor: Duration::from_secs(a.jwks_refetch_min_interval_secs),
+            per_minute: a.jwks_refetch_per_minute,
+        };
         let jwks = match config.key_source() {
             Some(source) => {
-                let policy = FetchPolicy {
-                    max_age: Duration::from_secs(a.jwks_cache_secs),
-                    floor: Duration::from_secs(a.jwks_refetch_min_interval_secs),
-                    per_minute: a.jwks_refetch_per_minute,
-                };
-                let jwks = Jwks::new(source, policy)?;
+                let jwks = Jwks::new(source, policy, false)?;
                 jwks.first_load(FIRST_LOAD_PATIENCE).await?;
                 Some(jwks)
             }
@@ -211,8 +226,131 @@ impl Authenticator {
             tenant_claim: ClaimPath::parse(&a.tenant_claim),
             tenant_match: a.tenant_match,
             subject_claim: ClaimPath::parse(&a.subject_claim),
+            own_issuer: a.issuer.clone(),
+            audience: config.audience(),
+            policy,
+            insecure: a.tenant_issuers_insecure,
+            tenant_keys: std::sync::Mutex::default(),
+            shutdown: std::sync::OnceLock::new(),
             leeway_secs,
         })
+    }
+
+    /// The `iss` of a token that is not the gateway's own issuer's (read before verifying, to
+    /// know which tenant issuer's keys verify it); `None` for the own issuer's, an HS256 token,
+    /// or a token that is not a JWT (those take the own issuer's path, and its refusals).
+    pub fn foreign_issuer(&self, token: &str) -> Option<String> {
+        use base64::Engine;
+        let header = jsonwebtoken::decode_header(token).ok()?;
+        if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
+            return None;
+        }
+        let payload = token.split('.').nth(1)?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).ok()?;
+        #[derive(serde::Deserialize)]
+        struct Iss {
+            iss: String,
+        }
+        let Iss { iss } = serde_json::from_slice(&bytes).ok()?;
+        (iss != self.own_issuer).then_some(iss)
+    }
+
+    /// Verifies a token of `issuer`, an issuer tenants trust (`trusts`: its rows, all of that
+    /// issuer): with that issuer's keys (its key set URL, or discovered) and audience, and then
+    /// the tenant: the trusting row's, where its tenant claim (if it names one) names that
+    /// row's tenant. Exactly one row must match: none is no tenant, several are ambiguous. A
+    /// token of an issuer no tenant trusts is refused as of a wrong issuer.
+    pub async fn verify_trusted(
+        &self,
+        token: &str,
+        issuer: &str,
+        trusts: &[crate::store::issuers::TrustedIssuer],
+    ) -> Result<Claims, AuthError> {
+        if trusts.is_empty() {
+            return Err(AuthError::Issuer);
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
+        // Rows that verify alike (the same keys and audience) are tried together.
+        let mut groups: Vec<(jwks::JwksSource, String, Vec<&crate::store::issuers::TrustedIssuer>)> = Vec::new();
+        for row in trusts {
+            let source = match &row.jwks_url {
+                Some(url) => jwks::JwksSource::Url(url.clone()),
+                None => jwks::JwksSource::Issuer(issuer.to_owned()),
+            };
+            let audience = row.audience.clone().unwrap_or_else(|| self.audience.clone());
+            match groups.iter_mut().find(|(s, a, _)| *s == source && *a == audience) {
+                Some((_, _, rows)) => rows.push(row),
+                None => groups.push((source, audience, vec![row])),
+            }
+        }
+        let mut refusal = AuthError::Signature;
+        for (source, audience, rows) in groups {
+            let jwks = self.tenant_jwks(source)?;
+            let vk = match jwks.key(header.kid.as_deref()).await {
+                Ok(vk) => vk,
+                Err(KeyMiss::Unknown) => {
+                    refusal = AuthError::UnknownKey;
+                    continue;
+                }
+                Err(KeyMiss::NoKeys) => return Err(AuthError::KeysUnavailable),
+            };
+            if vk.alg != header.alg {
+                refusal = AuthError::Algorithm;
+                continue;
+            }
+            let mut validation = self.validation(vk.alg)?.clone();
+            validation.set_issuer(&[issuer]);
+            validation.set_audience(&[audience.as_str()]);
+            let claims = match jsonwebtoken::decode::<Map<String, Value>>(token, &vk.key, &validation) {
+                Ok(data) => data.claims,
+                Err(e) => {
+                    refusal = map_jwt_error(e);
+                    continue;
+                }
+            };
+            let mut matching = Vec::new();
+            for row in &rows {
+                let named = match &row.tenant_claim {
+                    None => true,
+                    Some(path) => {
+                        mapping::tenant_of(ClaimPath::parse(path).find(&claims))?.as_deref()
+                            == Some(row.tenant_slug.as_str())
+                    }
+                };
+                if named {
+                    matching.push(*row);
+                }
+            }
+            let row = match matching.as_slice() {
+                [one] => *one,
+                [] => return Err(AuthError::MissingTenant),
+                _ => return Err(AuthError::AmbiguousTenant),
+            };
+            let subject_claim = ClaimPath::parse(&row.subject_claim);
+            let (mut claims, _) = self.claims_of(claims, &subject_claim, &self.tenant_claim)?;
+            claims.tenant = row.tenant_slug.clone();
+            claims.tenant_match = TenantMatch::Slug;
+            claims.tenant_issuer = true;
+            return Ok(claims);
+        }
+        Err(refusal)
+    }
+
+    /// The key set of a tenant's issuer: made on first use, refreshed in the background.
+    fn tenant_jwks(&self, source: jwks::JwksSource) -> Result<Arc<Jwks>, AuthError> {
+        let mut keys = self.tenant_keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(jwks) = keys.get(&source) {
+            return Ok(Arc::clone(jwks));
+        }
+        let jwks = Jwks::new(source.clone(), self.policy, !self.insecure).map_err(|e| {
+            tracing::error!(error = %e, "a tenant issuer's key set cannot be fetched");
+            AuthError::KeysUnavailable
+        })?;
+        if let Some(shutdown) = self.shutdown.get() {
+            jwks.spawn_refresh(shutdown.clone());
+        }
+        keys.insert(source, Arc::clone(&jwks));
+        Ok(jwks)
     }
 
     /// Whether tokens can be verified: no identity provider is configured, or its keys are
@@ -224,8 +362,9 @@ impl Authenticator {
     /// Keeps the identity provider's keys fresh in the background (see [`jwks`]).
     pub fn spawn_refresh(&self, shutdown: tokio_util::sync::CancellationToken) {
         if let Some(jwks) = &self.jwks {
-            jwks.spawn_refresh(shutdown);
+            jwks.spawn_refresh(shutdown.clone());
         }
+        let _ = self.shutdown.set(shutdown);
     }
 
     /// The validation accepting exactly `alg`.
@@ -274,12 +413,23 @@ impl Authenticator {
             }
         };
         let claims = data.map_err(map_jwt_error)?.claims;
+        self.claims_of(claims, &self.subject_claim, &self.tenant_claim)
+    }
+
+    /// The claims of a verified token, its subject and tenant read where `subject_claim` and
+    /// `tenant_claim` say; refused when expired by the gateway's own rule.
+    fn claims_of(
+        &self,
+        claims: Map<String, Value>,
+        subject_claim: &ClaimPath,
+        tenant_claim: &ClaimPath,
+    ) -> Result<(Claims, Option<String>), AuthError> {
         let issuer = match claims.get("iss") {
             Some(Value::String(iss)) => iss.clone(),
             _ => return Err(AuthError::Claims),
         };
-        let subject = mapping::subject_of(self.subject_claim.find(&claims)).ok_or(AuthError::Claims)?;
-        let tenant = mapping::tenant_of(self.tenant_claim.find(&claims))?;
+        let subject = mapping::subject_of(subject_claim.find(&claims)).ok_or(AuthError::Claims)?;
+        let tenant = mapping::tenant_of(tenant_claim.find(&claims))?;
         let expires_at = claims.get("exp").and_then(Value::as_i64).ok_or(AuthError::Claims)?;
         // One rule for requests and streams: honoured until the instant exp + leeway (the
         // library's whole-second comparison would honour the token for up to a second more
@@ -295,6 +445,7 @@ impl Authenticator {
             expires_at,
             issuer,
             scopes,
+            tenant_issuer: false,
             rest: claims,
         };
         Ok((claims, tenant))

@@ -120,6 +120,7 @@ where
     let api = admin::AdminApi {
         admin: service,
         authenticator: Arc::clone(&state.gate.authenticator),
+        trusted: Arc::clone(&state.gate.trusted),
         platform: state.config.admin.platform_subjects.clone().into(),
         limiter: Arc::clone(&limiter),
         resource_metadata_url: state.gate.resource_metadata_url.clone(),

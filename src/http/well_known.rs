@@ -9,9 +9,15 @@ use super::AppState;
 
 pub(crate) async fn protected_resource(State(state): State<AppState>) -> Json<Value> {
     let c = &state.config;
+    // The gateway's own authorization servers, then every issuer a tenant trusts.
+    let mut servers = c.authorization_servers();
+    match state.gate.trusted.issuers().await {
+        Ok(issuers) => servers.extend(issuers.into_iter().filter(|i| !servers.contains(i)).collect::<Vec<_>>()),
+        Err(e) => tracing::warn!(error = %e, "the tenants' issuers could not be read for the metadata"),
+    }
     let mut metadata = json!({
         "resource": c.resource_uri(),
-        "authorization_servers": c.authorization_servers(),
+        "authorization_servers": servers,
         "bearer_methods_supported": ["header"],
         "resource_name": c.auth.resource_name,
     });

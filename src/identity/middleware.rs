@@ -24,6 +24,8 @@ pub const SESSION_HEADER: &str = "mcp-session-id";
 /// What the layer needs: set up once, shared by every request.
 pub(crate) struct Gate {
     pub authenticator: Arc<Authenticator>,
+    /// The issuers tenants trust besides the gateway's own.
+    pub trusted: Arc<super::TrustedIssuers>,
     pub db: Db,
     pub service_subjects: Vec<String>,
     pub resource_metadata_url: String,
@@ -43,8 +45,10 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
         Err(e) => return unauthorized(&gate, e),
     };
     let traced = trace::parent_in(request.extensions()).cloned();
-    let claims = match gate.authenticator.verify(token).instrument(trace::auth_span(traced.as_ref())).await {
-        Ok(claims) => claims,
+    let verified = super::verify_bearer(&gate.authenticator, &gate.trusted, token);
+    let claims = match verified.instrument(trace::auth_span(traced.as_ref())).await {
+        Ok((claims, Some(tenant))) => crate::auth::Claims { tenant, ..claims },
+        Ok((_, None)) => return unauthorized(&gate, AuthError::MissingTenant),
         Err(e) => return unauthorized(&gate, e),
     };
     if !claims.has_scopes(&gate.required_scopes) {

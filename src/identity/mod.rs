@@ -8,6 +8,7 @@
 mod cache;
 mod context;
 mod flock_scope;
+mod issuers;
 mod middleware;
 mod provision;
 mod resolver;
@@ -18,6 +19,7 @@ mod user;
 
 pub(crate) use cache::{Epoch, IdentityCache};
 pub use context::{CallSite, ContextError, FlockAccess, McpCallContext};
+pub(crate) use issuers::TrustedIssuers;
 pub(crate) use middleware::{Gate, SESSION_HEADER, authenticate, bearer_token};
 pub use resolver::IdentityError;
 pub use sessions::{InFlight, Principal, SessionRegistry, Slot};
@@ -27,6 +29,26 @@ use rmcp::model::RequestId;
 use flock_scope::FlockScope;
 use tenant::TenantContext;
 use user::CurrentUserContext;
+
+/// Verifies a bearer token, whoever issued it: the gateway's own issuer (`auth.issuer`, or the
+/// development secret), or an issuer a tenant trusts (then only that tenant's: see
+/// [`Authenticator::verify_trusted`]). Answers the claims and the tenant the token names, if any.
+pub(crate) async fn verify_bearer(
+    authenticator: &crate::auth::Authenticator,
+    trusted: &TrustedIssuers,
+    token: &str,
+) -> Result<(crate::auth::Claims, Option<String>), crate::auth::AuthError> {
+    let Some(issuer) = authenticator.foreign_issuer(token) else {
+        return authenticator.verify_any_tenant(token).await;
+    };
+    let trusts = trusted.of(&issuer).await.map_err(|e| {
+        tracing::error!(error = %e, "reading the tenants' trusted issuers failed; refusing the token");
+        crate::auth::AuthError::KeysUnavailable
+    })?;
+    let claims = authenticator.verify_trusted(token, &issuer, &trusts).await?;
+    let tenant = claims.tenant.clone();
+    Ok((claims, Some(tenant)))
+}
 
 /// The JSON-RPC message an identity was resolved for: the body of the HTTP request that
 /// the middleware authenticated. A tool call must match it exactly (check 2).

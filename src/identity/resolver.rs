@@ -46,7 +46,8 @@ pub(in crate::identity) async fn resolve(
     service_subjects: &[String],
     message: MessageBinding,
 ) -> Result<ResolvedIdentity, IdentityError> {
-    let is_service = service_subjects.iter().any(|s| s == &claims.subject);
+    // A tenant's own identity provider names that tenant's users only, never a service.
+    let is_service = !claims.tenant_issuer && service_subjects.iter().any(|s| s == &claims.subject);
     let subject = (!is_service).then_some(claims.subject.as_str());
     let cached = cache.and_then(|c| c.get(&claims.tenant, subject));
     crate::telemetry::metrics::identity_lookup(cached.is_some());

@@ -39,6 +39,7 @@ pub(crate) const PREFIX: &str = "/admin/v1";
 pub(crate) struct AdminApi {
     pub admin: Admin,
     pub authenticator: Arc<Authenticator>,
+    pub trusted: Arc<crate::identity::TrustedIssuers>,
     pub platform: Arc<[String]>,
     pub limiter: Arc<RateLimiter>,
     pub resource_metadata_url: String,
@@ -156,8 +157,11 @@ pub(crate) enum Denied {
 /// platform subject, or an active user of the active tenant the token names (read from the
 /// database on every request); admitted by the rate limiter.
 pub(crate) async fn resolve(api: &AdminApi, token: &str) -> Result<Authority, Denied> {
-    let (claims, tenant) = api.authenticator.verify_any_tenant(token).await.map_err(Denied::Token)?;
-    let who = if api.platform.contains(&claims.subject) {
+    let (claims, tenant) =
+        crate::identity::verify_bearer(&api.authenticator, &api.trusted, token).await.map_err(Denied::Token)?;
+    // Platform administrators are named by the gateway's own identity provider only: a
+    // tenant's provider can name nobody but that tenant's users.
+    let who = if !claims.tenant_issuer && api.platform.contains(&claims.subject) {
         Authority::Platform { subject: claims.subject }
     } else {
         let tenant = tenant.ok_or(Denied::Token(AuthError::MissingTenant))?;
