@@ -321,6 +321,15 @@ pub struct AuthConfig {
     pub identity_cache_ms: u64,
 }
 
+/// Where the identity provider's key set comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum JwksSource {
+    File(PathBuf),
+    Url(String),
+    /// The issuer's metadata names the key set (`jwks_uri`).
+    Issuer(String),
+}
+
 /// What the value of `auth.tenant_claim` names.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -647,8 +656,7 @@ impl Config {
 
     /// Where the keys of the identity provider's tokens come from, if tokens come from one: a
     /// file, a URL, or the issuer's discovery metadata.
-    pub fn key_source(&self) -> Option<crate::auth::jwks::JwksSource> {
-        use crate::auth::jwks::JwksSource;
+    pub fn key_source(&self) -> Option<JwksSource> {
         let a = &self.auth;
         match (&a.jwks_file, &a.jwks_url) {
             (Some(path), _) => Some(JwksSource::File(path.clone())),

@@ -46,14 +46,7 @@ pub enum JwksError {
     Discovery { issuer: String, message: String },
 }
 
-/// Where the key set comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum JwksSource {
-    File(PathBuf),
-    Url(String),
-    /// The issuer's metadata names the key set (`jwks_uri`).
-    Issuer(String),
-}
+pub use crate::config::JwksSource;
 
 /// How often the key set is fetched.
 #[derive(Debug, Clone, Copy)]

@@ -91,6 +91,7 @@ fn token_and_demo_are_refused_without_a_dev_secret() {
             .args(args)
             .env("SCOPEGATE_AUTH__HS256_SECRET", "")
             .env("SCOPEGATE_AUTH__JWKS_FILE", &jwks)
+            .env("SCOPEGATE_AUTH__AUTHORIZATION_SERVERS", "[\"https://idp.example.com/\"]")
             .output()
             .unwrap();
         assert!(!out.status.success(), "{args:?} must be refused");
@@ -112,6 +113,7 @@ fn the_shipped_secret_stops_a_gateway_behind_a_proxy() {
             .env_remove("SCOPEGATE_AUTH__HS256_SECRET")
             .env("SCOPEGATE_SERVER__PUBLIC_URL", "https://mcp.example.com")
             .env("SCOPEGATE_AUTH__JWKS_URL", "https://idp.example.com/jwks.json")
+            .env("SCOPEGATE_AUTH__AUTHORIZATION_SERVERS", "[\"https://idp.example.com/\"]")
             .output()
             .unwrap();
         assert!(!out.status.success(), "{args:?} must be refused");
