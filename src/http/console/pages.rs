@@ -105,11 +105,18 @@ pub(super) fn refusal(who: &Authority, csrf: &str, status: StatusCode, message: 
     respond(status, page("Refused", nav(who, csrf), html! { h1 { (status.as_u16()) } p { (message) } }))
 }
 
-pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool) -> Response {
+/// The sign-in page; `provider`: where sign-in through the identity provider starts, if on.
+pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool, provider: Option<&str>) -> Response {
     let body = html! {
         h1 { "Sign in" }
-        @if let Some(error) = error { p.notice.error role="alert" { (error) } }
+        @if let Some(error) = error { p.notice.error role="alert" id="sign-in-error" { (error) } }
         @if signed_out { p.notice { "You are signed out." } }
+        // A link, not a form: `form-action 'self'` would stop a form whose answer leads to
+        // the provider's site.
+        @if let Some(start) = provider {
+            p { a.button href=(start) id="sign-in-provider" { "Sign in with your identity provider" } }
+            h2 { "Or paste a token (development)" }
+        }
         p.muted {
             "Paste a bearer token of this gateway's issuer: one that " code { "scopegate serve --demo" } " printed, or one your identity provider issued to an owner, an auditor or a platform administrator."
         }

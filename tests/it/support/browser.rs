@@ -152,6 +152,13 @@ impl Browser {
         self.command(reqwest::Method::POST, &format!("/element/{id}/click"), Some(json!({}))).await;
     }
 
+    /// The cookies the browser holds for the page's URL, as (name, value).
+    pub async fn cookies(&self) -> Vec<(String, String)> {
+        let all = self.command(reqwest::Method::GET, "/cookie", None).await;
+        let text = |c: &Value, key: &str| c[key].as_str().unwrap_or_default().to_owned();
+        all.as_array().unwrap().iter().map(|c| (text(c, "name"), text(c, "value"))).collect()
+    }
+
     /// Saves a screenshot of the page as `target/screenshots/NAME.png`; returns its path.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.command(reqwest::Method::GET, "/screenshot", None).await;
