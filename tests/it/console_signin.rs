@@ -18,8 +18,8 @@ const FLOW: &str = "scopegate_console_signin";
 
 /// The provider with the console's client registered (its callback at `http://host:PORT`),
 /// and a gateway serving there that trusts the provider and signs the console in through it.
-/// `secret`: a confidential client; else a public one.
-async fn signin_gateway(backend: Backend, host: &str, secret: Option<&str>) -> (Idp, Live) {
+/// `secret`: a confidential client; else a public one. `login_page`: the provider shows one.
+async fn signin_gateway(backend: Backend, host: &str, secret: Option<&str>, login_page: bool) -> (Idp, Live) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("http://{host}:{port}");
     let mut client = json!({"client_id": CLIENT_ID, "redirect_uris": [format!("{base}/console/signin/callback")]});
@@ -30,6 +30,7 @@ async fn signin_gateway(backend: Backend, host: &str, secret: Option<&str>) -> (
     // Signs in at the provider, with acme's tenant claim, but is no user of acme.
     options.accounts["nobody@acme.test"] = json!({"tid": "acme"});
     options.clients = Some(json!([client]));
+    options.login_page = login_page;
     let idp = Idp::start(options).await;
     let live = TestGateway::new(backend)
         .set("server.listen", json!(format!("127.0.0.1:{port}")))
@@ -51,12 +52,20 @@ fn cookie_of<'a>(cookies: &'a [(String, String)], name: &str) -> Option<&'a str>
 async fn in_a_browser(backend: Backend) {
     // The gateway at `localhost`, the provider at 127.0.0.1: two sites, as in production, so
     // the callback is a cross-site navigation (the flow cookie must be `SameSite=Lax`).
-    let (_idp, live) = signin_gateway(backend, "localhost", None).await;
+    let (idp, live) = signin_gateway(backend, "localhost", None, true).await;
     let base = live.config.public_url();
     let browser = Browser::start().await;
     browser.goto(&format!("{base}/console")).await;
     assert_eq!(browser.text("#sign-in-provider").await, "Sign in with your identity provider");
     browser.click("#sign-in-provider").await;
+    // The provider's own page: the person signs in there.
+    for _ in 0..100 {
+        if browser.url().await.starts_with(&idp.issuer()) && browser.source().await.contains("id=\"continue\"") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    browser.click("#continue").await;
     let url = browser.wait_for_url("/console/tenants/acme").await;
     assert!(url.ends_with("/console/tenants/acme"), "{url}: {}", browser.source().await);
     assert_eq!(browser.text("header .who").await, "olivia@acme.test · owner of acme");
@@ -87,6 +96,7 @@ struct Hop {
     location: String,
     set: Vec<String>,
     raw: Vec<String>,
+    body: String,
 }
 
 impl Hop {
@@ -96,6 +106,12 @@ impl Hop {
 
     fn cookie(&self, name: &str) -> Option<&str> {
         self.set.iter().filter_map(|c| c.strip_prefix(name)?.strip_prefix('=')).next()
+    }
+
+    /// Where a signed-in callback's page moves on to (`<meta http-equiv="refresh">`).
+    fn onward(&self) -> &str {
+        assert_eq!(self.status, 200, "a signed-in page");
+        self.body.split("content=\"0; url=").nth(1).and_then(|r| r.split('"').next()).unwrap_or_else(|| panic!("{}", self.body))
     }
 
     /// The session cookie it set, if it set one with a value.
@@ -116,7 +132,8 @@ impl Hops {
             response.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
         let set = raw.iter().map(|c| c.split(';').next().unwrap().to_owned()).collect();
         let location = response.headers().get("location").map(|l| l.to_str().unwrap().to_owned()).unwrap_or_default();
-        Hop { status: response.status().as_u16(), location, set, raw }
+        let status = response.status().as_u16();
+        Hop { status, location, set, raw, body: response.text().await.unwrap() }
     }
 
     /// The gateway's start: the provider's authorization URL, and the flow cookie.
@@ -186,7 +203,7 @@ fn with_param(url: &str, name: &str, value: &str) -> String {
 /// no longer than the token); then each way it fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_signin_refusals() {
-    let (idp, live) = signin_gateway(Backend::Sqlite, "127.0.0.1", None).await;
+    let (idp, live) = signin_gateway(Backend::Sqlite, "127.0.0.1", None, false).await;
     let hops = Hops::new(&live);
 
     let (authorize, flow) = hops.start().await;
@@ -210,7 +227,7 @@ async fn console_signin_refusals() {
 
     // The flow works end to end: the session cookie lasts no longer than the token (600 s).
     let (used, used_flow, signed) = hops.sign_in_as("olivia@acme.test").await;
-    assert_eq!((signed.status, signed.location.as_str()), (303, "/console/tenants/acme"));
+    assert_eq!(signed.onward(), "/console/tenants/acme");
     assert!(signed.session().is_some(), "a session");
     let session = signed.raw(SESSION);
     for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/console"] {
@@ -250,14 +267,14 @@ async fn console_signin_refusals() {
 /// A subject the provider signs in, with acme's tenant claim, who is no user of acme: the
 /// sign-in page says access denied, and there is no session.
 async fn nobody(backend: Backend) {
-    let (_idp, live) = signin_gateway(backend, "127.0.0.1", None).await;
+    let (_idp, live) = signin_gateway(backend, "127.0.0.1", None, false).await;
     let hops = Hops::new(&live);
     let (_, _, hop) = hops.sign_in_as("nobody@acme.test").await;
     let message = hops.message(&hop).await;
     assert!(message.starts_with("access denied"), "{message}");
     // gary is globex's owner: the same provider, another tenant, let in.
     let (_, _, hop) = hops.sign_in_as("gary@globex.test").await;
-    assert_eq!((hop.status, hop.location.as_str()), (303, "/console/tenants/globex"));
+    assert_eq!(hop.onward(), "/console/tenants/globex");
     assert!(hop.session().is_some());
 }
 both_dbs!(console_signin_of_no_user, nobody);
@@ -266,9 +283,9 @@ both_dbs!(console_signin_of_no_user, nobody);
 /// characters that must be form-encoded first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_signin_confidential_client() {
-    let (_idp, live) = signin_gateway(Backend::Sqlite, "127.0.0.1", Some("s3cret:with+odd/chars")).await;
+    let (_idp, live) = signin_gateway(Backend::Sqlite, "127.0.0.1", Some("s3cret:with+odd/chars"), false).await;
     let hops = Hops::new(&live);
     let (_, _, hop) = hops.sign_in_as("olivia@acme.test").await;
-    assert_eq!((hop.status, hop.location.as_str()), (303, "/console/tenants/acme"));
+    assert_eq!(hop.onward(), "/console/tenants/acme");
     assert!(hop.session().is_some());
 }

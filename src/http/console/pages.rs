@@ -129,6 +129,25 @@ pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool, provide
     respond(StatusCode::OK, page("Sign in", html! { header { strong { "scopegate console" } } }, body))
 }
 
+/// After a sign-in through the provider: on to `to` from a page of the gateway's own, so the
+/// browser sends the session's `SameSite=Strict` cookie (on a redirect in a navigation that a
+/// page of the provider started, it would not).
+pub(super) fn signed_in(to: &str) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content={ "0; url=" (to) };
+                title { "Signed in · scopegate" }
+                link rel="stylesheet" href="/console/assets/console.css";
+            }
+            body { main { p { "Signed in. " a href=(to) id="continue" { "Continue to the console" } } } }
+        }
+    };
+    respond(StatusCode::OK, markup)
+}
+
 fn hidden(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }

@@ -8,7 +8,10 @@
 //! nonce wait in a cookie of their own: `SameSite=Lax`, since the browser comes back from the
 //! provider's site and would not send a `Strict` cookie on that navigation; MACed under the
 //! console's key, so it can't be forged; ten minutes long. The resource indicator (RFC 8707)
-//! asks for an access token whose audience is the gateway, the one `resolve` accepts.
+//! asks for an access token whose audience is the gateway, the one `resolve` accepts. A
+//! signed-in callback answers with a page of the gateway's that moves on by itself, not with
+//! a redirect: after a navigation a page of the provider started, a browser withholds the
+//! session's `SameSite=Strict` cookie from the redirect that follows.
 
 use std::time::Duration;
 
@@ -23,7 +26,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::RwLock;
 
 use super::super::admin::{Denied, resolve};
-use super::{Console, SESSION_COOKIE, cookie, failed, not_found, see_other, set_cookie, start_page};
+use super::{Console, SESSION_COOKIE, cookie, failed, not_found, pages, see_other, set_cookie, start_page};
 use crate::auth::discovery::{ProviderMetadata, discover};
 use crate::config::{Config, Secret};
 
@@ -357,7 +360,8 @@ async fn finish(
     if lifetime <= 0 {
         return Err(SignInError::Exchange("the access token has expired already".into()));
     }
-    let mut response = see_other(&start_page(&who));
+    // Not a redirect: see [`pages::signed_in`].
+    let mut response = pages::signed_in(&start_page(&who));
     response.headers_mut().append(header::SET_COOKIE, set_cookie(SESSION_COOKIE, token, lifetime));
     Ok(response)
 }

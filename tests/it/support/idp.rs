@@ -36,6 +36,8 @@ pub struct IdpOptions {
     /// Clients registered up front (a JSON array of client metadata: `client_id`,
     /// `redirect_uris`, and `client_secret` for a confidential one), beside dynamic registration.
     pub clients: Option<Value>,
+    /// A login page with a "Continue" button (`#continue`) instead of an immediate login.
+    pub login_page: bool,
 }
 
 impl IdpOptions {
@@ -184,6 +186,9 @@ async fn spawn(options: &IdpOptions, state: &std::path::Path, port: u16, stderr:
     }
     if let Some(max_age) = options.jwks_max_age_secs {
         cmd.args(["--jwks-max-age", &max_age.to_string()]);
+    }
+    if options.login_page {
+        cmd.args(["--login-page", "true"]);
     }
     if let Some(clients) = &options.clients {
         cmd.args(["--clients", &clients.to_string()]);
