@@ -101,7 +101,10 @@ struct Hop {
 
 impl Hop {
     fn raw(&self, name: &str) -> &str {
-        self.raw.iter().find(|c| c.starts_with(&format!("{name}="))).unwrap_or_else(|| panic!("no {name}: {:?}", self.raw))
+        self.raw
+            .iter()
+            .find(|c| c.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name}: {:?}", self.raw))
     }
 
     fn cookie(&self, name: &str) -> Option<&str> {
@@ -111,7 +114,11 @@ impl Hop {
     /// Where a signed-in callback's page moves on to (`<meta http-equiv="refresh">`).
     fn onward(&self) -> &str {
         assert_eq!(self.status, 200, "a signed-in page");
-        self.body.split("content=\"0; url=").nth(1).and_then(|r| r.split('"').next()).unwrap_or_else(|| panic!("{}", self.body))
+        self.body
+            .split("content=\"0; url=")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_else(|| panic!("{}", self.body))
     }
 
     /// The session cookie it set, if it set one with a value.
@@ -193,8 +200,10 @@ impl Hops {
 /// A query parameter of `url` replaced.
 fn with_param(url: &str, name: &str, value: &str) -> String {
     let mut url = reqwest::Url::parse(url).unwrap();
-    let pairs: Vec<(String, String)> =
-        url.query_pairs().map(|(k, v)| (k.to_string(), if k == name { value.to_owned() } else { v.into_owned() })).collect();
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(k, v)| (k.to_string(), if k == name { value.to_owned() } else { v.into_owned() }))
+        .collect();
     url.query_pairs_mut().clear().extend_pairs(pairs);
     url.to_string()
 }
@@ -250,10 +259,10 @@ async fn console_signin_refusals() {
     // The same callback without the flow's cookie, or with one whose MAC does not hold.
     let message = hops.message(&hops.get(&callback, "").await).await;
     assert!(message.contains("not started here"), "{message}");
-    let state = reqwest::Url::parse(&callback).unwrap().query_pairs().find(|(k, _)| k == "state").unwrap().1.into_owned();
-    let made_up = URL_SAFE_NO_PAD.encode(
-        json!({"state": state, "verifier": "v".repeat(43), "nonce": "n", "expires": i64::MAX / 2}).to_string(),
-    );
+    let state =
+        reqwest::Url::parse(&callback).unwrap().query_pairs().find(|(k, _)| k == "state").unwrap().1.into_owned();
+    let made_up = URL_SAFE_NO_PAD
+        .encode(json!({"state": state, "verifier": "v".repeat(43), "nonce": "n", "expires": i64::MAX / 2}).to_string());
     let tag = flow.split('.').nth(1).unwrap();
     let message = hops.message(&hops.get(&callback, &format!("{FLOW}={made_up}.{tag}")).await).await;
     assert!(message.contains("not started here"), "{message}");

@@ -65,6 +65,8 @@ enum SignInError {
     Provider(String),
     #[error("the identity provider could not be reached")]
     Unreachable(String),
+    #[error("the sign-in could not be started: see the gateway's log")]
+    Setup(String),
     #[error("the identity provider did not issue a usable token")]
     Exchange(String),
 }
@@ -118,9 +120,7 @@ impl Provider {
     /// The provider's answer to the code: the access token, and how long it lives if it says.
     async fn exchange(&self, code: &str, verifier: &str) -> Result<TokenAnswer, SignInError> {
         let metadata = self.metadata().await?;
-        let endpoint = metadata
-            .token_endpoint
-            .ok_or_else(|| SignInError::Exchange("the provider's metadata names no token_endpoint".into()))?;
+        let endpoint = endpoint(metadata.token_endpoint, "token_endpoint")?;
         let mut form = vec![
             ("grant_type", "authorization_code"),
             ("code", code),
@@ -170,6 +170,15 @@ impl Provider {
         }
         serde_json::from_slice(&bytes).map_err(|e| SignInError::Exchange(format!("token endpoint answer: {e}")))
     }
+}
+
+/// An endpoint of the metadata, which must name it as an http(s) URL.
+fn endpoint(named: Option<String>, what: &str) -> Result<String, SignInError> {
+    let url = named.ok_or_else(|| SignInError::Setup(format!("the provider's metadata names no {what}")))?;
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(SignInError::Setup(format!("the provider's {what} `{url}` is not an http(s) URL")));
+    }
+    Ok(url)
 }
 
 #[derive(Deserialize)]
@@ -242,17 +251,16 @@ fn flow_cookie(value: &str, max_age: i64) -> HeaderValue {
 /// `GET /console/signin/provider`: to the provider's authorization endpoint.
 pub(super) async fn start(State(console): State<Console>) -> Response {
     let Some(provider) = console.provider.as_deref() else { return not_found().await };
-    let endpoint = match provider.metadata().await.and_then(|m| {
-        m.authorization_endpoint.ok_or_else(|| SignInError::Unreachable("the metadata names no authorization_endpoint".into()))
-    }) {
-        Ok(endpoint) => endpoint,
-        Err(e) => {
-            provider.forget().await;
-            return sign_in_failed(&e);
-        }
-    };
+    let endpoint =
+        match provider.metadata().await.and_then(|m| endpoint(m.authorization_endpoint, "authorization_endpoint")) {
+            Ok(endpoint) => endpoint,
+            Err(e) => {
+                provider.forget().await;
+                return sign_in_failed(&e);
+            }
+        };
     let (Some(state), Some(verifier), Some(nonce)) = (random(), random(), random()) else {
-        return sign_in_failed(&SignInError::Unreachable("the system random source failed".into()));
+        return sign_in_failed(&SignInError::Setup("the system random source failed".into()));
     };
     let flow = Flow { state, verifier, nonce, expires: now() + FLOW_SECS };
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(flow.verifier.as_bytes()));
@@ -316,7 +324,11 @@ async fn finish(
         return Err(SignInError::State("the callback's state is not the flow's"));
     }
     if let Some(error) = answer.error {
-        tracing::info!(error, description = answer.error_description.as_deref().unwrap_or(""), "console: the provider refused the sign-in");
+        tracing::info!(
+            error,
+            description = answer.error_description.as_deref().unwrap_or(""),
+            "console: the provider refused the sign-in"
+        );
         let code: String = error.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
         return Err(SignInError::Provider(code));
     }
@@ -328,14 +340,18 @@ async fn finish(
     // The ID token came straight from the token endpoint (OpenID Connect Core 3.1.3.7 lets
     // TLS stand for its signature there); its nonce must be this flow's.
     if let Some(id_token) = &tokens.id_token
-        && !claims_of(id_token).is_some_and(|c| c["nonce"].as_str().is_some_and(|n| same_bytes(n.as_bytes(), flow.nonce.as_bytes())))
+        && !claims_of(id_token)
+            .is_some_and(|c| c["nonce"].as_str().is_some_and(|n| same_bytes(n.as_bytes(), flow.nonce.as_bytes())))
     {
         return Err(SignInError::Exchange("the ID token's nonce is not the flow's".into()));
     }
     let token = tokens.access_token.trim();
     let cookie_safe = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
     if !cookie_safe || token.len() > MAX_TOKEN_BYTES {
-        return Err(SignInError::Exchange(format!("an access token of {} bytes that a cookie can't hold", token.len())));
+        return Err(SignInError::Exchange(format!(
+            "an access token of {} bytes that a cookie can't hold",
+            token.len()
+        )));
     }
     let who = match resolve(&console.api, token).await {
         Ok(who) => who,
@@ -343,11 +359,15 @@ async fn finish(
         Err(Denied::Limited(_)) => return Ok(denied("too many requests: try again in a moment")),
         Err(Denied::Token(e)) => {
             tracing::info!(error = %e, "console: the provider's access token is not one the gateway accepts");
-            return Ok(denied("access denied: the identity provider's token is not one this gateway accepts (its issuer, audience or scopes)"));
+            return Ok(denied(
+                "access denied: the identity provider's token is not one this gateway accepts (its issuer, audience or scopes)",
+            ));
         }
         Err(Denied::Nobody) => {
             tracing::info!("console: signed in at the provider, but no active user of an active tenant");
-            return Ok(denied("access denied: you signed in at the identity provider, but no tenant of this gateway has an active user for you"));
+            return Ok(denied(
+                "access denied: you signed in at the identity provider, but no tenant of this gateway has an active user for you",
+            ));
         }
     };
     let mut lifetime = SESSION_MAX_SECS;
@@ -383,7 +403,7 @@ fn sign_in_failed(e: &SignInError) -> Response {
     let cause = match e {
         SignInError::State(why) => *why,
         SignInError::Provider(code) => code,
-        SignInError::Unreachable(why) | SignInError::Exchange(why) => why,
+        SignInError::Unreachable(why) | SignInError::Setup(why) | SignInError::Exchange(why) => why,
     };
     tracing::warn!(cause, "console: sign-in through the identity provider failed: {e}");
     denied(&format!("sign-in failed: {e}"))

@@ -184,7 +184,9 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.start_kill();
         let profile = self._profile.path().display().to_string();
-        let _ =
-            std::process::Command::new("pkill").args(["-KILL", "-f", &format!("--user-data-dir={profile}")]).status();
+        let _ = std::process::Command::new("pkill")
+            // `--`: the pattern starts with dashes, and pkill would take it for an option.
+            .args(["-KILL", "-f", "--", &format!("--user-data-dir={profile}")])
+            .status();
     }
 }
