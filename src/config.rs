@@ -75,6 +75,22 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub cluster: ClusterConfig,
     pub admin: AdminConfig,
+    pub console: ConsoleConfig,
+}
+
+/// The console's sign-in through the identity provider (authorization code + PKCE).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// The console's client id at `auth.issuer`; empty: no sign-in through the provider (the
+    /// bearer-token form only).
+    pub oidc_client_id: String,
+    /// Empty: a public client (PKCE only); else the client's secret, sent with
+    /// `client_secret_basic` at the token endpoint.
+    #[serde(default)]
+    pub oidc_client_secret: Secret,
+    /// Scopes asked for, besides those `auth.scopes_supported` and `auth.required_scopes` name.
+    pub oidc_scopes: Vec<String>,
 }
 
 /// The admin API (`/admin/v1/`) and the console (`/console`).
@@ -414,6 +430,7 @@ impl Config {
             return Err(ConfigError::invalid("cluster.heartbeat_ms", "must be between 100 and 60000"));
         }
         self.validate_auth()?;
+        self.validate_console()?;
         let url = self.public_url();
         if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
             return Err(ConfigError::invalid(
@@ -652,6 +669,58 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    fn validate_console(&self) -> Result<(), ConfigError> {
+        let c = &self.console;
+        if c.oidc_client_id.is_empty() {
+            if !c.oidc_client_secret.is_empty() {
+                return Err(ConfigError::invalid(
+                    "console.oidc_client_secret",
+                    "is set but console.oidc_client_id is empty: set the client id too, or clear the secret",
+                ));
+            }
+        } else {
+            if c.oidc_client_id.trim() != c.oidc_client_id || c.oidc_client_id.chars().any(char::is_control) {
+                return Err(ConfigError::invalid(
+                    "console.oidc_client_id",
+                    "must be the client id as the identity provider issued it: no surrounding spaces or control characters",
+                ));
+            }
+            if !is_http_url(&self.auth.issuer) {
+                return Err(ConfigError::invalid(
+                    "console.oidc_client_id",
+                    format!(
+                        "sign-in through the identity provider needs auth.issuer to be the provider's http(s) URL \
+                         (its endpoints are discovered from it), and it is `{}`",
+                        self.auth.issuer
+                    ),
+                ));
+            }
+        }
+        if c.oidc_client_secret.expose().chars().any(char::is_control) {
+            return Err(ConfigError::invalid("console.oidc_client_secret", "must not hold control characters"));
+        }
+        if let Some(bad) = c.oidc_scopes.iter().find(|s| !is_scope_token(s)) {
+            return Err(ConfigError::invalid(
+                "console.oidc_scopes",
+                format!("`{bad}` is not a scope (RFC 6749: printable ASCII, no space, quote or backslash)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The scopes the console asks the identity provider for: `console.oidc_scopes`, then what
+    /// the gateway's tokens need (`auth.scopes_supported`, `auth.required_scopes`), each once.
+    pub fn console_scopes(&self) -> Vec<String> {
+        let mut scopes: Vec<String> = Vec::new();
+        let wanted = self.console.oidc_scopes.iter().chain(self.scopes_supported()).chain(&self.auth.required_scopes);
+        for scope in wanted {
+            if !scopes.contains(scope) {
+                scopes.push(scope.clone());
+            }
+        }
+        scopes
     }
 
     /// Where the keys of the identity provider's tokens come from, if tokens come from one: a

@@ -131,7 +131,7 @@ where
             cluster: Arc::clone(&state.cluster),
         },
     };
-    let console_routes = console::router(api.clone());
+    let console_routes = console::router(api.clone(), &state.config);
     let (admin_routes, _) = admin::router(api);
     let mut public = Router::new()
         .route("/healthz", get(health::healthz))

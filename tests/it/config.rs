@@ -206,3 +206,35 @@ fn identity_provider_settings_are_checked() {
         Ok(())
     });
 }
+
+/// `[console]`: sign-in through the identity provider needs a client id and an issuer that is
+/// the provider's URL; a secret without a client id, and scopes that are none, are refused by
+/// name. The scopes asked for are the console's and the gateway's, each once.
+#[test]
+fn console_sign_in_settings() {
+    let cases = [
+        ("[console]\noidc_client_secret = \"s3cret\"\n", "console.oidc_client_secret"),
+        ("[console]\noidc_client_id = \"console\"\n", "console.oidc_client_id"),
+        ("[console]\noidc_client_id = \" console\"\n", "console.oidc_client_id"),
+        ("[console]\noidc_scopes = [\"openid\", \"two words\"]\n", "console.oidc_scopes"),
+    ];
+    for (text, key) in cases {
+        Jail::expect_with(|jail| {
+            let err = load_err(jail, Some(("c.toml", text)));
+            assert!(err.contains(key), "{text}: {err}");
+            Ok(())
+        });
+    }
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "ok.toml",
+            "[auth]\nissuer = \"https://idp.example.com\"\nhs256_secret = \"\"\n\
+             scopes_supported = [\"mcp:read\", \"mcp:write\"]\nrequired_scopes = [\"mcp:read\"]\n\
+             [console]\noidc_client_id = \"console\"\noidc_scopes = [\"openid\", \"mcp:read\"]\n",
+        )?;
+        let config = Config::load(Some(&jail.directory().join("ok.toml"))).expect("loads");
+        assert_eq!(config.console_scopes(), ["openid", "mcp:read", "mcp:write"]);
+        assert_eq!(format!("{:?}", config.console.oidc_client_secret), "\"\"");
+        Ok(())
+    });
+}

@@ -11,6 +11,7 @@ mod cli;
 mod compose;
 mod config;
 mod console;
+mod console_signin;
 mod docs;
 mod executors;
 mod fixture;

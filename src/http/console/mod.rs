@@ -2,14 +2,16 @@
 //! auditors, on the administrative service and the admin API's authentication (a token of
 //! the same issuer, resolved to the same [`Authority`] on every request).
 //!
-//! Sign-in is by pasting a bearer token (the demo's printed tokens, or one an operator's
-//! identity provider issued); the token is kept in a cookie that is `HttpOnly`, `Secure`,
+//! Sign-in is through the identity provider (authorization code + PKCE, [`signin`]) when
+//! `console.oidc_client_id` is set, or by pasting a bearer token (the demo's printed tokens,
+//! for development); either way the access token is kept in a cookie that is `HttpOnly`, `Secure`,
 //! `SameSite=Strict` and scoped to `/console`. Every form carries a CSRF token (an HMAC of
 //! the session under a key the replicas share; the sign-in form's, of a nonce cookie), and
 //! every page is sent with a strict Content Security Policy: no scripts at all, styles only
 //! from the console's own stylesheet, which ships in the binary. Nothing needs JavaScript.
 
 mod pages;
+mod signin;
 
 use std::sync::Arc;
 
@@ -42,14 +44,19 @@ pub(crate) struct Console {
     api: AdminApi,
     /// The CSRF key, shared by the replicas (read from the database once).
     key: Arc<OnceCell<hmac::Key>>,
+    /// Sign-in through the identity provider, when `console.oidc_client_id` is set.
+    provider: Option<Arc<signin::Provider>>,
 }
 
-pub(crate) fn router(api: AdminApi) -> Router {
-    let console = Console { api, key: Arc::new(OnceCell::new()) };
+pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
+    let provider = signin::Provider::configured(config).map(Arc::new);
+    let console = Console { api, key: Arc::new(OnceCell::new()), provider };
     Router::new()
         .route("/console", get(home))
         .route("/console/", get(home))
         .route("/console/session", post(sign_in))
+        .route(signin::START_PATH, get(signin::start))
+        .route(signin::CALLBACK_PATH, get(signin::callback))
         .route("/console/signout", post(sign_out))
         .route("/console/assets/console.css", get(css))
         .route("/console/tenants", get(tenants).post(create_tenant))
@@ -221,7 +228,8 @@ async fn home(State(console): State<Console>, headers: HeaderMap, Query(notice):
         Ok(csrf) => csrf,
         Err(e) => return failed(e),
     };
-    let mut response = pages::sign_in(&csrf, notice.error.as_deref(), notice.signed_out.is_some());
+    let provider = console.provider.is_some().then_some(signin::START_PATH);
+    let mut response = pages::sign_in(&csrf, notice.error.as_deref(), notice.signed_out.is_some(), provider);
     response.headers_mut().insert(header::SET_COOKIE, set_cookie(LOGIN_COOKIE, &nonce, 600));
     response
 }

@@ -105,11 +105,18 @@ pub(super) fn refusal(who: &Authority, csrf: &str, status: StatusCode, message: 
     respond(status, page("Refused", nav(who, csrf), html! { h1 { (status.as_u16()) } p { (message) } }))
 }
 
-pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool) -> Response {
+/// The sign-in page; `provider`: where sign-in through the identity provider starts, if on.
+pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool, provider: Option<&str>) -> Response {
     let body = html! {
         h1 { "Sign in" }
-        @if let Some(error) = error { p.notice.error role="alert" { (error) } }
+        @if let Some(error) = error { p.notice.error role="alert" id="sign-in-error" { (error) } }
         @if signed_out { p.notice { "You are signed out." } }
+        // A link, not a form: `form-action 'self'` would stop a form whose answer leads to
+        // the provider's site.
+        @if let Some(start) = provider {
+            p { a.button href=(start) id="sign-in-provider" { "Sign in with your identity provider" } }
+            h2 { "Or paste a token (development)" }
+        }
         p.muted {
             "Paste a bearer token of this gateway's issuer: one that " code { "scopegate serve --demo" } " printed, or one your identity provider issued to an owner, an auditor or a platform administrator."
         }
@@ -120,6 +127,25 @@ pub(super) fn sign_in(csrf: &str, error: Option<&str>, signed_out: bool) -> Resp
         }
     };
     respond(StatusCode::OK, page("Sign in", html! { header { strong { "scopegate console" } } }, body))
+}
+
+/// After a sign-in through the provider: on to `to` from a page of the gateway's own, so the
+/// browser sends the session's `SameSite=Strict` cookie (on a redirect in a navigation that a
+/// page of the provider started, it would not).
+pub(super) fn signed_in(to: &str) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content={ "0; url=" (to) };
+                title { "Signed in · scopegate" }
+                link rel="stylesheet" href="/console/assets/console.css";
+            }
+            body { main { p { "Signed in. " a href=(to) id="continue" { "Continue to the console" } } } }
+        }
+    };
+    respond(StatusCode::OK, markup)
 }
 
 fn hidden(csrf: &str) -> Markup {

@@ -152,6 +152,13 @@ impl Browser {
         self.command(reqwest::Method::POST, &format!("/element/{id}/click"), Some(json!({}))).await;
     }
 
+    /// The cookies the browser holds for the page's URL, as (name, value).
+    pub async fn cookies(&self) -> Vec<(String, String)> {
+        let all = self.command(reqwest::Method::GET, "/cookie", None).await;
+        let text = |c: &Value, key: &str| c[key].as_str().unwrap_or_default().to_owned();
+        all.as_array().unwrap().iter().map(|c| (text(c, "name"), text(c, "value"))).collect()
+    }
+
     /// Saves a screenshot of the page as `target/screenshots/NAME.png`; returns its path.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.command(reqwest::Method::GET, "/screenshot", None).await;
@@ -177,7 +184,9 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.start_kill();
         let profile = self._profile.path().display().to_string();
-        let _ =
-            std::process::Command::new("pkill").args(["-KILL", "-f", &format!("--user-data-dir={profile}")]).status();
+        let _ = std::process::Command::new("pkill")
+            // `--`: the pattern starts with dashes, and pkill would take it for an option.
+            .args(["-KILL", "-f", "--", &format!("--user-data-dir={profile}")])
+            .status();
     }
 }

@@ -33,6 +33,11 @@ pub struct IdpOptions {
     pub ttl_secs: Option<u64>,
     /// `Cache-Control: max-age` of the JWKS (default 300 s).
     pub jwks_max_age_secs: Option<u64>,
+    /// Clients registered up front (a JSON array of client metadata: `client_id`,
+    /// `redirect_uris`, and `client_secret` for a confidential one), beside dynamic registration.
+    pub clients: Option<Value>,
+    /// A login page with a "Continue" button (`#continue`) instead of an immediate login.
+    pub login_page: bool,
 }
 
 impl IdpOptions {
@@ -181,6 +186,12 @@ async fn spawn(options: &IdpOptions, state: &std::path::Path, port: u16, stderr:
     }
     if let Some(max_age) = options.jwks_max_age_secs {
         cmd.args(["--jwks-max-age", &max_age.to_string()]);
+    }
+    if options.login_page {
+        cmd.args(["--login-page", "true"]);
+    }
+    if let Some(clients) = &options.clients {
+        cmd.args(["--clients", &clients.to_string()]);
     }
     let mut child = cmd
         .stdin(Stdio::null())
