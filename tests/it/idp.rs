@@ -64,6 +64,42 @@ async fn typescript_client(backend: Backend) {
 
 both_dbs!(idp_typescript_sdk_client, typescript_client);
 
+/// The guide whose production recipe [`idp_production_recipe_as_written`] runs, and what the
+/// recipe writes for the provider's issuer and the gateway's public URL.
+const RECIPE_PAGE: &str = "docs/guide/tokens.md";
+const RECIPE_START: &str = "```toml\n# production.toml";
+const RECIPE_ISSUER: &str = "https://idp.example.com";
+const RECIPE_PUBLIC_URL: &str = "https://mcp.example.com";
+
+/// The recipe's TOML block, as the page writes it.
+fn production_recipe() -> String {
+    let page = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(RECIPE_PAGE))
+        .unwrap_or_else(|e| panic!("{RECIPE_PAGE}: {e}"));
+    let start = page.find(RECIPE_START).unwrap_or_else(|| panic!("{RECIPE_PAGE} has a block opening {RECIPE_START:?}"));
+    let block = &page[start + "```toml\n".len()..];
+    let block = &block[..block.find("```").unwrap_or_else(|| panic!("{RECIPE_PAGE}: the recipe's block ends"))];
+    for example in [RECIPE_ISSUER, RECIPE_PUBLIC_URL] {
+        assert!(block.contains(example), "the recipe names {example}, which the test replaces:\n{block}");
+    }
+    block.to_owned()
+}
+
+/// The tokens guide's production recipe, as written, with a real provider and a real client:
+/// only the provider's issuer is replaced (by the test provider's), and the public URL by ""
+/// (the gateway's bound address, which the client reaches). Everything else (no key set URL,
+/// no development secret, the scopes) is the recipe's own, over the built-in defaults and not
+/// the tests' (no test secret): a recipe that stops working fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idp_production_recipe_as_written() {
+    let idp = Idp::start(IdpOptions::demo()).await;
+    let toml = production_recipe().replace(RECIPE_ISSUER, &idp.issuer()).replace(RECIPE_PUBLIC_URL, "");
+    let live = TestGateway::new(Backend::Sqlite).config_file(&toml).start().await;
+    assert!(live.config.auth.hs256_secret.is_empty(), "the recipe turns HS256 off");
+    let run = run_ts_client(&live.url(), &WHOAMI).await;
+    run.assert_success("the TypeScript SDK client against the recipe's gateway");
+    assert_called_whoami_as_olivia(&run, &live);
+}
+
 /// Step-up with both SDKs: `whoami` needs `mcp:write` beyond the required `mcp:read`; the
 /// clients are let in with `mcp:read`, list the tools, get 403 `insufficient_scope` on the call,
 /// ask the person again for both scopes, and the call succeeds. (The TypeScript SDK 1.32.2

@@ -90,6 +90,21 @@ pub fn config_with(db_url: &str, overrides: &[(&str, Value)]) -> Config {
     Config::from_figment(figment).expect("test configuration is valid")
 }
 
+/// `toml`, a configuration file's text, over the defaults as `--config FILE` is, with the
+/// test's database and a free loopback port; none of the tests' other defaults (their public
+/// URL, their HS256 secret), so the file's settings are what the gateway runs with.
+pub fn config_from_file(db_url: &str, toml: &str, overrides: &[(&str, Value)]) -> Config {
+    let mut figment = Figment::from(Toml::string(DEFAULT_TOML))
+        .merge(Toml::string(toml))
+        .merge(Serialized::default("database.url", db_url))
+        .merge(Serialized::default("server.listen", "127.0.0.1:0"))
+        .merge(Serialized::default("database.max_connections", 4));
+    for (key, value) in overrides {
+        figment = figment.merge(Serialized::default(key, value.clone()));
+    }
+    Config::from_figment(figment).unwrap_or_else(|e| panic!("the configuration file is refused: {e}\n{toml}"))
+}
+
 /// Connected and migrated.
 pub async fn db_for(config: &Config) -> Db {
     let db = Db::connect(&config.database, IfMissing::Create).await.expect("connect");

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::clients::transport;
-use super::db::{Backend, TestDb, config_with, db_for, seed_demo};
+use super::db::{Backend, TestDb, config_from_file, config_with, db_for, seed_demo};
 use super::probe::Probe;
 use super::tokens::{Signer, claims, tenant_of};
 use super::wait::patience;
@@ -43,6 +43,8 @@ pub enum Mode {
 pub struct TestGateway {
     backend: Backend,
     overrides: Vec<(String, Value)>,
+    /// A configuration file's text, in place of the tests' defaults.
+    file: Option<String>,
     seed: bool,
     tools: Option<ToolSet>,
 }
@@ -50,7 +52,7 @@ pub struct TestGateway {
 impl TestGateway {
     /// A gateway on `backend` with the demo data, the native tools and the tests' defaults.
     pub fn new(backend: Backend) -> Self {
-        Self { backend, overrides: Vec::new(), seed: true, tools: None }
+        Self { backend, overrides: Vec::new(), file: None, seed: true, tools: None }
     }
 
     pub fn mode(self, mode: Mode) -> Self {
@@ -60,6 +62,13 @@ impl TestGateway {
     /// One configuration setting (a dotted key); later settings win.
     pub fn set(mut self, key: &str, value: Value) -> Self {
         self.overrides.push((key.to_owned(), value));
+        self
+    }
+
+    /// Configured by `toml`, a configuration file's text, as `--config FILE` configures a
+    /// gateway: over the built-in defaults, not the tests' (see [`config_from_file`]).
+    pub fn config_file(mut self, toml: &str) -> Self {
+        self.file = Some(toml.to_owned());
         self
     }
 
@@ -87,7 +96,10 @@ impl TestGateway {
         scopegate::http::install_tls_provider();
         let test_db = TestDb::new(self.backend).await;
         let overrides: Vec<(&str, Value)> = self.overrides.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-        let config = config_with(&test_db.url, &overrides);
+        let config = match &self.file {
+            Some(toml) => config_from_file(&test_db.url, toml, &overrides),
+            None => config_with(&test_db.url, &overrides),
+        };
         let db = db_for(&config).await;
         if self.seed {
             seed_demo(&db).await;
