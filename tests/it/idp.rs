@@ -127,14 +127,14 @@ async fn idp_step_up_with_both_sdks() {
     }
 }
 
-/// `whoami` with `token` over rmcp's client: the tenant it answers, or the refusal.
+/// `whoami` with `token` over rmcp's client: the tenant it answers, or the refusal (at the
+/// handshake or at the call: a trust removed meanwhile refuses the call).
 async fn whoami_with(live: &Live, token: &str) -> Result<String, String> {
     let transport = crate::support::transport(&live.url(), token);
-    let client = match rmcp::ServiceExt::serve((), transport).await {
-        Ok(client) => client,
-        Err(e) => return Err(e.to_string()),
-    };
-    let me = ok(&client, "whoami", json!({})).await;
+    let client = rmcp::ServiceExt::serve((), transport).await.map_err(|e| e.to_string())?;
+    let params = rmcp::model::CallToolRequestParams::new("whoami");
+    let result = client.call_tool(params).await.map_err(|e| e.to_string())?;
+    let me = result.structured_content.ok_or("no structured content")?;
     Ok(me["tenant"].as_str().unwrap_or_default().to_owned())
 }
 
