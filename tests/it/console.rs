@@ -79,6 +79,10 @@ async fn in_a_browser(backend: Backend) {
     browser.click("#add-user").await;
     browser.wait_for_url("/console/tenants/acme?done=1").await;
     assert!(browser.text("#users").await.contains("carl@acme.test"), "the new user is listed");
+    // Each further form from the page freshly opened: its URL then changes only once the post
+    // is answered, and waiting for it is waiting for the post.
+    let acme = format!("{}/console/tenants/acme", live.base_url());
+    browser.goto(&acme).await;
     browser.select("#grant-server", "notes").await;
     browser.select("#grant-role", "worker").await;
     browser.type_into("#grant-name", "read_note").await;
@@ -91,6 +95,7 @@ async fn in_a_browser(backend: Backend) {
     // An identity provider of acme's own: trusted through the form, listed, distrusted; one
     // on a private address refused, naming the field; another left trusted for the auditor.
     let entra = "https://login.entra.example/acme-tenant/v2.0";
+    browser.goto(&acme).await;
     browser.type_into("#issuer-url", entra).await;
     browser.type_into("#issuer-jwks", "https://login.entra.example/acme-tenant/keys").await;
     browser.type_into("#issuer-subject", "oid").await;
@@ -98,6 +103,7 @@ async fn in_a_browser(backend: Backend) {
     browser.wait_for_url("/console/tenants/acme?done=1").await;
     let listed = browser.text("#issuers").await;
     assert!(listed.contains(entra) && listed.contains("oid") && listed.contains("/acme-tenant/keys"), "{listed}");
+    browser.goto(&acme).await;
     browser.click("#issuers form button").await;
     browser.wait_for_url("/console/tenants/acme?done=1").await;
     assert!(!browser.text("#issuers").await.contains(entra), "distrusted");
@@ -108,7 +114,7 @@ async fn in_a_browser(backend: Backend) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(browser.text("p.notice.error").await.contains("issuer"), "the refusal names the field");
-    browser.goto(&format!("{}/console/tenants/acme", live.base_url())).await;
+    browser.goto(&acme).await;
     browser.type_into("#issuer-url", "https://acme.okta.example/oauth2/default").await;
     browser.click("#trust-issuer").await;
     browser.wait_for_url("/console/tenants/acme?done=1").await;
@@ -163,6 +169,7 @@ async fn in_a_browser(backend: Backend) {
     browser.click("#retire-tenant").await;
     browser.wait_for_url("/console/tenants/globex?done=1").await;
     assert!(browser.source().await.contains("retired"), "the page says the tenant is retired");
+    browser.goto(&format!("{}/console/tenants/globex", live.base_url())).await;
     browser.click("#purge-tenant").await;
     browser.wait_for_url("/console/tenants/globex?done=1").await;
     shots.push(browser.screenshot(&format!("console-{db}-8-retired")).await);
