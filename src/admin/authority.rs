@@ -41,6 +41,9 @@ pub enum Need<'a> {
     /// The tenant's audit trail and its verification: its auditors (and platform
     /// administrators).
     Audit(&'a str),
+    /// What decides who can sign in to the tenant (the identity providers it trusts): its
+    /// owners, who change it, and its auditors, who check it (and platform administrators).
+    Inspect(&'a str),
     /// The build's guard report (the same for every tenant): an owner or auditor of any tenant.
     Report,
 }
@@ -52,7 +55,7 @@ impl Authority {
     pub fn authorize(&self, need: Need<'_>) -> Result<(), AdminError> {
         // The platform chain's row is no tenant: its chain is read like one (by platform
         // administrators only: no member belongs to it), nothing else names it.
-        if let Need::PlatformOver(slug) | Need::Manage(slug) = need
+        if let Need::PlatformOver(slug) | Need::Manage(slug) | Need::Inspect(slug) = need
             && slug == crate::store::admin::PLATFORM_SLUG
         {
             return Err(AdminError::NotFound("no such resource".into()));
@@ -74,13 +77,14 @@ impl Authority {
                     Err(AdminError::Forbidden)
                 };
             }
-            Need::Manage(slug) => (slug, Role::Owner),
-            Need::Audit(slug) => (slug, Role::Auditor),
+            Need::Manage(slug) => (slug, &[Role::Owner][..]),
+            Need::Audit(slug) => (slug, &[Role::Auditor][..]),
+            Need::Inspect(slug) => (slug, &[Role::Owner, Role::Auditor][..]),
         };
         if member.slug != slug {
             return Err(AdminError::NotFound("no such resource".into()));
         }
-        if member.roles.contains(&role) { Ok(()) } else { Err(AdminError::Forbidden) }
+        if member.roles.iter().any(|r| role.contains(r)) { Ok(()) } else { Err(AdminError::Forbidden) }
     }
 
     /// Who made a change, as its audit event names them.
@@ -130,9 +134,14 @@ mod tests {
         let owner = member("acme", &[Role::Owner]);
         let auditor = member("acme", &[Role::Auditor]);
         let worker = member("acme", &[Role::Worker, Role::Manager]);
-        for need in
-            [Need::Platform, Need::PlatformOver("acme"), Need::Manage("acme"), Need::Audit("acme"), Need::Report]
-        {
+        for need in [
+            Need::Platform,
+            Need::PlatformOver("acme"),
+            Need::Manage("acme"),
+            Need::Audit("acme"),
+            Need::Inspect("acme"),
+            Need::Report,
+        ] {
             assert!(platform.authorize(need).is_ok());
             assert!(Authority::Cli.authorize(need).is_ok());
         }
@@ -146,16 +155,19 @@ mod tests {
         assert!(matches!(auditor.authorize(Need::Audit("globex")), Err(AdminError::NotFound(_))));
         assert!(matches!(auditor.authorize(Need::Manage("acme")), Err(AdminError::Forbidden)));
         assert!(owner.authorize(Need::Report).is_ok() && auditor.authorize(Need::Report).is_ok());
+        assert!(owner.authorize(Need::Inspect("acme")).is_ok() && auditor.authorize(Need::Inspect("acme")).is_ok());
+        assert!(matches!(owner.authorize(Need::Inspect("globex")), Err(AdminError::NotFound(_))));
+        assert!(matches!(auditor.authorize(Need::Inspect("globex")), Err(AdminError::NotFound(_))));
         // The platform chain: its trail for platform administrators, nothing else for anyone.
         let chain = crate::store::admin::PLATFORM_SLUG;
         assert!(platform.authorize(Need::Audit(chain)).is_ok());
         for who in [&platform, &Authority::Cli, &owner] {
-            for need in [Need::Manage(chain), Need::PlatformOver(chain)] {
+            for need in [Need::Manage(chain), Need::PlatformOver(chain), Need::Inspect(chain)] {
                 assert!(matches!(who.authorize(need), Err(AdminError::NotFound(_))), "{who:?} {need:?}");
             }
         }
         assert!(matches!(auditor.authorize(Need::Audit(chain)), Err(AdminError::NotFound(_))));
-        for need in [Need::Platform, Need::Manage("acme"), Need::Audit("acme"), Need::Report] {
+        for need in [Need::Platform, Need::Manage("acme"), Need::Audit("acme"), Need::Inspect("acme"), Need::Report] {
             assert!(worker.authorize(need).is_err(), "{need:?}");
         }
     }

@@ -77,16 +77,35 @@ pub struct Admin {
     /// The gateway's public URL, when upstream OAuth logins are served (the vault has a key):
     /// a login's start link is under it.
     oauth: Option<std::sync::Arc<str>>,
+    /// What an issuer a tenant trusts is checked against; none: no issuer is trusted.
+    issuers: Option<std::sync::Arc<IssuerRules>>,
+}
+
+/// The gateway's settings a tenant's trusted issuer is checked against.
+#[derive(Debug, Clone)]
+struct IssuerRules {
+    /// `auth.issuer`: never a tenant's.
+    own: String,
+    /// `auth.tenant_issuers_insecure`: admits `http://` and loopback or private hosts.
+    insecure: bool,
 }
 
 impl Admin {
     pub fn new(db: Db, native_tools: Vec<String>) -> Self {
-        Self { db, native_tools: native_tools.into(), audit: None, oauth: None }
+        Self { db, native_tools: native_tools.into(), audit: None, oauth: None, issuers: None }
     }
 
     /// The service with the audit configuration (checkpoints) of a running gateway.
     pub fn with_audit(mut self, audit: crate::config::AuditConfig) -> Self {
         self.audit = Some(std::sync::Arc::new(audit));
+        self
+    }
+
+    /// The service of a gateway with these auth settings: tenants may trust identity providers
+    /// of their own (checked against `auth.issuer` and `auth.tenant_issuers_insecure`).
+    pub fn with_auth(mut self, auth: &crate::config::AuthConfig) -> Self {
+        let rules = IssuerRules { own: auth.issuer.clone(), insecure: auth.tenant_issuers_insecure };
+        self.issuers = Some(std::sync::Arc::new(rules));
         self
     }
 

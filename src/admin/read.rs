@@ -58,6 +58,11 @@ pub enum Target {
     Provisioning {
         tenant: String,
     },
+    /// An identity provider the tenant trusts, by its issuer.
+    Issuer {
+        tenant: String,
+        issuer: String,
+    },
 }
 
 /// A collection of resources.
@@ -73,6 +78,7 @@ pub enum Collection {
     Grants { tenant: String },
     RootAllowances { tenant: String, executor: Option<String> },
     Credentials { tenant: String },
+    Issuers { tenant: String },
 }
 
 /// The characters a path segment keeps as they are: RFC 3986's unreserved ones.
@@ -119,6 +125,7 @@ impl Target {
             | Target::RootAllowance { tenant, .. }
             | Target::Credential { tenant, .. }
             | Target::Provisioning { tenant } => Need::Manage(tenant),
+            Target::Issuer { tenant, .. } => Need::Inspect(tenant),
         }
     }
 
@@ -135,7 +142,8 @@ impl Target {
             | Target::Grant { tenant, .. }
             | Target::RootAllowance { tenant, .. }
             | Target::Credential { tenant, .. }
-            | Target::Provisioning { tenant } => Some(tenant),
+            | Target::Provisioning { tenant }
+            | Target::Issuer { tenant, .. } => Some(tenant),
         }
     }
 
@@ -159,6 +167,8 @@ impl Target {
                 None => t(tenant, format!("oauth/credentials/{}", seg(server))),
             },
             Target::Provisioning { tenant } => t(tenant, "provisioning".into()),
+            // The issuer is a URL: one segment, its slashes and colon percent-encoded.
+            Target::Issuer { tenant, issuer } => t(tenant, format!("issuers/{}", seg(issuer))),
         }
     }
 
@@ -176,6 +186,7 @@ impl Target {
             Target::RootAllowance { id, .. } => format!("root allowance `{id}` does not exist in this tenant"),
             Target::Credential { server, .. } => format!("no credential stored for `{server}` of that owner"),
             Target::Provisioning { .. } => "this tenant does not provision users on first sight".into(),
+            Target::Issuer { issuer, .. } => format!("this tenant does not trust issuer `{issuer}`"),
         }
     }
 
@@ -237,6 +248,9 @@ impl Target {
                         .collect(),
                 })
             }),
+            Target::Issuer { issuer, .. } => {
+                issuers(conn, slug).await?.into_iter().find(|i| i.issuer == *issuer).map(to_value)
+            }
             Target::Tenant { .. } | Target::Executor { .. } => None,
         };
         Ok(view)
@@ -255,6 +269,7 @@ impl Collection {
             | Collection::Grants { tenant }
             | Collection::RootAllowances { tenant, .. }
             | Collection::Credentials { tenant } => Need::Manage(tenant),
+            Collection::Issuers { tenant } => Need::Inspect(tenant),
         }
     }
 
@@ -270,7 +285,8 @@ impl Collection {
             | Collection::Bindings { tenant }
             | Collection::Grants { tenant }
             | Collection::RootAllowances { tenant, .. }
-            | Collection::Credentials { tenant } => Some(
+            | Collection::Credentials { tenant }
+            | Collection::Issuers { tenant } => Some(
                 tenant_of(&mut *conn, tenant)
                     .await?
                     .ok_or_else(|| AdminError::NotFound(format!("tenant `{tenant}` does not exist")))?,
@@ -358,6 +374,9 @@ impl Collection {
                 .into_iter()
                 .map(|c| (vec![c.server.clone(), c.user.clone().unwrap_or_default()], to_value(c)))
                 .collect(),
+            (Collection::Issuers { tenant: slug }, Some(_)) => {
+                issuers(conn, slug).await?.into_iter().map(|i| (vec![i.issuer.clone()], to_value(i))).collect()
+            }
             (_, None) => return Err(AdminError::NotFound("no such collection".into())),
         };
         let mut keyed = keyed;
@@ -514,6 +533,21 @@ async fn credentials(conn: &mut AnyConnection, tenant: TenantId) -> Result<Vec<C
             user: c.subject,
             status: c.status.as_str().to_owned(),
             updated_at: c.updated_at,
+        })
+        .collect())
+}
+
+async fn issuers(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<IssuerView>, AdminError> {
+    let rows = crate::store::issuers::of_tenant(conn, tenant).await?;
+    Ok(rows
+        .into_iter()
+        .map(|i| IssuerView {
+            issuer: i.issuer,
+            jwks_url: i.jwks_url,
+            audience: i.audience,
+            subject_claim: i.subject_claim,
+            tenant_claim: i.tenant_claim,
+            created_at: i.created_at,
         })
         .collect())
 }

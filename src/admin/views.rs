@@ -132,6 +132,24 @@ pub struct ProvisioningView {
     pub roles: std::collections::BTreeMap<String, Vec<String>>,
 }
 
+/// An identity provider a tenant trusts besides the gateway's own: its tokens sign the
+/// tenant's users in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IssuerView {
+    /// The `iss` of its tokens (an https URL).
+    pub issuer: String,
+    /// Where its keys are; null: found through the issuer's metadata.
+    pub jwks_url: Option<String>,
+    /// The `aud` its tokens must carry; null: the gateway's own audience.
+    pub audience: Option<String>,
+    /// Where the user's subject is: a claim name or a JSON pointer.
+    pub subject_claim: String,
+    /// For an issuer several tenants trust: the claim whose value must be this tenant's slug;
+    /// null: every token of the issuer names this tenant.
+    pub tenant_claim: Option<String>,
+    pub created_at: i64,
+}
+
 /// One page of a collection, in the order of its key.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Page {

@@ -182,6 +182,21 @@ pub enum Write {
     DeleteProvisioning {
         tenant: String,
     },
+    /// The tenant trusts an identity provider of its own: tokens of `issuer` sign its users in.
+    /// `subject_claim` is `sub` when not given.
+    TrustIssuer {
+        tenant: String,
+        issuer: String,
+        jwks_url: Option<String>,
+        audience: Option<String>,
+        subject_claim: Option<String>,
+        tenant_claim: Option<String>,
+    },
+    /// The tenant no longer trusts `issuer`.
+    DistrustIssuer {
+        tenant: String,
+        issuer: String,
+    },
 }
 
 /// Who asks for a write, and how.
@@ -249,6 +264,8 @@ impl Write {
             | CreateEntity { tenant, .. }
             | ImportEntities { tenant, .. }
             | DeleteEntity { tenant, .. } => Need::PlatformOver(tenant),
+            // Who may sign in to the tenant: its owners decide, not its auditors or workers.
+            TrustIssuer { tenant, .. } | DistrustIssuer { tenant, .. } => Need::Manage(tenant),
             // Every other write is of one tenant's own things: its owners'. One that named no
             // tenant would be the platform's (fail closed).
             _ => self.tenant().map_or(Need::Platform, Need::Manage),
@@ -290,6 +307,8 @@ impl Write {
             OauthLogout { .. } => "admin.oauth.logout",
             SetProvisioning { .. } => "admin.provisioning.set",
             DeleteProvisioning { .. } => "admin.provisioning.delete",
+            TrustIssuer { .. } => "admin.issuer.trust",
+            DistrustIssuer { .. } => "admin.issuer.distrust",
         }
     }
 
@@ -334,6 +353,9 @@ impl Write {
             SetProvisioning { tenant, .. } | DeleteProvisioning { tenant } => {
                 Target::Provisioning { tenant: t(tenant) }
             }
+            TrustIssuer { tenant, issuer, .. } | DistrustIssuer { tenant, issuer } => {
+                Target::Issuer { tenant: t(tenant), issuer: issuer.clone() }
+            }
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -343,7 +365,7 @@ impl Write {
         use Write::*;
         match self {
             CreateTenant { .. } | CreateUser { .. } | CreateFlock { .. } | Assign { .. } | CreateExecutor { .. } => 201,
-            CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } | OauthLogin { .. } => 201,
+            CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } | OauthLogin { .. } | TrustIssuer { .. } => 201,
             SetBinding { .. } if !existed => 201,
             DeleteUser { .. }
             | DeleteFlock { .. }
@@ -354,7 +376,8 @@ impl Write {
             | DeleteGrant { .. }
             | DeleteRoot { .. }
             | OauthLogout { .. }
-            | DeleteProvisioning { .. } => 204,
+            | DeleteProvisioning { .. }
+            | DistrustIssuer { .. } => 204,
             _ => 200,
         }
     }
@@ -389,7 +412,9 @@ impl Write {
             | OauthLogin { tenant, .. }
             | OauthLogout { tenant, .. }
             | SetProvisioning { tenant, .. }
-            | DeleteProvisioning { tenant } => Some(tenant),
+            | DeleteProvisioning { tenant }
+            | TrustIssuer { tenant, .. }
+            | DistrustIssuer { tenant, .. } => Some(tenant),
         }
     }
 }
@@ -654,6 +679,18 @@ impl Admin {
                     return Err(AdminError::NotFound(format!("`{slug}` does not provision users on first sight")));
                 }
             }
+            Write::TrustIssuer { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim } => {
+                let new = crate::store::issuers::NewIssuer {
+                    issuer: issuer.clone(),
+                    jwks_url: jwks_url.clone(),
+                    audience: audience.clone(),
+                    subject_claim: subject_claim.clone().unwrap_or_else(|| "sub".to_owned()),
+                    tenant_claim: tenant_claim.clone(),
+                };
+                self.check_issuer(&new)?;
+                crate::store::issuers::add(c, tenant, &new).await?;
+            }
+            Write::DistrustIssuer { tenant, issuer } => crate::store::issuers::remove(c, tenant, issuer).await?,
             Write::OauthLogout { tenant, server, user } => {
                 let (tenant, user) = owner_ids(&mut *c, tenant, user.as_deref()).await?;
                 if !crate::store::vault::delete_on(c, tenant, server, user).await.map_err(super::vault_error)? {
@@ -662,6 +699,27 @@ impl Admin {
             }
         }
         Ok(applied)
+    }
+}
+
+impl Admin {
+    /// An issuer a tenant may trust: of the shapes [`crate::store::issuers::NewIssuer::check`]
+    /// admits under `auth.tenant_issuers_insecure`, and not the gateway's own issuer, whose
+    /// tokens are the gateway's (a tenant trusting it could claim the tokens of every tenant's users).
+    fn check_issuer(&self, new: &crate::store::issuers::NewIssuer) -> Result<(), AdminError> {
+        // Fail closed: a service built without the gateway's auth settings trusts nothing.
+        let Some(rules) = &self.issuers else {
+            return Err(AdminError::Conflict("this service does not know the gateway's own issuer".into()));
+        };
+        let bare = |url: &str| url.trim_end_matches('/').to_owned();
+        if bare(&new.issuer) == bare(&rules.own) {
+            return Err(AdminError::Invalid {
+                field: "issuer",
+                message: "is the gateway's own issuer (auth.issuer): its tokens are trusted already".into(),
+            });
+        }
+        new.check(rules.insecure)?;
+        Ok(())
     }
 }
 

@@ -1,8 +1,9 @@
 //! `scopegate admin`: create, list and delete tenants, users, roles, flocks, assignments,
 //! executors (and their owners and secrets), `mcp-server` entities, bindings, grants of
-//! upstream tools, prompts and resources and allowances of plugin roots (`admin oauth`, the credential key, is in
-//! `oauth.rs`). Each command is one transaction: an error names the field and leaves nothing
-//! half-written. Never prints a secret before its transaction has committed.
+//! upstream tools, prompts and resources, allowances of plugin roots and the identity providers
+//! a tenant trusts (`admin oauth`, the credential key, is in `oauth.rs`). Each command is one
+//! transaction: an error names the field and leaves nothing half-written. Never prints a
+//! secret before its transaction has committed.
 
 use clap::{Args, Subcommand};
 
@@ -54,6 +55,9 @@ pub enum AdminCommand {
     /// Plugin roots a role may select on a remote executor: no allowance, no root.
     #[command(subcommand)]
     Root(RootCmd),
+    /// Identity providers a tenant trusts besides the gateway's own (`auth.issuer`).
+    #[command(subcommand)]
+    Issuer(IssuerCmd),
     /// The key that seals upstream OAuth credentials: create one, rotate to a new one.
     #[command(subcommand)]
     Oauth(super::oauth::OauthCmd),
@@ -355,6 +359,39 @@ pub enum RootCmd {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum IssuerCmd {
+    /// Trust an identity provider: its tokens sign the tenant's users in. Its issuer and key
+    /// set URLs must be https:// on public hosts (unless `auth.tenant_issuers_insecure`).
+    Trust {
+        #[arg(long)]
+        tenant: String,
+        /// The `iss` of its tokens.
+        issuer: String,
+        /// Its key set; without it, found through the issuer's metadata.
+        #[arg(long)]
+        jwks_url: Option<String>,
+        /// The `aud` its tokens carry; without it, the gateway's own audience.
+        #[arg(long)]
+        audience: Option<String>,
+        /// Where the subject is: a claim name or a JSON pointer (default `sub`).
+        #[arg(long)]
+        subject_claim: Option<String>,
+        /// For an issuer several tenants trust: the claim whose value must be the tenant's slug.
+        #[arg(long)]
+        tenant_claim: Option<String>,
+    },
+    Distrust {
+        #[arg(long)]
+        tenant: String,
+        issuer: String,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
 /// A row of a listing: named columns, printable as a table or JSON.
 pub(super) type Listing = Vec<Vec<(&'static str, String)>>;
 
@@ -404,6 +441,13 @@ fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
         Collection::Credentials { .. } => {
             &[("server", "server"), ("user", "user"), ("status", "status"), ("updated_at", "updated_at")]
         }
+        Collection::Issuers { .. } => &[
+            ("issuer", "issuer"),
+            ("jwks_url", "jwks_url"),
+            ("audience", "audience"),
+            ("subject_claim", "subject_claim"),
+            ("tenant_claim", "tenant_claim"),
+        ],
     }
 }
 
@@ -437,7 +481,7 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
     let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
-    let service = Admin::new(db.clone(), native);
+    let service = Admin::new(db.clone(), native).with_auth(&config.auth);
     let json = args.json;
     let result = execute(&service, args.command).await;
     db.close().await;
@@ -565,6 +609,13 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
                 return Ok(list(Collection::RootAllowances { tenant, executor }).await?);
             }
             RootCmd::Delete { tenant, id } => W::DeleteRoot { tenant, id },
+        },
+        AdminCommand::Issuer(cmd) => match cmd {
+            IssuerCmd::Trust { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim } => {
+                W::TrustIssuer { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim }
+            }
+            IssuerCmd::Distrust { tenant, issuer } => W::DistrustIssuer { tenant, issuer },
+            IssuerCmd::List { tenant } => return Ok(list(Collection::Issuers { tenant }).await?),
         },
         // Dispatched by `run` before the service is built.
         AdminCommand::Oauth(_) => {

@@ -113,7 +113,9 @@ where
         .layer(middleware::from_fn_with_state(Arc::clone(&limiter), limits::limit));
     let gated = Router::new().route_service("/mcp", gate.clone().service(mcp)).merge(protected.layer(gate));
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
-    let mut service = crate::admin::Admin::new(state.db.clone(), native).with_audit(state.config.audit.clone());
+    let mut service = crate::admin::Admin::new(state.db.clone(), native)
+        .with_audit(state.config.audit.clone())
+        .with_auth(&state.config.auth);
     if state.vault.is_some() {
         service = service.with_oauth(&state.config.public_url());
     }

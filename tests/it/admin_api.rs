@@ -9,30 +9,30 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-const PLATFORM: &str = "ops@platform.test";
+pub(crate) const PLATFORM: &str = "ops@platform.test";
 
 async fn admin_gateway(backend: Backend) -> Live {
     TestGateway::new(backend).set("admin.platform_subjects", json!([PLATFORM])).start().await
 }
 
 /// The answer of one admin request: status, headers, JSON body (Null when empty).
-struct Answer {
-    status: u16,
-    headers: HeaderMap,
-    body: Value,
+pub(crate) struct Answer {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Value,
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    fn etag(&self) -> String {
+    pub fn etag(&self) -> String {
         self.header("etag").expect("an ETag").to_owned()
     }
 }
 
-async fn request(
+pub(crate) async fn request(
     live: &Live,
     method: Method,
     path: &str,
@@ -60,26 +60,26 @@ async fn request(
 }
 
 /// A platform administrator's token (no tenant claim).
-fn platform(live: &Live) -> String {
+pub(crate) fn platform(live: &Live) -> String {
     let mut claims = claims(&live.config, "", PLATFORM);
     claims.as_object_mut().unwrap().remove("tid");
     Signer::hs256(live.config.auth.hs256_secret.expose()).sign(&claims)
 }
 
-async fn get(live: &Live, path: &str, token: &str) -> Answer {
+pub(crate) async fn get(live: &Live, path: &str, token: &str) -> Answer {
     request(live, Method::GET, path, Some(token), None, &[]).await
 }
 
-async fn send(live: &Live, method: Method, path: &str, token: &str, body: Value) -> Answer {
+pub(crate) async fn send(live: &Live, method: Method, path: &str, token: &str, body: Value) -> Answer {
     request(live, method, path, Some(token), Some(&body), &[]).await
 }
 
-async fn delete(live: &Live, path: &str, token: &str) -> Answer {
+pub(crate) async fn delete(live: &Live, path: &str, token: &str) -> Answer {
     request(live, Method::DELETE, path, Some(token), None, &[]).await
 }
 
 /// The administrative events of a tenant's chain, oldest first: (action, target, actor).
-async fn admin_events(live: &Live, tenant: &str) -> Vec<(String, String, String)> {
+pub(crate) async fn admin_events(live: &Live, tenant: &str) -> Vec<(String, String, String)> {
     let mut tx = live.db.begin().await.unwrap();
     let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
         "SELECT e.action, e.tool, e.args_raw FROM audit_events e JOIN tenants t ON t.id = e.tenant_id \
@@ -97,7 +97,7 @@ async fn admin_events(live: &Live, tenant: &str) -> Vec<(String, String, String)
         .collect()
 }
 
-async fn chains_verify(live: &Live) {
+pub(crate) async fn chains_verify(live: &Live) {
     for report in scopegate::audit::verify::verify(&live.db, None).await.unwrap() {
         assert!(report.broken.is_none(), "{}: {:?}", report.tenant, report.broken);
     }

@@ -366,6 +366,57 @@ async fn admin_commands(backend: Backend) {
     assert!(!success && stderr.contains("file"), "{stderr}");
     assert_eq!(ok(&["entity", "list", "--tenant", "initech"]), listed);
 
+    // Identity providers the tenant trusts: trusted, listed, refused twice or ill-formed (the
+    // field named, nothing written), distrusted.
+    let okta = "https://initech.okta.example/oauth2/default";
+    ok(&[
+        "issuer",
+        "trust",
+        "--tenant",
+        "initech",
+        okta,
+        "--jwks-url",
+        "https://initech.okta.example/keys",
+        "--tenant-claim",
+        "org",
+    ]);
+    let issuers: serde_json::Value =
+        serde_json::from_str(&ok(&["--json", "issuer", "list", "--tenant", "initech"])).unwrap();
+    assert_eq!(
+        (issuers[0]["issuer"].as_str(), issuers[0]["subject_claim"].as_str(), issuers[0]["tenant_claim"].as_str()),
+        (Some(okta), Some("sub"), Some("org"))
+    );
+    for (args, field) in [
+        (&["issuer", "trust", "--tenant", "initech", okta][..], "already trusts"),
+        (&["issuer", "trust", "--tenant", "initech", "http://initech.example/"], "issuer"),
+        (
+            &[
+                "issuer",
+                "trust",
+                "--tenant",
+                "initech",
+                "https://initech.example/",
+                "--jwks-url",
+                "https://initech.example/k?x=1",
+            ],
+            "jwks_url",
+        ),
+        (
+            &["issuer", "trust", "--tenant", "initech", "https://initech.example/", "--subject-claim", ""],
+            "subject_claim",
+        ),
+        (&["issuer", "distrust", "--tenant", "initech", "https://never.example/"], "does not trust"),
+    ] {
+        let (success, _, stderr) = run(args);
+        assert!(!success && stderr.contains(field), "{args:?}: `{stderr}` should name `{field}`");
+    }
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&ok(&["--json", "issuer", "list", "--tenant", "initech"])).unwrap(),
+        issuers
+    );
+    ok(&["issuer", "distrust", "--tenant", "initech", okta]);
+    assert_eq!(ok(&["issuer", "list", "--tenant", "initech"]).trim(), "(none)");
+
     ok(&["binding", "delete", "--tenant", "initech", "notes"]);
     ok(&["executor", "delete", "build-01"]);
     ok(&["assignment", "remove", "--tenant", "initech", "peter@initech.test", "basement"]);

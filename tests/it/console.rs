@@ -1,9 +1,10 @@
 //! The console, `/console`, in a real headless Chromium: sign in with a token, add a user and
-//! a grant, see a call made through `/mcp` in the audit page with the chain verified, alter one
-//! audit row and see the page report it, open the guard report, retire and purge a tenant as
-//! the platform administrator and read the platform chain. Screenshots of each page go to
-//! `target/screenshots/`. And, without a browser: the security headers, the cookie's
-//! attributes, and a form post without its CSRF token refused.
+//! a grant, trust and distrust an identity provider, see a call made through `/mcp` in the
+//! audit page with the chain verified, alter one audit row and see the page report it, open
+//! the guard report, retire and purge a tenant as the platform administrator and read the
+//! platform chain. Screenshots of each page go to `target/screenshots/`. And, without a
+//! browser: the security headers, the cookie's attributes, and a form post without its CSRF
+//! token refused.
 
 use serde_json::json;
 
@@ -78,6 +79,10 @@ async fn in_a_browser(backend: Backend) {
     browser.click("#add-user").await;
     browser.wait_for_url("/console/tenants/acme?done=1").await;
     assert!(browser.text("#users").await.contains("carl@acme.test"), "the new user is listed");
+    // Each further form from the page freshly opened: its URL then changes only once the post
+    // is answered, and waiting for it is waiting for the post.
+    let acme = format!("{}/console/tenants/acme", live.base_url());
+    browser.goto(&acme).await;
     browser.select("#grant-server", "notes").await;
     browser.select("#grant-role", "worker").await;
     browser.type_into("#grant-name", "read_note").await;
@@ -87,6 +92,35 @@ async fn in_a_browser(backend: Backend) {
     shots.push(browser.screenshot(&format!("console-{db}-2-tenant")).await);
     assert_eq!(live.count("SELECT COUNT(*) FROM users WHERE subject = 'carl@acme.test'").await, 1);
     assert_eq!(live.count("SELECT COUNT(*) FROM mcp_server_grants WHERE name = 'read_note'").await, 1);
+    // An identity provider of acme's own: trusted through the form, listed, distrusted; one
+    // on a private address refused, naming the field; another left trusted for the auditor.
+    let entra = "https://login.entra.example/acme-tenant/v2.0";
+    browser.goto(&acme).await;
+    browser.type_into("#issuer-url", entra).await;
+    browser.type_into("#issuer-jwks", "https://login.entra.example/acme-tenant/keys").await;
+    browser.type_into("#issuer-subject", "oid").await;
+    browser.click("#trust-issuer").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
+    let listed = browser.text("#issuers").await;
+    assert!(listed.contains(entra) && listed.contains("oid") && listed.contains("/acme-tenant/keys"), "{listed}");
+    browser.goto(&acme).await;
+    browser.click("#issuers form button").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
+    assert!(!browser.text("#issuers").await.contains(entra), "distrusted");
+    browser.type_into("#issuer-url", "https://10.0.0.7/realms/acme").await;
+    browser.click("#trust-issuer").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !browser.url().await.contains("?error=") && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(browser.text("p.notice.error").await.contains("issuer"), "the refusal names the field");
+    browser.goto(&acme).await;
+    browser.type_into("#issuer-url", "https://acme.okta.example/oauth2/default").await;
+    browser.click("#trust-issuer").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
+    assert_eq!(live.count("SELECT COUNT(*) FROM tenant_issuers").await, 1);
+    let acts = "SELECT COUNT(*) FROM audit_events WHERE action LIKE 'admin.issuer.%'";
+    assert_eq!(live.count(acts).await, 3, "trust, distrust, trust: one event each");
     sign_out(&browser).await;
 
     // A call through /mcp, then the auditor's page: the call is there, the chain verified.
@@ -100,6 +134,10 @@ async fn in_a_browser(backend: Backend) {
     let events = browser.text("#events").await;
     assert!(events.contains("list_flocks") && events.contains("wanda@acme.test"), "{events}");
     assert!(events.contains("admin.user.create") && events.contains("tenant:acme:olivia@acme.test"), "{events}");
+    assert!(events.contains("admin.issuer.trust") && events.contains("admin.issuer.distrust"), "{events}");
+    // The auditor sees the trusted issuers, and no button to change them.
+    assert!(browser.text("#issuers").await.contains("https://acme.okta.example/oauth2/default"));
+    assert!(!browser.source().await.contains("/issuers/distrust"), "no form for an auditor");
     shots.push(browser.screenshot(&format!("console-{db}-3-audit")).await);
 
     // One row altered in the database: the page reports the chain broken, at that row.
@@ -131,6 +169,7 @@ async fn in_a_browser(backend: Backend) {
     browser.click("#retire-tenant").await;
     browser.wait_for_url("/console/tenants/globex?done=1").await;
     assert!(browser.source().await.contains("retired"), "the page says the tenant is retired");
+    browser.goto(&format!("{}/console/tenants/globex", live.base_url())).await;
     browser.click("#purge-tenant").await;
     browser.wait_for_url("/console/tenants/globex?done=1").await;
     shots.push(browser.screenshot(&format!("console-{db}-8-retired")).await);

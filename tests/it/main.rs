@@ -44,6 +44,7 @@ mod selected;
 mod store;
 mod surface;
 mod tasks;
+mod tenant_issuers;
 mod tool_results;
 mod type_privacy;
 mod upstream;

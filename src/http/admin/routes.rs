@@ -18,7 +18,8 @@ use super::{AdminApi, JsonBody, Params, Problem, Refusal, caller, done, paged, t
 use crate::admin::report::ReportFormat;
 use crate::admin::{
     AssignmentView, Authority, BindingView, ChainStatus, Collection, EntityView, EventFilter, EventView, ExecutorView,
-    FlockView, GrantView, Page, PageQuery, RootAllowanceView, Target, TenantView, UserView, Write, read::grant_key,
+    FlockView, GrantView, IssuerView, Page, PageQuery, RootAllowanceView, Target, TenantView, UserView, Write,
+    read::grant_key,
 };
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::entities::GrantKind;
@@ -31,10 +32,10 @@ type Answer = Result<Response, Refusal>;
     info(
         title = "scopegate admin API",
         description = "Tenants, users, roles, flocks, assignments, executors, server declarations, bindings, \
-                       grants and root allowances of an identity-scoped MCP gateway. Every change is audited \
+                       grants, root allowances and trusted identity providers of an identity-scoped MCP gateway. Every change is audited \
                        in the tenant's hash-chained audit trail."
     ),
-    components(schemas(Problem, EventView, crate::admin::CredentialView)),
+    components(schemas(Problem, EventView, crate::admin::CredentialView, IssuerView)),
     modifiers(&Bearer),
     security(("bearer" = []))
 )]
@@ -83,6 +84,8 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(audit_export))
         .routes(routes!(guard_report))
         .routes(routes!(get_provisioning, set_provisioning, delete_provisioning))
+        .routes(routes!(list_issuers, trust_issuer))
+        .routes(routes!(get_issuer, distrust_issuer))
         .routes(routes!(oauth_login))
         .routes(routes!(list_credentials))
         .routes(routes!(oauth_logout))
@@ -1109,4 +1112,77 @@ async fn delete_provisioning(
     headers: HeaderMap,
 ) -> Answer {
     change(&api, &who, &headers, None, Write::DeleteProvisioning { tenant }).await
+}
+
+// ---- identity providers a tenant trusts ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct NewIssuer {
+    /// The `iss` of its tokens: an https URL on a public host (unless
+    /// `auth.tenant_issuers_insecure`), never the gateway's own `auth.issuer`.
+    issuer: String,
+    /// Where its keys are (https, no query); absent: found through the issuer's metadata.
+    jwks_url: Option<String>,
+    /// The `aud` its tokens must carry; absent: the gateway's own audience.
+    audience: Option<String>,
+    /// Where the user's subject is: a claim name or a JSON pointer (default `sub`).
+    subject_claim: Option<String>,
+    /// For an issuer several tenants trust: the claim whose value must be this tenant's slug.
+    tenant_claim: Option<String>,
+}
+
+/// The identity providers the tenant trusts besides the gateway's own (its owners and auditors).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/issuers", tag = "issuers", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page, description = "items: IssuerView")))]
+async fn list_issuers(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Params(q): Params<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Issuers { tenant }, &q, &uri).await
+}
+
+/// Trust an identity provider: its tokens sign the tenant's users in (the tenant's owners).
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/issuers", tag = "issuers", request_body = NewIssuer,
+    params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = IssuerView), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn trust_issuer(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<NewIssuer>,
+) -> Answer {
+    let NewIssuer { issuer, jwks_url, audience, subject_claim, tenant_claim } = body.value;
+    let write = Write::TrustIssuer { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim };
+    change(&api, &who, &headers, Some(&body.fingerprint), write).await
+}
+
+/// A trusted identity provider (the issuer percent-encoded as one segment:
+/// `https%3A%2F%2Flogin.example.com%2Facme`).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/issuers/{issuer}", tag = "issuers",
+    params(("tenant" = String, Path), ("issuer" = String, Path)),
+    responses((status = 200, body = IssuerView), (status = 404, body = Problem)))]
+async fn get_issuer(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, issuer)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Issuer { tenant, issuer }).await
+}
+
+/// Stop trusting an identity provider: its tokens no longer sign anyone in to the tenant.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/issuers/{issuer}", tag = "issuers",
+    params(("tenant" = String, Path), ("issuer" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn distrust_issuer(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, issuer)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DistrustIssuer { tenant, issuer }).await
 }

@@ -68,6 +68,8 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/tenants/{tenant}/bindings", post(set_binding))
         .route("/console/tenants/{tenant}/grants", post(create_grant))
         .route("/console/tenants/{tenant}/grants/{grant}/revoke", post(revoke_grant))
+        .route("/console/tenants/{tenant}/issuers", post(trust_issuer))
+        .route("/console/tenants/{tenant}/issuers/distrust", post(distrust_issuer))
         .route("/console/tenants/{tenant}/audit", get(audit))
         .route("/console/tenants/{tenant}/audit/export", get(export))
         .route("/console/executors", get(executors))
@@ -341,11 +343,13 @@ async fn tenant(
         let users = all(&console, &s.who, Collection::Users { tenant: slug.clone() }).await?;
         let grants = all(&console, &s.who, Collection::Grants { tenant: slug.clone() }).await?;
         let servers = super::admin::status::servers(&console.api, &s.who, &slug).await?;
-        Ok::<_, AdminError>((tenant, users, servers, grants))
+        let issuers = all(&console, &s.who, Collection::Issuers { tenant: slug.clone() }).await?;
+        Ok::<_, AdminError>((tenant, users, servers, grants, issuers))
     };
     match loaded.await {
-        Ok((tenant, users, servers, grants)) => {
-            pages::tenant(&s.who, &s.csrf, &tenant, &users, &servers, &grants, &notice)
+        Ok((tenant, users, servers, grants, issuers)) => {
+            let lists = pages::TenantLists { users: &users, servers: &servers, grants: &grants, issuers: &issuers };
+            pages::tenant(&s.who, &s.csrf, &tenant, &lists, &notice)
         }
         Err(e) => refused(e, &s, &back),
     }
@@ -489,6 +493,61 @@ async fn revoke_grant(
     act(&console, &s, Write::DeleteGrant { tenant, server, role, kind, name }, &back).await
 }
 
+#[derive(Deserialize)]
+struct IssuerForm {
+    csrf: String,
+    issuer: String,
+    jwks_url: Option<String>,
+    audience: Option<String>,
+    subject_claim: Option<String>,
+    tenant_claim: Option<String>,
+}
+
+async fn trust_issuer(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<IssuerForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    // A field left empty is one not given: the key set discovered, the gateway's audience,
+    // the subject in `sub`, every token naming this tenant.
+    let given = |text: Option<String>| blank(text).map(|t| t.trim().to_owned());
+    let write = Write::TrustIssuer {
+        tenant,
+        issuer: f.issuer.trim().to_owned(),
+        jwks_url: given(f.jwks_url),
+        audience: given(f.audience),
+        subject_claim: given(f.subject_claim),
+        tenant_claim: given(f.tenant_claim),
+    };
+    act(&console, &s, write, &back).await
+}
+
+#[derive(Deserialize)]
+struct DistrustForm {
+    csrf: String,
+    issuer: String,
+}
+
+async fn distrust_issuer(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<DistrustForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}");
+    act(&console, &s, Write::DistrustIssuer { tenant, issuer: f.issuer }, &back).await
+}
+
 /// The audit page's filter, as the form sends it (times as `YYYY-MM-DDTHH:MM`, UTC).
 #[derive(Deserialize, Default)]
 struct AuditForm {
@@ -539,15 +598,23 @@ async fn audit(
         };
         let status = console.api.admin.audit_status(&s.who, &slug).await?;
         let page = console.api.admin.audit_events(&s.who, &slug, &filter).await?;
-        Ok::<_, AdminError>((status, page))
+        // Who can sign in to the tenant is part of what its auditors check (the platform
+        // chain is no tenant: nobody signs in to it).
+        let issuers = if slug == crate::store::admin::PLATFORM_SLUG {
+            Vec::new()
+        } else {
+            all(&console, &s.who, Collection::Issuers { tenant: slug.clone() }).await?
+        };
+        Ok::<_, AdminError>((status, page, issuers))
     };
     match loaded.await {
-        Ok((status, page)) => pages::audit(
+        Ok((status, page, issuers)) => pages::audit(
             &s.who,
             &s.csrf,
             &slug,
             &status,
             &page,
+            &issuers,
             &pages::Filter {
                 user: form.user.unwrap_or_default(),
                 tool: form.tool.unwrap_or_default(),

@@ -185,15 +185,60 @@ pub(super) fn tenants(who: &Authority, csrf: &str, list: &[Value], notice: &Noti
     respond(StatusCode::OK, page("Tenants", nav(who, csrf), body))
 }
 
+/// What the tenant page lists.
+pub(super) struct TenantLists<'a> {
+    pub users: &'a [Value],
+    pub servers: &'a [ServerStatus],
+    pub grants: &'a [Value],
+    pub issuers: &'a [Value],
+}
+
+/// A value that may be absent, or what its absence means.
+fn or_else(v: &Value, absent: &str) -> Markup {
+    html! {
+        @if v.is_null() { span.muted { (absent) } } @else { (text(v)) }
+    }
+}
+
+/// The identity providers a tenant trusts; with a distrust button each when `base` (the
+/// tenant page's path) is given.
+fn issuers_table(issuers: &[Value], csrf: &str, base: Option<&str>) -> Markup {
+    html! {
+        table id="issuers" {
+            thead { tr { th { "Issuer" } th { "Key set" } th { "Audience" } th { "Subject claim" } th { "Tenant claim" } th { "Trusted since" } @if base.is_some() { th {} } } }
+            tbody {
+                @for i in issuers {
+                    tr {
+                        td.mono { (text(&i["issuer"])) }
+                        td.mono { (or_else(&i["jwks_url"], "discovered")) }
+                        td.mono { (or_else(&i["audience"], "the gateway's")) }
+                        td.mono { (text(&i["subject_claim"])) }
+                        td.mono { (or_else(&i["tenant_claim"], "none")) }
+                        td { (when(&i["created_at"])) }
+                        @if let Some(base) = base {
+                            td {
+                                form method="post" action={ (base) "/issuers/distrust" } {
+                                    (hidden(csrf))
+                                    input type="hidden" name="issuer" value=(text(&i["issuer"]));
+                                    button.quiet type="submit" { "Distrust" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub(super) fn tenant(
     who: &Authority,
     csrf: &str,
     tenant: &Value,
-    users: &[Value],
-    servers: &[ServerStatus],
-    grants: &[Value],
+    lists: &TenantLists<'_>,
     notice: &Notice,
 ) -> Response {
+    let TenantLists { users, servers, grants, issuers } = *lists;
     let slug = text(&tenant["slug"]);
     let base = format!("/console/tenants/{slug}");
     // A retired tenant changes no more: no forms but the purge.
@@ -292,6 +337,20 @@ pub(super) fn tenant(
                 button type="submit" id="add-grant" { "Grant" }
             }
         }
+        h2 { "Identity providers" }
+        p.muted { "Besides the gateway's own issuer, tokens of these providers sign this tenant's users in." }
+        (issuers_table(issuers, csrf, (!retired).then_some(base.as_str())))
+        @if !retired {
+            form.inline id="new-issuer" method="post" action={ (base) "/issuers" } {
+                (hidden(csrf))
+                label { "Issuer" input name="issuer" id="issuer-url" required type="url" placeholder="https://login.example.com/…"; }
+                label { "Key set URL" input name="jwks_url" id="issuer-jwks" type="url" placeholder="discovered"; }
+                label { "Audience" input name="audience" id="issuer-audience" placeholder="the gateway's"; }
+                label { "Subject claim" input name="subject_claim" id="issuer-subject" placeholder="sub"; }
+                label { "Tenant claim" input name="tenant_claim" id="issuer-tenant-claim" placeholder="none"; }
+                button type="submit" id="trust-issuer" { "Trust issuer" }
+            }
+        }
         @if matches!(who, Authority::Platform { .. }) {
             h2 { "Retirement" }
             @if retired {
@@ -331,6 +390,7 @@ pub(super) fn audit(
     slug: &str,
     status: &ChainStatus,
     events: &Page,
+    issuers: &[Value],
     filter: &Filter,
 ) -> Response {
     let base = format!("/console/tenants/{slug}/audit");
@@ -396,6 +456,11 @@ pub(super) fn audit(
             }
         }
         @if let Some(next) = next { nav.pages { a href=(next) { "Older events →" } } }
+        @if slug != crate::store::admin::PLATFORM_SLUG {
+            h2 { "Identity providers" }
+            p.muted { "Besides the gateway's own issuer, tokens of these providers sign this tenant's users in." }
+            (issuers_table(issuers, csrf, None))
+        }
     };
     respond(StatusCode::OK, page("Audit trail", nav(who, csrf), body))
 }

@@ -180,7 +180,8 @@ impl Browser {
 impl Drop for Browser {
     /// A test that fails leaves no browser behind: the driver is killed with its handle, and
     /// every process of this session's own profile (Chromium and its helpers, which outlive a
-    /// killed driver) is killed here.
+    /// killed driver) is killed here. The pattern starts with dashes: after `--`, or pkill takes
+    /// it for an option and kills nothing.
     fn drop(&mut self) {
         let _ = self.driver.start_kill();
         let profile = self._profile.path().display().to_string();
