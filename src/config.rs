@@ -330,6 +330,10 @@ pub struct AuthConfig {
     /// hosts: for tests and development only. Off, a tenant's administrator cannot make the
     /// gateway fetch from its own network.
     pub tenant_issuers_insecure: bool,
+    /// List the issuers tenants trust in the protected resource metadata, after the gateway's
+    /// own. Off by default: a tenant's owner could otherwise add an authorization server to the
+    /// gateway's public metadata, where every tenant's clients read it.
+    pub advertise_tenant_issuers: bool,
     pub service_subjects: Vec<String>,
     pub demo_token_ttl_secs: u64,
     /// How often the identity change counter is read, which bounds how stale reused identity

@@ -9,11 +9,14 @@ use super::AppState;
 
 pub(crate) async fn protected_resource(State(state): State<AppState>) -> Json<Value> {
     let c = &state.config;
-    // The gateway's own authorization servers, then every issuer a tenant trusts.
+    // The gateway's own authorization servers, then (when advertised) every issuer a tenant
+    // trusts.
     let mut servers = c.authorization_servers();
-    match state.gate.trusted.issuers().await {
-        Ok(issuers) => servers.extend(issuers.into_iter().filter(|i| !servers.contains(i)).collect::<Vec<_>>()),
-        Err(e) => tracing::warn!(error = %e, "the tenants' issuers could not be read for the metadata"),
+    if c.auth.advertise_tenant_issuers {
+        match state.gate.trusted.issuers().await {
+            Ok(issuers) => servers.extend(issuers.into_iter().filter(|i| !servers.contains(i)).collect::<Vec<_>>()),
+            Err(e) => tracing::warn!(error = %e, "the tenants' issuers could not be read for the metadata"),
+        }
     }
     let mut metadata = json!({
         "resource": c.resource_uri(),

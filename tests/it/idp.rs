@@ -197,6 +197,7 @@ async fn two_tenants_two_issuers(backend: Backend) {
     let live = TestGateway::new(backend)
         .set("server.public_url", json!(""))
         .set("auth.tenant_issuers_insecure", json!(true))
+        .set("auth.advertise_tenant_issuers", json!(true))
         .set("admin.platform_subjects", json!(["ops@platform.test"]))
         .start()
         .await;
@@ -243,7 +244,7 @@ async fn two_tenants_two_issuers(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(tenants.status(), 403, "a tenant's provider cannot make a platform administrator");
-    // Both providers are listed as authorization servers.
+    // Both providers are listed as authorization servers (advertised).
     let metadata: Value = reqwest::get(format!("{}/.well-known/oauth-protected-resource", live.base_url()))
         .await
         .unwrap()

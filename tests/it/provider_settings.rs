@@ -312,3 +312,30 @@ async fn a_tool_may_need_more_scope() {
     let all = token("mcp:read mcp:write mcp:admin");
     assert_eq!(probe.request(Some(&all), call("delete_flock"), &[]).await.0, StatusCode::OK);
 }
+
+/// The issuers tenants trust are not in the public metadata unless advertising is switched on:
+/// a tenant's owner does not add authorization servers to what every tenant's clients read.
+#[tokio::test]
+async fn tenant_issuers_are_advertised_only_when_configured() {
+    for advertise in [false, true] {
+        let prepared = TestGateway::new(Backend::Sqlite)
+            .set("auth.tenant_issuers_insecure", json!(true))
+            .set("auth.advertise_tenant_issuers", json!(advertise))
+            .prepare()
+            .await;
+        let new = scopegate::store::issuers::NewIssuer {
+            issuer: "https://login.acme.example/".into(),
+            jwks_url: None,
+            audience: None,
+            subject_claim: "sub".into(),
+            tenant_claim: None,
+        };
+        let mut tx = prepared.db.begin().await.unwrap();
+        scopegate::store::issuers::add(&mut tx, "acme", &new).await.unwrap();
+        tx.commit().await.unwrap();
+        let probe = prepared.probe().await;
+        let (_, _, metadata) = probe.get("/.well-known/oauth-protected-resource").await;
+        let listed = metadata["authorization_servers"].as_array().unwrap().contains(&json!(new.issuer));
+        assert_eq!(listed, advertise, "{metadata}");
+    }
+}
