@@ -163,6 +163,13 @@ async fn in_a_browser(backend: Backend) {
     browser.goto(&format!("{}/console/executors", live.base_url())).await;
     assert!(browser.text("#executors").await.contains("box"));
     shots.push(browser.screenshot(&format!("console-{db}-7-executors")).await);
+    // acme's organization id at the identity provider, recorded through the form.
+    browser.goto(&format!("{}/console/tenants/acme", live.base_url())).await;
+    browser.type_into("#tenant-org-id", "org_AbC123").await;
+    browser.click("#set-org-id").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
+    let recorded = "SELECT COUNT(*) FROM tenants WHERE slug = 'acme' AND org_id = 'org_AbC123'";
+    assert_eq!(live.count(recorded).await, 1, "the organization id is recorded");
     // Globex retired, then its data purged: its trail stays, and both acts are in its chain
     // and in the platform chain, which the platform administrator reads like a tenant's.
     browser.goto(&format!("{}/console/tenants/globex", live.base_url())).await;

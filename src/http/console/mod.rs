@@ -62,6 +62,7 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/tenants", get(tenants).post(create_tenant))
         .route("/console/tenants/{tenant}", get(tenant))
         .route("/console/tenants/{tenant}/retire", post(retire_tenant))
+        .route("/console/tenants/{tenant}/org-id", post(set_org_id))
         .route("/console/tenants/{tenant}/purge", post(purge_tenant))
         .route("/console/tenants/{tenant}/users", post(create_user))
         .route("/console/tenants/{tenant}/users/{subject}/status", post(user_status))
@@ -362,6 +363,24 @@ async fn retire_tenant(
     Form(f): Form<CsrfOnly>,
 ) -> Response {
     on_tenant(&console, &headers, &f.csrf, Write::RetireTenant { slug: tenant }).await
+}
+
+#[derive(Deserialize)]
+struct OrgIdForm {
+    csrf: String,
+    org_id: String,
+}
+
+/// Records (or, empty, clears) the tenant's organization id at the identity provider.
+async fn set_org_id(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<OrgIdForm>,
+) -> Response {
+    let write =
+        Write::UpdateTenant { slug: tenant, name: None, status: None, org_id: Some(f.org_id.trim().to_owned()) };
+    on_tenant(&console, &headers, &f.csrf, write).await
 }
 
 async fn purge_tenant(

@@ -352,6 +352,17 @@ pub(super) fn tenant(
             }
         }
         @if matches!(who, Authority::Platform { .. }) {
+            h2 { "Organization at the identity provider" }
+            p { "A token whose tenant claim holds this id names this tenant (with " code { "auth.tenant_match = \"org_id\"" } "). An id belongs to one tenant at most; empty clears it." }
+            @if retired {
+                p id="org-id" { (text(&tenant["org_id"])) }
+            } @else {
+                form.inline id="org-id" method="post" action={ (base) "/org-id" } {
+                    (hidden(csrf))
+                    label { "Organization id" input name="org_id" id="tenant-org-id" value=(tenant["org_id"].as_str().unwrap_or_default()) placeholder="none"; }
+                    button type="submit" id="set-org-id" { "Save" }
+                }
+            }
             h2 { "Retirement" }
             @if retired {
                 p { "Retired " (when(&tenant["retired_at"])) ". Its audit trail stays; purging removes its users, flocks, servers, grants and credentials, and keeps the trail." }
