@@ -187,14 +187,30 @@ pub(crate) async fn get_document(
         return Err(err(format!("HTTP {}", resp.status())));
     }
     let max_age = resp.headers().get(http::header::CACHE_CONTROL).and_then(|v| v.to_str().ok()).and_then(cache_max_age);
+    let body = read_bounded(&mut resp, MAX_DOCUMENT_BYTES).await.map_err(|e| err(e.to_string()))?;
+    Ok((body, max_age))
+}
+
+/// Why a bounded body was not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error("larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("{0}")]
+    Read(reqwest::Error),
+}
+
+/// A response's body, refused once it passes `limit` bytes (what a provider answers is read
+/// no further than that).
+pub(crate) async fn read_bounded(resp: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| err(e.to_string()))? {
-        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(err(format!("larger than {MAX_DOCUMENT_BYTES} bytes")));
+    while let Some(chunk) = resp.chunk().await.map_err(BodyError::Read)? {
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge(limit));
         }
         body.extend_from_slice(&chunk);
     }
-    Ok((body, max_age))
+    Ok(body)
 }
 
 /// `max-age` of a `Cache-Control` value (`no-store` and `no-cache` count as zero).

@@ -165,14 +165,11 @@ pub(crate) async fn resolve(api: &AdminApi, token: &str) -> Result<Authority, De
         Authority::Platform { subject: claims.subject }
     } else {
         let tenant = tenant.ok_or(Denied::Token(AuthError::MissingTenant))?;
-        let key = match claims.tenant_match {
-            crate::config::TenantMatch::Slug => crate::store::principal::TenantKey::Slug(&tenant),
-            crate::config::TenantMatch::OrgId => crate::store::principal::TenantKey::OrgId(&tenant),
-        };
-        match member(api.admin.db(), key, &claims.subject).await {
+        let claims = crate::auth::Claims { tenant, ..claims };
+        match member(api.admin.db(), claims.tenant_key(), &claims.subject).await {
             Ok(Some(member)) => Authority::Member(member),
             Ok(None) => {
-                tracing::info!(tenant = %tenant, "admin: no active user for the token");
+                tracing::info!(tenant = %claims.tenant, "admin: no active user for the token");
                 return Err(Denied::Nobody);
             }
             Err(e) => return Err(Denied::Failed(e)),

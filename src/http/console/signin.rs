@@ -28,6 +28,7 @@ use tokio::sync::RwLock;
 use super::super::admin::{Denied, resolve};
 use super::{Console, SESSION_COOKIE, cookie, failed, not_found, pages, see_other, set_cookie, start_page};
 use crate::auth::discovery::{ProviderMetadata, discover};
+use crate::auth::jwks::BodyError;
 use crate::config::{Config, Secret};
 
 /// The cookie that carries a sign-in's state to its callback.
@@ -148,15 +149,13 @@ impl Provider {
             }
         };
         let status = response.status();
-        let mut bytes = Vec::new();
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) if bytes.len() + chunk.len() <= MAX_ANSWER_BYTES => bytes.extend_from_slice(&chunk),
-                Ok(Some(_)) => return Err(SignInError::Exchange(format!("answer over {MAX_ANSWER_BYTES} bytes"))),
-                Ok(None) => break,
-                Err(e) => return Err(SignInError::Unreachable(format!("{endpoint}: {e}"))),
+        let bytes = match crate::auth::jwks::read_bounded(&mut response, MAX_ANSWER_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(BodyError::TooLarge(_)) => {
+                return Err(SignInError::Exchange(format!("answer over {MAX_ANSWER_BYTES} bytes")));
             }
-        }
+            Err(BodyError::Read(e)) => return Err(SignInError::Unreachable(format!("{endpoint}: {e}"))),
+        };
         if !status.is_success() {
             // Only the error code of the answer: its description may be anything.
             let error = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -216,7 +215,7 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
+    crate::store::now_millis() / 1000
 }
 
 impl Console {
