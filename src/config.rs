@@ -759,12 +759,6 @@ impl Config {
         if self.auth.scopes_supported.is_empty() { &self.auth.required_scopes } else { &self.auth.scopes_supported }
     }
 
-    /// The scopes a call of `tool` needs beyond the required ones: those of every
-    /// `auth.tool_scopes` entry that names it or a prefix of its name.
-    pub fn tool_scopes(&self, tool: &str) -> Vec<String> {
-        scopes_of_tool(&self.auth.tool_scopes, tool)
-    }
-
     /// The `scope` of the 401 challenge: what a client should ask for to be let in (the
     /// required scopes, else the supported ones; none when neither is set).
     pub fn challenge_scope(&self) -> Option<String> {
