@@ -547,6 +547,9 @@ async fn issuers(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<IssuerVie
             audience: i.audience,
             subject_claim: i.subject_claim,
             tenant_claim: i.tenant_claim,
+            console_signin: i.console_client_id.is_some().then(|| crate::admin::console_signin_path(&i.tenant_slug)),
+            console_client_id: i.console_client_id,
+            console_scopes: i.console_scopes,
             created_at: i.created_at,
         })
         .collect())

@@ -132,6 +132,42 @@ pub struct ProvisioningView {
     pub roles: std::collections::BTreeMap<String, Vec<String>>,
 }
 
+/// What trusting an identity provider names: the admin API's body, the command line's
+/// arguments, the console's form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerTrust {
+    /// The `iss` of its tokens: an https URL on a public host (unless
+    /// `auth.tenant_issuers_insecure`), never the gateway's own `auth.issuer`.
+    pub issuer: String,
+    /// Where its keys are (https, no query); absent: found through the issuer's metadata.
+    #[arg(long)]
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// The `aud` its tokens must carry; absent: the gateway's own audience.
+    #[arg(long)]
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Where the user's subject is: a claim name or a JSON pointer (default `sub`).
+    #[arg(long)]
+    #[serde(default)]
+    pub subject_claim: Option<String>,
+    /// For an issuer several tenants trust: the claim whose value must be the tenant's slug.
+    #[arg(long)]
+    #[serde(default)]
+    pub tenant_claim: Option<String>,
+    /// The console's public client at this provider (registered there with the redirect URI
+    /// `{public_url}/console/signin/callback`): the tenant's people sign in to the console
+    /// through it. Absent: the console does not.
+    #[arg(long)]
+    #[serde(default)]
+    pub console_client_id: Option<String>,
+    /// The scopes the console asks for, space-separated (default `openid`).
+    #[arg(long, requires = "console_client_id")]
+    #[serde(default)]
+    pub console_scopes: Option<String>,
+}
+
 /// An identity provider a tenant trusts besides the gateway's own: its tokens sign the
 /// tenant's users in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -147,6 +183,14 @@ pub struct IssuerView {
     /// For an issuer several tenants trust: the claim whose value must be this tenant's slug;
     /// null: every token of the issuer names this tenant.
     pub tenant_claim: Option<String>,
+    /// The console's public client at this provider; null: the console does not sign in
+    /// through it.
+    pub console_client_id: Option<String>,
+    /// The scopes the console asks this provider for; null: `openid`.
+    pub console_scopes: Option<String>,
+    /// Where the tenant's people start the console's sign-in through their provider (a path of
+    /// the gateway); null without a console client.
+    pub console_signin: Option<String>,
     pub created_at: i64,
 }
 

@@ -186,11 +186,8 @@ pub enum Write {
     /// `subject_claim` is `sub` when not given.
     TrustIssuer {
         tenant: String,
-        issuer: String,
-        jwks_url: Option<String>,
-        audience: Option<String>,
-        subject_claim: Option<String>,
-        tenant_claim: Option<String>,
+        #[serde(flatten)]
+        trust: super::views::IssuerTrust,
     },
     /// The tenant no longer trusts `issuer`.
     DistrustIssuer {
@@ -353,9 +350,8 @@ impl Write {
             SetProvisioning { tenant, .. } | DeleteProvisioning { tenant } => {
                 Target::Provisioning { tenant: t(tenant) }
             }
-            TrustIssuer { tenant, issuer, .. } | DistrustIssuer { tenant, issuer } => {
-                Target::Issuer { tenant: t(tenant), issuer: issuer.clone() }
-            }
+            TrustIssuer { tenant, trust } => Target::Issuer { tenant: t(tenant), issuer: trust.issuer.clone() },
+            DistrustIssuer { tenant, issuer } => Target::Issuer { tenant: t(tenant), issuer: issuer.clone() },
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -679,13 +675,15 @@ impl Admin {
                     return Err(AdminError::NotFound(format!("`{slug}` does not provision users on first sight")));
                 }
             }
-            Write::TrustIssuer { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim } => {
+            Write::TrustIssuer { tenant, trust } => {
                 let new = crate::store::issuers::NewIssuer {
-                    issuer: issuer.clone(),
-                    jwks_url: jwks_url.clone(),
-                    audience: audience.clone(),
-                    subject_claim: subject_claim.clone().unwrap_or_else(|| "sub".to_owned()),
-                    tenant_claim: tenant_claim.clone(),
+                    issuer: trust.issuer.clone(),
+                    jwks_url: trust.jwks_url.clone(),
+                    audience: trust.audience.clone(),
+                    subject_claim: trust.subject_claim.clone().unwrap_or_else(|| "sub".to_owned()),
+                    tenant_claim: trust.tenant_claim.clone(),
+                    console_client_id: trust.console_client_id.clone(),
+                    console_scopes: trust.console_scopes.clone(),
                 };
                 self.check_issuer(&new)?;
                 crate::store::issuers::add(c, tenant, &new).await?;

@@ -366,20 +366,8 @@ pub enum IssuerCmd {
     Trust {
         #[arg(long)]
         tenant: String,
-        /// The `iss` of its tokens.
-        issuer: String,
-        /// Its key set; without it, found through the issuer's metadata.
-        #[arg(long)]
-        jwks_url: Option<String>,
-        /// The `aud` its tokens carry; without it, the gateway's own audience.
-        #[arg(long)]
-        audience: Option<String>,
-        /// Where the subject is: a claim name or a JSON pointer (default `sub`).
-        #[arg(long)]
-        subject_claim: Option<String>,
-        /// For an issuer several tenants trust: the claim whose value must be the tenant's slug.
-        #[arg(long)]
-        tenant_claim: Option<String>,
+        #[command(flatten)]
+        trust: crate::admin::IssuerTrust,
     },
     Distrust {
         #[arg(long)]
@@ -447,6 +435,9 @@ fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
             ("audience", "audience"),
             ("subject_claim", "subject_claim"),
             ("tenant_claim", "tenant_claim"),
+            ("console_client_id", "console_client_id"),
+            ("console_scopes", "console_scopes"),
+            ("console_signin", "console_signin"),
         ],
     }
 }
@@ -611,9 +602,7 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             RootCmd::Delete { tenant, id } => W::DeleteRoot { tenant, id },
         },
         AdminCommand::Issuer(cmd) => match cmd {
-            IssuerCmd::Trust { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim } => {
-                W::TrustIssuer { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim }
-            }
+            IssuerCmd::Trust { tenant, trust } => W::TrustIssuer { tenant, trust },
             IssuerCmd::Distrust { tenant, issuer } => W::DistrustIssuer { tenant, issuer },
             IssuerCmd::List { tenant } => return Ok(list(Collection::Issuers { tenant }).await?),
         },

@@ -36,6 +36,20 @@ impl TrustedIssuers {
         Ok(issuers)
     }
 
+    /// The trusts of `tenant_slug` through which the console signs its people in (those with a
+    /// console client), by issuer.
+    pub async fn console_clients(&self, tenant_slug: &str) -> Result<Vec<TrustedIssuer>, StoreError> {
+        let snapshot = self.snapshot().await?;
+        let mut trusts: Vec<TrustedIssuer> = snapshot
+            .values()
+            .flatten()
+            .filter(|t| t.tenant_slug == tenant_slug && t.console_client_id.is_some())
+            .cloned()
+            .collect();
+        trusts.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+        Ok(trusts)
+    }
+
     async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let epoch = self.cache.as_ref().and_then(|c| c.epoch());
         if let Some(epoch) = epoch

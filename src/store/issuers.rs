@@ -23,6 +23,11 @@ pub struct TrustedIssuer {
     /// For an issuer several tenants trust: the claim (name or JSON pointer) whose value must
     /// be this tenant's slug. `None`: every token of the issuer names this tenant.
     pub tenant_claim: Option<String>,
+    /// The console's client at this provider: set, the tenant's people sign in to the console
+    /// through it (a public client, authorization code + PKCE).
+    pub console_client_id: Option<String>,
+    /// The scopes the console asks for (space-separated); `None`: `openid`.
+    pub console_scopes: Option<String>,
     pub created_at: i64,
 }
 
@@ -34,6 +39,8 @@ pub struct NewIssuer {
     pub audience: Option<String>,
     pub subject_claim: String,
     pub tenant_claim: Option<String>,
+    pub console_client_id: Option<String>,
+    pub console_scopes: Option<String>,
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> StoreError {
@@ -81,6 +88,16 @@ fn check_claim(field: &'static str, path: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Space-separated scope tokens of RFC 6749 section 3.3 (printable ASCII but `"` and `\\`).
+fn check_scopes(scopes: &str) -> Result<(), StoreError> {
+    validate_text("console_scopes", scopes, 1000)?;
+    let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+    if !scopes.split(' ').all(token) {
+        return Err(invalid("console_scopes", "must be scope names separated by single spaces"));
+    }
+    Ok(())
+}
+
 impl NewIssuer {
     /// Checks the shapes; `insecure` admits `http://` and loopback or private hosts (tests and
     /// development only: `auth.tenant_issuers_insecure`).
@@ -96,11 +113,24 @@ impl NewIssuer {
         if let Some(claim) = &self.tenant_claim {
             check_claim("tenant_claim", claim)?;
         }
+        if let Some(client) = &self.console_client_id {
+            validate_text("console_client_id", client, 200)?;
+            if client.chars().any(|c| c.is_whitespace()) {
+                return Err(invalid("console_client_id", "must have no spaces"));
+            }
+        }
+        if let Some(scopes) = &self.console_scopes {
+            if self.console_client_id.is_none() {
+                return Err(invalid("console_scopes", "needs a console_client_id"));
+            }
+            check_scopes(scopes)?;
+        }
         Ok(())
     }
 }
 
-const COLUMNS: &str = "t.id, t.slug, i.issuer, i.jwks_url, i.audience, i.subject_claim, i.tenant_claim, i.created_at";
+const COLUMNS: &str = "t.id, t.slug, i.issuer, i.jwks_url, i.audience, i.subject_claim, i.tenant_claim, \
+                       i.console_client_id, i.console_scopes, i.created_at";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<TrustedIssuer, StoreError> {
     let id: String = r.try_get(0)?;
@@ -112,7 +142,9 @@ fn row(r: &sqlx::any::AnyRow) -> Result<TrustedIssuer, StoreError> {
         audience: r.try_get(4)?,
         subject_claim: r.try_get(5)?,
         tenant_claim: r.try_get(6)?,
-        created_at: r.try_get(7)?,
+        console_client_id: r.try_get(7)?,
+        console_scopes: r.try_get(8)?,
+        created_at: r.try_get(9)?,
     })
 }
 
@@ -145,8 +177,9 @@ pub async fn add(conn: &mut AnyConnection, tenant_slug: &str, new: &NewIssuer) -
     let created_at = now_millis();
     sqlx::query(
         "INSERT INTO tenant_issuers \
-           (id, tenant_id, issuer, jwks_url, audience, subject_claim, tenant_claim, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+           (id, tenant_id, issuer, jwks_url, audience, subject_claim, tenant_claim, \
+            console_client_id, console_scopes, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(uuid::Uuid::new_v4().to_string())
     .bind(tenant)
@@ -155,6 +188,8 @@ pub async fn add(conn: &mut AnyConnection, tenant_slug: &str, new: &NewIssuer) -
     .bind(&new.audience)
     .bind(&new.subject_claim)
     .bind(&new.tenant_claim)
+    .bind(&new.console_client_id)
+    .bind(&new.console_scopes)
     .bind(created_at)
     .execute(&mut *conn)
     .await
@@ -169,6 +204,8 @@ pub async fn add(conn: &mut AnyConnection, tenant_slug: &str, new: &NewIssuer) -
         audience: new.audience.clone(),
         subject_claim: new.subject_claim.clone(),
         tenant_claim: new.tenant_claim.clone(),
+        console_client_id: new.console_client_id.clone(),
+        console_scopes: new.console_scopes.clone(),
         created_at,
     })
 }

@@ -379,6 +379,10 @@ async fn admin_commands(backend: Backend) {
         "https://initech.okta.example/keys",
         "--tenant-claim",
         "org",
+        "--console-client-id",
+        "0oa-initech-console",
+        "--console-scopes",
+        "openid profile",
     ]);
     let issuers: serde_json::Value =
         serde_json::from_str(&ok(&["--json", "issuer", "list", "--tenant", "initech"])).unwrap();
@@ -386,6 +390,11 @@ async fn admin_commands(backend: Backend) {
         (issuers[0]["issuer"].as_str(), issuers[0]["subject_claim"].as_str(), issuers[0]["tenant_claim"].as_str()),
         (Some(okta), Some("sub"), Some("org"))
     );
+    assert_eq!(
+        (issuers[0]["console_client_id"].as_str(), issuers[0]["console_scopes"].as_str()),
+        (Some("0oa-initech-console"), Some("openid profile"))
+    );
+    assert_eq!(issuers[0]["console_signin"], "/console/signin/tenants/initech");
     for (args, field) in [
         (&["issuer", "trust", "--tenant", "initech", okta][..], "already trusts"),
         (&["issuer", "trust", "--tenant", "initech", "http://initech.example/"], "issuer"),

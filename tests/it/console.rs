@@ -99,10 +99,14 @@ async fn in_a_browser(backend: Backend) {
     browser.type_into("#issuer-url", entra).await;
     browser.type_into("#issuer-jwks", "https://login.entra.example/acme-tenant/keys").await;
     browser.type_into("#issuer-subject", "oid").await;
+    browser.type_into("#issuer-console-client", "acme-console-app").await;
+    browser.type_into("#issuer-console-scopes", "openid api://scopegate/.default").await;
     browser.click("#trust-issuer").await;
     browser.wait_for_url("/console/tenants/acme?done=1").await;
     let listed = browser.text("#issuers").await;
     assert!(listed.contains(entra) && listed.contains("oid") && listed.contains("/acme-tenant/keys"), "{listed}");
+    let signin = browser.text("#issuers td.console-signin").await;
+    assert!(signin.contains("/console/signin/tenants/acme") && signin.contains("acme-console-app"), "{signin}");
     browser.goto(&acme).await;
     browser.click("#issuers form button").await;
     browser.wait_for_url("/console/tenants/acme?done=1").await;

@@ -39,6 +39,7 @@ async fn signin_gateway(backend: Backend, host: &str, secret: Option<&str>, logi
         .set("auth.hs256_secret", json!(""))
         .set("console.oidc_client_id", json!(CLIENT_ID))
         .set("console.oidc_client_secret", json!(secret.unwrap_or("")))
+        .set("auth.tenant_issuers_insecure", json!(true))
         .start()
         .await;
     (idp, live)
@@ -73,6 +74,33 @@ async fn in_a_browser(backend: Backend) {
     let cookies = browser.cookies().await;
     assert!(cookie_of(&cookies, SESSION).is_some_and(|t| t.split('.').count() == 3), "{cookies:?}");
     assert_eq!(cookie_of(&cookies, FLOW), None, "the flow's cookie is gone: {cookies:?}");
+
+    // acme's own provider (another one, with the console's client registered too), trusted by
+    // acme with a console client: wanda starts at acme's sign-in link and is signed in there.
+    let mut options = IdpOptions::demo();
+    options.default_account = Some("wanda@acme.test".into());
+    options.clients =
+        Some(json!([{"client_id": "acme-console", "redirect_uris": [format!("{base}/console/signin/callback")]}]));
+    let acme_idp = Idp::start(options).await;
+    let new = scopegate::store::issuers::NewIssuer {
+        issuer: acme_idp.issuer(),
+        jwks_url: None,
+        audience: None,
+        subject_claim: "sub".into(),
+        tenant_claim: None,
+        console_client_id: Some("acme-console".into()),
+        console_scopes: None,
+    };
+    let mut tx = live.db.begin().await.unwrap();
+    scopegate::store::issuers::add(&mut tx, "acme", &new).await.unwrap();
+    tx.commit().await.unwrap();
+    let start = format!("{base}/console/signin/tenants/acme");
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    eventually("acme's sign-in is served", || async { http.get(&start).send().await.unwrap().status() == 303 }).await;
+    browser.goto(&start).await;
+    let url = browser.wait_for_url("/console/guards").await;
+    assert!(url.ends_with("/console/guards"), "{url}: {}", browser.source().await);
+    assert!(browser.text("header .who").await.starts_with("wanda@acme.test"), "signed in through acme's provider");
     let db = match backend {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
@@ -145,7 +173,12 @@ impl Hops {
 
     /// The gateway's start: the provider's authorization URL, and the flow cookie.
     async fn start(&self) -> (String, String) {
-        let hop = self.get(&format!("{}/console/signin/provider", self.base), "").await;
+        self.start_at("/console/signin/provider").await
+    }
+
+    /// The start at `path` (the gateway's own provider's, or a tenant's).
+    async fn start_at(&self, path: &str) -> (String, String) {
+        let hop = self.get(&format!("{}{path}", self.base), "").await;
         assert_eq!(hop.status, 303);
         let flow = hop.raw(FLOW);
         for attribute in ["HttpOnly", "Secure", "SameSite=Lax", "Path=/console", "Max-Age=600"] {
@@ -178,7 +211,12 @@ impl Hops {
     /// A whole sign-in as `login_hint` (the provider's account, or `refuse`): the callback's
     /// URL, the flow cookie, and the callback's hop.
     async fn sign_in_as(&self, login_hint: &str) -> (String, String, Hop) {
-        let (authorize, flow) = self.start().await;
+        self.sign_in_at("/console/signin/provider", login_hint).await
+    }
+
+    /// [`Hops::sign_in_as`], started at `path`.
+    async fn sign_in_at(&self, path: &str, login_hint: &str) -> (String, String, Hop) {
+        let (authorize, flow) = self.start_at(path).await;
         let callback = self.through_provider(&format!("{authorize}&login_hint={login_hint}")).await;
         let hop = self.get(&callback, &flow).await;
         (callback, flow, hop)
@@ -297,4 +335,152 @@ async fn console_signin_confidential_client() {
     let (_, _, hop) = hops.sign_in_as("olivia@acme.test").await;
     assert_eq!(hop.onward(), "/console/tenants/acme");
     assert!(hop.session().is_some());
+}
+
+/// A provider of acme's own (at 127.0.0.1, the gateway at `host`), with the console's client
+/// registered there; a gateway with no console client at its own provider, whose tenants'
+/// providers may be on loopback when `insecure`.
+async fn tenant_provider_gateway(backend: Backend, insecure: bool) -> (Idp, Live) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut options = IdpOptions::demo();
+    options.clients =
+        Some(json!([{"client_id": CLIENT_ID, "redirect_uris": [format!("{base}/console/signin/callback")]}]));
+    let idp = Idp::start(options).await;
+    let live = TestGateway::new(backend)
+        .set("server.listen", json!(format!("127.0.0.1:{port}")))
+        .set("server.public_url", json!(base))
+        .set("auth.tenant_issuers_insecure", json!(insecure))
+        .start()
+        .await;
+    (idp, live)
+}
+
+/// The console signs a tenant's people in through the provider that tenant trusts, set up by
+/// its owner through the admin API with a console client: from `/console/signin/tenants/acme`
+/// to the provider and back, a session that works. The same provider, trusted by globex too
+/// (without a console client), signs gary in as globex's: through acme's sign-in that is
+/// refused. globex, without a console client, has no sign-in of its own, nor has the gateway's
+/// provider; a provider withdrawn between the start and the callback ends the sign-in.
+async fn tenant_provider(backend: Backend) {
+    use crate::admin_api::{delete, send};
+    let (idp, live) = tenant_provider_gateway(backend, true).await;
+    let hops = Hops::new(&live);
+    let olivia = live.token_for("olivia@acme.test");
+    let trusted = send(
+        &live,
+        reqwest::Method::POST,
+        "/admin/v1/tenants/acme/issuers",
+        &olivia,
+        json!({"issuer": idp.issuer(), "tenant_claim": "tid", "console_client_id": CLIENT_ID}),
+    )
+    .await;
+    assert_eq!(trusted.status, 201, "{}", trusted.body);
+    assert_eq!(trusted.body["console_signin"], "/console/signin/tenants/acme");
+    assert_eq!(trusted.body["console_scopes"], serde_json::Value::Null);
+    let gary = live.token_for("gary@globex.test");
+    let body = json!({"issuer": idp.issuer(), "tenant_claim": "tid"});
+    let made = send(&live, reqwest::Method::POST, "/admin/v1/tenants/globex/issuers", &gary, body).await;
+    assert_eq!(made.status, 201, "{}", made.body);
+
+    // Where there is no console client: no sign-in.
+    for path in ["/console/signin/provider", "/console/signin/tenants/globex", "/console/signin/tenants/nowhere"] {
+        assert_eq!(hops.get(&format!("{}{path}", hops.base), "").await.status, 404, "{path}");
+    }
+    let page = hops.get(&format!("{}/console", hops.base), "").await;
+    assert!(!page.body.contains("sign-in-provider"), "no link to the gateway's own provider");
+
+    // What acme's start asks its provider for: the console's client there, the gateway's
+    // audience (the trust names no audience of its own).
+    let (authorize, _) = hops.start_at("/console/signin/tenants/acme").await;
+    assert!(authorize.starts_with(&format!("{}/", idp.issuer())), "{authorize}");
+    let asked: std::collections::HashMap<String, String> =
+        reqwest::Url::parse(&authorize).unwrap().query_pairs().into_owned().collect();
+    for (key, value) in [("client_id", CLIENT_ID), ("scope", "openid"), ("resource", &live.url())] {
+        assert_eq!(asked.get(key).map(String::as_str), Some(value), "{key} in {authorize}");
+    }
+
+    // olivia signs in through acme's provider; the session is one the console takes.
+    let (_, _, signed) = hops.sign_in_at("/console/signin/tenants/acme", "olivia@acme.test").await;
+    assert_eq!(signed.onward(), "/console/tenants/acme");
+    let session = signed.session().expect("a session").to_owned();
+    let page = hops.get(&format!("{}/console/tenants/acme", hops.base), &format!("{SESSION}={session}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("olivia@acme.test · owner of acme"), "{}", page.body);
+    assert!(page.body.contains("/console/signin/tenants/acme"), "the tenant page shows where its sign-in starts");
+
+    // gary, whom the same provider names as globex's: acme's sign-in lets in acme's people only.
+    let (_, _, hop) = hops.sign_in_at("/console/signin/tenants/acme", "gary@globex.test").await;
+    let message = hops.message(&hop).await;
+    assert!(message.contains("not as a user of `acme`"), "{message}");
+
+    // Two providers with a console client: a page offers both; `?issuer=` picks one.
+    let other = "http://127.0.0.1:9/other-provider";
+    let body = json!({"issuer": other, "console_client_id": "other-console"});
+    let made = send(&live, reqwest::Method::POST, "/admin/v1/tenants/acme/issuers", &olivia, body).await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let start = format!("{}/console/signin/tenants/acme", hops.base);
+    eventually("both providers are offered", || async { hops.get(&start, "").await.status == 200 }).await;
+    let page = hops.get(&start, "").await;
+    let links = page.body.split("id=\"providers\"").nth(1).unwrap_or_default();
+    assert!(links.contains(other) && links.contains(&idp.issuer()), "{}", page.body);
+    let chosen = format!(
+        "{start}?issuer={}",
+        percent_encoding::utf8_percent_encode(&idp.issuer(), percent_encoding::NON_ALPHANUMERIC)
+    );
+    let hop = hops.get(&chosen, "").await;
+    assert!(hop.status == 303 && hop.location.starts_with(&idp.issuer()), "{}", hop.location);
+    let other_at = percent_encoding::utf8_percent_encode(other, percent_encoding::NON_ALPHANUMERIC).to_string();
+    let gone = delete(&live, &format!("/admin/v1/tenants/acme/issuers/{other_at}"), &olivia).await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+    eventually("one provider again", || async { hops.get(&start, "").await.status == 303 }).await;
+
+    // Withdrawn while the person is at the provider: the callback ends the sign-in.
+    let (authorize, flow) = hops.start_at("/console/signin/tenants/acme").await;
+    let callback = hops.through_provider(&format!("{authorize}&login_hint=olivia@acme.test")).await;
+    let issuer = percent_encoding::utf8_percent_encode(&idp.issuer(), percent_encoding::NON_ALPHANUMERIC).to_string();
+    let gone = delete(&live, &format!("/admin/v1/tenants/acme/issuers/{issuer}"), &olivia).await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+    eventually("acme's provider is withdrawn", || async {
+        hops.get(&format!("{}/console/signin/tenants/acme", hops.base), "").await.status == 404
+    })
+    .await;
+    let message = hops.message(&hops.get(&callback, &flow).await).await;
+    assert!(message.contains("no longer signs this tenant's people in"), "{message}");
+}
+both_dbs!(console_signin_through_a_tenants_provider, tenant_provider);
+
+/// A tenant's provider is reached only at public https addresses (unless
+/// `auth.tenant_issuers_insecure`), whatever its metadata names: a trust on loopback, written
+/// past the admin API's checks, gives neither a key set (the discovered `jwks_uri` is refused:
+/// its tokens wait for keys, 503) nor a token endpoint the console calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_provider_endpoints_must_be_public() {
+    let (idp, live) = tenant_provider_gateway(Backend::Sqlite, false).await;
+    let new = scopegate::store::issuers::NewIssuer {
+        issuer: idp.issuer(),
+        jwks_url: None,
+        audience: None,
+        subject_claim: "sub".into(),
+        tenant_claim: None,
+        console_client_id: Some(CLIENT_ID.into()),
+        console_scopes: None,
+    };
+    let mut tx = live.db.begin().await.unwrap();
+    scopegate::store::issuers::add(&mut tx, "acme", &new).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let token = idp.mint("olivia@acme.test", &live.url(), None).await;
+    let tenant = reqwest::Client::new()
+        .get(format!("{}/admin/v1/tenants/acme", live.base_url()))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tenant.status(), 503, "no key set at a loopback address");
+
+    let hops = Hops::new(&live);
+    let (_, _, hop) = hops.sign_in_at("/console/signin/tenants/acme", "olivia@acme.test").await;
+    let message = hops.message(&hop).await;
+    assert!(message.contains("could not be started"), "{message}");
 }

@@ -209,6 +209,8 @@ async fn two_tenants_two_issuers(backend: Backend) {
             audience: None,
             subject_claim: "sub".into(),
             tenant_claim: tenant_claim.map(str::to_owned),
+            console_client_id: None,
+            console_scopes: None,
         };
         let (db, slug) = (live.db.clone(), slug.to_owned());
         async move {

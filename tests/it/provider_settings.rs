@@ -329,6 +329,8 @@ async fn tenant_issuers_are_advertised_only_when_configured() {
             audience: None,
             subject_claim: "sub".into(),
             tenant_claim: None,
+            console_client_id: None,
+            console_scopes: None,
         };
         let mut tx = prepared.db.begin().await.unwrap();
         scopegate::store::issuers::add(&mut tx, "acme", &new).await.unwrap();

@@ -55,6 +55,9 @@ async fn lifecycle(backend: Backend) {
         "audience": null,
         "subject_claim": "sub",
         "tenant_claim": "/org/slug",
+        "console_client_id": null,
+        "console_scopes": null,
+        "console_signin": null,
         "created_at": made.body["created_at"],
     });
     assert_eq!(made.body, expected);
@@ -159,6 +162,11 @@ async fn bad_input(backend: Backend) {
         (json!({"issuer": fine, "tenant_claim": "/"}), "tenant_claim"),
         (json!({"issuer": fine, "audience": ""}), "audience"),
         (json!({"issuer": fine, "scopes": ["openid"]}), "scopes"),
+        (json!({"issuer": fine, "console_client_id": "two words"}), "console_client_id"),
+        (json!({"issuer": fine, "console_client_id": ""}), "console_client_id"),
+        (json!({"issuer": fine, "console_scopes": "openid"}), "console_scopes"),
+        (json!({"issuer": fine, "console_client_id": "c", "console_scopes": "openid  email"}), "console_scopes"),
+        (json!({"issuer": fine, "console_client_id": "c", "console_scopes": "open\"id"}), "console_scopes"),
         // The gateway's own issuer, as configured and without its trailing slash.
         (json!({"issuer": OWN}), "issuer"),
         (json!({"issuer": OWN.trim_end_matches('/')}), "issuer"),

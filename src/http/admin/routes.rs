@@ -18,8 +18,8 @@ use super::{AdminApi, JsonBody, Params, Problem, Refusal, caller, done, paged, t
 use crate::admin::report::ReportFormat;
 use crate::admin::{
     AssignmentView, Authority, BindingView, ChainStatus, Collection, EntityView, EventFilter, EventView, ExecutorView,
-    FlockView, GrantView, IssuerView, Page, PageQuery, RootAllowanceView, Target, TenantView, UserView, Write,
-    read::grant_key,
+    FlockView, GrantView, IssuerTrust, IssuerView, Page, PageQuery, RootAllowanceView, Target, TenantView, UserView,
+    Write, read::grant_key,
 };
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::store::entities::GrantKind;
@@ -1116,22 +1116,6 @@ async fn delete_provisioning(
 
 // ---- identity providers a tenant trusts ----
 
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct NewIssuer {
-    /// The `iss` of its tokens: an https URL on a public host (unless
-    /// `auth.tenant_issuers_insecure`), never the gateway's own `auth.issuer`.
-    issuer: String,
-    /// Where its keys are (https, no query); absent: found through the issuer's metadata.
-    jwks_url: Option<String>,
-    /// The `aud` its tokens must carry; absent: the gateway's own audience.
-    audience: Option<String>,
-    /// Where the user's subject is: a claim name or a JSON pointer (default `sub`).
-    subject_claim: Option<String>,
-    /// For an issuer several tenants trust: the claim whose value must be this tenant's slug.
-    tenant_claim: Option<String>,
-}
-
 /// The identity providers the tenant trusts besides the gateway's own (its owners and auditors).
 #[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/issuers", tag = "issuers", params(("tenant" = String, Path), PageQuery),
     responses((status = 200, body = Page, description = "items: IssuerView")))]
@@ -1146,7 +1130,7 @@ async fn list_issuers(
 }
 
 /// Trust an identity provider: its tokens sign the tenant's users in (the tenant's owners).
-#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/issuers", tag = "issuers", request_body = NewIssuer,
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/issuers", tag = "issuers", request_body = IssuerTrust,
     params(("tenant" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
     responses((status = 201, body = IssuerView), (status = 409, body = Problem), (status = 422, body = Problem)))]
 async fn trust_issuer(
@@ -1154,10 +1138,9 @@ async fn trust_issuer(
     Extension(who): Who,
     Path(tenant): Path<String>,
     headers: HeaderMap,
-    body: JsonBody<NewIssuer>,
+    body: JsonBody<IssuerTrust>,
 ) -> Answer {
-    let NewIssuer { issuer, jwks_url, audience, subject_claim, tenant_claim } = body.value;
-    let write = Write::TrustIssuer { tenant, issuer, jwks_url, audience, subject_claim, tenant_claim };
+    let write = Write::TrustIssuer { tenant, trust: body.value };
     change(&api, &who, &headers, Some(&body.fingerprint), write).await
 }
 

@@ -44,18 +44,19 @@ pub(crate) struct Console {
     api: AdminApi,
     /// The CSRF key, shared by the replicas (read from the database once).
     key: Arc<OnceCell<hmac::Key>>,
-    /// Sign-in through the identity provider, when `console.oidc_client_id` is set.
-    provider: Option<Arc<signin::Provider>>,
+    /// Sign-in through identity providers (the gateway's own, tenants').
+    signin: Option<Arc<signin::SignIn>>,
 }
 
 pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
-    let provider = signin::Provider::configured(config).map(Arc::new);
-    let console = Console { api, key: Arc::new(OnceCell::new()), provider };
+    let signin = signin::SignIn::new(config).map(Arc::new);
+    let console = Console { api, key: Arc::new(OnceCell::new()), signin };
     Router::new()
         .route("/console", get(home))
         .route("/console/", get(home))
         .route("/console/session", post(sign_in))
         .route(signin::START_PATH, get(signin::start))
+        .route(signin::TENANT_PATH, get(signin::start_tenant))
         .route(signin::CALLBACK_PATH, get(signin::callback))
         .route("/console/signout", post(sign_out))
         .route("/console/assets/console.css", get(css))
@@ -231,7 +232,7 @@ async fn home(State(console): State<Console>, headers: HeaderMap, Query(notice):
         Ok(csrf) => csrf,
         Err(e) => return failed(e),
     };
-    let provider = console.provider.is_some().then_some(signin::START_PATH);
+    let provider = console.signin.as_deref().is_some_and(signin::SignIn::offers_own).then_some(signin::START_PATH);
     let mut response = pages::sign_in(&csrf, notice.error.as_deref(), notice.signed_out.is_some(), provider);
     response.headers_mut().insert(header::SET_COOKIE, set_cookie(LOGIN_COOKIE, &nonce, 600));
     response
@@ -520,6 +521,8 @@ struct IssuerForm {
     audience: Option<String>,
     subject_claim: Option<String>,
     tenant_claim: Option<String>,
+    console_client_id: Option<String>,
+    console_scopes: Option<String>,
 }
 
 async fn trust_issuer(
@@ -536,14 +539,16 @@ async fn trust_issuer(
     // A field left empty is one not given: the key set discovered, the gateway's audience,
     // the subject in `sub`, every token naming this tenant.
     let given = |text: Option<String>| blank(text).map(|t| t.trim().to_owned());
-    let write = Write::TrustIssuer {
-        tenant,
+    let trust = crate::admin::IssuerTrust {
         issuer: f.issuer.trim().to_owned(),
         jwks_url: given(f.jwks_url),
         audience: given(f.audience),
         subject_claim: given(f.subject_claim),
         tenant_claim: given(f.tenant_claim),
+        console_client_id: given(f.console_client_id),
+        console_scopes: given(f.console_scopes),
     };
+    let write = Write::TrustIssuer { tenant, trust };
     act(&console, &s, write, &back).await
 }
 

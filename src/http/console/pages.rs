@@ -148,6 +148,19 @@ pub(super) fn signed_in(to: &str) -> Response {
     respond(StatusCode::OK, markup)
 }
 
+/// A tenant's sign-in page when it trusts several providers with a console client: one link
+/// each.
+pub(super) fn choose_provider(tenant: &str, links: &[(String, String)]) -> Response {
+    let body = html! {
+        h1 { "Sign in to " (tenant) }
+        p { "Choose your identity provider:" }
+        ul id="providers" {
+            @for (issuer, href) in links { li { a href=(href) { (issuer) } } }
+        }
+    };
+    respond(StatusCode::OK, page("Sign in", html! { header { strong { "scopegate console" } } }, body))
+}
+
 fn hidden(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
@@ -205,7 +218,7 @@ fn or_else(v: &Value, absent: &str) -> Markup {
 fn issuers_table(issuers: &[Value], csrf: &str, base: Option<&str>) -> Markup {
     html! {
         table id="issuers" {
-            thead { tr { th { "Issuer" } th { "Key set" } th { "Audience" } th { "Subject claim" } th { "Tenant claim" } th { "Trusted since" } @if base.is_some() { th {} } } }
+            thead { tr { th { "Issuer" } th { "Key set" } th { "Audience" } th { "Subject claim" } th { "Tenant claim" } th { "Console sign-in" } th { "Trusted since" } @if base.is_some() { th {} } } }
             tbody {
                 @for i in issuers {
                     tr {
@@ -214,6 +227,12 @@ fn issuers_table(issuers: &[Value], csrf: &str, base: Option<&str>) -> Markup {
                         td.mono { (or_else(&i["audience"], "the gateway's")) }
                         td.mono { (text(&i["subject_claim"])) }
                         td.mono { (or_else(&i["tenant_claim"], "none")) }
+                        td.console-signin {
+                            @if let Some(path) = i["console_signin"].as_str() {
+                                a href=(path) { (path) }
+                                " " span.muted { "client " (text(&i["console_client_id"])) }
+                            } @else { span.muted { "off" } }
+                        }
                         td { (when(&i["created_at"])) }
                         @if let Some(base) = base {
                             td {
@@ -348,6 +367,8 @@ pub(super) fn tenant(
                 label { "Audience" input name="audience" id="issuer-audience" placeholder="the gateway's"; }
                 label { "Subject claim" input name="subject_claim" id="issuer-subject" placeholder="sub"; }
                 label { "Tenant claim" input name="tenant_claim" id="issuer-tenant-claim" placeholder="none"; }
+                label { "Console client id" input name="console_client_id" id="issuer-console-client" placeholder="no console sign-in"; }
+                label { "Console scopes" input name="console_scopes" id="issuer-console-scopes" placeholder="openid"; }
                 button type="submit" id="trust-issuer" { "Trust issuer" }
             }
         }
