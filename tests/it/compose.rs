@@ -1,13 +1,55 @@
 //! docker-compose.yml can't run here (no Docker engine), so its wiring is checked instead:
 //! the gateway is built from the Dockerfile, PostgreSQL 16 has a healthcheck, the gateway
 //! waits for it to be healthy, the database has a volume, and every SCOPEGATE_* variable
-//! it sets is a real configuration key.
+//! it sets is a real configuration key; every variable an operator sets is in .env.example,
+//! with the default the file gives it, the required one refused when missing, and the
+//! configuration the file makes from the defaults loads; the gateway's healthcheck is
+//! `scopegate health` in the image and in the file, and metrics are never published.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+fn read(file: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap()
+}
+
 fn compose() -> serde_yaml_ng::Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker-compose.yml");
-    serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).expect("docker-compose.yml parses")
+    serde_yaml_ng::from_str(&read("docker-compose.yml")).expect("docker-compose.yml parses")
+}
+
+/// The variables the compose file interpolates: name to (the default it gives, whether it
+/// refuses to start without one), from `${NAME}`, `${NAME:-default}` and `${NAME:?message}`.
+fn interpolated(text: &str) -> BTreeMap<String, (Option<String>, bool)> {
+    let mut found = BTreeMap::new();
+    for (at, _) in text.match_indices("${") {
+        let rest = &text[at + 2..];
+        // A default may hold brackets of its own: the closing brace is the first one.
+        let inner = &rest[..rest.find('}').expect("a closed ${...}")];
+        let name: String = inner.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let tail = &inner[name.len()..];
+        let entry = if let Some(default) = tail.strip_prefix(":-") {
+            (Some(default.to_owned()), false)
+        } else {
+            (None, tail.starts_with(":?"))
+        };
+        let seen = found.entry(name.clone()).or_insert_with(|| entry.clone());
+        assert_eq!(*seen, entry, "{name} is interpolated alike everywhere");
+    }
+    found
+}
+
+/// .env.example's variables: name to value, commented (`#NAME=value`, the default kept) or not.
+fn env_example() -> BTreeMap<String, String> {
+    read(".env.example")
+        .lines()
+        .filter_map(|line| {
+            let line = line.strip_prefix('#').unwrap_or(line);
+            let (name, value) = line.split_once('=')?;
+            (!name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                .then(|| (name.to_owned(), value.to_owned()))
+        })
+        .collect()
 }
 
 /// Dotted keys of the configuration (every section and key, optional ones included).
@@ -61,6 +103,108 @@ fn compose_wiring() {
     assert!(seen >= 3, "the database URL, listen address and auth come from the environment");
     let url = env.get("SCOPEGATE_DATABASE__URL").and_then(|v| v.as_str()).unwrap_or("");
     assert!(url.starts_with("postgres://") && url.contains("@postgres:5432"), "{url}");
+
+    // What an operator must choose is a variable of the file.
+    for key in [
+        "SCOPEGATE_ADMIN__PLATFORM_SUBJECTS",
+        "SCOPEGATE_SERVER__ALLOWED_HOSTS",
+        "SCOPEGATE_SERVER__PUBLIC_URL",
+        "SCOPEGATE_AUTH__ISSUER",
+        "SCOPEGATE_AUTH__JWKS_URL",
+        "SCOPEGATE_AUTH__HS256_SECRET",
+        "SCOPEGATE_LIMITS__REPLICAS",
+    ] {
+        let value = env.get(key).and_then(|v| v.as_str()).unwrap_or_else(|| panic!("{key} is set"));
+        assert!(value.starts_with("${"), "{key} comes from a variable: {value}");
+    }
+
+    // The healthcheck: `scopegate health` (no curl in the image), in the file and the image.
+    let test = gateway["healthcheck"]["test"].as_sequence().expect("the gateway has a healthcheck");
+    let test: Vec<&str> = test.iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(test, ["CMD", "scopegate", "health"]);
+    let dockerfile = read("Dockerfile");
+    let healthcheck = dockerfile.lines().find(|l| l.starts_with("HEALTHCHECK ")).expect("the image has a healthcheck");
+    assert!(healthcheck.ends_with(r#"CMD ["scopegate", "health"]"#), "{healthcheck}");
+    // Dependencies are cached between builds, and nothing but crates is fetched in the build.
+    assert!(dockerfile.contains("--mount=type=cache,target=/src/target"), "the target directory is cached");
+    assert!(dockerfile.contains("--mount=type=cache,target=/usr/local/cargo/registry"), "crates are cached");
+    assert!(!dockerfile.contains("COPY rust-toolchain.toml") && !dockerfile.contains(" rust-toolchain.toml ./"));
+
+    // Metrics on their own port, published nowhere.
+    let metrics = env.get("SCOPEGATE_METRICS__LISTEN").and_then(|v| v.as_str()).expect("metrics.listen is set");
+    let metrics_port = metrics.rsplit(':').next().unwrap();
+    let ports: Vec<&str> = gateway["ports"].as_sequence().unwrap().iter().filter_map(|p| p.as_str()).collect();
+    assert!(ports.iter().all(|p| !p.ends_with(&format!(":{metrics_port}"))), "{ports:?}");
+}
+
+/// Every variable the file reads is in .env.example, with the file's own default; the
+/// database password has none and stops the file; the defaults make a configuration that
+/// loads (with a password and a token source, what an operator must add), and where a default
+/// stands for a shipped setting, it is that setting.
+#[test]
+fn compose_variables_are_documented_and_load() {
+    let text = read("docker-compose.yml");
+    let variables = interpolated(&text);
+    let example = env_example();
+    for (name, (default, required)) in &variables {
+        let documented = example.get(name).unwrap_or_else(|| panic!("{name} is not in .env.example"));
+        if let Some(default) = default
+            && !documented.is_empty()
+        {
+            assert_eq!(documented, default, "{name}: .env.example and the file agree on its default");
+        }
+        assert!(!required || name == "POSTGRES_PASSWORD", "only the password is required: {name}");
+    }
+    assert_eq!(variables["POSTGRES_PASSWORD"], (None, true), "the password has no default: it is required");
+    let unused: Vec<&String> = example.keys().filter(|k| !variables.contains_key(*k)).collect();
+    assert!(unused.is_empty(), ".env.example names variables the file does not read: {unused:?}");
+
+    // The gateway's environment with every default (and a password, a development secret).
+    let doc = compose();
+    let env = doc["services"]["gateway"]["environment"].as_mapping().unwrap();
+    let mut figment = scopegate::config::Config::figment(None);
+    let mut shipped = Vec::new();
+    for (name, value) in env {
+        let (name, value) = (name.as_str().unwrap(), value.as_str().unwrap_or_default());
+        let key = name.strip_prefix("SCOPEGATE_").unwrap().to_lowercase().replace("__", ".");
+        let mut value = value.to_owned();
+        for (var, (default, _)) in &variables {
+            let written = text_of_variable(&text, var);
+            let replacement = match (var.as_str(), default) {
+                ("POSTGRES_PASSWORD", _) => "secret".to_owned(),
+                ("SCOPEGATE_HS256_SECRET", _) => "a-private-development-secret-of-32-bytes-or-more".to_owned(),
+                (_, Some(default)) => default.clone(),
+                (_, None) => String::new(),
+            };
+            value = value.replace(&written, &replacement);
+        }
+        let parsed: figment::value::Value = value.parse().unwrap();
+        figment = figment.merge(figment::providers::Serialized::default(&key, parsed.clone()));
+        shipped.push((key, parsed));
+    }
+    let config = scopegate::config::Config::from_figment(figment).expect("the file's defaults make a configuration");
+    let shipped_defaults = serde_json::to_value(crate::support::config_with("sqlite://unused.db", &[])).unwrap();
+    for key in [
+        "auth.tenant_claim",
+        "auth.tenant_match",
+        "auth.subject_claim",
+        "auth.scopes_supported",
+        "auth.required_scopes",
+        "auth.authorization_servers",
+        "limits.replicas",
+    ] {
+        let (section, field) = key.split_once('.').unwrap();
+        let loaded = &serde_json::to_value(&config).unwrap()[section][field];
+        assert_eq!(loaded, &shipped_defaults[section][field], "{key}: the file's default is the shipped one");
+    }
+    assert!(shipped.iter().any(|(k, _)| k == "admin.platform_subjects"));
+}
+
+/// The whole `${...}` the file writes for `var` (the first one).
+fn text_of_variable(text: &str, var: &str) -> String {
+    let at = text.find(&format!("${{{var}")).unwrap();
+    let end = text[at..].find('}').unwrap();
+    text[at..=at + end].to_owned()
 }
 
 /// `docker compose --profile scaled up`: two more replicas of the gateway (the same build and
@@ -86,14 +230,22 @@ fn compose_scaled_profile_wiring() {
     assert_eq!(replica["environment"], gateway["environment"], "replicas are configured as the gateway is");
     assert_eq!(replica["depends_on"], gateway["depends_on"], "replicas wait for PostgreSQL too");
     assert!(replica["ports"].as_sequence().is_some_and(|p| p.is_empty()), "replicas publish no port");
-    let copies = replica["deploy"]["replicas"].as_u64().expect("deploy.replicas");
+    let copies = replica["deploy"]["replicas"].as_str().expect("deploy.replicas");
+    let copies: u64 = copies
+        .strip_prefix("${SCOPEGATE_EXTRA_REPLICAS:-")
+        .and_then(|c| c.strip_suffix('}'))
+        .expect("the replicas' count is a variable")
+        .parse()
+        .unwrap();
     assert!(copies >= 1);
     let env = gateway["environment"].as_mapping().unwrap();
     assert!(env.contains_key("SCOPEGATE_LIMITS__REPLICAS"), "the rate limits' share is configurable");
 
     assert!(haproxy["image"].as_str().is_some_and(|i| i.starts_with("haproxy:")));
-    let deps: Vec<&str> = haproxy["depends_on"].as_sequence().unwrap().iter().filter_map(|v| v.as_str()).collect();
-    assert!(deps.contains(&"gateway") && deps.contains(&"replica"), "{deps:?}");
+    for service in ["gateway", "replica"] {
+        let condition = haproxy["depends_on"][service]["condition"].as_str();
+        assert_eq!(condition, Some("service_healthy"), "HAProxy waits for the {service}s to be ready");
+    }
     let mount = haproxy["volumes"]
         .as_sequence()
         .unwrap()
@@ -112,8 +264,10 @@ fn compose_scaled_profile_wiring() {
     let templates: Vec<&Vec<&str>> = lines.iter().filter(|w| w[0] == "server-template").collect();
     assert!(servers.iter().any(|w| w[2] == format!("gateway:{port}")), "{servers:?}");
     assert!(
-        templates.iter().any(|w| w[2] == copies.to_string() && w[3] == format!("replica:{port}")),
-        "one slot per replica: {templates:?}"
+        templates
+            .iter()
+            .any(|w| w[2].parse::<u64>().is_ok_and(|slots| slots >= copies) && w[3] == format!("replica:{port}")),
+        "a slot for every replica: {templates:?}"
     );
     for expected in [
         &["stick", "on", "req.hdr(mcp-session-id)"][..],

@@ -2,7 +2,8 @@
 //!
 //! The rule: every fenced block of README.md or of a Markdown page under `docs/` tagged `sh`
 //! that has a line starting with `scopegate ` or `cargo run -- ` is an example, and runs whole,
-//! by `sh -e`, with the built binary as `scopegate` (`cargo run -- ` stands for it), in a fresh
+//! by `sh -e`, with the built binary as `scopegate` (`cargo run -- ` stands for it, and so does
+//! `docker compose exec -T gateway scopegate `: the CLI in the compose deployment), in a fresh
 //! working folder, against a fresh database holding the demo data (what the quick start sets
 //! up). Each command must succeed. A block that starts the server (`serve`) or an executor agent
 //! (`executor`) is not run: neither exits (the `serve` and executor tests start them). Such lines
@@ -40,6 +41,9 @@ fn fenced_blocks(markdown: &str) -> Vec<Block> {
     }
     blocks
 }
+
+/// The CLI in the gateway's container of the compose deployment.
+const COMPOSE_CLI: &str = "docker compose exec -T gateway scopegate ";
 
 fn is_cli_line(line: &str) -> bool {
     let line = line.trim_start();
@@ -85,7 +89,7 @@ fn examples_of(page: &str, markdown: &str) -> Vec<(usize, String)> {
             .lines()
             .map(|l| match l.trim_start().strip_prefix("cargo run -- ") {
                 Some(rest) => format!("scopegate {rest}\n"),
-                None => format!("{l}\n"),
+                None => format!("{}\n", l.replace(COMPOSE_CLI, "scopegate ")),
             })
             .collect();
         examples.push((block.line, script));
@@ -104,6 +108,8 @@ fn the_rule_finds_the_examples() {
         "scopegate token ",
         "curl ",
         "/admin/v1/tenants",
+        // The first run of the compose deployment (docs/operations/deploy.md).
+        "first-run-initech",
     ] {
         assert!(all.contains(needle), "the README's and the book's examples include `{needle}`");
     }
