@@ -421,12 +421,15 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     }
     assert!(gone.is_some(), "one of {:?} (e.g. {dead}) was the killed replica's and answers 404", sessions[moved[0]]);
 
+    // Then another replica vanishes, as a stopped container does.
+    let vanish_calls = vanish_under_load(&mut cluster, 2).await;
+
     cluster.stop();
     // Every answered call has its event; a call in flight at the kill may have committed its
     // event without its answer reaching the client, never the other way round.
     let events = verified_events(cluster.dir.path(), &cluster.test_db.url);
     let lost: usize = failed.iter().map(|(_, f)| f.len()).sum();
-    let stateless_calls = 9;
+    let stateless_calls = 9 + vanish_calls;
     assert!(
         (answered + stateless_calls..=answered + stateless_calls + lost).contains(&events),
         "{events} events for {answered} answered calls, {lost} in flight at the kill"
@@ -918,3 +921,81 @@ async fn link_route(backend: Backend) {
     assert_eq!(ask("build-01", Some(stranger.authorize(&here, &purpose))).await.0, 401, "another database's replica");
 }
 both_dbs!(the_link_route_serves_only_the_replicas_of_its_database, link_route);
+
+/// Replica `victim` vanishes under load, as a stopped container does: its address drops
+/// connection attempts rather than refusing them (here its port becomes a listener whose accept
+/// queue is full, so the kernel drops new connection attempts). Stateless calls keep going
+/// through HAProxy from several clients. A call the victim was serving when it went may fail
+/// (its answer is gone with it); every call started after that succeeds: HAProxy gives up on a
+/// connection to the victim after `timeout connect` and sends the call to another replica
+/// (nothing reached the first, so nothing ran twice). The waits are printed. Returns the calls
+/// answered.
+async fn vanish_under_load(cluster: &mut Cluster, victim: usize) -> usize {
+    const CLIENTS: usize = 6;
+    const CALLS: usize = 30;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (url, token, done) = (cluster.balancer.mcp(), cluster.token.clone(), Arc::clone(&done));
+        let gone = Arc::clone(&gone);
+        tasks.push(tokio::spawn(async move {
+            let lifecycle = rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            };
+            let client =
+                rmcp::ClientServiceExt::serve_with_lifecycle((), transport(&url, &token), lifecycle).await.unwrap();
+            let (mut waits, mut lost) = (Vec::new(), 0);
+            for i in 0..CALLS {
+                let (started, after) = (std::time::Instant::now(), gone.load(std::sync::atomic::Ordering::SeqCst));
+                match try_call(&client, "whoami", json!({})).await {
+                    Ok(result) if result.is_error != Some(true) => waits.push(started.elapsed()),
+                    other if after => panic!("stateless call {i}, after a replica vanished, failed: {other:?}"),
+                    _ => lost += 1,
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            client.cancel().await.ok();
+            (waits, lost)
+        }));
+    }
+    eventually_within(std::time::Duration::from_secs(60), "the stateless load did not get going", || async {
+        done.load(std::sync::atomic::Ordering::Relaxed) >= CLIENTS * CALLS / 3
+    })
+    .await;
+    let addr: std::net::SocketAddr = cluster.replicas[victim].addr.parse().unwrap();
+    cluster.replicas[victim].kill();
+    // Calls started from now on were never in flight on the victim.
+    gone.store(true, std::sync::atomic::Ordering::SeqCst);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(addr).unwrap();
+    let hole = socket.listen(0).unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..3 {
+        let attempt = tokio::time::timeout(std::time::Duration::from_millis(200), tokio::net::TcpStream::connect(addr));
+        if let Ok(Ok(stream)) = attempt.await {
+            queued.push(stream);
+        }
+    }
+    let probe = tokio::time::timeout(std::time::Duration::from_millis(300), tokio::net::TcpStream::connect(addr)).await;
+    assert!(probe.is_err(), "the vanished replica's port drops connection attempts");
+    let (mut waits, mut lost) = (Vec::new(), 0);
+    for task in tasks {
+        let task = tokio::time::timeout(std::time::Duration::from_secs(120), task);
+        let (w, l) = task.await.expect("the stateless load finishes").unwrap();
+        waits.extend(w);
+        lost += l;
+    }
+    drop((hole, queued));
+    waits.sort();
+    let slow = waits.iter().filter(|w| w.as_millis() >= 500).count();
+    println!(
+        "a replica vanished under load: {} stateless calls through HAProxy answered, {lost} in \
+         flight on it lost; median {:?}, longest {:?}, {slow} waited 500 ms or more",
+        waits.len(),
+        waits[waits.len() / 2],
+        waits[waits.len() - 1],
+    );
+    waits.len()
+}
