@@ -226,8 +226,11 @@ impl LimitsConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Serve Prometheus metrics at /metrics.
+    /// Serve Prometheus metrics at /metrics, on `listen` only.
     pub enabled: bool,
+    /// The address of the metrics listener, apart from the gateway's port so that what
+    /// reaches the gateway (clients, a public load balancer) never reads its metrics.
+    pub listen: SocketAddr,
     /// Label tool-call metrics with the tenant slug (cardinality grows with tenants).
     pub label_tenant: bool,
 }

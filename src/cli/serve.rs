@@ -49,6 +49,11 @@ async fn serve(config: Config, demo: bool) -> Result<(), CliError> {
     if demo {
         print_demo(&gateway).await?;
     }
+    // Before the line that says the gateway listens, which tests and scripts wait for.
+    if let Some(addr) = gateway.metrics_addr() {
+        tracing::info!(%addr, "metrics listening");
+        eprintln!("scopegate metrics on http://{addr}/metrics");
+    }
     let addr = gateway.local_addr();
     tracing::info!(%addr, "scopegate listening");
     eprintln!("scopegate listening on http://{addr}");
