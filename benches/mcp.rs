@@ -92,6 +92,7 @@ fn gateway_config(db_url: &str, stateless: bool, cache_ms: u64, synchronous: &st
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("database.max_connections", 16))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
+        .merge(Serialized::default("metrics.listen", "127.0.0.1:0"))
         .merge(Serialized::default("server.public_url", "http://bench.test"))
         .merge(Serialized::default("mcp.stateless", stateless))
         .merge(Serialized::default("auth.identity_cache_ms", cache_ms))
@@ -170,6 +171,7 @@ async fn main() {
             let gateway = Gateway::build(config.clone()).await.expect("gateway");
             demo::seed(&gateway.state().db).await.unwrap();
             let gw_url = format!("http://{}/mcp", gateway.local_addr());
+            let metrics_url = format!("http://{}/metrics", gateway.metrics_addr().expect("metrics are on"));
             let db = gateway.state().db.clone();
             tokio::spawn(gateway.run(std::future::pending()));
             let token = dev_token(&config, "acme", "olivia@acme.test", 3600).unwrap();
@@ -218,7 +220,7 @@ async fn main() {
             let audited: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM audit_events").fetch_one(&mut *tx).await.unwrap();
             drop(tx);
-            let metrics = reqwest::get(gw_url.replace("/mcp", "/metrics")).await.unwrap().text().await.unwrap();
+            let metrics = reqwest::get(&metrics_url).await.unwrap().text().await.unwrap();
             let stat = |name: &str| -> f64 {
                 metrics
                     .lines()

@@ -36,15 +36,20 @@ pub enum StartError {
     Vault(#[from] crate::store::vault::VaultError),
     #[error("binding {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("binding metrics.listen {addr}: {source}")]
+    MetricsBind { addr: SocketAddr, source: std::io::Error },
 }
 
-/// A built gateway: database connected and migrated, keys loaded, listener bound.
+/// A built gateway: database connected and migrated, keys loaded, listeners bound.
 pub struct Gateway {
     listener: TcpListener,
     router: Router,
     state: AppState,
     local_addr: SocketAddr,
     agents: Arc<crate::executor::remote::Agents>,
+    /// The metrics listener (`metrics.listen`) and its router, when metrics are enabled.
+    metrics: Option<(TcpListener, Router)>,
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Gateway {
@@ -82,6 +87,14 @@ impl Gateway {
             listener.local_addr().map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
         // With port 0 the real port is known only now; the default public URL follows it.
         config.server.listen = local_addr;
+        let metrics_listener = if config.metrics.enabled {
+            let addr = config.metrics.listen;
+            let listener = TcpListener::bind(addr).await.map_err(|source| StartError::MetricsBind { addr, source })?;
+            config.metrics.listen = listener.local_addr().map_err(|source| StartError::MetricsBind { addr, source })?;
+            Some(listener)
+        } else {
+            None
+        };
         let db = Db::connect(&config.database, IfMissing::Create).await?;
         db.migrate().await?;
         // Stored credentials need the key they were sealed with, or nothing can use them.
@@ -184,12 +197,19 @@ impl Gateway {
             checkpointer
                 .spawn(Duration::from_secs(state.config.audit.checkpoint_interval_secs), state.shutdown.clone());
         }
+        let metrics_addr = metrics_listener.as_ref().map(|_| state.config.metrics.listen);
+        let metrics = metrics_listener.map(|listener| (listener, crate::http::metrics_router(&state)));
         state.ready.store(true, Ordering::Release);
-        Ok(Self { listener, router, state, local_addr, agents })
+        Ok(Self { listener, router, state, local_addr, agents, metrics, metrics_addr })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where `/metrics` is served (`metrics.listen` as bound); `None` with metrics disabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     pub fn state(&self) -> &AppState {
@@ -223,6 +243,21 @@ impl Gateway {
             let _ = tcp.set_nodelay(true);
         });
         let serve = axum::serve(listener, self.router).with_graceful_shutdown(signal);
+        // The metrics listener stops with the gateway: at the shutdown signal it takes no new
+        // scrape, and the drain deadline below bounds it with the rest.
+        let metrics_stop = self.state.shutdown.clone();
+        let metrics = async move {
+            match self.metrics {
+                Some((listener, router)) => {
+                    axum::serve(listener, router).with_graceful_shutdown(metrics_stop.cancelled_owned()).await
+                }
+                None => Ok(()),
+            }
+        };
+        let serve = async move {
+            let (served, metrics) = tokio::join!(serve.into_future(), metrics);
+            served.and(metrics)
+        };
         let deadline = async move {
             if stopping_rx.await.is_ok() {
                 tokio::time::sleep(grace).await;

@@ -18,10 +18,40 @@ pub const SHIPPED_DEV_SECRET: &str = "scopegate-development-secret-do-not-use-in
 /// Environment variable prefix; `__` separates section and key.
 pub const ENV_PREFIX: &str = "SCOPEGATE_";
 
+/// The variable naming the configuration file when `--config` does not. It has the prefix but
+/// no `__`, so the prefixed provider would take it for a top-level key: it is kept out.
+pub const CONFIG_ENV: &str = "SCOPEGATE_CONFIG";
+
+/// The file read when neither `--config` nor [`CONFIG_ENV`] names one, if it exists.
+pub const SYSTEM_CONFIG_FILE: &str = "/etc/scopegate/scopegate.toml";
+
+/// Which configuration file is read: `--config FILE` (`flag`), else the file [`CONFIG_ENV`]
+/// names (`env`, when not empty), else [`SYSTEM_CONFIG_FILE`] when `exists` says it does, else
+/// none. A file named by the flag or the variable is read even if missing, so it is refused.
+pub fn config_file(
+    flag: Option<&Path>,
+    env: Option<&std::ffi::OsStr>,
+    exists: impl Fn(&Path) -> bool,
+) -> Option<PathBuf> {
+    if let Some(flag) = flag {
+        return Some(flag.to_owned());
+    }
+    if let Some(env) = env.filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(env));
+    }
+    let system = Path::new(SYSTEM_CONFIG_FILE);
+    exists(system).then(|| system.to_owned())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("configuration: {0}")]
     Load(Box<figment::Error>),
+    /// The configuration file is missing, unreadable, not TOML, or holds a key or value that
+    /// is refused; named as it was given (figment's own text names it relative to the
+    /// working directory).
+    #[error("configuration file {}: {message}", path.display())]
+    File { path: PathBuf, message: String },
     #[error("configuration key `{key}`: {message}")]
     Invalid { key: &'static str, message: String },
 }
@@ -226,8 +256,11 @@ impl LimitsConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Serve Prometheus metrics at /metrics.
+    /// Serve Prometheus metrics at /metrics, on `listen` only.
     pub enabled: bool,
+    /// The address of the metrics listener, apart from the gateway's port so that what
+    /// reaches the gateway (clients, a public load balancer) never reads its metrics.
+    pub listen: SocketAddr,
     /// Label tool-call metrics with the tenant slug (cardinality grows with tenants).
     pub label_tenant: bool,
 }
@@ -394,9 +427,33 @@ impl TelemetryConfig {
 }
 
 impl Config {
-    /// Loads defaults, then `file` (when given), then the process environment.
+    /// Loads defaults, then `file` (when given), then the process environment. A file that
+    /// can't be read or whose settings are refused is an error naming it.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::from_figment(Self::figment(file))
+        Self::load_with(file, |figment| figment)
+    }
+
+    /// [`Config::load`] with the sources `adjust` adds over them (a command's own flags).
+    pub fn load_with(file: Option<&Path>, adjust: impl FnOnce(Figment) -> Figment) -> Result<Self, ConfigError> {
+        let named = |path: &Path, message: String| ConfigError::File { path: path.to_owned(), message };
+        if let Some(file) = file
+            && let Err(e) = std::fs::read_to_string(file)
+        {
+            return Err(named(file, format!("cannot be read: {e}")));
+        }
+        match (file, Self::from_figment(adjust(Self::figment(file)))) {
+            (Some(file), Err(ConfigError::Load(error))) if from_a_file(&error) => {
+                let refusals: Vec<String> = error
+                    .into_iter()
+                    .map(|e| match e.path.is_empty() {
+                        true => e.kind.to_string(),
+                        false => format!("{} (key `{}`)", e.kind, e.path.join(".")),
+                    })
+                    .collect();
+                Err(named(file, refusals.join("; ")))
+            }
+            (_, loaded) => loaded,
+        }
     }
 
     /// The layered sources, for callers that add their own (tests add `Serialized` values).
@@ -405,7 +462,8 @@ impl Config {
         if let Some(file) = file {
             figment = figment.merge(Toml::file_exact(file));
         }
-        figment.merge(Env::prefixed(ENV_PREFIX).split("__"))
+        let name = CONFIG_ENV.strip_prefix(ENV_PREFIX).unwrap_or(CONFIG_ENV);
+        figment.merge(Env::prefixed(ENV_PREFIX).ignore(&[name]).split("__"))
     }
 
     pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
@@ -820,6 +878,11 @@ impl Config {
     pub fn uses_shipped_dev_secret(&self) -> bool {
         self.auth.hs256_secret.expose() == SHIPPED_DEV_SECRET
     }
+}
+
+/// Whether figment's `error` is about a file's text (the configuration file is the only file).
+fn from_a_file(error: &figment::Error) -> bool {
+    error.metadata.as_ref().and_then(|m| m.source.as_ref()).is_some_and(|s| s.file_path().is_some())
 }
 
 /// The scopes of every `auth.tool_scopes` entry that names `tool` or a prefix of its name.

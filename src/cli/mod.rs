@@ -1,15 +1,16 @@
-//! The command line: `serve`, `migrate`, `token`, `guards`, `executor`. Each subcommand lives in its own file.
+//! The command line: `serve`, `migrate`, `token`, `health`, `guards`, `executor`. Each subcommand lives in its own file.
 
 mod admin;
 mod audit;
 mod executor;
 mod guards;
+mod health;
 mod migrate;
 mod oauth;
 mod serve;
 mod token;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -18,7 +19,8 @@ use crate::config::{Config, ConfigError};
 #[derive(Debug, Parser)]
 #[command(name = "scopegate", version, about = "Identity-scoped MCP gateway for multi-tenant SaaS")]
 pub struct Cli {
-    /// A TOML file layered over the built-in defaults (config/default.toml).
+    /// A TOML file layered over the built-in defaults (config/default.toml). Without it:
+    /// the file `SCOPEGATE_CONFIG` names, else /etc/scopegate/scopegate.toml if it exists.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
@@ -33,6 +35,8 @@ pub enum Command {
     Migrate,
     /// Mint a development token (HS256) and print it alone on stdout.
     Token(token::TokenArgs),
+    /// Probe a running gateway's `/readyz`: exit 0 when it is ready (a container health check).
+    Health(health::HealthArgs),
     /// Audit trail tools.
     Audit(audit::AuditArgs),
     /// Administer tenants, users, roles, flocks, assignments, executors, entities, bindings,
@@ -74,15 +78,21 @@ pub enum CliError {
     Export(#[from] crate::audit::export::ExportError),
     #[error(transparent)]
     Admin(#[from] crate::admin::AdminError),
+    #[error(transparent)]
+    Health(#[from] health::HealthError),
 }
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let env = std::env::var_os(crate::config::CONFIG_ENV);
+    let file = crate::config::config_file(cli.config.as_deref(), env.as_deref(), Path::is_file);
+    let file = file.as_deref();
     match cli.command {
-        Command::Serve(args) => serve::run(cli.config.as_deref(), args).await,
-        Command::Migrate => migrate::run(&Config::load(cli.config.as_deref())?).await,
-        Command::Token(args) => token::run(&Config::load(cli.config.as_deref())?, args),
-        Command::Audit(args) => audit::run(&Config::load(cli.config.as_deref())?, args).await,
-        Command::Admin(args) => admin::run(&Config::load(cli.config.as_deref())?, args).await,
+        Command::Serve(args) => serve::run(file, args).await,
+        Command::Migrate => migrate::run(&Config::load(file)?).await,
+        Command::Token(args) => token::run(&Config::load(file)?, args),
+        Command::Health(args) => health::run(file, args).await,
+        Command::Audit(args) => audit::run(&Config::load(file)?, args).await,
+        Command::Admin(args) => admin::run(&Config::load(file)?, args).await,
         Command::Guards(args) => guards::run(args),
         Command::Executor(args) => executor::run(args).await,
         Command::ChildGuard(args) => executor::child_guard(args),

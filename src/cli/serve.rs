@@ -23,21 +23,26 @@ pub struct ServeArgs {
 }
 
 pub async fn run(config_file: Option<&Path>, args: ServeArgs) -> Result<(), CliError> {
-    let mut figment = Config::figment(config_file);
-    if let Some(listen) = args.listen {
-        figment = figment.merge(Serialized::default("server.listen", listen));
-    }
-    if args.demo {
-        // The demo's platform administrator (its token is printed with the others).
-        figment = figment.adjoin(Serialized::default("admin.platform_subjects", [demo::DEMO_PLATFORM_ADMIN]));
-    }
-    let config = Config::from_figment(figment)?;
+    let config = Config::load_with(config_file, |mut figment| {
+        if let Some(listen) = args.listen {
+            figment = figment.merge(Serialized::default("server.listen", listen));
+        }
+        if args.demo {
+            // The demo's platform administrator (its token is printed with the others).
+            figment = figment.adjoin(Serialized::default("admin.platform_subjects", [demo::DEMO_PLATFORM_ADMIN]));
+        }
+        figment
+    })?;
     if args.demo && config.auth.hs256_secret.is_empty() {
         return Err(CliError::Usage(
             "--demo needs a development secret (auth.hs256_secret) to mint the demo tokens".into(),
         ));
     }
     let telemetry = crate::telemetry::start(&config.telemetry)?;
+    match config_file {
+        Some(file) => tracing::info!(file = %file.display(), "configuration file read"),
+        None => tracing::info!("no configuration file: the built-in defaults and the environment"),
+    }
     let served = serve(config, args.demo).await;
     // After the last request: the spans still buffered are sent before the process ends.
     telemetry.shutdown().await;
@@ -48,6 +53,11 @@ async fn serve(config: Config, demo: bool) -> Result<(), CliError> {
     let gateway = Gateway::build(config).await?;
     if demo {
         print_demo(&gateway).await?;
+    }
+    // Before the line that says the gateway listens, which tests and scripts wait for.
+    if let Some(addr) = gateway.metrics_addr() {
+        tracing::info!(%addr, "metrics listening");
+        eprintln!("scopegate metrics on http://{addr}/metrics");
     }
     let addr = gateway.local_addr();
     tracing::info!(%addr, "scopegate listening");

@@ -135,7 +135,7 @@ where
     };
     let console_routes = console::router(api.clone(), &state.config);
     let (admin_routes, _) = admin::router(api);
-    let mut public = Router::new()
+    let public = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/.well-known/oauth-protected-resource", get(well_known::protected_resource))
@@ -150,16 +150,6 @@ where
                 .route(crate::oauth::CALLBACK_PATH, get(oauth::callback))
                 .with_state(login),
         );
-    if state.config.metrics.enabled {
-        let db = state.db.clone();
-        public = public.route(
-            "/metrics",
-            get(move || {
-                let db = db.clone();
-                async move { crate::telemetry::metrics::render(db.pool_usage()) }
-            }),
-        );
-    }
     let routes = public.merge(gated).merge(admin_routes).merge(console_routes).fallback(console::not_found);
 
     let origins =
@@ -192,6 +182,22 @@ where
         .layer(middleware::from_fn(count_status))
         .service(routes);
     Router::new().fallback_service(layered)
+}
+
+/// The metrics listener's router: `/metrics` alone. It is never merged into the gateway's
+/// router: what reaches the gateway's port (clients, a public load balancer) can't read the
+/// metrics, which name tools, servers and executors of every tenant.
+pub(crate) fn metrics_router(state: &AppState) -> Router {
+    let db = state.db.clone();
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let db = db.clone();
+                async move { crate::telemetry::metrics::render(db.pool_usage()) }
+            }),
+        )
+        .fallback(crate::error_body::not_found)
 }
 
 /// A body over `server.body_limit_bytes` gets 413 in our error body: at once when its declared

@@ -290,7 +290,6 @@ fn route(path: &str) -> &'static str {
         "/mcp",
         "/healthz",
         "/readyz",
-        "/metrics",
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
         "/.well-known/jwks.json",

@@ -1,4 +1,5 @@
-//! The binary: `token`, `migrate`, `serve --demo`, refusals, and graceful shutdown on SIGTERM.
+//! The binary: `token`, `migrate`, `health`, `serve --demo`, the configuration file, refusals,
+//! and graceful shutdown on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -135,6 +136,103 @@ fn a_bad_config_file_stops_start_up_naming_the_key() {
     assert!(!dir.path().join("data").exists(), "nothing was created");
 }
 
+/// The file `SCOPEGATE_CONFIG` names is read when `--config` names none; `--config` wins over
+/// it; a file it names that is missing, not TOML, or holds an unknown key is refused naming
+/// the file, and nothing is created.
+#[test]
+fn scopegate_config_names_the_file_and_a_bad_one_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("gw.toml");
+    std::fs::write(&good, "[database]\nurl = \"sqlite://from-file.db\"\n").unwrap();
+    let out = scopegate(dir.path()).env("SCOPEGATE_CONFIG", &good).arg("migrate").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.path().join("from-file.db").exists(), "the database the file names was created");
+    assert!(!dir.path().join("data").exists(), "not the default database");
+
+    let missing = dir.path().join("missing.toml");
+    let unknown = dir.path().join("unknown.toml");
+    std::fs::write(&unknown, "[server]\nlisten_addr = \"127.0.0.1:1\"\n").unwrap();
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[server\nlisten = \n").unwrap();
+    let files = [(&missing, "missing"), (&unknown, "an unknown key"), (&broken, "not TOML")];
+    for ((file, why), command) in files.into_iter().flat_map(|f| [(f, "migrate"), (f, "serve"), (f, "health")]) {
+        let why = format!("{command}, {why}");
+        let out = scopegate(dir.path()).env("SCOPEGATE_CONFIG", file).arg(command).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{why}: must be refused");
+        let first = stderr.lines().next().unwrap_or("");
+        assert!(first.contains(&format!("file {}", file.display())), "{why}: the error names the file: {stderr}");
+    }
+    assert!(!dir.path().join("data").exists(), "a refused file created nothing");
+
+    let out = scopegate(dir.path())
+        .args(["--config".as_ref(), good.as_os_str(), "migrate".as_ref()])
+        .env("SCOPEGATE_CONFIG", &missing)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "--config wins: {}", String::from_utf8_lossy(&out.stderr));
+    let out = scopegate(dir.path()).env("SCOPEGATE_CONFIG", "").arg("migrate").output().unwrap();
+    assert!(out.status.success(), "an empty SCOPEGATE_CONFIG names no file: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.path().join("data/scopegate.db").exists(), "the defaults' database");
+}
+
+/// `scopegate health` exits 0 against a ready gateway, whose address it takes from `--url` or
+/// from `server.listen` of the configuration (on loopback for an unspecified address), and
+/// prints nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_passes_against_a_ready_gateway() {
+    let live = Live::start(Backend::Sqlite, Mode::Session, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = live.addr.port();
+    let file = dir.path().join("gw.toml");
+    let health = |extra: &[&str], listen: Option<&str>| {
+        let mut cmd = scopegate(dir.path());
+        if let Some(listen) = listen {
+            std::fs::write(&file, format!("[server]\nlisten = \"{listen}\"\n")).unwrap();
+            cmd.env("SCOPEGATE_CONFIG", &file);
+        }
+        cmd.arg("health").args(extra).output().unwrap()
+    };
+    let base = live.base_url();
+    let readyz = format!("{base}/readyz");
+    for (extra, listen, why) in [
+        (&["--url", base.as_str()][..], None, "a base URL: /readyz there"),
+        (&["--url", readyz.as_str()][..], None, "the URL itself"),
+        (&[][..], Some(format!("127.0.0.1:{port}")), "server.listen of the file SCOPEGATE_CONFIG names"),
+        (&[][..], Some(format!("0.0.0.0:{port}")), "every interface: probed on loopback"),
+    ] {
+        let out = health(extra, listen.as_deref());
+        assert!(out.status.success(), "{why}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{why}: silent: {out:?}");
+    }
+}
+
+/// `scopegate health` exits non-zero with one line on stderr when nothing listens (the
+/// connection error) and when the gateway is not ready (its status and reason).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_fails_with_a_reason_when_not_ready_or_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let vacant = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let file = dir.path().join("gw.toml");
+    std::fs::write(&file, format!("[server]\nlisten = \"{vacant}\"\n")).unwrap();
+    let out = scopegate(dir.path()).env("SCOPEGATE_CONFIG", &file).arg("health").output().unwrap();
+    let (ok, stdout, stderr) = outcome(&out);
+    assert!(!ok, "nobody listens on {vacant}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains(&format!("http://{vacant}/readyz")) && stderr.contains("could not be reached"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("connect"), "the connection error: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+
+    let live = Live::start(Backend::Sqlite, Mode::Session, &[]).await;
+    // Readiness follows the database: a closed pool is not ready.
+    live.state().db.close().await;
+    let out = scopegate(dir.path()).args(["health", "--url", &live.base_url()]).output().unwrap();
+    let (ok, _, stderr) = outcome(&out);
+    assert!(!ok, "a gateway answering 503 is not healthy");
+    assert!(stderr.contains("503") && stderr.contains("database unreachable"), "status and reason: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}
+
 #[test]
 fn migrate_creates_the_default_sqlite_database() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,12 +312,8 @@ async fn serve_demo_prints_tokens_and_shuts_down_on_sigterm() {
         assert_eq!(line.split_whitespace().last().unwrap().split('.').count(), 3, "{line}");
     }
 
-    let ready = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{addr}/readyz")])
-        .output();
-    if let Ok(out) = ready {
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
-    }
+    let ready = scopegate(dir.path()).args(["health", "--url", &format!("http://{addr}")]).output().unwrap();
+    assert!(ready.status.success(), "ready: {}", String::from_utf8_lossy(&ready.stderr));
 
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());

@@ -53,6 +53,53 @@ fn unknown_keys_and_wrong_types_name_the_key() {
     });
 }
 
+/// Which file is read: `--config`, else `SCOPEGATE_CONFIG` when not empty, else the system
+/// file when it exists, else none. A named file is taken even when missing (it is refused then).
+#[test]
+fn the_configuration_file_is_chosen_in_order() {
+    use std::ffi::OsStr;
+    use std::path::{Path, PathBuf};
+
+    use scopegate::config::{SYSTEM_CONFIG_FILE, config_file};
+    let system = Some(PathBuf::from(SYSTEM_CONFIG_FILE));
+    let flag = Some(Path::new("flag.toml"));
+    let env = Some(OsStr::new("env.toml"));
+    let cases = [
+        (flag, env, true, Some(PathBuf::from("flag.toml")), "the flag first"),
+        (flag, None, false, Some(PathBuf::from("flag.toml")), "the flag even without a system file"),
+        (None, env, true, Some(PathBuf::from("env.toml")), "then the variable"),
+        (None, Some(OsStr::new("")), true, system.clone(), "an empty variable names nothing"),
+        (None, Some(OsStr::new("")), false, None, "an empty variable, no system file"),
+        (None, None, true, system, "then the system file, if it exists"),
+        (None, None, false, None, "else none"),
+    ];
+    for (flag, env, exists, want, why) in cases {
+        let asked = std::cell::Cell::new(false);
+        let chosen = config_file(flag, env, |path| {
+            asked.set(true);
+            assert_eq!(path, Path::new(SYSTEM_CONFIG_FILE));
+            exists
+        });
+        assert_eq!(chosen, want, "{why}");
+        assert_eq!(
+            asked.get(),
+            flag.is_none() && env.is_none_or(OsStr::is_empty),
+            "{why}: the system file is looked for last"
+        );
+    }
+}
+
+/// `SCOPEGATE_CONFIG` names the file; it is not a setting, so the environment's settings
+/// (`SCOPEGATE_*`) neither refuse it as an unknown key nor read it as one.
+#[test]
+fn scopegate_config_is_not_a_setting() {
+    Jail::expect_with(|jail| {
+        jail.set_env("SCOPEGATE_CONFIG", "/nowhere/scopegate.toml");
+        Config::load(None).expect("SCOPEGATE_CONFIG is no key of the configuration");
+        Ok(())
+    });
+}
+
 #[test]
 fn a_missing_verification_key_stops_start_up() {
     Jail::expect_with(|jail| {

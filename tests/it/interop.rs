@@ -170,8 +170,7 @@ struct Expected {
 /// The revisions the gateway has connected to upstream `server` on (its metrics, which are
 /// process-wide: each test binds its own server id).
 async fn upstream_revisions(gateway: &Gateway, server: &str) -> Vec<String> {
-    let url = format!("http://{}/metrics", gateway.live.addr);
-    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    let text = gateway.live.metrics().await;
     let label = format!("scopegate_upstream_connections_total{{server=\"{server}\",revision=\"");
     text.lines().filter_map(|l| l.strip_prefix(&label)?.split('"').next().map(str::to_owned)).collect()
 }
@@ -179,8 +178,7 @@ async fn upstream_revisions(gateway: &Gateway, server: &str) -> Vec<String> {
 /// How many of `server`'s proxied calls the path `relay` (`lean` or `rmcp`) served (the
 /// metrics are process-wide: each test binds server ids of its own).
 async fn served_by(gateway: &Gateway, server: &str, relay: &str) -> u64 {
-    let url = format!("http://{}/metrics", gateway.live.addr);
-    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    let text = gateway.live.metrics().await;
     let (server, relay) = (format!("server=\"{server}\""), format!("relay=\"{relay}\""));
     text.lines()
         .filter(|l| l.starts_with("scopegate_proxied_calls_total{") && l.contains(&server) && l.contains(&relay))

@@ -395,7 +395,7 @@ async fn mcp_metrics_have_no_tenant_or_user_labels_by_default() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     ok(&olivia, "list_flocks", json!({})).await;
     let _ = call(&olivia, "no_such_tool", json!({})).await;
-    let text = reqwest::get(format!("http://{}/metrics", live.addr)).await.unwrap().text().await.unwrap();
+    let text = live.metrics().await;
     assert!(text.contains(r#"scopegate_identity_lookups_total{source="cache"}"#), "{text}");
     assert!(text.contains(r#"scopegate_identity_lookups_total{source="database"}"#), "{text}");
     assert!(text.contains("scopegate_identity_counter_readable"), "{text}");
@@ -412,6 +412,48 @@ async fn mcp_metrics_have_no_tenant_or_user_labels_by_default() {
     };
     assert!(ids.iter().all(|id| !text.contains(id.as_str())));
     olivia.cancel().await.ok();
+}
+
+/// `/metrics` is served on `metrics.listen` alone: the gateway's port answers it as any
+/// unknown path (what reaches that port, clients and a public load balancer, never reads the
+/// metrics), the metrics listener serves nothing else, and it stops with the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_on_their_own_listener_only() {
+    let mut live = Live::start(Backend::Sqlite, Mode::Session, &[]).await;
+    let metrics_addr = live.metrics_addr().expect("metrics are on by default");
+    assert_ne!(metrics_addr, live.addr, "a listener of its own");
+    let on_main = reqwest::get(format!("{}/metrics", live.base_url())).await.unwrap();
+    assert_eq!(on_main.status(), StatusCode::NOT_FOUND, "not on the gateway's port");
+    let body = on_main.text().await.unwrap();
+    assert!(!body.contains("scopegate_"), "{body}");
+    let scraped = reqwest::get(live.metrics_url()).await.unwrap();
+    assert_eq!(scraped.status(), StatusCode::OK);
+    assert!(scraped.text().await.unwrap().contains("scopegate_db_pool_connections"));
+    let other = reqwest::get(format!("http://{metrics_addr}/readyz")).await.unwrap();
+    assert_eq!(other.status(), StatusCode::NOT_FOUND, "the metrics listener serves /metrics alone");
+
+    live.stop().await;
+    let after = reqwest::Client::new().get(live.metrics_url()).timeout(Duration::from_secs(2)).send().await;
+    assert!(after.is_err(), "the metrics listener stopped with the gateway: {after:?}");
+}
+
+/// With metrics off nothing is bound for them; a `metrics.listen` that can't be bound stops
+/// start-up with an error naming the key.
+#[tokio::test]
+async fn metrics_listener_is_bound_only_when_on_and_its_failure_names_the_key() {
+    let live = Live::start(Backend::Sqlite, Mode::Session, &[("metrics.enabled", json!(false))]).await;
+    assert_eq!(live.metrics_addr(), None);
+    let on_main = reqwest::get(format!("{}/metrics", live.base_url())).await.unwrap();
+    assert_eq!(on_main.status(), StatusCode::NOT_FOUND);
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let config = config_with(live.config.database.url.expose(), &[("metrics.listen", json!(addr))]);
+    let Err(err) = scopegate::Gateway::build(config).await else {
+        panic!("a gateway whose metrics.listen is taken must not start");
+    };
+    let err = err.to_string();
+    assert!(err.contains("metrics.listen") && err.contains(&addr), "{err}");
 }
 
 /// A stream opened with a token ends when that token expires.

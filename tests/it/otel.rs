@@ -102,6 +102,7 @@ impl Served {
             .env("RUST_LOG", "warn")
             .env("SCOPEGATE_DATABASE__URL", db_url)
             .env("SCOPEGATE_SERVER__LISTEN", "127.0.0.1:0")
+            .env("SCOPEGATE_METRICS__LISTEN", "127.0.0.1:0")
             .env("SCOPEGATE_SERVER__PUBLIC_URL", PUBLIC_URL)
             .env("SCOPEGATE_AUTH__HS256_SECRET", TEST_SECRET)
             .env("SCOPEGATE_SERVER__SHUTDOWN_GRACE_SECS", "2")

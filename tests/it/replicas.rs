@@ -196,7 +196,8 @@ impl Replica {
 
     /// The sum of a Prometheus counter's series whose labels include every one of `labels`.
     async fn counter(&self, name: &str, labels: &[&str]) -> f64 {
-        let text = reqwest::get(format!("http://{}/metrics", self.addr)).await.unwrap().text().await.unwrap();
+        let url = self.metrics_url.as_deref().expect("the replica serves metrics");
+        let text = reqwest::get(url).await.unwrap().text().await.unwrap();
         text.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|label| l.contains(label)))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

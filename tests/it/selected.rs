@@ -441,7 +441,8 @@ async fn through_another_replica(backend: Backend) {
     wait_listed(&olivia, "r1.demo__whoami_upstream", true).await;
     let me = ok(&olivia, "r1.demo__whoami_upstream", json!({})).await;
     assert_eq!(me["declared_value"], "ran-on-build-01", "it ran on the executor: {me}");
-    let metrics = reqwest::get(format!("http://{}/metrics", other.addr)).await.unwrap().text().await.unwrap();
+    let metrics =
+        reqwest::get(other.metrics_url.as_deref().expect("metrics are on")).await.unwrap().text().await.unwrap();
     let relayed = metrics.lines().find(|l| l.starts_with("scopegate_executor_channels_total{route=\"relayed\"}"));
     assert!(relayed.is_some_and(|l| !l.ends_with(" 0")), "channels through the other replica: {metrics}");
     assert!(metrics.contains("scopegate_executor_file_reads_total{outcome=\"ok\"}"), "{metrics}");

@@ -81,6 +81,7 @@ pub fn config_with(db_url: &str, overrides: &[(&str, Value)]) -> Config {
     let mut figment = Figment::from(Toml::string(DEFAULT_TOML))
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
+        .merge(Serialized::default("metrics.listen", "127.0.0.1:0"))
         .merge(Serialized::default("server.public_url", PUBLIC_URL))
         .merge(Serialized::default("auth.hs256_secret", super::tokens::TEST_SECRET))
         .merge(Serialized::default("database.max_connections", 4));
@@ -98,6 +99,7 @@ pub fn config_from_file(db_url: &str, toml: &str, overrides: &[(&str, Value)]) -
         .merge(Toml::string(toml))
         .merge(Serialized::default("database.url", db_url))
         .merge(Serialized::default("server.listen", "127.0.0.1:0"))
+        .merge(Serialized::default("metrics.listen", "127.0.0.1:0"))
         .merge(Serialized::default("database.max_connections", 4));
     for (key, value) in overrides {
         figment = figment.merge(Serialized::default(key, value.clone()));

@@ -213,9 +213,19 @@ impl Live {
         sqlx::query_scalar("SELECT id FROM flocks WHERE name = $1").bind(name).fetch_one(&mut *tx).await.unwrap()
     }
 
-    /// The Prometheus text of `/metrics`.
+    /// The Prometheus text of `/metrics`, on the metrics listener.
     pub async fn metrics(&self) -> String {
-        reqwest::get(format!("{}/metrics", self.base_url())).await.unwrap().text().await.unwrap()
+        self.gateway.metrics().await
+    }
+
+    /// Where the metrics listener serves `/metrics` (`http://ADDR/metrics`).
+    pub fn metrics_url(&self) -> String {
+        self.gateway.metrics_url()
+    }
+
+    /// The metrics listener's address; `None` with metrics off.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.gateway.metrics_addr
     }
 
     pub fn state(&self) -> &AppState {
@@ -254,6 +264,8 @@ impl Live {
 /// A gateway serving in this process until it is stopped or dropped.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The metrics listener's address (metrics are on in the tests' configuration).
+    pub metrics_addr: Option<SocketAddr>,
     state: AppState,
     agents: Arc<Agents>,
     stop: Option<oneshot::Sender<()>>,
@@ -264,11 +276,22 @@ impl Running {
     pub async fn start(config: Config, tools: ToolSet) -> Self {
         let gateway = Gateway::build_with_tools(config, tools).await.expect("the gateway builds");
         let (addr, state, agents) = (gateway.local_addr(), gateway.state().clone(), Arc::clone(gateway.agents()));
+        let metrics_addr = gateway.metrics_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(gateway.run(async move {
             let _ = stopped.await;
         }));
-        Self { addr, state, agents, stop: Some(stop), task: Some(task) }
+        Self { addr, metrics_addr, state, agents, stop: Some(stop), task: Some(task) }
+    }
+
+    /// `http://ADDR/metrics` on the metrics listener.
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.metrics_addr.expect("metrics are enabled"))
+    }
+
+    /// The Prometheus text of `/metrics`, on the metrics listener.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(self.metrics_url()).await.unwrap().text().await.unwrap()
     }
 
     pub fn base_url(&self) -> String {

@@ -21,6 +21,8 @@ pub fn scopegate(dir: &std::path::Path) -> Command {
         }
     }
     cmd.env("RUST_LOG", "warn");
+    // Every gateway a test starts scrapes on a port of its own, never the shared default.
+    cmd.env("SCOPEGATE_METRICS__LISTEN", "127.0.0.1:0");
     // The tests' own secret: the shipped one is refused wherever others could reach the gateway.
     cmd.env("SCOPEGATE_AUTH__HS256_SECRET", super::tokens::TEST_SECRET);
     cmd
@@ -66,6 +68,8 @@ pub struct Replica {
     pub child: Child,
     /// `HOST:PORT` it listens on.
     pub addr: String,
+    /// `http://HOST:PORT/metrics` of its metrics listener, when metrics are on.
+    pub metrics_url: Option<String>,
     pub log: Arc<std::sync::Mutex<String>>,
 }
 
@@ -113,6 +117,7 @@ impl Replica {
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn scopegate serve");
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut seen = String::new();
+        let mut metrics_url = None;
         let addr = loop {
             let mut line = String::new();
             if stderr.read_line(&mut line).unwrap() == 0 {
@@ -120,6 +125,9 @@ impl Replica {
             }
             if let Some(rest) = line.strip_prefix("scopegate listening on http://") {
                 break rest.trim().to_owned();
+            }
+            if let Some(rest) = line.strip_prefix("scopegate metrics on ") {
+                metrics_url = Some(rest.trim().to_owned());
             }
             seen.push_str(&line);
         };
@@ -130,7 +138,7 @@ impl Replica {
             let _ = stderr.read_to_string(&mut rest);
             sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&rest);
         });
-        Self { child, addr, log }
+        Self { child, addr, metrics_url, log }
     }
 }
 
