@@ -974,3 +974,6 @@ impl CheckpointSink {
         }
     }
 }
+
+#[cfg(test)]
+mod layering_tests;

@@ -9,7 +9,6 @@ mod auth;
 mod checkpoints;
 mod cli;
 mod compose;
-mod config;
 mod console;
 mod console_signin;
 mod docs;

@@ -1,9 +1,12 @@
-//! Configuration: layering (defaults, file, environment), and refusals that name the key.
+//! Configuration: layering (defaults, file, environment), and refusals that name the key. Unit
+//! tests, not in the integration binary: figment::Jail changes the process's working directory
+//! and environment while it runs, which the integration tests' gateways and child processes
+//! would see.
 // figment::Jail's closures return figment::Error, which is large; that is its API.
 #![allow(clippy::result_large_err)]
 
+use super::{Config, SHIPPED_DEV_SECRET};
 use figment::Jail;
-use scopegate::config::{Config, SHIPPED_DEV_SECRET};
 
 fn load_err(jail: &mut Jail, file: Option<(&str, &str)>) -> String {
     let path = file.map(|(name, text)| {
@@ -60,7 +63,7 @@ fn the_configuration_file_is_chosen_in_order() {
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
 
-    use scopegate::config::{SYSTEM_CONFIG_FILE, config_file};
+    use super::{SYSTEM_CONFIG_FILE, config_file};
     let system = Some(PathBuf::from(SYSTEM_CONFIG_FILE));
     let flag = Some(Path::new("flag.toml"));
     let env = Some(OsStr::new("env.toml"));
