@@ -9,7 +9,7 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
 /// The shipped `config/default.toml`, compiled in so the binary runs anywhere.
-pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// The HS256 secret that ships in `config/default.toml`. It is public, so the gateway
 /// refuses to serve anything but loopback with it.
