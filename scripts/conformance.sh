@@ -288,8 +288,10 @@ if [ "$direct" -eq 0 ]; then
   url="$base/mcp"
   say "starting scopegate serve --demo on $base (working folder $work)"
   # Rate limits are not under test, and the suite sends its scenarios' requests back to back
-  # as one user: off (0), or the later scenarios get 429 rate_limited.
+  # as one user: off (0), or the later scenarios get 429 rate_limited. Metrics on any free
+  # port: their default one may be taken on this host.
   (cd "$work" && exec env "${gateway_env[@]}" SCOPEGATE_LIMITS__USER_PER_SEC=0 SCOPEGATE_LIMITS__TENANT_PER_SEC=0 \
+    SCOPEGATE_METRICS__LISTEN=127.0.0.1:0 \
     "$bin" serve --demo --listen "127.0.0.1:$port" >"$work/gateway.stdout" 2>"$work/gateway.stderr") &
   gateway_pid=$!
 
