@@ -64,10 +64,10 @@ async fn probe(url: reqwest::Url, timeout: Duration) -> Result<(), HealthError> 
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| HealthError::Client(causes(&e)))?;
+        .map_err(|e| HealthError::Client(crate::telemetry::error_chain(&e)))?;
     let response = match client.get(url.clone()).send().await {
         Ok(response) => response,
-        Err(e) => return Err(HealthError::Unreachable { url, cause: causes(&e) }),
+        Err(e) => return Err(HealthError::Unreachable { url, cause: crate::telemetry::error_chain(&e) }),
     };
     let status = response.status();
     if status == reqwest::StatusCode::OK {
@@ -88,19 +88,6 @@ fn reason(body: &str) -> String {
         None if text.is_empty() => "(no reason given)".to_owned(),
         None => text,
     }
-}
-
-/// An error and its causes on one line (reqwest's own text alone says little: "error sending
-/// request").
-fn causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

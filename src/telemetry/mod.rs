@@ -14,6 +14,19 @@ use crate::config::{LogFormat, TelemetryConfig};
 
 pub use trace::TraceSetupError;
 
+/// An error and its causes, on one line (reqwest's own text leaves out the cause: "error
+/// sending request").
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// rmcp's OAuth module logs an authorization code at debug level: when the filter lets debug
 /// through, that module is held at info, so no level setting puts a code in the log.
 const OAUTH_CAP: &str = "rmcp::transport::auth=info";

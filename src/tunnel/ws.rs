@@ -76,18 +76,6 @@ pub(super) async fn ready(
     Ok(WebSocketStream::from_raw_socket(io, Role::Server, Some(upgrading.config)).await)
 }
 
-/// An error and its causes, on one line (reqwest's own text leaves out the cause).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 pub(super) async fn dial(
     client: &reqwest::Client,
     base: &str,
@@ -122,7 +110,7 @@ pub(super) async fn dial_at(
         .headers(headers)
         .send()
         .await
-        .map_err(|e| DialError::Network(format!("{url}: {}", chain(&e))))?;
+        .map_err(|e| DialError::Network(format!("{url}: {}", crate::telemetry::error_chain(&e))))?;
     let status = response.status();
     if status != StatusCode::SWITCHING_PROTOCOLS {
         let mut body = Vec::new();
@@ -146,6 +134,6 @@ pub(super) async fn dial_at(
     let upgraded = response
         .upgrade()
         .await
-        .map_err(|e| DialError::Network(format!("{url}: the upgrade failed: {}", chain(&e))))?;
+        .map_err(|e| DialError::Network(format!("{url}: the upgrade failed: {}", crate::telemetry::error_chain(&e))))?;
     Ok(WebSocketStream::from_raw_socket(upgraded, Role::Client, Some(ws_config(settings))).await)
 }
