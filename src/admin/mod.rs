@@ -194,9 +194,12 @@ async fn tenant_id(conn: &mut AnyConnection, slug: &str) -> Result<crate::store:
     Ok(crate::store::admin::tenant_id_by_slug(conn, slug).await?)
 }
 
+/// Where the console's sign-ins through tenants' providers start: `{this}/{tenant}`.
+pub const CONSOLE_SIGNIN_TENANTS: &str = "/console/signin/tenants";
+
 /// Where a tenant's people start the console's sign-in through the providers their tenant
 /// trusts (a path of the gateway; the console serves it).
 pub fn console_signin_path(tenant_slug: &str) -> String {
     let slug = percent_encoding::utf8_percent_encode(tenant_slug, percent_encoding::NON_ALPHANUMERIC);
-    format!("/console/signin/tenants/{slug}")
+    format!("{CONSOLE_SIGNIN_TENANTS}/{slug}")
 }

@@ -56,7 +56,7 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/", get(home))
         .route("/console/session", post(sign_in))
         .route(signin::START_PATH, get(signin::start))
-        .route(signin::TENANT_PATH, get(signin::start_tenant))
+        .route(&format!("{}/{{tenant}}", crate::admin::CONSOLE_SIGNIN_TENANTS), get(signin::start_tenant))
         .route(signin::CALLBACK_PATH, get(signin::callback))
         .route("/console/signout", post(sign_out))
         .route("/console/assets/console.css", get(css))

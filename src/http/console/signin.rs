@@ -52,7 +52,6 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// Browsers drop a cookie over about 4 KiB (name and attributes included).
 const MAX_TOKEN_BYTES: usize = 3800;
 pub(super) const START_PATH: &str = "/console/signin/provider";
-pub(super) const TENANT_PATH: &str = "/console/signin/tenants/{tenant}";
 pub(super) const CALLBACK_PATH: &str = "/console/signin/callback";
 
 /// The console's sign-in through identity providers.
@@ -265,11 +264,16 @@ struct Flow {
     nonce: String,
     /// Unix seconds.
     expires: i64,
-    /// A tenant's provider: the tenant's slug and the issuer; neither: the gateway's own.
+    /// A tenant's provider; `None`: the gateway's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    tenant: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    issuer: Option<String>,
+    tenant: Option<TenantProvider>,
+}
+
+/// The provider of a tenant's sign-in: the tenant's slug and the issuer.
+#[derive(Serialize, Deserialize)]
+struct TenantProvider {
+    tenant: String,
+    issuer: String,
 }
 
 /// 32 random bytes, base64url: a state, a nonce, or a PKCE verifier (43 characters, as
@@ -387,8 +391,7 @@ async fn begin(console: &Console, signin: &SignIn, client: &Client, tenant: Opti
         verifier,
         nonce,
         expires: now() + FLOW_SECS,
-        tenant: tenant.map(str::to_owned),
-        issuer: tenant.map(|_| client.issuer.clone()),
+        tenant: tenant.map(|tenant| TenantProvider { tenant: tenant.to_owned(), issuer: client.issuer.clone() }),
     };
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(flow.verifier.as_bytes()));
     let query = {
@@ -457,8 +460,8 @@ async fn finish(
     // The provider the flow started with, as trusted now: a tenant's may have been withdrawn
     // meanwhile.
     let tenant_client;
-    let client = match (&flow.tenant, &flow.issuer) {
-        (Some(tenant), Some(issuer)) => {
+    let client = match &flow.tenant {
+        Some(TenantProvider { tenant, issuer }) => {
             let trusts = console
                 .api
                 .trusted
@@ -472,8 +475,7 @@ async fn finish(
                 .ok_or_else(|| SignInError::Withdrawn(format!("tenant `{tenant}`, issuer {issuer}")))?;
             &tenant_client
         }
-        (None, None) => signin.own.as_ref().ok_or(SignInError::State("no sign-in through the gateway's provider"))?,
-        _ => return Err(SignInError::State("malformed flow cookie")),
+        None => signin.own.as_ref().ok_or(SignInError::State("no sign-in through the gateway's provider"))?,
     };
     if let Some(error) = answer.error {
         tracing::info!(
@@ -522,7 +524,7 @@ async fn finish(
             ));
         }
     };
-    if let Some(tenant) = &flow.tenant
+    if let Some(TenantProvider { tenant, .. }) = &flow.tenant
         && !matches!(&who, Authority::Member(m) if m.slug == *tenant)
     {
         tracing::info!(tenant, "console: a tenant's provider signed in someone who is not that tenant's");
