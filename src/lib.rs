@@ -22,6 +22,7 @@ pub mod jsonrpc;
 pub mod mcp;
 pub mod model;
 pub mod oauth;
+pub mod policy;
 pub mod proxy;
 pub mod relay;
 pub mod selection;

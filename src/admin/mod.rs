@@ -8,6 +8,7 @@
 mod audit;
 mod authority;
 mod idempotency;
+pub mod policies;
 pub mod read;
 pub mod report;
 pub mod views;
@@ -44,6 +45,9 @@ pub enum AdminError {
     /// An `Idempotency-Key` sent again with another request.
     #[error("this Idempotency-Key was used with another request")]
     KeyReused,
+    /// A policy that does not parse or validate: each problem with its line and column.
+    #[error("the policy does not validate: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidPolicy(Vec<crate::policy::Problem>),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -79,6 +83,8 @@ pub struct Admin {
     oauth: Option<std::sync::Arc<str>>,
     /// What an issuer a tenant trusts is checked against; none: no issuer is trusted.
     issuers: Option<std::sync::Arc<IssuerRules>>,
+    /// The gateway's native tools as policies see them (a tenant's schema names them).
+    native_facts: std::sync::Arc<[crate::policy::ToolFacts]>,
 }
 
 /// The gateway's settings a tenant's trusted issuer is checked against.
@@ -92,7 +98,34 @@ struct IssuerRules {
 
 impl Admin {
     pub fn new(db: Db, native_tools: Vec<String>) -> Self {
-        Self { db, native_tools: native_tools.into(), audit: None, oauth: None, issuers: None }
+        let native_facts: Vec<crate::policy::ToolFacts> = Vec::new();
+        Self {
+            db,
+            native_tools: native_tools.into(),
+            audit: None,
+            oauth: None,
+            issuers: None,
+            native_facts: native_facts.into(),
+        }
+    }
+
+    /// The service of a gateway whose native tools are `tools` (the policy schema names them).
+    pub fn with_native_facts(mut self, tools: Vec<crate::policy::ToolFacts>) -> Self {
+        self.native_facts = tools.into();
+        self
+    }
+
+    /// The decision a call would get (see [`policies::check`]), for an owner or auditor.
+    pub async fn check_policy(
+        &self,
+        who: &Authority,
+        tenant: &str,
+        request: &policies::CheckRequest,
+    ) -> Result<policies::CheckAnswer, AdminError> {
+        who.authorize(Need::Inspect(tenant))?;
+        let mut conn = self.db.begin_read().await?;
+        let id = tenant_id(&mut conn, tenant).await?;
+        policies::check(&mut conn, id, tenant, &self.native_facts, request).await
     }
 
     /// The service with the audit configuration (checkpoints) of a running gateway.
@@ -129,7 +162,8 @@ impl Admin {
     pub async fn get(&self, who: &Authority, target: &Target) -> Result<Tagged, AdminError> {
         who.authorize(target.need())?;
         let mut conn = self.db.begin_read().await?;
-        let view = target.view(&mut conn).await?.ok_or_else(|| AdminError::NotFound(target.missing()))?;
+        let view =
+            target.view(&mut conn, &self.native_facts).await?.ok_or_else(|| AdminError::NotFound(target.missing()))?;
         Ok(Tagged::new(view))
     }
 
@@ -156,7 +190,7 @@ impl Admin {
     pub async fn list(&self, who: &Authority, collection: &Collection, page: &PageQuery) -> Result<Page, AdminError> {
         who.authorize(collection.need())?;
         let mut conn = self.db.begin_read().await?;
-        collection.page(&mut conn, page).await
+        collection.page(&mut conn, page, &self.native_facts).await
     }
 }
 

@@ -63,6 +63,19 @@ pub enum Target {
         tenant: String,
         issuer: String,
     },
+    /// One of the tenant's Cedar policies.
+    Policy {
+        tenant: String,
+        id: String,
+    },
+    /// One of the platform's Cedar policies.
+    PlatformPolicy {
+        id: String,
+    },
+    /// How the tenant's policies take part (`enforce` or `log_only`).
+    PolicyMode {
+        tenant: String,
+    },
 }
 
 /// A collection of resources.
@@ -79,6 +92,8 @@ pub enum Collection {
     RootAllowances { tenant: String, executor: Option<String> },
     Credentials { tenant: String },
     Issuers { tenant: String },
+    Policies { tenant: String },
+    PlatformPolicies,
 }
 
 /// The characters a path segment keeps as they are: RFC 3986's unreserved ones.
@@ -115,8 +130,9 @@ impl Target {
     pub fn need(&self) -> Need<'_> {
         match self {
             Target::Tenant { slug } => Need::Manage(slug),
-            Target::Executor { .. } => Need::Platform,
+            Target::Executor { .. } | Target::PlatformPolicy { .. } => Need::Platform,
             Target::Entity { tenant, .. } => Need::PlatformOver(tenant),
+            Target::Policy { tenant, .. } | Target::PolicyMode { tenant } => Need::Inspect(tenant),
             Target::User { tenant, .. }
             | Target::Flock { tenant, .. }
             | Target::Assignment { tenant, .. }
@@ -133,7 +149,8 @@ impl Target {
     pub fn tenant(&self) -> Option<&str> {
         match self {
             Target::Tenant { slug } => Some(slug),
-            Target::Executor { .. } => None,
+            Target::Executor { .. } | Target::PlatformPolicy { .. } => None,
+            Target::Policy { tenant, .. } | Target::PolicyMode { tenant } => Some(tenant),
             Target::User { tenant, .. }
             | Target::Flock { tenant, .. }
             | Target::Assignment { tenant, .. }
@@ -169,6 +186,9 @@ impl Target {
             Target::Provisioning { tenant } => t(tenant, "provisioning".into()),
             // The issuer is a URL: one segment, its slashes and colon percent-encoded.
             Target::Issuer { tenant, issuer } => t(tenant, format!("issuers/{}", seg(issuer))),
+            Target::Policy { tenant, id } => t(tenant, format!("policies/{}", seg(id))),
+            Target::PlatformPolicy { id } => format!("platform/policies/{}", seg(id)),
+            Target::PolicyMode { tenant } => t(tenant, "policy-mode".into()),
         }
     }
 
@@ -187,11 +207,22 @@ impl Target {
             Target::Credential { server, .. } => format!("no credential stored for `{server}` of that owner"),
             Target::Provisioning { .. } => "this tenant does not provision users on first sight".into(),
             Target::Issuer { issuer, .. } => format!("this tenant does not trust issuer `{issuer}`"),
+            Target::Policy { id, .. } => format!("policy `{id}` does not exist in this tenant"),
+            Target::PlatformPolicy { id } => format!("platform policy `{id}` does not exist"),
+            Target::PolicyMode { tenant } => format!("tenant `{tenant}` does not exist"),
         }
     }
 
     /// Its representation, or `None` when it does not exist.
-    pub async fn view(&self, conn: &mut AnyConnection) -> Result<Option<Value>, AdminError> {
+    pub async fn view(
+        &self,
+        conn: &mut AnyConnection,
+        native: &[crate::policy::ToolFacts],
+    ) -> Result<Option<Value>, AdminError> {
+        if let Target::PlatformPolicy { id } = self {
+            let views = super::policies::views(conn, crate::store::admin::platform_chain(), None).await?;
+            return Ok(views.into_iter().find(|p| p.id == *id).map(to_value));
+        }
         if let Target::Tenant { slug } = self {
             let row =
                 sqlx::query("SELECT slug, name, status, created_at, retired_at, org_id FROM tenants WHERE slug = $1")
@@ -251,7 +282,16 @@ impl Target {
             Target::Issuer { issuer, .. } => {
                 issuers(conn, slug).await?.into_iter().find(|i| i.issuer == *issuer).map(to_value)
             }
-            Target::Tenant { .. } | Target::Executor { .. } => None,
+            Target::Policy { id, .. } => {
+                let catalogue = super::policies::catalogue_of(&mut *conn, tenant, slug, native).await?;
+                let views = super::policies::views(conn, tenant, Some(&catalogue)).await?;
+                views.into_iter().find(|p| p.id == *id).map(to_value)
+            }
+            Target::PolicyMode { .. } => {
+                let mode = crate::store::policies::policy_mode(conn, tenant).await?;
+                Some(serde_json::json!({ "mode": mode }))
+            }
+            Target::Tenant { .. } | Target::Executor { .. } | Target::PlatformPolicy { .. } => None,
         };
         Ok(view)
     }
@@ -260,7 +300,8 @@ impl Target {
 impl Collection {
     pub fn need(&self) -> Need<'_> {
         match self {
-            Collection::Tenants | Collection::Executors => Need::Platform,
+            Collection::Tenants | Collection::Executors | Collection::PlatformPolicies => Need::Platform,
+            Collection::Policies { tenant } => Need::Inspect(tenant),
             Collection::Entities { tenant } => Need::PlatformOver(tenant),
             Collection::Users { tenant }
             | Collection::Flocks { tenant }
@@ -274,10 +315,15 @@ impl Collection {
     }
 
     /// One page, in key order.
-    pub async fn page(&self, conn: &mut AnyConnection, query: &PageQuery) -> Result<Page, AdminError> {
+    pub async fn page(
+        &self,
+        conn: &mut AnyConnection,
+        query: &PageQuery,
+        native: &[crate::policy::ToolFacts],
+    ) -> Result<Page, AdminError> {
         let limit = query.limit()?;
         let tenant = match self {
-            Collection::Tenants | Collection::Executors => None,
+            Collection::Tenants | Collection::Executors | Collection::PlatformPolicies => None,
             Collection::Users { tenant }
             | Collection::Flocks { tenant }
             | Collection::Assignments { tenant }
@@ -286,7 +332,8 @@ impl Collection {
             | Collection::Grants { tenant }
             | Collection::RootAllowances { tenant, .. }
             | Collection::Credentials { tenant }
-            | Collection::Issuers { tenant } => Some(
+            | Collection::Issuers { tenant }
+            | Collection::Policies { tenant } => Some(
                 tenant_of(&mut *conn, tenant)
                     .await?
                     .ok_or_else(|| AdminError::NotFound(format!("tenant `{tenant}` does not exist")))?,
@@ -376,6 +423,15 @@ impl Collection {
                 .collect(),
             (Collection::Issuers { tenant: slug }, Some(_)) => {
                 issuers(conn, slug).await?.into_iter().map(|i| (vec![i.issuer.clone()], to_value(i))).collect()
+            }
+            (Collection::Policies { tenant: slug }, Some(tenant)) => {
+                let catalogue = super::policies::catalogue_of(&mut *conn, tenant, slug, native).await?;
+                let views = super::policies::views(conn, tenant, Some(&catalogue)).await?;
+                views.into_iter().map(|p| (vec![p.id.clone()], to_value(p))).collect()
+            }
+            (Collection::PlatformPolicies, _) => {
+                let views = super::policies::views(conn, crate::store::admin::platform_chain(), None).await?;
+                views.into_iter().map(|p| (vec![p.id.clone()], to_value(p))).collect()
             }
             (_, None) => return Err(AdminError::NotFound("no such collection".into())),
         };

@@ -10,11 +10,13 @@ use sqlx::AnyConnection;
 
 use super::idempotency::{self, Idempotency};
 use super::read::{Target, grant_id};
+use super::tenant_id;
 use super::{Admin, AdminError, Authority, Need, digest};
 use crate::audit::{self, AuditEvent, Outcome};
 use crate::model::{Role, TenantStatus, UserStatus};
+use crate::policy::Mode;
 use crate::store::entities::{self, GrantKind};
-use crate::store::{AuditEventId, StoreError, TenantId, admin, now_millis, roots};
+use crate::store::{AuditEventId, StoreError, TenantId, admin, now_millis, policies, roots};
 
 /// One administrative change.
 #[derive(Debug, Clone, Serialize)]
@@ -158,6 +160,30 @@ pub enum Write {
         tenant: String,
         id: String,
     },
+    /// Creates or replaces one of the tenant's Cedar policies (validated first).
+    PutPolicy {
+        tenant: String,
+        id: String,
+        text: String,
+        mode: Mode,
+    },
+    DeletePolicy {
+        tenant: String,
+        id: String,
+    },
+    /// Creates or replaces one of the platform's policies, which take part in every tenant's.
+    PutPlatformPolicy {
+        id: String,
+        text: String,
+    },
+    DeletePlatformPolicy {
+        id: String,
+    },
+    /// Whether the tenant's policies decide (`enforce`) or are only audited (`log_only`).
+    SetPolicyMode {
+        tenant: String,
+        mode: Mode,
+    },
     /// A login to an OAuth-protected server: the tenant's, or `user`'s own (a server declared
     /// with `"oauth": {"tokens": "user"}`). Answers the start link, good once for 10 minutes.
     OauthLogin {
@@ -254,7 +280,9 @@ impl Write {
             | DeleteExecutor { .. }
             | RotateExecutorSecret { .. }
             | AddExecutorOwner { .. }
-            | RemoveExecutorOwner { .. } => Need::Platform,
+            | RemoveExecutorOwner { .. }
+            | PutPlatformPolicy { .. }
+            | DeletePlatformPolicy { .. } => Need::Platform,
             UpdateTenant { slug: tenant, .. }
             | RetireTenant { slug: tenant }
             | PurgeTenant { slug: tenant }
@@ -306,6 +334,11 @@ impl Write {
             DeleteProvisioning { .. } => "admin.provisioning.delete",
             TrustIssuer { .. } => "admin.issuer.trust",
             DistrustIssuer { .. } => "admin.issuer.distrust",
+            PutPolicy { .. } => "admin.policy.put",
+            DeletePolicy { .. } => "admin.policy.delete",
+            PutPlatformPolicy { .. } => "admin.platform_policy.put",
+            DeletePlatformPolicy { .. } => "admin.platform_policy.delete",
+            SetPolicyMode { .. } => "admin.policy.mode",
         }
     }
 
@@ -352,6 +385,11 @@ impl Write {
             }
             TrustIssuer { tenant, trust } => Target::Issuer { tenant: t(tenant), issuer: trust.issuer.clone() },
             DistrustIssuer { tenant, issuer } => Target::Issuer { tenant: t(tenant), issuer: issuer.clone() },
+            PutPolicy { tenant, id, .. } | DeletePolicy { tenant, id } => {
+                Target::Policy { tenant: t(tenant), id: id.clone() }
+            }
+            PutPlatformPolicy { id, .. } | DeletePlatformPolicy { id } => Target::PlatformPolicy { id: id.clone() },
+            SetPolicyMode { tenant, .. } => Target::PolicyMode { tenant: t(tenant) },
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -362,7 +400,7 @@ impl Write {
         match self {
             CreateTenant { .. } | CreateUser { .. } | CreateFlock { .. } | Assign { .. } | CreateExecutor { .. } => 201,
             CreateEntity { .. } | CreateGrant { .. } | AllowRoot { .. } | OauthLogin { .. } | TrustIssuer { .. } => 201,
-            SetBinding { .. } if !existed => 201,
+            SetBinding { .. } | PutPolicy { .. } | PutPlatformPolicy { .. } if !existed => 201,
             DeleteUser { .. }
             | DeleteFlock { .. }
             | Unassign { .. }
@@ -373,7 +411,9 @@ impl Write {
             | DeleteRoot { .. }
             | OauthLogout { .. }
             | DeleteProvisioning { .. }
-            | DistrustIssuer { .. } => 204,
+            | DistrustIssuer { .. }
+            | DeletePolicy { .. }
+            | DeletePlatformPolicy { .. } => 204,
             _ => 200,
         }
     }
@@ -386,6 +426,7 @@ impl Write {
                 Some(slug)
             }
             CreateExecutor { .. } | DeleteExecutor { .. } | RotateExecutorSecret { .. } => None,
+            PutPlatformPolicy { .. } | DeletePlatformPolicy { .. } => None,
             AddExecutorOwner { tenant, .. } | RemoveExecutorOwner { tenant, .. } => Some(tenant),
             CreateUser { tenant, .. }
             | UpdateUser { tenant, .. }
@@ -410,7 +451,10 @@ impl Write {
             | SetProvisioning { tenant, .. }
             | DeleteProvisioning { tenant }
             | TrustIssuer { tenant, .. }
-            | DistrustIssuer { tenant, .. } => Some(tenant),
+            | DistrustIssuer { tenant, .. }
+            | PutPolicy { tenant, .. }
+            | DeletePolicy { tenant, .. }
+            | SetPolicyMode { tenant, .. } => Some(tenant),
         }
     }
 }
@@ -464,7 +508,7 @@ impl Admin {
         }
         let target = write.target();
         let before = match &target {
-            Some(t) => t.view(&mut tx).await?,
+            Some(t) => t.view(&mut tx, &self.native_facts).await?,
             None => None,
         };
         let before_tag = before.as_ref().map(digest);
@@ -479,7 +523,7 @@ impl Admin {
             (Write::ImportEntities { .. }, _) => {
                 Some(json!({ "imported": applied.imported, "skipped": applied.skipped }))
             }
-            (_, Some(t)) => t.view(&mut tx).await?,
+            (_, Some(t)) => t.view(&mut tx, &self.native_facts).await?,
             (_, None) => None,
         };
         let after_tag = after.as_ref().map(digest);
@@ -530,6 +574,7 @@ impl Admin {
                 error_class: None,
                 duration_us: started.elapsed().as_micros() as i64,
                 calls: 1,
+                policy: None,
             };
             // No cached head: the tenant's head row is locked and read in this transaction.
             audit::append(&mut tx, &None, &event).await?;
@@ -649,6 +694,31 @@ impl Admin {
                 applied.created = Some(Target::RootAllowance { tenant: tenant.clone(), id: id.to_string() });
             }
             Write::DeleteRoot { tenant, id } => roots::delete_root_allowance(c, tenant, id).await?,
+            Write::PutPolicy { tenant, id, text, mode } => {
+                let tenant_id = tenant_id(&mut *c, tenant).await?;
+                let catalogue = super::policies::catalogue_of(&mut *c, tenant_id, tenant, &self.native_facts).await?;
+                super::policies::check_text(Some(&catalogue), id, text)?;
+                policies::put_policy(c, tenant_id, id, text, mode.as_str()).await?;
+            }
+            Write::DeletePolicy { tenant, id } => {
+                let tenant_id = tenant_id(&mut *c, tenant).await?;
+                if !policies::delete_policy(c, tenant_id, id).await? {
+                    return Err(AdminError::NotFound(format!("policy `{id}` does not exist in this tenant")));
+                }
+            }
+            Write::PutPlatformPolicy { id, text } => {
+                super::policies::check_text(None, id, text)?;
+                policies::put_policy(c, admin::platform_chain(), id, text, Mode::Enforce.as_str()).await?;
+            }
+            Write::DeletePlatformPolicy { id } => {
+                if !policies::delete_policy(c, admin::platform_chain(), id).await? {
+                    return Err(AdminError::NotFound(format!("platform policy `{id}` does not exist")));
+                }
+            }
+            Write::SetPolicyMode { tenant, mode } => {
+                let tenant_id = tenant_id(&mut *c, tenant).await?;
+                policies::set_policy_mode(c, tenant_id, mode.as_str()).await?;
+            }
             Write::OauthLogin { tenant, server, user } => {
                 let Some(public_url) = &self.oauth else {
                     return Err(AdminError::Conflict(

@@ -27,6 +27,10 @@ struct ChainBody<'a> {
     id: AuditEventId,
     occurred_at: i64,
     outcome: &'a str,
+    // Absent when grants alone decided, so the events written before the member existed hash
+    // as they did.
+    #[serde(skip_serializing_if = "is_absent")]
+    policy: &'a Option<String>,
     prev_hash: &'a str,
     request_id: &'a Option<String>,
     seq: i64,
@@ -38,6 +42,10 @@ struct ChainBody<'a> {
 
 fn is_one(n: &i64) -> bool {
     *n == 1
+}
+
+fn is_absent(policy: &&Option<String>) -> bool {
+    policy.is_none()
 }
 
 /// The hash of one chain link: over the predecessor's hash, the sequence number and
@@ -78,6 +86,7 @@ fn chain_body<'a>(prev_hash: &'a str, seq: i64, event: &'a AuditEvent) -> ChainB
         id: event.id,
         occurred_at: event.occurred_at,
         outcome: event.outcome.as_str(),
+        policy: &event.policy,
         prev_hash,
         request_id: &event.request_id,
         seq,
@@ -151,6 +160,9 @@ mod tests {
         if event.calls != 1 {
             body["calls"] = event.calls.into();
         }
+        if let Some(policy) = &event.policy {
+            body["policy"] = policy.clone().into();
+        }
         let digest = Sha256::digest(reference_canonical(&body).as_bytes());
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -196,6 +208,7 @@ mod tests {
             action in any::<String>(),
             texts in (text(), text(), text(), text(), text(), text(), text(), text()),
             calls in prop_oneof![Just(1i64), any::<i64>()],
+            policy in proptest::option::of(".*"),
         ) {
             let (session_id, request_id, client_name, client_version, tool, args_digest, args_raw, error_class) = texts;
             let event = AuditEvent {
@@ -215,6 +228,7 @@ mod tests {
                 error_class,
                 duration_us: times.1,
                 calls,
+                policy,
             };
             prop_assert_eq!(chain_hash(&prev, seq, &event), reference_chain_hash(&prev, seq, &event));
         }

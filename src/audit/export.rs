@@ -27,8 +27,9 @@ pub enum Format {
     Csv,
 }
 
-/// The CSV header, and the order of a CSV row's fields.
-pub const COLUMNS: [&str; 19] = [
+/// The CSV header, and the order of a CSV row's fields. `policy` came last, later: an export
+/// written before it (the first 19 columns) is read too.
+pub const COLUMNS: [&str; 20] = [
     "seq",
     "id",
     "tenant_id",
@@ -48,7 +49,11 @@ pub const COLUMNS: [&str; 19] = [
     "calls",
     "prev_hash",
     "hash",
+    "policy",
 ];
+
+/// The columns of an export written before `policy` existed.
+const COLUMNS_BEFORE_POLICY: usize = 19;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -171,6 +176,7 @@ fn write_csv_row(out: &mut dyn Write, seq: i64, prev_hash: &str, hash: &str, e: 
         Number(e.calls),
         Text(Some(prev_hash)),
         Text(Some(hash)),
+        Text(e.policy.as_deref()),
     ];
     for (i, cell) in cells.iter().enumerate() {
         if i > 0 {
@@ -249,6 +255,8 @@ struct JsonRow {
     tenant_id: TenantId,
     tool: Option<String>,
     user_id: UserId,
+    #[serde(default)]
+    policy: Option<String>,
 }
 
 fn one() -> i64 {
@@ -290,6 +298,7 @@ fn json_row(text: &str) -> Result<ReadRow, String> {
             error_class: r.error_class,
             duration_us: r.duration_us,
             calls: r.calls,
+            policy: r.policy,
         },
     })
 }
@@ -347,9 +356,9 @@ fn csv_record(input: &mut dyn BufRead, line: &mut usize) -> Result<Option<Vec<Op
     }
 }
 
-fn csv_row(cells: Vec<Option<String>>) -> Result<ReadRow, String> {
-    if cells.len() != COLUMNS.len() {
-        return Err(format!("{} fields, not {}", cells.len(), COLUMNS.len()));
+fn csv_row(cells: Vec<Option<String>>, width: usize) -> Result<ReadRow, String> {
+    if cells.len() != width {
+        return Err(format!("{} fields, not {width}", cells.len()));
     }
     let mut cells = cells.into_iter().zip(COLUMNS);
     let mut text = move || cells.next().expect("counted above");
@@ -375,6 +384,7 @@ fn csv_row(cells: Vec<Option<String>>) -> Result<ReadRow, String> {
     let calls = number(text())?;
     let prev_hash = required(text())?;
     let hash = required(text())?;
+    let policy = if width > COLUMNS_BEFORE_POLICY { text().0 } else { None };
     Ok(ReadRow {
         seq,
         prev_hash,
@@ -396,6 +406,7 @@ fn csv_row(cells: Vec<Option<String>>) -> Result<ReadRow, String> {
             error_class,
             duration_us,
             calls,
+            policy,
         },
     })
 }
@@ -411,9 +422,13 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
     let mut checked = Checked { events: 0, tenant: None, first: None, head: None, anchored: 0 };
     let mut line = 0;
     let csv = first_byte.is_some_and(|b| b != b'{');
+    let mut width = COLUMNS.len();
     if csv {
         let header = csv_record(input, &mut line).map_err(|r| problem(1, r))?.unwrap_or_default();
-        if header.iter().map(|h| h.as_deref().unwrap_or("")).ne(COLUMNS) {
+        let names = || header.iter().map(|h| h.as_deref().unwrap_or(""));
+        if names().eq(COLUMNS[..COLUMNS_BEFORE_POLICY].iter().copied()) {
+            width = COLUMNS_BEFORE_POLICY;
+        } else if names().ne(COLUMNS) {
             return Err(problem(1, format!("not an export: the CSV header is not `{}`", COLUMNS.join(","))));
         }
     }
@@ -422,7 +437,7 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
         let row = if csv {
             match csv_record(input, &mut line).map_err(|r| problem(at, r))? {
                 None => break,
-                Some(cells) => csv_row(cells).map_err(|r| problem(at, r))?,
+                Some(cells) => csv_row(cells, width).map_err(|r| problem(at, r))?,
             }
         } else {
             let mut text = String::new();
@@ -490,6 +505,7 @@ mod tests {
             error_class: None,
             duration_us: 7,
             calls: if n == 2 { 3 } else { 1 },
+            policy: (n == 3).then(|| r#"{"decision":"allow"}"#.to_owned()),
         }
     }
 

@@ -84,6 +84,9 @@ pub struct AuditEvent {
     /// How many calls the event stands for: 1, except for an aggregated refusal (calls
     /// refused by the rate limiter in one window, see [`refusal`]).
     pub calls: i64,
+    /// The policies that decided a call, when the tenant's policies took part (JSON, see
+    /// [`crate::policy::audit_text`]); `None` when grants alone decided.
+    pub policy: Option<String>,
 }
 
 /// The newest event of a tenant's chain (seq 0 and [`GENESIS`] for a chain with no events).
@@ -197,12 +200,12 @@ pub(crate) fn link<'a>(head: &Head, event: &'a AuditEvent) -> Link<'a> {
     Link { event, seq, prev_hash: head.hash.clone(), hash }
 }
 
-const COLUMNS: usize = 19;
+const COLUMNS: usize = 20;
 
 /// The columns of an event row, in the order [`bind_links`] binds them.
 const EVENT_COLUMNS: &str = "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, \
      request_id, client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
-     duration_us, calls, prev_hash, hash) ";
+     duration_us, calls, policy, prev_hash, hash) ";
 
 /// Appends the placeholders of `rows` event rows to `sql`: `(?, ...), (...)` when
 /// `anonymous` (SQLite binds a numbered placeholder by looking its name up among all of the
@@ -250,6 +253,7 @@ fn bind_links<'q>(mut query: AnyQuery<'q>, links: &[Link<'_>]) -> AnyQuery<'q> {
             .bind(e.error_class.clone())
             .bind(e.duration_us)
             .bind(e.calls)
+            .bind(e.policy.clone())
             .bind(l.prev_hash.clone())
             .bind(l.hash.clone());
     }
@@ -328,6 +332,8 @@ pub struct CallAudit {
     pub args_raw: Option<String>,
     pub started: Instant,
     recorded: AtomicBool,
+    /// What the policies decided, when they took part.
+    policy: std::sync::OnceLock<String>,
 }
 
 impl CallAudit {
@@ -359,6 +365,7 @@ impl CallAudit {
             args_raw,
             started: Instant::now(),
             recorded: AtomicBool::new(false),
+            policy: std::sync::OnceLock::new(),
         }
     }
 
@@ -380,7 +387,13 @@ impl CallAudit {
             error_class: error_class.map(str::to_owned),
             duration_us: self.started.elapsed().as_micros() as i64,
             calls: 1,
+            policy: self.policy.get().cloned(),
         }
+    }
+
+    /// Records the policies that decided this call (once; a later decision is ignored).
+    pub fn set_policy(&self, policy: String) {
+        let _ = self.policy.set(policy);
     }
 
     /// A unit of work committed this call's event with its write.

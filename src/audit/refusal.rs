@@ -40,6 +40,7 @@ pub(crate) fn refusal_event(principal: Principal, refused: Refused<'_>, calls: i
         error_class: Some(refused.class.to_owned()),
         duration_us: 0,
         calls,
+        policy: None,
     }
 }
 

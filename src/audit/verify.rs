@@ -237,7 +237,7 @@ pub(crate) fn link_problem(
 /// The columns [`event_from_row`] reads, with `seq`, `prev_hash` and `hash`.
 pub(crate) const EVENT_COLUMNS: &str = "id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
      client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, duration_us, calls, \
-     prev_hash, hash";
+     policy, prev_hash, hash";
 
 pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {
     let text: String = row.try_get("outcome")?;
@@ -261,5 +261,6 @@ pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, Stor
         error_class: row.try_get("error_class")?,
         duration_us: row.try_get("duration_us")?,
         calls: row.try_get("calls")?,
+        policy: row.try_get("policy")?,
     })
 }

@@ -429,6 +429,9 @@ fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
         Collection::Credentials { .. } => {
             &[("server", "server"), ("user", "user"), ("status", "status"), ("updated_at", "updated_at")]
         }
+        Collection::Policies { .. } | Collection::PlatformPolicies => {
+            &[("id", "id"), ("mode", "mode"), ("valid", "valid"), ("digest", "digest")]
+        }
         Collection::Issuers { .. } => &[
             ("issuer", "issuer"),
             ("jwks_url", "jwks_url"),
@@ -472,7 +475,8 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
     let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
-    let service = Admin::new(db.clone(), native).with_auth(&config.auth);
+    let native_facts = crate::mcp::ToolSet::native().list().iter().map(crate::policy::ToolFacts::native).collect();
+    let service = Admin::new(db.clone(), native).with_auth(&config.auth).with_native_facts(native_facts);
     let json = args.json;
     let result = execute(&service, args.command).await;
     db.close().await;

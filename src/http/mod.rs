@@ -115,7 +115,8 @@ where
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
     let mut service = crate::admin::Admin::new(state.db.clone(), native)
         .with_audit(state.config.audit.clone())
-        .with_auth(&state.config.auth);
+        .with_auth(&state.config.auth)
+        .with_native_facts(login.upstreams.policies().native().to_vec());
     if state.vault.is_some() {
         service = service.with_oauth(&state.config.public_url());
     }

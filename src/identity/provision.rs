@@ -78,6 +78,7 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, slug: &str, claims: &Cl
         error_class: None,
         duration_us: 0,
         calls: 1,
+        policy: None,
     };
     audit::append(&mut tx, &None, &event).await?;
     tx.commit().await?;

@@ -434,6 +434,10 @@ impl Relay {
         let site = CallSite { parts: Some(parts), request_id, session_id: session };
         let ctx = McpCallContext::for_call(site, &shared.sessions).ok()?;
         let upstreams = &shared.upstreams;
+        // A tenant with policies: the rmcp path asks them (the relay decides on grants alone).
+        if !upstreams.policies().of(ctx.tenant_id(), ctx.tenant_slug()).await.is_empty() {
+            return None;
+        }
         let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), session, caps).await.ok()?;
         let (server, name) = surface::route_name(&*snapshot, tool)?;
         if !snapshot.allowed(server, name, ctx.roles()) {

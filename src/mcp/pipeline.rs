@@ -103,6 +103,9 @@ pub(super) enum Verdict<A> {
     /// lies outside its executor's root, called by a caller with a grant on the server: never
     /// listed, so answered as an unknown tool, but audited with the reason (`outside_root`).
     OutsideRoot,
+    /// Refused by the tenant's policies (`class` says why): answered as an unknown tool,
+    /// audited with the class and the deciding policies.
+    Refused { class: &'static str },
 }
 
 impl<A> From<Result<A, ProxyError>> for Verdict<A> {
@@ -113,6 +116,7 @@ impl<A> From<Result<A, ProxyError>> for Verdict<A> {
             Ok(answer) => Verdict::Answered(Ok(answer)),
             Err(ProxyError::NotFound) => Verdict::Unknown { listed: false },
             Err(ProxyError::OutsideRoot(_)) => Verdict::OutsideRoot,
+            Err(ProxyError::Refused(class)) => Verdict::Refused { class },
             Err(e) => Verdict::ProxyFailed(e),
         }
     }
@@ -122,7 +126,7 @@ impl<A: Answer> Verdict<A> {
     /// Whether the tool exists for the metrics (a proxied tool that answered or failed, or a
     /// native one).
     fn known(&self) -> bool {
-        !matches!(self, Verdict::Unknown { listed: false } | Verdict::OutsideRoot)
+        !matches!(self, Verdict::Unknown { listed: false } | Verdict::OutsideRoot | Verdict::Refused { .. })
     }
 
     /// The answer, and what the audit records of it.
@@ -139,6 +143,10 @@ impl<A: Answer> Verdict<A> {
             Verdict::OutsideRoot => {
                 metrics::denial("outside_root");
                 (Err(unknown_tool()), Outcome::Denied, Some("outside_root".to_owned()))
+            }
+            Verdict::Refused { class } => {
+                metrics::denial(class);
+                (Err(unknown_tool()), Outcome::Denied, Some(class.to_owned()))
             }
             Verdict::TimedOut => (
                 Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None)),

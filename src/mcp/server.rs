@@ -279,6 +279,31 @@ pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool 
     tools.spec(tool).is_some_and(|spec| roles.iter().any(|r| spec.roles.contains(r)))
 }
 
+/// The base a native tool's role list gives a policy decision (its ceiling: a caller it does
+/// not name never reaches the policies).
+pub(crate) const NATIVE_ROLES: &str = "tool-roles";
+
+/// The questions this request asks of its tenant's policies: the caller, the revision (the
+/// request's `MCP-Protocol-Version`, else the session's), the client's declared name.
+pub(super) async fn ask_for(
+    shared: &Shared,
+    ctx: &McpCallContext,
+    context: &RequestContext<RoleServer>,
+) -> crate::policy::Ask {
+    let policies = shared.upstreams.policies().of(ctx.tenant_id(), ctx.tenant_slug()).await;
+    let header = context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.headers.get("mcp-protocol-version"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let revision = header
+        .or_else(|| ctx.session_id().and_then(|_| context.peer.peer_info()).map(|i| i.protocol_version.to_string()))
+        .unwrap_or_default();
+    let client = client_of(context, ctx.session_id()).map(|(name, _)| name);
+    crate::policy::Ask::new(policies, ctx, &revision, client.as_deref())
+}
+
 /// An upstream that answered a request with the result of another.
 fn other_kind() -> ProxyError {
     ProxyError::Unavailable("the upstream answered with a result of another kind".to_owned())
@@ -445,17 +470,23 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
+        let ask = ask_for(&self.shared, &ctx, &context).await;
+        let upstreams = &self.shared.upstreams;
+        // A native tool's roles are its ceiling; the tenant's policies may narrow them.
+        let native_listed = |name: &str| match upstreams.policies().native_facts(name) {
+            Some(facts) if !ask.grants_only() => ask.list(facts, Some(NATIVE_ROLES)),
+            _ => true,
+        };
         let mut tools: Vec<_> = self
             .shared
             .tools
             .list()
             .into_iter()
-            .filter(|t| tool_allowed(&self.shared.tools, &t.name, ctx.roles()))
+            .filter(|t| tool_allowed(&self.shared.tools, &t.name, ctx.roles()) && native_listed(&t.name))
             .collect();
-        let upstreams = &self.shared.upstreams;
         let snapshot = self.snapshot(&ctx, &context).await?;
         let native = |name: &str| self.shared.tools.has(name);
-        tools.extend(upstreams.list(&snapshot, ctx.roles(), native, watch(&ctx, &context)).await);
+        tools.extend(upstreams.list(&snapshot, ctx.roles(), &ask, native, watch(&ctx, &context)).await);
         if let Some(selection) = self.selection_for(&ctx, &context).await? {
             tools.extend(selection.list(upstreams.connect_timeout()).await);
         }

@@ -2,6 +2,7 @@
 //! executor, restarted on the next use after a crash, closed when idle. Never decides who may
 //! call it (the snapshot's grants do).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -85,6 +86,14 @@ pub struct Connection {
     /// What the admin API shows of it: the revision negotiated at its last start, and its last
     /// failure to start or list (when, and why), cleared by the next success.
     health: std::sync::Mutex<Health>,
+    /// Its tools as policies see them, for the tool list they were read from.
+    pub(super) facts: std::sync::Mutex<Option<ToolFactsOf>>,
+}
+
+/// The policy facts of one tool list (the list is kept to tell when it is replaced).
+pub(super) struct ToolFactsOf {
+    pub tools: Arc<Vec<Tool>>,
+    pub facts: Arc<HashMap<String, Arc<crate::policy::ToolFacts>>>,
 }
 
 /// A connection's revision and last failure (see [`Connection::status`]).
@@ -136,6 +145,7 @@ impl Connection {
             modern: AtomicBool::new(false),
             subscriptions_changed: Arc::default(),
             health: std::sync::Mutex::default(),
+            facts: std::sync::Mutex::default(),
         }
     }
 

@@ -38,6 +38,7 @@ use crate::executor::{Executor, LocalExecutor, UpstreamError};
 use crate::identity::SessionRegistry;
 use crate::model::Role;
 use crate::oauth::{TokenOwner, UpstreamOAuth};
+use crate::store::entities::GrantKind;
 use crate::store::{Db, StoreError, TenantId, UserId};
 use crate::telemetry::trace;
 use crate::wire::client::ASSERTION_META_KEY;
@@ -120,6 +121,8 @@ pub struct Upstreams {
     /// when the cache is off; then a caller without a session is resolved on every request.
     changes: std::sync::OnceLock<Arc<crate::identity::IdentityCache>>,
     requests: AtomicUsize,
+    /// Each tenant's policies (and the platform's), which decide with the grants.
+    policies: Arc<crate::policy::Policies>,
 }
 
 /// A caller without a session: tenant, user and what its client declared.
@@ -168,6 +171,7 @@ impl Upstreams {
         signer: Arc<AssertionSigner>,
         sessions: Arc<SessionRegistry>,
         settings: UpstreamSettings,
+        policies: Arc<crate::policy::Policies>,
     ) -> Arc<Self> {
         Arc::new(Self {
             db,
@@ -183,7 +187,60 @@ impl Upstreams {
             alone: Mutex::default(),
             changes: std::sync::OnceLock::new(),
             requests: AtomicUsize::new(0),
+            policies,
         })
+    }
+
+    /// Each tenant's policies.
+    pub fn policies(&self) -> &Arc<crate::policy::Policies> {
+        &self.policies
+    }
+
+    /// The facts policies read of `connection`'s tools (started if need be), by tool name.
+    pub(crate) async fn connection_facts(
+        &self,
+        tenant: TenantId,
+        connection: &Connection,
+    ) -> Result<Arc<HashMap<String, Arc<crate::policy::ToolFacts>>>, ProxyError> {
+        let (_, tools) = connection.ready(self.connect_timeout).await.map_err(unavailable)?;
+        Ok(self.tool_facts(tenant, connection, &tools))
+    }
+
+    /// The facts policies read of `connection`'s tools `tools` (tenant `tenant`), by tool name.
+    /// A list seen for the first time is also recorded in the tenant's catalogue (written only
+    /// when it differs from the stored one), which the tenant's policy schema is generated from.
+    pub(crate) fn tool_facts(
+        &self,
+        tenant: TenantId,
+        connection: &Connection,
+        tools: &Arc<Vec<rmcp::model::Tool>>,
+    ) -> Arc<HashMap<String, Arc<crate::policy::ToolFacts>>> {
+        let mut held = lock(&connection.facts);
+        if let Some(of) = held.as_ref()
+            && Arc::ptr_eq(&of.tools, tools)
+        {
+            return Arc::clone(&of.facts);
+        }
+        let server = connection.server().as_str();
+        let facts: HashMap<String, Arc<crate::policy::ToolFacts>> = tools
+            .iter()
+            .map(|t| (t.name.to_string(), Arc::new(crate::policy::ToolFacts::upstream(server, t))))
+            .collect();
+        let facts = Arc::new(facts);
+        *held = Some(connection::ToolFactsOf { tools: Arc::clone(tools), facts: Arc::clone(&facts) });
+        drop(held);
+        match serde_json::to_string(tools.as_slice()) {
+            Ok(json) => {
+                let (db, server) = (self.db.clone(), server.to_owned());
+                tokio::spawn(async move {
+                    if let Err(e) = db.record_catalogue(tenant, &server, &json).await {
+                        tracing::warn!(%server, error = %e, "recording the server's tools for policies failed");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(%server, error = %e, "the server's tools do not serialize; not recorded"),
+        }
+        facts
     }
 
     /// The runtime for `config`, with the local executor as configured (validated at load).
@@ -194,6 +251,7 @@ impl Upstreams {
         sessions: Arc<SessionRegistry>,
         agents: Arc<Agents>,
         oauth: Option<Arc<UpstreamOAuth>>,
+        policies: Arc<crate::policy::Policies>,
     ) -> Result<Arc<Self>, UpstreamError> {
         let root = if config.local_root.is_empty() {
             LocalExecutor::default_root().ok_or_else(|| UpstreamError::Config {
@@ -213,7 +271,7 @@ impl Upstreams {
             oauth,
         };
         let remote = RemoteHostHandler::new(db.clone(), agents, header);
-        Ok(Self::new(db, local, remote, signer, sessions, settings))
+        Ok(Self::new(db, local, remote, signer, sessions, settings, policies))
     }
 
     /// Reuse a caller's resolved servers, outside a session, while `changes` (the change
@@ -404,19 +462,22 @@ impl Upstreams {
     }
 
     /// The upstream tools the caller may use, named `server__tool` (or `tool` for the
-    /// tenant's unprefixed server, never shadowing a native tool: `native`). Servers with no
-    /// grant for the caller are not even started; one that fails to start is left out.
+    /// tenant's unprefixed server, never shadowing a native tool: `native`): granted, or
+    /// (tenants with policies) some call of which the policies could permit. Without policies,
+    /// servers with no grant for the caller are not even started; one that fails to start is
+    /// left out.
     pub async fn list(
         &self,
         snapshot: &Snapshot,
         roles: &[Role],
+        ask: &crate::policy::Ask,
         native: impl Fn(&str) -> bool,
         watch: Option<Watch<'_>>,
     ) -> Vec<Tool> {
         let may_log_in = |connection: &Connection| may_log_in(connection, roles);
         let mut tasks = tokio::task::JoinSet::new();
         for (name, connection) in &snapshot.servers {
-            if !snapshot.any_grant(name, roles) {
+            if !snapshot.any_grant(name, roles) && ask.grants_only() {
                 continue;
             }
             if let Some(watch) = &watch {
@@ -435,13 +496,23 @@ impl Upstreams {
             let server = connection.server().as_str();
             let prefixed = snapshot.prefixed(server) != Some(false);
             match tools {
-                Ok((_, tools)) => out.extend(
-                    tools
-                        .iter()
-                        .filter(|t| snapshot.allowed(server, &t.name, roles))
-                        .filter(|t| prefixed || surface::unprefixed_name_free(snapshot, &t.name, &native))
-                        .map(|t| named(server, prefixed, t)),
-                ),
+                Ok((_, tools)) => {
+                    let facts = (!ask.grants_only()).then(|| self.tool_facts(snapshot.tenant, &connection, &tools));
+                    let listed = |t: &Tool| match &facts {
+                        None => snapshot.allowed(server, &t.name, roles),
+                        Some(facts) => {
+                            let grant = snapshot.granting(server, GrantKind::Tool, &t.name, roles);
+                            facts.get(t.name.as_ref()).is_some_and(|f| ask.list(f, grant.as_deref()))
+                        }
+                    };
+                    out.extend(
+                        tools
+                            .iter()
+                            .filter(|t| listed(t))
+                            .filter(|t| prefixed || surface::unprefixed_name_free(snapshot, &t.name, &native))
+                            .map(|t| named(server, prefixed, t)),
+                    )
+                }
                 Err(UpstreamError::LoginNeeded { .. }) if may_log_in(&connection) => {
                     out.push(login_tool(server, prefixed));
                 }

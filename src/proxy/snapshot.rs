@@ -68,6 +68,20 @@ impl Snapshot {
         })
     }
 
+    /// The grant of `kind` that allows `name` on `server` to one of `roles`, as policies name it
+    /// (`grant/<id>`): the permit a grant is.
+    pub fn granting(&self, server: &str, kind: GrantKind, name: &str, roles: &[Role]) -> Option<String> {
+        self.grants
+            .iter()
+            .find(|g| {
+                g.server == server && g.kind == kind && roles.contains(&g.role) && grant_matches(kind, &g.name, name)
+            })
+            .map(|g| {
+                let id = crate::admin::read::grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name);
+                crate::policy::grant_policy_id(&id)
+            })
+    }
+
     /// Whether any grant of any kind on `server` names one of the caller's roles.
     pub fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
         self.grants.iter().any(|g| g.server == server && roles.contains(&g.role))

@@ -30,6 +30,11 @@ pub enum ProxyError {
     /// `outside_root`; the log names the path.
     #[error("server `{0}`: a path of its declaration lies outside its executor's root")]
     OutsideRoot(String),
+    /// The tenant's policies refused the call (the class names why: `policy_forbid`,
+    /// `policy_no_permit`, `policy_error`, `arguments_invalid`). Answered exactly as an unknown
+    /// tool; the audit records the deciding policies.
+    #[error("refused by policy ({0})")]
+    Refused(&'static str),
 }
 
 /// An upstream's error without the `MCP error <code>: ` its SDK wrote into the message (the
@@ -58,6 +63,7 @@ impl ProxyError {
             Self::LoginNeeded { .. } => "login_needed",
             Self::NotFound => "not_found",
             Self::OutsideRoot(_) => "outside_root",
+            Self::Refused(class) => class,
         }
     }
 
@@ -69,7 +75,7 @@ impl ProxyError {
             Self::Timeout => ErrorData::internal_error("tool call timed out", None),
             Self::Cancelled => ErrorData::internal_error("tool call cancelled", None),
             Self::Unavailable(_) => ErrorData::internal_error("upstream server unavailable", None),
-            Self::Assertion | Self::NotFound | Self::OutsideRoot(_) => {
+            Self::Assertion | Self::NotFound | Self::OutsideRoot(_) | Self::Refused(_) => {
                 ErrorData::internal_error("internal error", None)
             }
             Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(

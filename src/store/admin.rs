@@ -392,7 +392,7 @@ pub async fn retire_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), S
 
 /// Everything a retired tenant held but its chain: users (their roles, assignments, stored
 /// credentials and tasks), flocks and egg counts, server declarations, bindings and grants,
-/// executor ownerships and root allowances, provisioning. The tenant row, its audit events
+/// executor ownerships and root allowances, provisioning, policies and the tool catalogue. The tenant row, its audit events
 /// and its chain's head stay. Refused for a tenant that is not retired.
 pub async fn purge_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), StoreError> {
     if retired_at(&mut *conn, slug).await?.is_none() {
@@ -404,6 +404,8 @@ pub async fn purge_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), St
     // Children before parents, so the order holds whether or not foreign keys cascade.
     for table in [
         "tasks",
+        "policies",
+        "tool_catalogue",
         "oauth_logins",
         "oauth_credentials",
         "executor_root_allowances",

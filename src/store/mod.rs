@@ -11,6 +11,7 @@ pub mod demo;
 pub mod entities;
 pub mod ids;
 pub mod issuers;
+pub mod policies;
 pub mod principal;
 pub mod provisioning;
 pub mod roots;

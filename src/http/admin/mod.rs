@@ -89,6 +89,10 @@ pub(crate) struct Problem {
     /// The request field at fault (a body member's path, a query parameter or a header).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// A policy that does not validate: each problem, with its line and column in the text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub errors: Option<Vec<crate::policy::Problem>>,
 }
 
 pub(crate) fn problem(status: StatusCode, code: &str, detail: impl Into<String>, field: Option<String>) -> Response {
@@ -98,6 +102,7 @@ pub(crate) fn problem(status: StatusCode, code: &str, detail: impl Into<String>,
         status: status.as_u16(),
         detail: detail.into(),
         field,
+        errors: None,
     };
     let mut response = (status, axum::Json(body)).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
@@ -113,6 +118,26 @@ impl IntoResponse for Refusal {
                 problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid", format!("{field}: {message}"), Some(field.into()))
             }
             AdminError::Conflict(m) => problem(StatusCode::CONFLICT, "conflict", m, None),
+            AdminError::InvalidPolicy(errors) => {
+                let status = StatusCode::UNPROCESSABLE_ENTITY;
+                let detail = match errors.first() {
+                    Some(first) => format!("the policy does not validate: {first}"),
+                    None => "the policy does not validate".to_owned(),
+                };
+                let body = Problem {
+                    kind: "urn:scopegate:problem:invalid_policy".into(),
+                    title: status.canonical_reason().unwrap_or("error").to_owned(),
+                    status: status.as_u16(),
+                    detail,
+                    field: Some("text".into()),
+                    errors: Some(errors),
+                };
+                let mut response = (status, axum::Json(body)).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+                response
+            }
             AdminError::PreconditionFailed => problem(
                 StatusCode::PRECONDITION_FAILED,
                 "precondition_failed",

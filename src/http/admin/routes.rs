@@ -15,6 +15,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{AdminApi, JsonBody, Params, Problem, Refusal, caller, done, paged, tagged};
+use crate::admin::policies::{CheckAnswer, CheckRequest, PolicyView};
 use crate::admin::report::ReportFormat;
 use crate::admin::{
     AssignmentView, Authority, BindingView, ChainStatus, Collection, EntityView, EventFilter, EventView, ExecutorView,
@@ -22,6 +23,7 @@ use crate::admin::{
     Write, read::grant_key,
 };
 use crate::model::{Role, TenantStatus, UserStatus};
+use crate::policy::Mode;
 use crate::store::entities::GrantKind;
 
 type Who = Extension<Arc<Authority>>;
@@ -92,6 +94,12 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(executor_status))
         .routes(routes!(server_status))
         .routes(routes!(session_status))
+        .routes(routes!(list_policies))
+        .routes(routes!(check_policies))
+        .routes(routes!(get_policy, put_policy, delete_policy))
+        .routes(routes!(get_policy_mode, set_policy_mode))
+        .routes(routes!(list_platform_policies))
+        .routes(routes!(get_platform_policy, put_platform_policy, delete_platform_policy))
 }
 
 async fn one(api: &AdminApi, who: &Authority, target: Target) -> Answer {
@@ -1168,4 +1176,169 @@ async fn distrust_issuer(
     headers: HeaderMap,
 ) -> Answer {
     change(&api, &who, &headers, None, Write::DistrustIssuer { tenant, issuer }).await
+}
+
+// ---- policies ----
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PolicyPut {
+    /// One Cedar policy (permit or forbid).
+    text: String,
+    /// `enforce` (the default: it decides) or `log_only` (evaluated and audited only).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    mode: Mode,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PlatformPolicyPut {
+    /// One Cedar policy, taking part in every tenant's decisions.
+    text: String,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ModePut {
+    /// `enforce` or `log_only`.
+    #[schema(value_type = String)]
+    mode: Mode,
+}
+
+/// A tenant's Cedar policies, each with whether it validates against the schema now.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/policies", tag = "policies", params(("tenant" = String, Path), PageQuery),
+    responses((status = 200, body = Page)))]
+async fn list_policies(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Params(q): Params<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::Policies { tenant }, &q, &uri).await
+}
+
+/// One of a tenant's policies.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/policies/{id}", tag = "policies",
+    params(("tenant" = String, Path), ("id" = String, Path)),
+    responses((status = 200, body = PolicyView), (status = 404, body = Problem)))]
+async fn get_policy(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Policy { tenant, id }).await
+}
+
+/// Create or replace one of a tenant's policies (its owners). A policy that does not parse or
+/// validate against the tenant's schema is refused with 422, each error with its line and column.
+#[utoipa::path(put, path = "/admin/v1/tenants/{tenant}/policies/{id}", tag = "policies", request_body = PolicyPut,
+    params(("tenant" = String, Path), ("id" = String, Path), ("If-Match" = Option<String>, Header), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = PolicyView), (status = 200, body = PolicyView), (status = 422, body = Problem)))]
+async fn put_policy(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: JsonBody<PolicyPut>,
+) -> Answer {
+    let PolicyPut { text, mode } = body.value;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::PutPolicy { tenant, id, text, mode }).await
+}
+
+/// Delete one of a tenant's policies.
+#[utoipa::path(delete, path = "/admin/v1/tenants/{tenant}/policies/{id}", tag = "policies",
+    params(("tenant" = String, Path), ("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_policy(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeletePolicy { tenant, id }).await
+}
+
+/// The decision a call would get, and the policies that would take it; calls nothing (owners,
+/// auditors).
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/policies/check", tag = "policies", request_body = CheckRequest,
+    params(("tenant" = String, Path)),
+    responses((status = 200, body = CheckAnswer), (status = 404, body = Problem)))]
+async fn check_policies(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    body: JsonBody<CheckRequest>,
+) -> Answer {
+    Ok(axum::Json(api.admin.check_policy(&who, &tenant, &body.value).await?).into_response())
+}
+
+/// How a tenant's policies take part: `enforce` or `log_only`.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/policy-mode", tag = "policies", params(("tenant" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = Problem)))]
+async fn get_policy_mode(State(api): State<AdminApi>, Extension(who): Who, Path(tenant): Path<String>) -> Answer {
+    one(&api, &who, Target::PolicyMode { tenant }).await
+}
+
+/// Set how a tenant's policies take part (its owners).
+#[utoipa::path(put, path = "/admin/v1/tenants/{tenant}/policy-mode", tag = "policies", request_body = ModePut,
+    params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = Object), (status = 404, body = Problem)))]
+async fn set_policy_mode(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<ModePut>,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::SetPolicyMode { tenant, mode: body.value.mode }).await
+}
+
+/// The platform's policies, which take part in every tenant's decisions (platform administrators).
+#[utoipa::path(get, path = "/admin/v1/platform/policies", tag = "policies", params(PageQuery),
+    responses((status = 200, body = Page), (status = 403, body = Problem)))]
+async fn list_platform_policies(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Params(q): Params<PageQuery>,
+    uri: Uri,
+) -> Answer {
+    page(&api, &who, Collection::PlatformPolicies, &q, &uri).await
+}
+
+/// One of the platform's policies.
+#[utoipa::path(get, path = "/admin/v1/platform/policies/{id}", tag = "policies", params(("id" = String, Path)),
+    responses((status = 200, body = PolicyView), (status = 404, body = Problem)))]
+async fn get_platform_policy(State(api): State<AdminApi>, Extension(who): Who, Path(id): Path<String>) -> Answer {
+    one(&api, &who, Target::PlatformPolicy { id }).await
+}
+
+/// Create or replace one of the platform's policies (validated against the schema every tenant
+/// shares: principals, tools and their annotations, the circumstances; no tool's arguments).
+#[utoipa::path(put, path = "/admin/v1/platform/policies/{id}", tag = "policies", request_body = PlatformPolicyPut,
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = PolicyView), (status = 200, body = PolicyView), (status = 422, body = Problem)))]
+async fn put_platform_policy(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: JsonBody<PlatformPolicyPut>,
+) -> Answer {
+    let text = body.value.text;
+    change(&api, &who, &headers, Some(&body.fingerprint), Write::PutPlatformPolicy { id, text }).await
+}
+
+/// Delete one of the platform's policies.
+#[utoipa::path(delete, path = "/admin/v1/platform/policies/{id}", tag = "policies",
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_platform_policy(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    change(&api, &who, &headers, None, Write::DeletePlatformPolicy { id }).await
 }

@@ -23,11 +23,14 @@ impl GatewayServer {
         let call = Arc::new(call_audit(&ctx, client, tool.clone(), args_digest, args_raw));
 
         let native = shared.tools.has(&tool);
+        let ask = ask_for(shared, &ctx, &context).await;
         let verdict = if !native {
-            Verdict::from(self.call_upstream(&ctx, request, &context).await)
+            Verdict::from(self.call_upstream(&ctx, request, &context, &call, &ask).await)
         } else if !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
             Verdict::Unknown { listed: true }
+        } else if let Some(class) = native_refused(shared, &ask, &tool, request.arguments.as_ref(), &call) {
+            Verdict::Refused { class }
         } else if let Some(Err(invalid)) = shared
             .tools
             .spec(&tool)
@@ -51,6 +54,32 @@ impl GatewayServer {
         };
         conclude(shared, &ctx, &call, &tool, !native, verdict).await
     }
+}
+
+/// Whether the tenant's policies refuse a call of native `tool` (its roles allow the caller):
+/// the refusal's audit class. Records what the policies decided on `call`.
+fn native_refused(
+    shared: &Shared,
+    ask: &crate::policy::Ask,
+    tool: &str,
+    arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    call: &crate::audit::CallAudit,
+) -> Option<&'static str> {
+    if ask.grants_only() {
+        return None;
+    }
+    let Some(facts) = shared.upstreams.policies().native_facts(tool) else {
+        return Some("policy_error");
+    };
+    decided(ask.call(facts, Some(NATIVE_ROLES), arguments), call)
+}
+
+/// Records `outcome` on `call` when policies took part; the refusal's audit class if refused.
+pub(super) fn decided(outcome: crate::policy::Outcome, call: &crate::audit::CallAudit) -> Option<&'static str> {
+    if outcome.consulted {
+        call.set_policy(crate::policy::audit_text(&outcome));
+    }
+    (!outcome.decision.allow).then(|| outcome.decision.reason.refusal_class())
 }
 
 impl GatewayServer {

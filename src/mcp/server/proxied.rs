@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::decl::declaration::{TaskSupport, TaskTool};
+use crate::store::entities::GrantKind;
 
 impl GatewayServer {
     /// A `server__tool` call. `Err(ProxyError::NotFound)`: not a tool this caller has (answered exactly as an
@@ -13,9 +14,13 @@ impl GatewayServer {
         ctx: &McpCallContext,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
+        call: &crate::audit::CallAudit,
+        ask: &crate::policy::Ask,
     ) -> Result<CallToolResponse, ProxyError> {
         let upstreams = &self.shared.upstreams;
         let (connection, _held, tool);
+        // What allows the call without policies: a grant (tenants with policies ask them too).
+        let mut decide: Option<Option<String>> = None;
         // A task may come back only where the gateway can route its polls: a tenant's server
         // (not a selected root's, whose selection a later request does not carry).
         let mut tasks = false;
@@ -33,7 +38,9 @@ impl GatewayServer {
             }
             let (server, name) = surface::route_name(&*snapshot, &request.name).ok_or(ProxyError::NotFound)?;
             connection = Arc::clone(snapshot.connection(server).ok_or(ProxyError::NotFound)?);
-            if !snapshot.allowed(server, name, ctx.roles()) {
+            if !ask.grants_only() {
+                decide = Some(snapshot.granting(server, GrantKind::Tool, name, ctx.roles()));
+            } else if !snapshot.allowed(server, name, ctx.roles()) {
                 // The tool listed for a server that needs a login (any grant on the server lists
                 // it); it never reaches the upstream.
                 if name == LOGIN_TOOL && snapshot.any_grant(server, ctx.roles()) {
@@ -68,6 +75,16 @@ impl GatewayServer {
             other => other?,
         }
         .ok_or(ProxyError::NotFound)?;
+        if let Some(grant) = decide {
+            // The tool exists (the upstream lists it): the policies decide with its definition.
+            let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await?;
+            let facts = facts.get(tool).ok_or(ProxyError::NotFound)?;
+            if let Some(class) =
+                super::call::decided(ask.call(facts, grant.as_deref(), request.arguments.as_ref()), call)
+            {
+                return Err(ProxyError::Refused(class));
+            }
+        }
         let binding =
             by_rounds(context).then(|| self.binding(ctx, request.name.to_string(), request.arguments.as_ref()));
         let (state, responses) = (request.request_state.clone(), request.input_responses.clone());

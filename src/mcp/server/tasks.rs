@@ -247,7 +247,7 @@ impl GatewayServer {
         }
         let (row, refusal) = match self.find(&ctx, handle).await? {
             None => (None, "unknown_task"),
-            Some(row) => match self.route_task(&ctx, &row).await {
+            Some(row) => match self.route_task(&ctx, context, &row).await {
                 Ok(Some(upstream)) => return Ok((ctx, Reached { row, upstream })),
                 Ok(None) => (Some(row), "not_granted"),
                 Err(e) => {
@@ -284,12 +284,14 @@ impl GatewayServer {
         rows::find_owned(&mut conn, &id, ctx.tenant_id(), ctx.user_id(), now).await.map_err(internal)
     }
 
-    /// When the caller's grants still allow the task's tool on its server (`None` otherwise):
-    /// for a task of the upstream's own, the connection it was created on and its upstream.
+    /// When the caller's grants still allow the task's tool on its server, or (a tenant with
+    /// policies) the policies would still list it for the caller (`None` otherwise): for a task
+    /// of the upstream's own, the connection it was created on and its upstream.
     #[allow(clippy::type_complexity)]
     async fn route_task(
         &self,
         ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
         row: &TaskRow,
     ) -> Result<Option<Option<(Arc<Connection>, crate::proxy::Upstream)>>, ProxyError> {
         let Some(caps) = RelayCaps::from_key(&row.caps) else { return Ok(None) };
@@ -299,10 +301,22 @@ impl GatewayServer {
             .await
             .map_err(|e| ProxyError::Unavailable(e.to_string()))?;
         let Some((server, name)) = surface::route_name(&*snapshot, &row.tool) else { return Ok(None) };
-        if server != row.server || !snapshot.allowed(server, name, ctx.roles()) {
+        if server != row.server {
             return Ok(None);
         }
         let Some(connection) = snapshot.connection(server).cloned() else { return Ok(None) };
+        let ask = super::ask_for(&self.shared, ctx, context).await;
+        if ask.grants_only() {
+            if !snapshot.allowed(server, name, ctx.roles()) {
+                return Ok(None);
+            }
+        } else {
+            let facts = upstreams.connection_facts(ctx.tenant_id(), &connection).await?;
+            let grant = snapshot.granting(server, crate::store::entities::GrantKind::Tool, name, ctx.roles());
+            if !facts.get(name).is_some_and(|f| ask.list(f, grant.as_deref())) {
+                return Ok(None);
+            }
+        }
         if row.upstream_task_id.is_none() {
             return Ok(Some(None));
         }

@@ -1,0 +1,253 @@
+//! Policies as the administrative service shows, validates and explains them: a tenant's (and
+//! the platform's) Cedar policies with whether each validates against the schema generated now,
+//! the validation of a text before it is written, and the decision a call would get, taken from
+//! the database alone (the recorded tool catalogue; no upstream is called).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sqlx::AnyConnection;
+use utoipa::ToSchema;
+
+use super::AdminError;
+use crate::policy::engine::{self, Mode, Problem, Source, TenantPolicies};
+use crate::policy::{Catalogue, ToolFacts, model};
+use crate::store::{TenantId, policies};
+
+/// One Cedar policy of a tenant (or of the platform).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PolicyView {
+    /// Names it in `/policies/{id}`, and in decisions and the audit.
+    pub id: String,
+    /// Its Cedar text, as written.
+    pub text: String,
+    /// `enforce` (it decides) or `log_only` (evaluated and audited, deciding nothing).
+    pub mode: String,
+    /// SHA-256 of the text.
+    pub digest: String,
+    /// Whether it validates against the tenant's schema as generated now. One that does not
+    /// (a tool it reads changed) forbids everything its scope names until it is fixed.
+    pub valid: bool,
+    #[schema(value_type = Vec<Object>)]
+    pub problems: Vec<Problem>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// The schema a tenant's policies are validated against: its bound servers, the tools recorded
+/// for them and the native tools (`None` for the platform's).
+pub(crate) async fn catalogue_of(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    slug: &str,
+    native: &[ToolFacts],
+) -> Result<Catalogue, AdminError> {
+    let servers = policies::bound_servers(&mut *conn, tenant).await?;
+    let recorded = policies::catalogue(&mut *conn, tenant).await?;
+    Ok(crate::policy::runtime::catalogue(slug, native, servers, &recorded))
+}
+
+fn schema_of(catalogue: Option<&Catalogue>) -> Result<cedar_policy::Schema, AdminError> {
+    cedar_policy::Schema::from_json_value(model::schema_json(catalogue))
+        .map_err(|e| AdminError::Invalid { field: "schema", message: e.to_string() })
+}
+
+/// What is wrong with `text` as policy `id` against `catalogue` (`None`: the platform's schema).
+pub(crate) fn problems(catalogue: Option<&Catalogue>, id: &str, text: &str) -> Result<Vec<Problem>, AdminError> {
+    let schema = schema_of(catalogue)?;
+    Ok(match engine::parse(id, text) {
+        Err(problems) => problems,
+        Ok(policy) => engine::validate(&schema, catalogue, &policy, text),
+    })
+}
+
+/// Refuses a policy id the gateway can't take, and a text that does not validate (422 with
+/// each problem's line and column).
+pub(crate) fn check_text(catalogue: Option<&Catalogue>, id: &str, text: &str) -> Result<(), AdminError> {
+    if !engine::valid_id(id) {
+        return Err(AdminError::Invalid {
+            field: "id",
+            message: format!("`{id}`: a policy id is 1 to 64 letters, digits, `_`, `-` or `.`"),
+        });
+    }
+    let problems = problems(catalogue, id, text)?;
+    if problems.is_empty() { Ok(()) } else { Err(AdminError::InvalidPolicy(problems)) }
+}
+
+/// `owner`'s policies as views, each validated against `catalogue`.
+pub(crate) async fn views(
+    conn: &mut AnyConnection,
+    owner: TenantId,
+    catalogue: Option<&Catalogue>,
+) -> Result<Vec<PolicyView>, AdminError> {
+    let rows = policies::list_policies(conn, owner).await?;
+    let schema = schema_of(catalogue)?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let problems = match engine::parse(&row.name, &row.body) {
+                Err(problems) => problems,
+                Ok(policy) => engine::validate(&schema, catalogue, &policy, &row.body),
+            };
+            PolicyView {
+                id: row.name,
+                text: row.body,
+                mode: row.mode,
+                digest: row.digest,
+                valid: problems.is_empty(),
+                problems,
+                created_at: row.created_at,
+                updated_at: row.updated_at,
+            }
+        })
+        .collect())
+}
+
+/// A call to explain: who, which tool (named as that user lists it), with which arguments.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    /// The user's subject.
+    pub user: String,
+    /// The tool as the user lists it (`server__tool`, an unprefixed server's tool, or a native tool).
+    pub tool: String,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub arguments: Map<String, Value>,
+    /// The client's declared name, if the call is to be taken as coming from one.
+    #[serde(default)]
+    pub client: Option<String>,
+}
+
+/// The decision a call would get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CheckAnswer {
+    /// `allow` or `deny`.
+    pub decision: String,
+    /// The ids of the policies that decided: the permits (policies and `grant/...`) that allow
+    /// it, or the forbids that refuse it; none when nothing permits it.
+    pub policies: Vec<String>,
+    /// `permit`, `forbid`, `no_permit`, `policy_error` or `arguments_invalid`.
+    pub reason: String,
+    /// For `policy_error` and `arguments_invalid`: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// What the log-only policies (with the rest) would have decided, when there are some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_only: Option<Box<CheckAnswer>>,
+}
+
+impl CheckAnswer {
+    fn of(decision: &crate::policy::Decision) -> Self {
+        let detail = match &decision.reason {
+            crate::policy::Reason::PolicyError(why) => Some(why.clone()),
+            crate::policy::Reason::ArgumentsInvalid(m) => Some(m.to_string()),
+            _ => None,
+        };
+        Self {
+            decision: if decision.allow { "allow" } else { "deny" }.to_owned(),
+            policies: decision.by.clone(),
+            reason: decision.reason.label().to_owned(),
+            detail,
+            log_only: None,
+        }
+    }
+}
+
+/// The decision `request` would get in tenant `slug` now: the tenant's and the platform's
+/// policies, the grants, the user's roles and flocks, the tool's recorded definition. Calls
+/// nothing. A tool the user has no name for answers as a call of it would: denied, no policy.
+pub(crate) async fn check(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    slug: &str,
+    native: &[ToolFacts],
+    request: &CheckRequest,
+) -> Result<CheckAnswer, AdminError> {
+    let missing = || AdminError::NotFound(format!("user `{}` does not exist in this tenant", request.user));
+    let (role_names, flocks) =
+        policies::user_roles_and_flocks(&mut *conn, tenant, &request.user).await?.ok_or_else(missing)?;
+    let roles: Vec<crate::model::Role> = role_names.iter().filter_map(|r| r.parse().ok()).collect();
+    let all_flocks = roles.iter().any(|r| r.sees_all_flocks());
+    let catalogue = catalogue_of(&mut *conn, tenant, slug, native).await?;
+    let platform = policies::list_policies(&mut *conn, crate::store::admin::platform_chain()).await?;
+    let own = policies::list_policies(&mut *conn, tenant).await?;
+    let mode = policies::policy_mode(&mut *conn, tenant).await?;
+    let grants = crate::store::entities::list_grants(&mut *conn, slug).await?;
+    let bindings = crate::store::entities::list_bindings(&mut *conn, slug).await?;
+
+    let unknown = || CheckAnswer {
+        decision: "deny".into(),
+        policies: Vec::new(),
+        reason: "no_permit".into(),
+        detail: None,
+        log_only: None,
+    };
+    // The tool as the user names it: native, `server__tool`, or an unprefixed server's.
+    let native_tool = native.iter().find(|t| t.name == request.tool);
+    let facts: ToolFacts = match native_tool {
+        Some(facts) => {
+            let spec_roles = crate::tools::TOOLS.iter().find(|t| t.name == facts.name).map(|t| t.roles);
+            if spec_roles.is_some_and(|allowed| !roles.iter().any(|r| allowed.contains(r))) {
+                return Ok(unknown());
+            }
+            facts.clone()
+        }
+        None => {
+            let bare = bindings.iter().find(|b| !b.prefixed).map(|b| b.server.clone());
+            let id = match crate::vocab::names::split_tool_name(&request.tool) {
+                Some((server, _)) if catalogue.servers.contains(server) => request.tool.clone(),
+                _ => match bare {
+                    Some(server) => format!("{server}{}{}", crate::vocab::names::NAME_SEPARATOR, request.tool),
+                    None => return Ok(unknown()),
+                },
+            };
+            match catalogue.tools.iter().find(|t| t.id == id) {
+                Some(facts) => facts.clone(),
+                None => return Ok(unknown()),
+            }
+        }
+    };
+    let base: Option<String> = match (&facts.server, native_tool) {
+        (_, Some(_)) => Some(crate::mcp::NATIVE_ROLES.to_owned()),
+        (Some(server), None) => grants
+            .iter()
+            .find(|g| {
+                g.server == *server
+                    && g.kind == crate::store::entities::GrantKind::Tool
+                    && roles.contains(&g.role)
+                    && crate::store::entities::grant_matches(g.kind, &g.name, &facts.name)
+            })
+            .map(|g| {
+                let id = super::read::grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name);
+                crate::policy::grant_policy_id(&id)
+            }),
+        (None, None) => None,
+    };
+    let mode = Mode::parse(&mode).unwrap_or(Mode::LogOnly);
+    let sources = |rows: Vec<policies::PolicyRow>| -> Vec<Source> {
+        rows.into_iter()
+            .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
+            .collect()
+    };
+    let policies = match (own.is_empty() && platform.is_empty(), catalogue.clone()) {
+        (true, _) => TenantPolicies::none(slug),
+        (false, catalogue) => TenantPolicies::load(&catalogue, mode, &sources(own), &sources(platform))
+            .unwrap_or_else(|e| TenantPolicies::failed(slug, e.to_string())),
+    };
+    let caller = engine::Caller {
+        tenant: slug,
+        subject: &request.user,
+        roles: &roles,
+        flocks: (!all_flocks).then_some(flocks.as_slice()),
+    };
+    let circumstances = engine::Circumstances {
+        revision: "",
+        client: request.client.as_deref(),
+        stateless: true,
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let outcome = policies.decide_call(&caller, &facts, base.as_deref(), Some(&request.arguments), &circumstances);
+    let mut answer = CheckAnswer::of(&outcome.decision);
+    answer.log_only = outcome.log_only.as_ref().map(|d| Box::new(CheckAnswer::of(d)));
+    Ok(answer)
+}

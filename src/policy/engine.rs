@@ -1,0 +1,638 @@
+//! One tenant's policies, compiled: parsing and validation (with line and column), and the
+//! decisions for a call (its arguments known) and for a listing (its arguments unknown).
+//! Never reads the database; never lets an error permit.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use cedar_policy::{
+    ActionConstraint, Authorizer, Context, Decision as CedarDecision, Effect, Entities, Entity, EntityId,
+    EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
+    Validator,
+};
+use serde_json::{Map, Value};
+
+use super::arguments::{Mismatch, arguments_value};
+use super::model::{self, Catalogue, ToolFacts};
+use crate::model::Role;
+
+/// A problem with a policy's text, where it is (1-based; `None` when Cedar gives no place).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Problem {
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => write!(f, "{line}:{column}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+/// The problem `diagnostic` names, placed in `text` by its first label.
+fn problem(text: &str, diagnostic: &dyn miette::Diagnostic) -> Problem {
+    let offset = diagnostic.labels().and_then(|mut labels| labels.next()).map(|label| label.offset());
+    let (line, column) = match offset {
+        Some(offset) => {
+            let (line, column) = line_column(text, offset);
+            (Some(line), Some(column))
+        }
+        None => (None, None),
+    };
+    let mut message = diagnostic.to_string();
+    if let Some(help) = diagnostic.help() {
+        message.push_str(&format!(" ({help})"));
+    }
+    Problem { line, column, message }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[start..].chars().count() + 1)
+}
+
+/// Policy ids as written: letters, digits, `_`, `-` and `.`, at most 64 characters. The
+/// gateway's own ids (`platform/...`, `grant/...`) can't collide with them.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+/// The one policy in `text`, with id `id`.
+pub fn parse(id: &str, text: &str) -> Result<Policy, Vec<Problem>> {
+    Policy::parse(Some(PolicyId::new(id)), text).map_err(|errors| errors.iter().map(|e| problem(text, e)).collect())
+}
+
+/// What `policy` (parsed from `text`) gets wrong against `schema` (strict validation), and
+/// the tools it names that `catalogue` does not have.
+pub fn validate(schema: &Schema, catalogue: Option<&Catalogue>, policy: &Policy, text: &str) -> Vec<Problem> {
+    let mut set = PolicySet::new();
+    if let Err(e) = set.add(policy.clone()) {
+        return vec![Problem { line: None, column: None, message: e.to_string() }];
+    }
+    let result = Validator::new(schema.clone()).validate(&set, ValidationMode::Strict);
+    let mut problems: Vec<Problem> = result.validation_errors().map(|e| problem(text, e)).collect();
+    if let Some(catalogue) = catalogue {
+        for literal in policy.entity_literals() {
+            let (kind, id) = (literal.type_name().to_string(), literal.id().unescaped().to_owned());
+            if kind == model::TOOL && !catalogue.tools.iter().any(|t| t.id == id) {
+                let at = text.find(&format!("\"{id}\"")).map(|offset| line_column(text, offset));
+                problems.push(Problem {
+                    line: at.map(|(l, _)| l),
+                    column: at.map(|(_, c)| c),
+                    message: format!("`Tool::\"{id}\"` is not a tool of this tenant"),
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// How a tenant's policies take part in decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// They decide (with the grants and the platform's policies).
+    #[default]
+    Enforce,
+    /// They are evaluated and audited; grants and platform policies alone decide.
+    LogOnly,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::LogOnly => "log_only",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "enforce" => Some(Mode::Enforce),
+            "log_only" => Some(Mode::LogOnly),
+            _ => None,
+        }
+    }
+}
+
+/// A stored policy: its id, text and mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub id: String,
+    pub text: String,
+    pub mode: Mode,
+}
+
+/// The id under which a platform policy takes part in a tenant's decisions.
+pub fn platform_id(id: &str) -> String {
+    format!("platform/{id}")
+}
+
+/// Who is calling, as policies see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub tenant: &'a str,
+    pub subject: &'a str,
+    pub roles: &'a [Role],
+    /// `None`: every flock of the tenant.
+    pub flocks: Option<&'a [String]>,
+}
+
+/// The circumstances of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Circumstances<'a> {
+    pub revision: &'a str,
+    pub client: Option<&'a str>,
+    pub stateless: bool,
+    pub now: time::OffsetDateTime,
+}
+
+/// What allows a call without any policy: a grant (its id as policies name it, `grant/...`), or
+/// a native tool's own role list (`None` when neither does; a native tool whose roles refuse the
+/// caller is refused before policies are asked).
+pub type Base<'a> = Option<&'a str>;
+
+/// Why a decision went the way it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// Permitted: `by` names the permits (policies and the grant) that allowed it.
+    Permit,
+    /// Refused by the forbids in `by`.
+    Forbid,
+    /// Nothing permits it.
+    NoPermit,
+    /// A policy could not be evaluated (named in `by`): refused.
+    PolicyError(String),
+    /// The arguments are not values of the types the tool declares: refused.
+    ArgumentsInvalid(Mismatch),
+}
+
+impl Reason {
+    /// The audit class of a call refused for this reason.
+    pub fn refusal_class(&self) -> &'static str {
+        match self {
+            Reason::Forbid => "policy_forbid",
+            Reason::NoPermit | Reason::Permit => "policy_no_permit",
+            Reason::PolicyError(_) => "policy_error",
+            Reason::ArgumentsInvalid(_) => "arguments_invalid",
+        }
+    }
+
+    /// A stable label for the audit.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Reason::Permit => "permit",
+            Reason::Forbid => "forbid",
+            Reason::NoPermit => "no_permit",
+            Reason::PolicyError(_) => "policy_error",
+            Reason::ArgumentsInvalid(_) => "arguments_invalid",
+        }
+    }
+}
+
+/// A decision, with the ids of the policies that took it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allow: bool,
+    pub by: Vec<String>,
+    pub reason: Reason,
+}
+
+impl Decision {
+    fn deny(reason: Reason, by: Vec<String>) -> Self {
+        Self { allow: false, by, reason }
+    }
+}
+
+/// A decision that counts, and (log-only tenants) what the tenant's own policies would have
+/// decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub decision: Decision,
+    pub log_only: Option<Decision>,
+    /// Whether any policy took part (`false`: the grants or the tool's roles alone decided, and
+    /// the audit records nothing of policies).
+    pub consulted: bool,
+}
+
+/// One tenant's policies (with the platform's), ready to decide.
+pub struct TenantPolicies {
+    tenant: String,
+    mode: Mode,
+    /// What decides: the platform's policies, and the tenant's when enforced.
+    enforced: Arc<PolicySet>,
+    /// When some policy is log-only: every policy (the platform's, the tenant's whatever their
+    /// mode), whose decision is audited beside the one that counts.
+    shadow: Option<Arc<PolicySet>>,
+    /// What listings are decided with: the enforced policies that do not read the arguments as
+    /// they are, those that do turned into what they may be for some arguments (a permit: its
+    /// scope alone; a forbid: nothing).
+    listing: Arc<PolicySet>,
+    /// Per action id, the part of each set whose action scope can name it.
+    by_action: Mutex<HashMap<String, Narrowed>>,
+    /// Policies that no longer validate against the tenant's schema, with why.
+    stale: BTreeMap<String, Vec<Problem>>,
+    /// Whether any policy at all is loaded (none: grants alone decide, as before policies).
+    empty: bool,
+    /// Why the policies could not be loaded: every call is refused, nothing listed.
+    failed: Option<String>,
+}
+
+/// Why a tenant's policies could not be loaded: every decision for the tenant refuses.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("policy `{id}` can't be loaded: {problems}")]
+pub struct LoadError {
+    pub id: String,
+    pub problems: String,
+}
+
+impl TenantPolicies {
+    /// Compiles `tenant`'s policies and the platform's, validated against `catalogue`. A policy
+    /// that no longer validates (a tool it names changed) takes part as a forbid of everything
+    /// its scope names: it fails closed. A policy that does not parse fails the load.
+    pub fn load(
+        catalogue: &Catalogue,
+        mode: Mode,
+        tenant_policies: &[Source],
+        platform_policies: &[Source],
+    ) -> Result<Self, LoadError> {
+        let schema = Schema::from_json_value(model::schema_json(Some(catalogue)))
+            .map_err(|e| LoadError { id: "(schema)".into(), problems: e.to_string() })?;
+        let platform_schema = Schema::from_json_value(model::schema_json(None))
+            .map_err(|e| LoadError { id: "(schema)".into(), problems: e.to_string() })?;
+        let mut stale = BTreeMap::new();
+        let mut compile = |id: String, source: &Source, schema: &Schema, catalogue: Option<&Catalogue>| {
+            let fail = |problems: Vec<Problem>| LoadError {
+                id: id.clone(),
+                problems: problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            };
+            let policy = parse(&id, &source.text).map_err(fail)?;
+            let problems = validate(schema, catalogue, &policy, &source.text);
+            if problems.is_empty() {
+                return Ok(policy);
+            }
+            let closed = scope_forbid(&policy).map_err(|e| fail(vec![e]))?;
+            stale.insert(id.clone(), problems);
+            Ok(closed)
+        };
+        let mut platform = Vec::new();
+        for source in platform_policies {
+            platform.push(compile(platform_id(&source.id), source, &platform_schema, None)?);
+        }
+        // Enforced, and log-only (by their own mode, or all of them in a log-only tenant).
+        let (mut own, mut logged) = (Vec::new(), Vec::new());
+        for source in tenant_policies {
+            let policy = compile(source.id.clone(), source, &schema, Some(catalogue))?;
+            match (mode, source.mode) {
+                (Mode::Enforce, Mode::Enforce) => own.push(policy),
+                _ => logged.push(policy),
+            }
+        }
+        let set = |policies: &[&Vec<Policy>]| -> Result<PolicySet, LoadError> {
+            PolicySet::from_policies(policies.iter().flat_map(|p| p.iter().cloned()))
+                .map_err(|e| LoadError { id: "(set)".into(), problems: e.to_string() })
+        };
+        let empty = platform.is_empty() && own.is_empty() && logged.is_empty();
+        let listed: Vec<Policy> = platform.iter().chain(own.iter()).filter_map(for_listing).collect();
+        let listing = set(&[&listed])?;
+        let enforced = set(&[&platform, &own])?;
+        let shadow = match logged.is_empty() {
+            true => None,
+            false => Some(Arc::new(set(&[&platform, &own, &logged])?)),
+        };
+        Ok(Self {
+            tenant: catalogue.tenant.clone(),
+            mode,
+            enforced: Arc::new(enforced),
+            shadow,
+            listing: Arc::new(listing),
+            by_action: Mutex::default(),
+            stale,
+            empty,
+            failed: None,
+        })
+    }
+
+    /// The set of a tenant whose policies could not be read or loaded: it refuses every call
+    /// (`policy_error`) and lists nothing.
+    pub fn failed(tenant: &str, why: String) -> Self {
+        Self { failed: Some(why), empty: false, ..Self::none(tenant) }
+    }
+
+    /// A tenant with no policy: grants alone decide.
+    pub fn none(tenant: &str) -> Self {
+        Self {
+            tenant: tenant.to_owned(),
+            mode: Mode::Enforce,
+            enforced: Arc::new(PolicySet::new()),
+            shadow: None,
+            listing: Arc::new(PolicySet::new()),
+            by_action: Mutex::default(),
+            stale: BTreeMap::new(),
+            empty: true,
+            failed: None,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether no policy is loaded: decisions are the grants' alone.
+    pub fn is_empty(&self) -> bool {
+        self.empty
+    }
+
+    /// Policies that no longer validate, with why.
+    pub fn stale(&self) -> &BTreeMap<String, Vec<Problem>> {
+        &self.stale
+    }
+
+    /// The parts of the sets whose action scope can name `action` (the tool's own action, a
+    /// member of `call_tool`).
+    fn sets_for(&self, action: &str, group: &str) -> Narrowed {
+        let mut cache = self.by_action.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sets) = cache.get(action) {
+            return sets.clone();
+        }
+        let names = |uid: &EntityUid| {
+            let id = uid.id().unescaped();
+            id == action || id == group
+        };
+        let narrow = |set: &PolicySet| {
+            let kept = set.policies().filter(|p| match p.action_constraint() {
+                ActionConstraint::Any => true,
+                ActionConstraint::Eq(uid) => names(&uid),
+                ActionConstraint::In(uids) => uids.iter().any(names),
+            });
+            // Ids are unique in `set`, so this can't fail; if it did, the whole set decides.
+            Arc::new(PolicySet::from_policies(kept.cloned()).unwrap_or_else(|_| set.clone()))
+        };
+        let sets = Narrowed {
+            enforced: narrow(&self.enforced),
+            shadow: self.shadow.as_deref().map(narrow),
+            listing: narrow(&self.listing),
+        };
+        if cache.len() < 10_000 {
+            cache.insert(action.to_owned(), sets.clone());
+        }
+        sets
+    }
+
+    /// The decision for calling `tool` with `arguments`.
+    pub fn decide_call(
+        &self,
+        caller: &Caller<'_>,
+        tool: &ToolFacts,
+        base: Base<'_>,
+        arguments: Option<&Map<String, Value>>,
+        circumstances: &Circumstances<'_>,
+    ) -> Outcome {
+        let grants_only = || Outcome {
+            decision: match base {
+                Some(by) => Decision { allow: true, by: vec![by.to_owned()], reason: Reason::Permit },
+                None => Decision::deny(Reason::NoPermit, Vec::new()),
+            },
+            log_only: None,
+            consulted: false,
+        };
+        if let Some(why) = &self.failed {
+            let decision = Decision::deny(Reason::PolicyError(why.clone()), Vec::new());
+            return Outcome { decision, log_only: None, consulted: true };
+        }
+        let Narrowed { enforced, shadow, .. } = self.sets_for(&tool.id, model::CALL_TOOL);
+        if enforced.is_empty() && shadow.as_ref().is_none_or(|s| s.is_empty()) {
+            // No policy's action scope names this tool.
+            return grants_only();
+        }
+        let arguments = match arguments_value(&tool.arguments, arguments) {
+            Ok(value) => value,
+            Err(mismatch) => {
+                // The policies can't be asked: refused where they decide.
+                let refused = Decision::deny(Reason::ArgumentsInvalid(mismatch), Vec::new());
+                let log_only = shadow.is_some().then(|| refused.clone());
+                return match enforced.is_empty() {
+                    true => Outcome { log_only, consulted: true, ..grants_only() },
+                    false => Outcome { decision: refused, log_only, consulted: true },
+                };
+            }
+        };
+        let request = match self.request(caller, tool, arguments, circumstances) {
+            Ok(request) => request,
+            Err(e) => {
+                let decision = Decision::deny(Reason::PolicyError(e), Vec::new());
+                return Outcome { decision, log_only: None, consulted: true };
+            }
+        };
+        let decide = |set: &PolicySet| -> Decision {
+            let response = Authorizer::new().is_authorized(&request.0, set, &request.1);
+            let errored: Vec<String> = response
+                .diagnostics()
+                .errors()
+                .map(|e| match e {
+                    cedar_policy::AuthorizationError::PolicyEvaluationError(e) => e.policy_id().to_string(),
+                })
+                .collect();
+            if !errored.is_empty() {
+                let message = response.diagnostics().errors().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                return Decision::deny(Reason::PolicyError(message), errored);
+            }
+            let mut by: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
+            by.sort();
+            match response.decision() {
+                CedarDecision::Allow => {
+                    by.extend(base.map(str::to_owned));
+                    Decision { allow: true, by, reason: Reason::Permit }
+                }
+                CedarDecision::Deny if !by.is_empty() => Decision::deny(Reason::Forbid, by),
+                CedarDecision::Deny => match base {
+                    Some(grant) => Decision { allow: true, by: vec![grant.to_owned()], reason: Reason::Permit },
+                    None => Decision::deny(Reason::NoPermit, Vec::new()),
+                },
+            }
+        };
+        Outcome { decision: decide(&enforced), log_only: shadow.as_deref().map(decide), consulted: true }
+    }
+
+    /// Whether `tool` is listed for `caller`: when some call of it could be permitted, whatever
+    /// its arguments. Never narrower than the calls' decisions: a policy that does not read the
+    /// arguments decides as it would for a call; one that does is taken as applying (a permit,
+    /// when its scope names the call) or as not applying (a forbid), as some arguments may make it.
+    pub fn decide_list(
+        &self,
+        caller: &Caller<'_>,
+        tool: &ToolFacts,
+        base: Base<'_>,
+        circumstances: &Circumstances<'_>,
+    ) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let Narrowed { listing, .. } = self.sets_for(&tool.id, model::CALL_TOOL);
+        if listing.is_empty() {
+            return base.is_some();
+        }
+        let empty = RestrictedExpression::new_record(Vec::<(String, RestrictedExpression)>::new());
+        let Ok((request, entities)) =
+            empty.map_err(|e| e.to_string()).and_then(|a| self.request(caller, tool, a, circumstances))
+        else {
+            return false;
+        };
+        let response = Authorizer::new().is_authorized(&request, &listing, &entities);
+        if response.diagnostics().errors().next().is_some() {
+            return false;
+        }
+        match response.decision() {
+            CedarDecision::Allow => true,
+            CedarDecision::Deny => response.diagnostics().reason().next().is_none() && base.is_some(),
+        }
+    }
+
+    fn request(
+        &self,
+        caller: &Caller<'_>,
+        tool: &ToolFacts,
+        arguments: RestrictedExpression,
+        circumstances: &Circumstances<'_>,
+    ) -> Result<(Request, Entities), String> {
+        debug_assert_eq!(caller.tenant, self.tenant);
+        let user = uid(&names().user, caller.subject);
+        let resource = uid(&names().tool, &tool.id);
+        let action = uid(&names().action, &tool.id);
+        let mut parents: HashSet<EntityUid> = caller.roles.iter().map(|r| uid(&names().role, r.as_str())).collect();
+        parents.insert(uid(&names().tenant, caller.tenant));
+        let flocks = caller.flocks.unwrap_or_default();
+        let user_attrs = HashMap::from([
+            ("subject".to_owned(), RestrictedExpression::new_string(caller.subject.to_owned())),
+            ("tenant".to_owned(), RestrictedExpression::new_string(caller.tenant.to_owned())),
+            ("allFlocks".to_owned(), RestrictedExpression::new_bool(caller.flocks.is_none())),
+            (
+                "flocks".to_owned(),
+                RestrictedExpression::new_set(flocks.iter().map(|f| RestrictedExpression::new_string(f.clone()))),
+            ),
+        ]);
+        let mut tool_attrs = HashMap::from([
+            ("name".to_owned(), RestrictedExpression::new_string(tool.name.clone())),
+            ("native".to_owned(), RestrictedExpression::new_bool(tool.server.is_none())),
+            ("readOnlyHint".to_owned(), RestrictedExpression::new_bool(tool.hints.read_only)),
+            ("destructiveHint".to_owned(), RestrictedExpression::new_bool(tool.hints.destructive)),
+            ("idempotentHint".to_owned(), RestrictedExpression::new_bool(tool.hints.idempotent)),
+            ("openWorldHint".to_owned(), RestrictedExpression::new_bool(tool.hints.open_world)),
+        ]);
+        if let Some(server) = &tool.server {
+            tool_attrs.insert("server".to_owned(), RestrictedExpression::new_string(server.clone()));
+        }
+        if let Some(title) = &tool.title {
+            tool_attrs.insert("title".to_owned(), RestrictedExpression::new_string(title.clone()));
+        }
+        let tool_parents: HashSet<EntityUid> = tool.server.iter().map(|s| uid(&names().server, s)).collect();
+        let group = HashSet::from([uid(&names().action, model::CALL_TOOL)]);
+        let entities = Entities::from_entities(
+            [
+                Entity::new(user.clone(), user_attrs, parents).map_err(|e| e.to_string())?,
+                Entity::new(resource.clone(), tool_attrs, tool_parents).map_err(|e| e.to_string())?,
+                Entity::new_no_attrs(action.clone(), group),
+            ],
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut context = vec![
+            ("arguments".to_owned(), arguments),
+            ("revision".to_owned(), RestrictedExpression::new_string(circumstances.revision.to_owned())),
+            ("stateless".to_owned(), RestrictedExpression::new_bool(circumstances.stateless)),
+            ("time".to_owned(), RestrictedExpression::new_datetime(datetime_text(circumstances.now))),
+        ];
+        if let Some(client) = circumstances.client {
+            context.push(("client".to_owned(), RestrictedExpression::new_string(client.to_owned())));
+        }
+        let context = Context::from_pairs(context).map_err(|e| e.to_string())?;
+        let request = Request::new(user, action, resource, context, None).map_err(|e| e.to_string())?;
+        Ok((request, entities))
+    }
+}
+
+/// `now` as Cedar's `datetime` reads it: UTC, to the millisecond.
+fn datetime_text(now: time::OffsetDateTime) -> String {
+    let t = now.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+/// The parts of a tenant's sets whose action scope can name one action.
+#[derive(Clone)]
+struct Narrowed {
+    enforced: Arc<PolicySet>,
+    shadow: Option<Arc<PolicySet>>,
+    listing: Arc<PolicySet>,
+}
+
+/// `policy` as listings take it: as it is when its conditions do not read `arguments`; else a
+/// permit's scope alone (some arguments may satisfy it), and no forbid (some may not).
+fn for_listing(policy: &Policy) -> Option<Policy> {
+    let Ok(mut json) = policy.to_json() else {
+        // Not expressible as JSON: taken as reading the arguments.
+        return (policy.effect() == Effect::Permit).then(|| policy.clone());
+    };
+    if !json["conditions"].to_string().contains("\"arguments\"") {
+        return Some(policy.clone());
+    }
+    if policy.effect() == Effect::Forbid {
+        return None;
+    }
+    json["conditions"] = Value::Array(Vec::new());
+    Policy::from_json(Some(policy.id().clone()), json).ok()
+}
+
+/// `policy` turned into a forbid of everything its scope names (its conditions dropped): how
+/// a policy that no longer validates takes part, so that it never permits and never fails open.
+fn scope_forbid(policy: &Policy) -> Result<Policy, Problem> {
+    let fail = |message: String| Problem { line: None, column: None, message };
+    let mut json = policy.to_json().map_err(|e| fail(e.to_string()))?;
+    json["effect"] = Value::String("forbid".into());
+    json["conditions"] = Value::Array(Vec::new());
+    Policy::from_json(Some(policy.id().clone()), json).map_err(|e| fail(e.to_string()))
+}
+
+struct Names {
+    user: EntityTypeName,
+    role: EntityTypeName,
+    tenant: EntityTypeName,
+    server: EntityTypeName,
+    tool: EntityTypeName,
+    action: EntityTypeName,
+}
+
+fn names() -> &'static Names {
+    static NAMES: LazyLock<Names> = LazyLock::new(|| {
+        let name = |n: &str| EntityTypeName::from_str(n).unwrap_or_else(|e| unreachable!("`{n}` is a type name: {e}"));
+        Names {
+            user: name(model::USER),
+            role: name(model::ROLE),
+            tenant: name(model::TENANT),
+            server: name(model::SERVER),
+            tool: name(model::TOOL),
+            action: name("Action"),
+        }
+    });
+    &NAMES
+}
+
+fn uid(kind: &EntityTypeName, id: &str) -> EntityUid {
+    EntityUid::from_type_name_and_id(kind.clone(), EntityId::new(id))
+}

@@ -1,0 +1,116 @@
+//! Each tenant's policies as the gateway holds them: loaded from the database (with the
+//! platform's, and the schema from the recorded tool catalogue and the native tools), kept while
+//! the identity change counter stands (a policy, a mode, a catalogue or a binding written moves
+//! it), loaded again when it moves. Fail closed: a tenant whose policies can't be read or
+//! compiled gets a set that refuses every call and lists nothing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::engine::{Mode, Source, TenantPolicies};
+use super::model::{Catalogue, ToolFacts};
+use crate::identity::{Epoch, IdentityCache};
+use crate::store::policies::PolicyInputs;
+use crate::store::{Db, TenantId};
+
+/// Most tenants held; past it the held sets are dropped (simple and bounded).
+const MAX_TENANTS: usize = 10_000;
+
+pub struct Policies {
+    db: Db,
+    changes: Option<Arc<IdentityCache>>,
+    /// The gateway's native tools, as policies see them.
+    native: Vec<ToolFacts>,
+    held: Mutex<HashMap<TenantId, (Epoch, Arc<TenantPolicies>)>>,
+}
+
+impl Policies {
+    pub(crate) fn new(db: Db, changes: Option<Arc<IdentityCache>>, native: Vec<ToolFacts>) -> Self {
+        Self { db, changes, native, held: Mutex::default() }
+    }
+
+    /// The native tools, as policies see them.
+    pub fn native(&self) -> &[ToolFacts] {
+        &self.native
+    }
+
+    /// The native tool `name`, as policies see it.
+    pub fn native_facts(&self, name: &str) -> Option<&ToolFacts> {
+        self.native.iter().find(|t| t.name == name)
+    }
+
+    /// `tenant`'s policies (slug `slug`), as of the last read of the change counter.
+    pub async fn of(&self, tenant: TenantId, slug: &str) -> Arc<TenantPolicies> {
+        let epoch = self.changes.as_ref().and_then(|c| c.epoch());
+        if let Some(epoch) = epoch
+            && let Some((held, policies)) = self.held.lock().unwrap_or_else(|p| p.into_inner()).get(&tenant)
+            && *held == epoch
+        {
+            return Arc::clone(policies);
+        }
+        let loaded = Arc::new(match self.db.policy_inputs(tenant).await {
+            Ok(inputs) => load(slug, &self.native, inputs),
+            Err(e) => {
+                tracing::error!(tenant = %slug, error = %e, "reading the tenant's policies failed; refusing its calls");
+                TenantPolicies::failed(slug, format!("the policies could not be read: {e}"))
+            }
+        });
+        // Kept only if the counter did not move while they were read.
+        if let Some(epoch) = epoch
+            && self.changes.as_ref().and_then(|c| c.epoch()) == Some(epoch)
+        {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            if held.len() >= MAX_TENANTS {
+                held.clear();
+            }
+            held.insert(tenant, (epoch, Arc::clone(&loaded)));
+        }
+        loaded
+    }
+}
+
+/// The catalogue of `slug`: its bound servers, the tools recorded for them, the native tools.
+pub fn catalogue(slug: &str, native: &[ToolFacts], servers: Vec<String>, recorded: &[(String, String)]) -> Catalogue {
+    let mut tools: Vec<ToolFacts> = native.to_vec();
+    for (server, json) in recorded {
+        if !servers.contains(server) {
+            continue;
+        }
+        match serde_json::from_str::<Vec<rmcp::model::Tool>>(json) {
+            Ok(listed) => tools.extend(listed.iter().map(|t| ToolFacts::upstream(server, t))),
+            Err(e) => {
+                tracing::warn!(%server, error = %e, "a recorded tool list does not read; its tools are unknown to policies")
+            }
+        }
+    }
+    Catalogue { tenant: slug.to_owned(), servers: servers.into_iter().collect(), tools }
+}
+
+fn load(slug: &str, native: &[ToolFacts], inputs: PolicyInputs) -> TenantPolicies {
+    if inputs.tenant.is_empty() && inputs.platform.is_empty() {
+        return TenantPolicies::none(slug);
+    }
+    let Some(mode) = Mode::parse(&inputs.mode) else {
+        return TenantPolicies::failed(slug, format!("unknown policy mode `{}`", inputs.mode));
+    };
+    let catalogue = catalogue(slug, native, inputs.servers, &inputs.catalogue);
+    // A mode that does not read makes the policy log-only: it never decides unread.
+    let sources = |rows: Vec<crate::store::policies::PolicyRow>| -> Vec<Source> {
+        rows.into_iter()
+            .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
+            .collect()
+    };
+    match TenantPolicies::load(&catalogue, mode, &sources(inputs.tenant), &sources(inputs.platform)) {
+        Ok(policies) => {
+            for (id, problems) in policies.stale() {
+                let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                tracing::warn!(tenant = %slug, policy = %id, problems = ?problems, "a policy no longer validates; it forbids what its scope names");
+            }
+            policies
+        }
+        Err(e) => {
+            tracing::error!(tenant = %slug, error = %e, "the tenant's policies do not load; refusing its calls");
+            TenantPolicies::failed(slug, e.to_string())
+        }
+    }
+}
