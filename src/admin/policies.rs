@@ -131,8 +131,10 @@ pub struct CheckAnswer {
     /// For `policy_error` and `arguments_invalid`: why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// What the log-only policies (with the rest) would have decided, when there are some.
+    /// What the log-only policies (with the rest) would have decided, when there are some (a
+    /// decision of this same shape).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub log_only: Option<Box<CheckAnswer>>,
 }
 

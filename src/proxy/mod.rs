@@ -497,7 +497,10 @@ impl Upstreams {
             let prefixed = snapshot.prefixed(server) != Some(false);
             match tools {
                 Ok((_, tools)) => {
-                    let facts = (!ask.grants_only()).then(|| self.tool_facts(snapshot.tenant, &connection, &tools));
+                    // Always: a list seen for the first time is recorded for the tenant's
+                    // policy schema, whether or not the tenant has policies yet.
+                    let facts = self.tool_facts(snapshot.tenant, &connection, &tools);
+                    let facts = (!ask.grants_only()).then_some(facts);
                     let listed = |t: &Tool| match &facts {
                         None => snapshot.allowed(server, &t.name, roles),
                         Some(facts) => {
