@@ -194,7 +194,7 @@ fn value_of(ty: &ArgType, value: &Value, path: &str) -> Result<RestrictedExpress
 
 fn exact_i64(f: f64) -> Option<i64> {
     // i64::MAX is not a float; 2^63 is the first float past the range.
-    (f >= -9_223_372_036_854_775_808.0 && f < 9_223_372_036_854_775_808.0).then_some(f as i64)
+    (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f).then_some(f as i64)
 }
 
 /// A JSON number as Cedar `decimal` text (`12.5000`), when it has at most four digits after
