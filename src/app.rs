@@ -159,8 +159,8 @@ impl Gateway {
         );
         let oauth =
             state.vault.as_ref().map(|v| crate::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
-        let native_facts = tools.list().iter().map(crate::policy::ToolFacts::native).collect();
-        let policies = Arc::new(crate::policy::Policies::new(state.db.clone(), state.gate.cache.clone(), native_facts));
+        let native_facts = tools.policy_facts();
+        let policies = Arc::new(crate::proxy::Policies::new(state.db.clone(), state.gate.cache.clone(), native_facts));
         let upstreams = crate::proxy::Upstreams::from_config(
             &state.config.upstream,
             state.db.clone(),

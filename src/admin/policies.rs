@@ -43,7 +43,7 @@ pub(crate) async fn catalogue_of(
 ) -> Result<Catalogue, AdminError> {
     let servers = policies::bound_servers(&mut *conn, tenant).await?;
     let recorded = policies::catalogue(&mut *conn, tenant).await?;
-    Ok(crate::policy::runtime::catalogue(slug, native, servers, &recorded))
+    Ok(crate::policy::model::catalogue(slug, native, servers, &recorded))
 }
 
 fn schema_of(catalogue: Option<&Catalogue>) -> Result<cedar_policy::Schema, AdminError> {
@@ -188,8 +188,7 @@ pub(crate) async fn check(
     let native_tool = native.iter().find(|t| t.name == request.tool);
     let facts: ToolFacts = match native_tool {
         Some(facts) => {
-            let spec_roles = crate::tools::TOOLS.iter().find(|t| t.name == facts.name).map(|t| t.roles);
-            if spec_roles.is_some_and(|allowed| !roles.iter().any(|r| allowed.contains(r))) {
+            if facts.roles.as_ref().is_some_and(|allowed| !roles.iter().any(|r| allowed.contains(r))) {
                 return Ok(unknown());
             }
             facts.clone()
@@ -210,7 +209,7 @@ pub(crate) async fn check(
         }
     };
     let base: Option<String> = match (&facts.server, native_tool) {
-        (_, Some(_)) => Some(crate::mcp::NATIVE_ROLES.to_owned()),
+        (_, Some(_)) => Some(crate::policy::NATIVE_ROLES.to_owned()),
         (Some(server), None) => grants
             .iter()
             .find(|g| {

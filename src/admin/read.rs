@@ -555,6 +555,7 @@ async fn grants(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<GrantView>
         .into_iter()
         .map(|g| GrantView {
             id: grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name),
+            cedar: crate::policy::grant_text(&g.server, g.role.as_str(), g.kind, &g.name),
             server: g.server,
             role: g.role.as_str().to_owned(),
             kind: g.kind.as_str().to_owned(),

@@ -100,6 +100,8 @@ pub struct GrantView {
     pub kind: String,
     /// A tool's or prompt's own name, a resource URI (or prefix ending in `*`), or `*`.
     pub name: String,
+    /// The grant as the Cedar permit policy it is (named `grant/<id>` in decisions).
+    pub cedar: String,
 }
 
 /// A role's allowance of plugin roots at or below a folder of a remote executor.

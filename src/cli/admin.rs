@@ -58,6 +58,12 @@ pub enum AdminCommand {
     /// Identity providers a tenant trusts besides the gateway's own (`auth.issuer`).
     #[command(subcommand)]
     Issuer(IssuerCmd),
+    /// A tenant's Cedar policies over the caller, the tool and its arguments.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+    /// The platform's Cedar policies, which take part in every tenant's decisions.
+    #[command(subcommand)]
+    PlatformPolicy(PlatformPolicyCmd),
     /// The key that seals upstream OAuth credentials: create one, rotate to a new one.
     #[command(subcommand)]
     Oauth(super::oauth::OauthCmd),
@@ -328,6 +334,83 @@ pub struct GrantSpec {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Create or replace one of a tenant's policies; refused, naming line and column, when it
+    /// does not validate against the tenant's schema.
+    Put {
+        #[arg(long)]
+        tenant: String,
+        /// The policy's id: letters, digits, `_`, `-`, `.`.
+        id: String,
+        /// The file holding its Cedar text (`-`: standard input).
+        #[arg(long)]
+        file: std::path::PathBuf,
+        /// `enforce` (it decides) or `log_only` (evaluated and audited only).
+        #[arg(long, default_value = "enforce", value_parser = mode)]
+        mode: crate::policy::Mode,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+    },
+    /// The decision a call would get and the policies that would take it (calls nothing).
+    Check {
+        #[arg(long)]
+        tenant: String,
+        /// The caller's subject.
+        #[arg(long)]
+        user: String,
+        /// The tool as that user lists it.
+        #[arg(long)]
+        tool: String,
+        /// The call's arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        arguments: String,
+        /// The client's declared name.
+        #[arg(long)]
+        client: Option<String>,
+    },
+    /// Whether the tenant's policies decide (`enforce`) or are only audited (`log_only`).
+    Mode {
+        #[arg(long)]
+        tenant: String,
+        #[arg(value_parser = mode)]
+        mode: crate::policy::Mode,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlatformPolicyCmd {
+    /// Create or replace one of the platform's policies.
+    Put {
+        id: String,
+        /// The file holding its Cedar text (`-`: standard input).
+        #[arg(long)]
+        file: std::path::PathBuf,
+    },
+    List,
+    Delete {
+        id: String,
+    },
+}
+
+fn mode(text: &str) -> Result<crate::policy::Mode, String> {
+    crate::policy::Mode::parse(text).ok_or_else(|| format!("`{text}`: enforce or log_only"))
+}
+
+/// A policy's text from `file` (`-`: standard input).
+fn policy_text(file: &std::path::Path) -> Result<String, CliError> {
+    let read =
+        if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
+    Ok(read.map_err(|e| StoreError::Invalid { field: "file", message: format!("{}: {e}", file.display()) })?)
+}
+
+#[derive(Debug, Subcommand)]
 pub enum RootCmd {
     /// Let a role select plugin roots at or below a base folder of a remote executor the
     /// tenant owns. Prints the allowance's id alone on stdout.
@@ -475,13 +558,14 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
     let db = Db::connect(&config.database, IfMissing::Refuse).await?;
     db.migrate().await?;
     let native = crate::tools::TOOLS.iter().map(|t| t.name.to_owned()).collect();
-    let native_facts = crate::mcp::ToolSet::native().list().iter().map(crate::policy::ToolFacts::native).collect();
+    let native_facts = crate::mcp::ToolSet::native().policy_facts();
     let service = Admin::new(db.clone(), native).with_auth(&config.auth).with_native_facts(native_facts);
     let json = args.json;
     let result = execute(&service, args.command).await;
     db.close().await;
     match result? {
         Output::Listing(listing) => print(&listing, json),
+        Output::Answer(answer) => println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default()),
         Output::Done(done) => {
             for skipped in &done.skipped {
                 eprintln!("skipped: {skipped}");
@@ -506,6 +590,8 @@ pub async fn run(config: &Config, args: AdminArgs) -> Result<(), CliError> {
 enum Output {
     Listing(Listing),
     Done(Done),
+    /// An answer that changes nothing (a policy check), printed as JSON.
+    Answer(serde_json::Value),
 }
 
 /// Runs one command through the administrative service: a listing, or one write in one
@@ -609,6 +695,26 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             IssuerCmd::Trust { tenant, trust } => W::TrustIssuer { tenant, trust },
             IssuerCmd::Distrust { tenant, issuer } => W::DistrustIssuer { tenant, issuer },
             IssuerCmd::List { tenant } => return Ok(list(Collection::Issuers { tenant }).await?),
+        },
+        AdminCommand::Policy(cmd) => match cmd {
+            PolicyCmd::Put { tenant, id, file, mode } => W::PutPolicy { tenant, id, text: policy_text(&file)?, mode },
+            PolicyCmd::List { tenant } => return Ok(list(Collection::Policies { tenant }).await?),
+            PolicyCmd::Delete { tenant, id } => W::DeletePolicy { tenant, id },
+            PolicyCmd::Mode { tenant, mode } => W::SetPolicyMode { tenant, mode },
+            PolicyCmd::Check { tenant, user, tool, arguments, client } => {
+                let arguments = serde_json::from_str(&arguments).map_err(|e| StoreError::Invalid {
+                    field: "arguments",
+                    message: format!("not a JSON object: {e}"),
+                })?;
+                let request = crate::admin::policies::CheckRequest { user, tool, arguments, client };
+                let answer = service.check_policy(&Authority::Cli, &tenant, &request).await?;
+                return Ok(Output::Answer(serde_json::to_value(answer).unwrap_or_default()));
+            }
+        },
+        AdminCommand::PlatformPolicy(cmd) => match cmd {
+            PlatformPolicyCmd::Put { id, file } => W::PutPlatformPolicy { id, text: policy_text(&file)? },
+            PlatformPolicyCmd::List => return Ok(list(Collection::PlatformPolicies).await?),
+            PlatformPolicyCmd::Delete { id } => W::DeletePlatformPolicy { id },
         },
         // Dispatched by `run` before the service is built.
         AdminCommand::Oauth(_) => {

@@ -34,7 +34,6 @@ use crate::store::Db;
 pub(crate) use jsonrpc::{Inspection, id_text};
 pub use registry::{RegistryError, ToolSet};
 pub use server::GatewayServer;
-pub(crate) use server::NATIVE_ROLES;
 
 /// What the endpoint shares with the rest of the gateway (handed down by the HTTP layer, which
 /// owns it: this module never reaches up for it).

@@ -109,6 +109,17 @@ impl ToolSet {
         Ok(self)
     }
 
+    /// Its tools as policies see them, each with its role list (the ceiling of its callers).
+    pub fn policy_facts(&self) -> Vec<crate::policy::ToolFacts> {
+        self.list()
+            .iter()
+            .map(|tool| {
+                let roles = self.spec(&tool.name).map(|s| s.roles).unwrap_or_default();
+                crate::policy::ToolFacts::native(tool, roles)
+            })
+            .collect()
+    }
+
     pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
         self.specs.iter().find(|s| s.name == name)
     }

@@ -279,17 +279,13 @@ pub(crate) fn tool_allowed(tools: &ToolSet, tool: &str, roles: &[Role]) -> bool 
     tools.spec(tool).is_some_and(|spec| roles.iter().any(|r| spec.roles.contains(r)))
 }
 
-/// The base a native tool's role list gives a policy decision (its ceiling: a caller it does
-/// not name never reaches the policies).
-pub(crate) const NATIVE_ROLES: &str = "tool-roles";
-
 /// The questions this request asks of its tenant's policies: the caller, the revision (the
 /// request's `MCP-Protocol-Version`, else the session's), the client's declared name.
 pub(super) async fn ask_for(
     shared: &Shared,
     ctx: &McpCallContext,
     context: &RequestContext<RoleServer>,
-) -> crate::policy::Ask {
+) -> crate::proxy::Ask {
     let policies = shared.upstreams.policies().of(ctx.tenant_id(), ctx.tenant_slug()).await;
     let header = context
         .extensions
@@ -301,7 +297,7 @@ pub(super) async fn ask_for(
         .or_else(|| ctx.session_id().and_then(|_| context.peer.peer_info()).map(|i| i.protocol_version.to_string()))
         .unwrap_or_default();
     let client = client_of(context, ctx.session_id()).map(|(name, _)| name);
-    crate::policy::Ask::new(policies, ctx, &revision, client.as_deref())
+    crate::proxy::Ask::new(policies, ctx, &revision, client.as_deref())
 }
 
 /// An upstream that answered a request with the result of another.
@@ -474,7 +470,7 @@ impl ServerHandler for GatewayServer {
         let upstreams = &self.shared.upstreams;
         // A native tool's roles are its ceiling; the tenant's policies may narrow them.
         let native_listed = |name: &str| match upstreams.policies().native_facts(name) {
-            Some(facts) if !ask.grants_only() => ask.list(facts, Some(NATIVE_ROLES)),
+            Some(facts) if !ask.grants_only() => ask.list(facts, Some(crate::policy::NATIVE_ROLES)),
             _ => true,
         };
         let mut tools: Vec<_> = self

@@ -8,17 +8,16 @@
 //! and a satisfied forbid (the tenant's or the platform's) refuses whatever permits.
 
 pub mod arguments;
-pub mod ask;
 pub mod engine;
 pub mod model;
-pub mod runtime;
 
-pub use ask::Ask;
 pub use engine::{Caller, Circumstances, Decision, Mode, Outcome, Problem, Reason, Source, TenantPolicies};
 pub use model::{Catalogue, Hints, ToolFacts};
-pub use runtime::Policies;
 
 use crate::store::entities::GrantKind;
+
+/// What allows a native tool's call before policies: its own role list (named so in decisions).
+pub const NATIVE_ROLES: &str = "tool-roles";
 
 /// A string as a Cedar string literal.
 fn literal(text: &str) -> String {

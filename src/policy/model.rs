@@ -77,6 +77,8 @@ pub struct ToolFacts {
     pub hints: Hints,
     /// Its arguments, typed from its `inputSchema`.
     pub arguments: Fields,
+    /// A native tool's own role list (its ceiling); `None` for an upstream tool.
+    pub roles: Option<Vec<crate::model::Role>>,
 }
 
 impl ToolFacts {
@@ -89,11 +91,12 @@ impl ToolFacts {
             title: tool.title.clone(),
             hints: Hints::of(tool.annotations.as_ref()),
             arguments: super::arguments::arguments_type(&tool.input_schema),
+            roles: None,
         }
     }
 
-    /// A native tool.
-    pub fn native(tool: &rmcp::model::Tool) -> Self {
+    /// A native tool, which `roles` may use.
+    pub fn native(tool: &rmcp::model::Tool, roles: &[crate::model::Role]) -> Self {
         Self {
             id: tool.name.to_string(),
             name: tool.name.to_string(),
@@ -101,6 +104,7 @@ impl ToolFacts {
             title: tool.title.clone(),
             hints: Hints::of(tool.annotations.as_ref()),
             arguments: super::arguments::arguments_type(&tool.input_schema),
+            roles: Some(roles.to_vec()),
         }
     }
 }
@@ -198,6 +202,23 @@ pub fn schema_json(catalogue: Option<&Catalogue>) -> Value {
     json!({"": {"entityTypes": entity_types, "actions": actions}})
 }
 
+/// The catalogue of `slug`: its bound servers, the tools recorded for them, the native tools.
+pub fn catalogue(slug: &str, native: &[ToolFacts], servers: Vec<String>, recorded: &[(String, String)]) -> Catalogue {
+    let mut tools: Vec<ToolFacts> = native.to_vec();
+    for (server, json) in recorded {
+        if !servers.contains(server) {
+            continue;
+        }
+        match serde_json::from_str::<Vec<rmcp::model::Tool>>(json) {
+            Ok(listed) => tools.extend(listed.iter().map(|t| ToolFacts::upstream(server, t))),
+            Err(e) => {
+                tracing::warn!(%server, error = %e, "a recorded tool list does not read; its tools are unknown to policies")
+            }
+        }
+    }
+    Catalogue { tenant: slug.to_owned(), servers: servers.into_iter().collect(), tools }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +233,7 @@ mod tests {
             title: None,
             hints: Hints::default(),
             arguments,
+            roles: None,
         };
         let typed = super::super::arguments::arguments_type(
             json!({"type": "object", "properties": {"amount": {"type": "integer"}, "to": {"type": "string"}}})

@@ -19,6 +19,7 @@ fn refund() -> ToolFacts {
         title: None,
         hints: Hints::default(),
         arguments: arguments::arguments_type(schema.as_object().unwrap()),
+        roles: None,
     }
 }
 
@@ -30,6 +31,7 @@ fn lookup() -> ToolFacts {
         title: Some("Look up".into()),
         hints: Hints { read_only: true, destructive: false, ..Hints::default() },
         arguments: Default::default(),
+        roles: None,
     }
 }
 

@@ -48,14 +48,18 @@ pub use crate::proxy::snapshot::Snapshot;
 use crate::relay::forward_progress;
 pub use crate::relay::{CallOrigin, Downstream, LogLevel, ProxyClient, RelayCaps, Round, Sink};
 
+mod ask;
 pub mod connection;
 mod features;
 mod lean;
+mod policies;
 pub mod snapshot;
 pub mod surface;
 pub use crate::relay::ProxyError;
+pub use ask::Ask;
 pub use features::{Listening, Watch};
 pub use lean::{LeanResult, LeanTarget};
+pub use policies::Policies;
 
 /// One proxied call: the upstream's own tool name, its arguments, where its notifications go,
 /// and when it ends.
@@ -122,7 +126,7 @@ pub struct Upstreams {
     changes: std::sync::OnceLock<Arc<crate::identity::IdentityCache>>,
     requests: AtomicUsize,
     /// Each tenant's policies (and the platform's), which decide with the grants.
-    policies: Arc<crate::policy::Policies>,
+    policies: Arc<crate::proxy::Policies>,
 }
 
 /// A caller without a session: tenant, user and what its client declared.
@@ -171,7 +175,7 @@ impl Upstreams {
         signer: Arc<AssertionSigner>,
         sessions: Arc<SessionRegistry>,
         settings: UpstreamSettings,
-        policies: Arc<crate::policy::Policies>,
+        policies: Arc<crate::proxy::Policies>,
     ) -> Arc<Self> {
         Arc::new(Self {
             db,
@@ -192,7 +196,7 @@ impl Upstreams {
     }
 
     /// Each tenant's policies.
-    pub fn policies(&self) -> &Arc<crate::policy::Policies> {
+    pub fn policies(&self) -> &Arc<crate::proxy::Policies> {
         &self.policies
     }
 
@@ -251,7 +255,7 @@ impl Upstreams {
         sessions: Arc<SessionRegistry>,
         agents: Arc<Agents>,
         oauth: Option<Arc<UpstreamOAuth>>,
-        policies: Arc<crate::policy::Policies>,
+        policies: Arc<crate::proxy::Policies>,
     ) -> Result<Arc<Self>, UpstreamError> {
         let root = if config.local_root.is_empty() {
             LocalExecutor::default_root().ok_or_else(|| UpstreamError::Config {
@@ -470,7 +474,7 @@ impl Upstreams {
         &self,
         snapshot: &Snapshot,
         roles: &[Role],
-        ask: &crate::policy::Ask,
+        ask: &crate::proxy::Ask,
         native: impl Fn(&str) -> bool,
         watch: Option<Watch<'_>>,
     ) -> Vec<Tool> {

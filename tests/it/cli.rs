@@ -520,6 +520,45 @@ async fn admin_commands(backend: Backend) {
     ok(&["issuer", "distrust", "--tenant", "initech", okta]);
     assert_eq!(ok(&["issuer", "list", "--tenant", "initech"]).trim(), "(none)");
 
+    // Policies: validated against the tenant's schema (the native tools' actions), refused
+    // naming line and column, listed, explained; the platform's alike.
+    let policy = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let no_flocks = policy(
+        "no-flocks.cedar",
+        "forbid (principal in Role::\"worker\", action == Action::\"list_flocks\", resource);",
+    );
+    let bad = policy("bad.cedar", "forbid (principal, action,\n  resource) when { context.arguments.nope };");
+    let (success, _, stderr) = run(&["policy", "put", "--tenant", "initech", "bad", "--file", &bad]);
+    assert!(!success && stderr.contains("2:"), "refused with its line: {stderr}");
+    ok(&["policy", "put", "--tenant", "initech", "no-flocks", "--file", &no_flocks]);
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&["--json", "policy", "list", "--tenant", "initech"])).unwrap();
+    assert_eq!((listed[0]["id"].as_str(), listed[0]["valid"].as_str()), (Some("no-flocks"), Some("yes")), "{listed}");
+    let check = |extra: &[&str]| -> serde_json::Value {
+        let mut args =
+            vec!["policy", "check", "--tenant", "initech", "--user", "peter@initech.test", "--tool", "list_flocks"];
+        args.extend(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let answer = check(&[]);
+    assert_eq!((answer["decision"].as_str(), &answer["policies"]), (Some("deny"), &serde_json::json!(["no-flocks"])));
+    ok(&["policy", "mode", "--tenant", "initech", "log_only"]);
+    let answer = check(&[]);
+    assert_eq!((answer["decision"].as_str(), answer["log_only"]["decision"].as_str()), (Some("allow"), Some("deny")));
+    ok(&["policy", "delete", "--tenant", "initech", "no-flocks"]);
+    assert_eq!(ok(&["policy", "list", "--tenant", "initech"]).trim(), "(none)");
+    let platform = policy(
+        "platform.cedar",
+        "forbid (principal, action in Action::\"call_tool\", resource) when { resource.destructiveHint && !(context has client) };",
+    );
+    ok(&["platform-policy", "put", "unknown-clients", "--file", &platform]);
+    assert!(ok(&["platform-policy", "list"]).contains("unknown-clients"));
+    ok(&["platform-policy", "delete", "unknown-clients"]);
+
     ok(&["binding", "delete", "--tenant", "initech", "notes"]);
     ok(&["executor", "delete", "build-01"]);
     ok(&["assignment", "remove", "--tenant", "initech", "peter@initech.test", "basement"]);

@@ -438,8 +438,9 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     cluster.db.close().await;
 }
 
-/// A revocation made in the shared database (`scopegate admin user disable`, as any replica's
-/// operator would) applies on every replica within the identity cache's poll interval
+/// A policy written and deleted (`scopegate admin policy`), and a revocation made in the shared
+/// database (`scopegate admin user disable`), as any replica's operator would, apply on every
+/// replica within the identity cache's poll interval
 /// (`auth.identity_cache_ms`, 100 ms by default): each replica had the user's identity cached
 /// from calls a moment before, and each refuses the next calls and a new session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -457,6 +458,39 @@ async fn a_revocation_applies_on_every_replica() {
         for _ in 0..3 {
             let result = try_call(client, "whoami", json!({})).await;
             assert!(result.as_ref().is_ok_and(|r| r.is_error != Some(true)), "{at}: {result:?}");
+        }
+    }
+
+    // A policy written applies on every replica within the same bound, and its deletion too.
+    let policy = cluster.dir.path().join("no-whoami.cedar");
+    std::fs::write(&policy, "forbid (principal, action == Action::\"whoami\", resource);").unwrap();
+    let admin = |args: &[&str]| {
+        let out = scopegate(cluster.dir.path())
+            .arg("admin")
+            .args(args)
+            .env("SCOPEGATE_DATABASE__URL", &cluster.test_db.url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    for (put, refused) in [(true, true), (false, false)] {
+        let policy = policy.display().to_string();
+        match put {
+            true => admin(&["policy", "put", "--tenant", "acme", "no-whoami", "--file", &policy]),
+            false => admin(&["policy", "delete", "--tenant", "acme", "no-whoami"]),
+        }
+        let written = std::time::Instant::now();
+        for (at, client) in &clients {
+            let left = std::time::Duration::from_secs(5).saturating_sub(written.elapsed());
+            eventually_within(
+                left,
+                format!("{at}: the policy's change (refused: {refused}) did not apply"),
+                || async {
+                    let result = try_call(client, "whoami", json!({})).await;
+                    (result.as_ref().is_ok_and(|r| r.is_error != Some(true)) != refused).then_some(())
+                },
+            )
+            .await;
         }
     }
 

@@ -60,7 +60,7 @@ impl GatewayServer {
 /// the refusal's audit class. Records what the policies decided on `call`.
 fn native_refused(
     shared: &Shared,
-    ask: &crate::policy::Ask,
+    ask: &crate::proxy::Ask,
     tool: &str,
     arguments: Option<&serde_json::Map<String, serde_json::Value>>,
     call: &crate::audit::CallAudit,
@@ -71,7 +71,7 @@ fn native_refused(
     let Some(facts) = shared.upstreams.policies().native_facts(tool) else {
         return Some("policy_error");
     };
-    decided(ask.call(facts, Some(NATIVE_ROLES), arguments), call)
+    decided(ask.call(facts, Some(crate::policy::NATIVE_ROLES), arguments), call)
 }
 
 /// Records `outcome` on `call` when policies took part; the refusal's audit class if refused.

@@ -15,7 +15,7 @@ impl GatewayServer {
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         call: &crate::audit::CallAudit,
-        ask: &crate::policy::Ask,
+        ask: &crate::proxy::Ask,
     ) -> Result<CallToolResponse, ProxyError> {
         let upstreams = &self.shared.upstreams;
         let (connection, _held, tool);

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::engine::{Base, Caller, Circumstances, Outcome, TenantPolicies};
-use super::model::ToolFacts;
 use crate::identity::{FlockAccess, McpCallContext};
 use crate::model::Role;
+use crate::policy::ToolFacts;
+use crate::policy::engine::{Base, Caller, Circumstances, Outcome, TenantPolicies};
 
 /// The caller of one request and its circumstances, with the tenant's policies.
 pub struct Ask {

@@ -1,4 +1,4 @@
-//! Each tenant's policies as the gateway holds them: loaded from the database (with the
+//! Each tenant's policies as the gateway holds them (`crate::policy` compiles and decides): loaded from the database (with the
 //! platform's, and the schema from the recorded tool catalogue and the native tools), kept while
 //! the identity change counter stands (a policy, a mode, a catalogue or a binding written moves
 //! it), loaded again when it moves. Fail closed: a tenant whose policies can't be read or
@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::engine::{Mode, Source, TenantPolicies};
-use super::model::{Catalogue, ToolFacts};
 use crate::identity::{Epoch, IdentityCache};
+use crate::policy::ToolFacts;
+use crate::policy::engine::{Mode, Source, TenantPolicies};
 use crate::store::policies::PolicyInputs;
 use crate::store::{Db, TenantId};
 
@@ -69,23 +69,6 @@ impl Policies {
     }
 }
 
-/// The catalogue of `slug`: its bound servers, the tools recorded for them, the native tools.
-pub fn catalogue(slug: &str, native: &[ToolFacts], servers: Vec<String>, recorded: &[(String, String)]) -> Catalogue {
-    let mut tools: Vec<ToolFacts> = native.to_vec();
-    for (server, json) in recorded {
-        if !servers.contains(server) {
-            continue;
-        }
-        match serde_json::from_str::<Vec<rmcp::model::Tool>>(json) {
-            Ok(listed) => tools.extend(listed.iter().map(|t| ToolFacts::upstream(server, t))),
-            Err(e) => {
-                tracing::warn!(%server, error = %e, "a recorded tool list does not read; its tools are unknown to policies")
-            }
-        }
-    }
-    Catalogue { tenant: slug.to_owned(), servers: servers.into_iter().collect(), tools }
-}
-
 fn load(slug: &str, native: &[ToolFacts], inputs: PolicyInputs) -> TenantPolicies {
     if inputs.tenant.is_empty() && inputs.platform.is_empty() {
         return TenantPolicies::none(slug);
@@ -93,7 +76,7 @@ fn load(slug: &str, native: &[ToolFacts], inputs: PolicyInputs) -> TenantPolicie
     let Some(mode) = Mode::parse(&inputs.mode) else {
         return TenantPolicies::failed(slug, format!("unknown policy mode `{}`", inputs.mode));
     };
-    let catalogue = catalogue(slug, native, inputs.servers, &inputs.catalogue);
+    let catalogue = crate::policy::model::catalogue(slug, native, inputs.servers, &inputs.catalogue);
     // A mode that does not read makes the policy log-only: it never decides unread.
     let sources = |rows: Vec<crate::store::policies::PolicyRow>| -> Vec<Source> {
         rows.into_iter()
