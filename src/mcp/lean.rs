@@ -72,6 +72,7 @@ use crate::proxy::{
 };
 use crate::relay::Note;
 use crate::selection;
+use crate::store::entities::GrantKind;
 use crate::telemetry::trace;
 use crate::vocab::names::split_tool_name;
 
@@ -213,6 +214,8 @@ struct Accepted {
     parsed: Option<serde_json::Map<String, serde_json::Value>>,
     args_digest: String,
     args_raw: Option<String>,
+    /// What the tenant's policies decided, when they took part (for the audit).
+    policy: Option<String>,
 }
 
 /// Who the relay serves a call for, as the call's downstream needs it.
@@ -434,13 +437,10 @@ impl Relay {
         let site = CallSite { parts: Some(parts), request_id, session_id: session };
         let ctx = McpCallContext::for_call(site, &shared.sessions).ok()?;
         let upstreams = &shared.upstreams;
-        // A tenant with policies: the rmcp path asks them (the relay decides on grants alone).
-        if !upstreams.policies().of(ctx.tenant_id(), ctx.tenant_slug()).await.is_empty() {
-            return None;
-        }
+        let policies = upstreams.policies().of(ctx.tenant_id(), ctx.tenant_slug()).await;
         let snapshot = upstreams.snapshot(ctx.tenant_id(), ctx.user_id(), session, caps).await.ok()?;
         let (server, name) = surface::route_name(&*snapshot, tool)?;
-        if !snapshot.allowed(server, name, ctx.roles()) {
+        if policies.is_empty() && !snapshot.allowed(server, name, ctx.roles()) {
             return None;
         }
         let connection = snapshot.connection(server)?;
@@ -457,6 +457,26 @@ impl Relay {
             None => None,
         };
         let (args_digest, args_raw) = argument_digests(parsed.as_ref(), shared.record_raw_arguments);
+        // A tenant with policies: they decide with the arguments. The relay serves only what
+        // they allow; a refusal is the rmcp path's to answer and audit (it decides again).
+        let policy = match policies.is_empty() {
+            true => None,
+            false => {
+                let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await.ok()?;
+                let grant = snapshot.granting(server, GrantKind::Tool, name, ctx.roles());
+                let revision = sole(&parts.headers, "mcp-protocol-version").unwrap_or_default();
+                let client = match &known {
+                    Known::Session(_, known) => known.client.as_ref().map(|(name, _)| name.clone()),
+                    Known::Alone(alone) => alone.client.as_ref().map(|(name, _)| name.clone()),
+                };
+                let ask = crate::proxy::Ask::new(Arc::clone(&policies), &ctx, revision, client.as_deref());
+                let outcome = ask.call(facts.get(name)?, grant.as_deref(), parsed.as_ref());
+                if !outcome.decision.allow {
+                    return None;
+                }
+                outcome.consulted.then(|| crate::policy::audit_text(&outcome))
+            }
+        };
         // Each leg keeps the form it sends: the caller's bytes, or the parsed arguments.
         let (arguments, parsed) = match target {
             crate::proxy::LeanTarget::Http(_) => (params.arguments.map(|raw| raw.to_owned()), None),
@@ -497,6 +517,7 @@ impl Relay {
             parsed,
             args_digest,
             args_raw,
+            policy,
         })
     }
 
@@ -619,11 +640,25 @@ impl Relay {
     /// The call itself: sent, audited (fail closed), and its answer as the caller gets it.
     async fn run(&self, accepted: Accepted, notes: mpsc::Sender<Note>, cancelled: &CancellationToken) -> Reply {
         let shared = &self.shared;
-        let Accepted { ctx, caller, target, tool, upstream_tool, progress, arguments, parsed, args_digest, args_raw } =
-            accepted;
+        let Accepted {
+            ctx,
+            caller,
+            target,
+            tool,
+            upstream_tool,
+            progress,
+            arguments,
+            parsed,
+            args_digest,
+            args_raw,
+            policy,
+        } = accepted;
         let request_id = ctx.request_id().clone();
         let session_id = ctx.session_id().map(str::to_owned);
         let call = call_audit(&ctx, caller.client.clone(), tool.clone(), args_digest, args_raw);
+        if let Some(policy) = policy {
+            call.set_policy(policy);
+        }
         let downstream = Downstream {
             owner: session_id.clone().unwrap_or_else(|| shared.upstreams.stateless_owner()),
             sink: Sink::Stream { answer: notes, session: caller.peer, asks: Arc::clone(&self.asks) },

@@ -300,3 +300,83 @@ fn grants_shown_as_cedar_decide_as_grants_do() {
         engine::parse("g", &text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
     }
 }
+
+mod agreement {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Policies that read the arguments, the caller, the tool and the time, both ways.
+    fn mixed() -> TenantPolicies {
+        load(
+            Mode::Enforce,
+            &[
+                ("small-refunds", SMALL_REFUNDS),
+                (
+                    "eu-auditors",
+                    r#"permit (principal in Role::"auditor", action == Action::"billing__refund", resource) when { context.arguments has customer && context.arguments.customer like "eu-*" && context.time.toTime() < duration("18h") };"#,
+                ),
+                (
+                    "no-acme",
+                    r#"forbid (principal, action == Action::"billing__refund", resource) when { context.arguments has customer && context.arguments.customer == "acme" };"#,
+                ),
+                (
+                    "no-nights",
+                    r#"forbid (principal in Role::"worker", action in Action::"call_tool", resource) when { context.time.toTime() >= duration("20h") };"#,
+                ),
+                (
+                    "big",
+                    r#"forbid (principal, action == Action::"billing__refund", resource) when { context.arguments.amount > 250 };"#,
+                ),
+                (
+                    "rates",
+                    r#"forbid (principal, action == Action::"billing__refund", resource) when { context.arguments has rate && context.arguments.rate.greaterThan(decimal("5.0")) };"#,
+                ),
+            ],
+            &[],
+        )
+    }
+
+    fn roles() -> impl Strategy<Value = &'static [Role]> {
+        prop_oneof![
+            Just(&[Role::Worker][..]),
+            Just(&[Role::Auditor][..]),
+            Just(&[Role::Owner][..]),
+            Just(&[Role::Worker, Role::Auditor][..])
+        ]
+    }
+
+    fn arguments() -> impl Strategy<Value = Value> {
+        let customer = prop_oneof![Just(None), Just(Some("acme")), Just(Some("eu-north")), Just(Some("us-east"))];
+        let rate = prop_oneof![Just(None), Just(Some(1.5)), Just(Some(7.25))];
+        (-50i64..300, customer, rate).prop_map(|(amount, customer, rate)| {
+            let mut args = json!({"amount": amount});
+            if let Some(c) = customer {
+                args["customer"] = json!(c);
+            }
+            if let Some(r) = rate {
+                args["rate"] = json!(r);
+            }
+            args
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// A call that policies allow is of a listed tool: the listing is never narrower.
+        #[test]
+        fn list_and_call_agree(roles in roles(), hour in 0u8..24, args in arguments(), granted in any::<bool>()) {
+            let policies = mixed();
+            let caller = Caller { tenant: "acme", subject: "wanda@acme.test", roles, flocks: None };
+            let base = granted.then_some("grant/g");
+            let call = policies.decide_call(&caller, &refund(), base, args.as_object(), &at(hour));
+            let listed = policies.decide_list(&caller, &refund(), base, &at(hour));
+            prop_assert!(!call.decision.allow || listed, "allowed {args} at {hour}h for {roles:?} but not listed");
+            // And a tool hidden from the listing refuses every call.
+            if !listed {
+                prop_assert!(!call.decision.allow);
+            }
+        }
+    }
+}

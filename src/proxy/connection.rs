@@ -90,10 +90,15 @@ pub struct Connection {
     pub(super) facts: std::sync::Mutex<Option<ToolFactsOf>>,
 }
 
-/// The policy facts of one tool list (the list is kept to tell when it is replaced).
+/// The policy facts of one tool list (the list is kept to tell when it is replaced), and
+/// whether the list is recorded in the tenant's catalogue yet.
 pub(super) struct ToolFactsOf {
     pub tools: Arc<Vec<Tool>>,
     pub facts: Arc<HashMap<String, Arc<crate::policy::ToolFacts>>>,
+    /// Set once the catalogue holds the list; a failed write is tried again on the next use.
+    pub recorded: Arc<AtomicBool>,
+    /// A write is under way.
+    pub recording: Arc<AtomicBool>,
 }
 
 /// A connection's revision and last failure (see [`Connection::status`]).

@@ -219,27 +219,40 @@ impl Upstreams {
         connection: &Connection,
         tools: &Arc<Vec<rmcp::model::Tool>>,
     ) -> Arc<HashMap<String, Arc<crate::policy::ToolFacts>>> {
-        let mut held = lock(&connection.facts);
-        if let Some(of) = held.as_ref()
-            && Arc::ptr_eq(&of.tools, tools)
-        {
-            return Arc::clone(&of.facts);
-        }
         let server = connection.server().as_str();
-        let facts: HashMap<String, Arc<crate::policy::ToolFacts>> = tools
-            .iter()
-            .map(|t| (t.name.to_string(), Arc::new(crate::policy::ToolFacts::upstream(server, t))))
-            .collect();
-        let facts = Arc::new(facts);
-        *held = Some(connection::ToolFactsOf { tools: Arc::clone(tools), facts: Arc::clone(&facts) });
+        let mut held = lock(&connection.facts);
+        let of = match held.as_ref() {
+            Some(of) if Arc::ptr_eq(&of.tools, tools) => of,
+            _ => {
+                let facts: HashMap<String, Arc<crate::policy::ToolFacts>> = tools
+                    .iter()
+                    .map(|t| (t.name.to_string(), Arc::new(crate::policy::ToolFacts::upstream(server, t))))
+                    .collect();
+                held.insert(connection::ToolFactsOf {
+                    tools: Arc::clone(tools),
+                    facts: Arc::new(facts),
+                    recorded: Arc::default(),
+                    recording: Arc::default(),
+                })
+            }
+        };
+        let facts = Arc::clone(&of.facts);
+        if of.recorded.load(Ordering::Acquire) || of.recording.swap(true, Ordering::AcqRel) {
+            return facts;
+        }
+        let (recorded, recording) = (Arc::clone(&of.recorded), Arc::clone(&of.recording));
         drop(held);
         match serde_json::to_string(tools.as_slice()) {
             Ok(json) => {
                 let (db, server) = (self.db.clone(), server.to_owned());
                 tokio::spawn(async move {
-                    if let Err(e) = db.record_catalogue(tenant, &server, &json).await {
-                        tracing::warn!(%server, error = %e, "recording the server's tools for policies failed");
+                    match db.record_catalogue(tenant, &server, &json).await {
+                        Ok(_) => recorded.store(true, Ordering::Release),
+                        Err(e) => {
+                            tracing::warn!(%server, error = %e, "recording the server's tools for policies failed; tried again on next use");
+                        }
                     }
+                    recording.store(false, Ordering::Release);
                 });
             }
             Err(e) => tracing::warn!(%server, error = %e, "the server's tools do not serialize; not recorded"),

@@ -33,6 +33,20 @@ async fn until_listed(client: &RunningService<RoleClient, ()>, tool: &str, prese
     }
 }
 
+/// Lists `client`'s tools until the gateway has recorded fx's (a listing records a list it has
+/// not recorded yet, and tries again after a failed write).
+async fn recorded(live: &Live, client: &RunningService<RoleClient, ()>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(tool_names(client).await.iter().any(|n| n == "fx__echo"));
+        if live.count("SELECT COUNT(*) FROM tool_catalogue WHERE server = 'fx'").await > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "fx's tools are recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The newest audited calls of `tool`: (outcome, error class, policy JSON).
 async fn audited(live: &Live, tool: &str, n: i64) -> Vec<(String, Option<String>, Option<Value>)> {
     let mut tx = live.db.begin().await.unwrap();
@@ -65,13 +79,8 @@ async fn decide_by_arguments(backend: Backend) {
     let p = "/admin/v1/tenants/acme/policies";
     let owner = live.token_for("olivia@acme.test");
     let olivia = live.client("olivia@acme.test").await;
-    assert!(tool_names(&olivia).await.iter().any(|n| n == "fx__echo"));
-    // The gateway recorded the tools it listed: the tenant's schema now has fx's tools.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while live.count("SELECT COUNT(*) FROM tool_catalogue WHERE server = 'fx'").await == 0 {
-        assert!(Instant::now() < deadline, "fx's tools are recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The gateway records the tools it lists: the tenant's schema then has fx's tools.
+    recorded(live, &olivia).await;
 
     // Walt, a worker, holds no grant for echo: not listed, not callable.
     let walt = live.client("walt@acme.test").await;
@@ -210,3 +219,42 @@ async fn decide_by_arguments(backend: Backend) {
     chains_verify(live).await;
 }
 both_dbs!(policies_decide_calls_by_their_arguments, decide_by_arguments);
+
+fn content_type(reply: &Reply) -> &str {
+    reply.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
+/// The lean relay (a session's calls to a Streamable HTTP upstream) serves what the tenant's
+/// policies allow, with the deciding policies in the audit, and leaves a refused call to the
+/// rmcp path, which refuses it as an unknown tool.
+async fn lean_relay_decides(backend: Backend) {
+    let proxy = Proxy::with_fx_over(backend, Mode::Session, &[], Over::Http).await;
+    let live = &proxy.live;
+    let owner = live.token_for("olivia@acme.test");
+    let olivia = live.client("olivia@acme.test").await;
+    recorded(live, &olivia).await;
+    let p = "/admin/v1/tenants/acme/policies/clean-echo";
+    assert_eq!(send(live, Method::PUT, p, &owner, json!({"text": CLEAN_ECHO})).await.status, 201);
+
+    let walt = live.token_for("walt@acme.test");
+    let session = open_session(live, &walt).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let served = loop {
+        let reply = post(live, &walt, Some(&session), &tool_call(2, "fx__echo", json!({"text": "hello"})), &[]).await;
+        if content_type(&reply).starts_with("application/json") && reply.message["result"].is_object() {
+            break reply;
+        }
+        assert!(Instant::now() < deadline, "the relay serves the permitted call: {:?}", reply.message);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(served.message["result"]["content"][0]["text"], "hello");
+    let rows = audited(live, "fx__echo", 1).await;
+    assert_eq!(rows[0].2.as_ref().map(|p| p["policies"].clone()), Some(json!(["clean-echo"])), "{rows:?}");
+
+    let refused = post(live, &walt, Some(&session), &tool_call(3, "fx__echo", json!({"text": "a secret"})), &[]).await;
+    assert!(content_type(&refused).starts_with("text/event-stream"), "the rmcp path answers: {:?}", refused.headers);
+    assert_eq!(refused.message["error"]["message"], "tool not found", "{:?}", refused.message);
+    let rows = audited(live, "fx__echo", 1).await;
+    assert_eq!(rows[0].1.as_deref(), Some("policy_no_permit"), "{rows:?}");
+}
+both_dbs!(policies_decide_lean_relayed_calls, lean_relay_decides);
