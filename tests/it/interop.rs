@@ -280,9 +280,91 @@ async fn everything_over_stdio(backend: Backend) {
     let name = named("everything", backend);
     gateway.bind(&name, declaration).await;
     list_and_call(&gateway, &name, &EVERYTHING).await;
+    policies_over_everything(&gateway, &name).await;
 }
 
 both_dbs!(interop_everything_over_stdio, everything_over_stdio);
+
+/// Cedar policies over server-everything's own tools, their arguments typed from its input
+/// schemas (zod's JSON Schema) and their annotations: rmcp's client as a worker and an auditor,
+/// each case allowed and refused.
+async fn policies_over_everything(gateway: &Gateway, server: &str) {
+    use reqwest::Method;
+
+    use crate::admin_api::send;
+
+    let live = &gateway.live;
+    let owner = live.token_for("olivia@acme.test");
+    // The gateway recorded the server's tools when the owner listed them (list_and_call).
+    eventually(format!("{server}'s tools recorded"), || async {
+        let n = live.count(&format!("SELECT COUNT(*) FROM tool_catalogue WHERE server = '{server}'")).await;
+        if n > 0 { Ok(()) } else { Err("not yet".to_owned()) }
+    })
+    .await;
+    let put = |id: &'static str, text: String| {
+        let owner = owner.clone();
+        async move {
+            let path = format!("/admin/v1/tenants/acme/policies/{id}");
+            let answer = send(live, Method::PUT, &path, &owner, json!({ "text": text })).await;
+            assert_eq!(answer.status, 201, "{id}: {}", answer.body);
+        }
+    };
+    put(
+        "clean-echo",
+        format!(
+            "permit (principal in Role::\"worker\", action == Action::\"{server}__echo\", resource) \
+             unless {{ context.arguments.message like \"*forbidden*\" }};"
+        ),
+    )
+    .await;
+    put(
+        "small-sums",
+        format!(
+            "permit (principal in Role::\"worker\", action == Action::\"{server}__get-sum\", resource) \
+             when {{ context.arguments.a.lessThan(decimal(\"50.0\")) && context.arguments.b.lessThan(decimal(\"50.0\")) }};"
+        ),
+    )
+    .await;
+    put(
+        "auditors-read",
+        format!(
+            "permit (principal in Role::\"auditor\", action in Action::\"call_tool\", resource in Server::\"{server}\") \
+             when {{ resource.readOnlyHint }};"
+        ),
+    )
+    .await;
+
+    let call = |client: &RunningService<RoleClient, ()>, tool: &str, args: Value| {
+        let params =
+            CallToolRequestParams::new(format!("{server}__{tool}")).with_arguments(args.as_object().cloned().unwrap());
+        let peer = client.peer().clone();
+        async move { peer.call_tool(params).await }
+    };
+    let walt = gateway.client("walt@acme.test", false).await;
+    let echoed = eventually("the worker's echo is permitted", || async {
+        call(&walt, "echo", json!({"message": "hello"})).await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(text_of(&echoed), "Echo: hello");
+    let refused = |result: Result<CallToolResult, rmcp::ServiceError>, what: &str| match result {
+        Err(rmcp::ServiceError::McpError(e)) => assert_eq!(e.message, "tool not found", "{what}"),
+        other => panic!("{what}: refused as an unknown tool, got {other:?}"),
+    };
+    refused(call(&walt, "echo", json!({"message": "a forbidden word"})).await, "echo with the word");
+    let sum = call(&walt, "get-sum", json!({"a": 20, "b": 22.5})).await.unwrap();
+    assert!(text_of(&sum).contains("42.5"), "{sum:?}");
+    refused(call(&walt, "get-sum", json!({"a": 70, "b": 1})).await, "a sum over the bound");
+    refused(call(&walt, "get-env", json!({})).await, "a tool no policy permits");
+
+    let audrey = gateway.client("audrey@acme.test", false).await;
+    let names: Vec<String> = audrey.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&format!("{server}__echo")), "read-only tools are listed for auditors: {names:?}");
+    assert!(!names.contains(&format!("{server}__toggle-simulated-logging")), "others are not: {names:?}");
+    call(&audrey, "get-sum", json!({"a": 500, "b": 500})).await.unwrap();
+    refused(call(&audrey, "toggle-simulated-logging", json!({})).await, "a tool that is not read-only");
+    walt.cancel().await.unwrap();
+    audrey.cancel().await.unwrap();
+}
 
 /// server-everything over Streamable HTTP (`streamableHttp`, path /mcp), on 127.0.0.1.
 async fn everything_over_http(backend: Backend) {
