@@ -125,6 +125,43 @@ async fn in_a_browser(backend: Backend) {
     assert_eq!(live.count("SELECT COUNT(*) FROM tenant_issuers").await, 1);
     let acts = "SELECT COUNT(*) FROM audit_events WHERE action LIKE 'admin.issuer.%'";
     assert_eq!(live.count(acts).await, 3, "trust, distrust, trust: one event each");
+
+    // Policies: one the validator refuses comes back with its error at its line, nothing
+    // saved; a valid one is saved, listed, and tried.
+    let policies = format!("{}/console/tenants/acme/policies", live.base_url());
+    browser.goto(&policies).await;
+    browser.type_into("#policy-id", "big-counts").await;
+    browser.type_into("#policy-text", "forbid (principal, action == Action::\"record_egg_count\", resource)\nwhen { context.arguments.egs > 5000 };").await;
+    browser.click("#save-policy").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while browser.text_or_empty("#policy-errors").await.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let errors = browser.text("#policy-errors").await;
+    assert!(errors.contains("line 2") && errors.contains("egs"), "{errors}");
+    assert!(
+        browser.text("#policy-lines li.error-line").await.contains("context.arguments.egs"),
+        "the error at its line"
+    );
+    assert_eq!(live.count("SELECT COUNT(*) FROM policies").await, 0, "nothing saved");
+    shots.push(browser.screenshot(&format!("console-{db}-3-policy-refused")).await);
+    browser.goto(&policies).await;
+    browser.type_into("#policy-id", "big-counts").await;
+    browser.type_into("#policy-text", "forbid (principal, action == Action::\"record_egg_count\", resource)\nwhen { context.arguments.eggs > 5000 };").await;
+    browser.click("#save-policy").await;
+    browser.wait_for_url("/console/tenants/acme/policies?done=1").await;
+    assert!(browser.text("#policies").await.contains("big-counts"), "the policy is listed");
+    browser.type_into("#try-user", "wanda@acme.test").await;
+    browser.type_into("#try-tool", "record_egg_count").await;
+    browser.type_into("#try-arguments", r#"{"flock": "north-barn", "day": "2026-12-01", "eggs": 9000}"#).await;
+    browser.click("#try-policies").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while browser.text_or_empty("#check-result").await.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let result = browser.text("#check-result").await;
+    assert!(result.contains("deny") && result.contains("big-counts"), "{result}");
+    shots.push(browser.screenshot(&format!("console-{db}-4-policy-tried")).await);
     sign_out(&browser).await;
 
     // A call through /mcp, then the auditor's page: the call is there, the chain verified.

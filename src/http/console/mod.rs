@@ -73,6 +73,9 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/tenants/{tenant}/issuers", post(trust_issuer))
         .route("/console/tenants/{tenant}/issuers/distrust", post(distrust_issuer))
         .route("/console/tenants/{tenant}/audit", get(audit))
+        .route("/console/tenants/{tenant}/policies", get(policies).post(put_policy))
+        .route("/console/tenants/{tenant}/policies/{id}/delete", post(delete_policy))
+        .route("/console/tenants/{tenant}/policy-mode", post(set_policy_mode))
         .route("/console/tenants/{tenant}/audit/export", get(export))
         .route("/console/executors", get(executors))
         .route("/console/guards", get(guards))
@@ -712,4 +715,166 @@ async fn guards(State(console): State<Console>, headers: HeaderMap) -> Response 
         }
         Err(e) => refused(e, &s, "/console"),
     }
+}
+
+#[derive(Deserialize, Default)]
+struct PoliciesQuery {
+    edit: Option<String>,
+    user: Option<String>,
+    tool: Option<String>,
+    arguments: Option<String>,
+    client: Option<String>,
+    error: Option<String>,
+    done: Option<String>,
+}
+
+/// The policies page: the tenant's policies, its mode, a draft (refused, or one to edit), and a
+/// try-it check.
+async fn policies_page(
+    console: &Console,
+    s: &Session,
+    slug: &str,
+    q: PoliciesQuery,
+    draft: Option<pages::PolicyDraft>,
+) -> Response {
+    let back = format!("/console/tenants/{slug}/policies");
+    let loaded = async {
+        let list = all(console, &s.who, Collection::Policies { tenant: slug.to_owned() }).await?;
+        let mode = console.api.admin.get(&s.who, &Target::PolicyMode { tenant: slug.to_owned() }).await?.view;
+        Ok::<_, AdminError>((list, mode))
+    };
+    let (list, mode) = match loaded.await {
+        Ok(loaded) => loaded,
+        Err(e) => return refused(e, s, &back),
+    };
+    let draft = draft.or_else(|| {
+        let id = q.edit.as_deref()?;
+        let p = list.iter().find(|p| p["id"] == id)?;
+        Some(pages::PolicyDraft {
+            id: id.to_owned(),
+            text: p["text"].as_str().unwrap_or_default().to_owned(),
+            mode: p["mode"].as_str().unwrap_or("enforce").to_owned(),
+            problems: Vec::new(),
+        })
+    });
+    let mut tried = pages::Tried {
+        user: q.user.clone().unwrap_or_default(),
+        tool: q.tool.clone().unwrap_or_default(),
+        arguments: q.arguments.clone().unwrap_or_default(),
+        client: q.client.clone().unwrap_or_default(),
+        answer: None,
+    };
+    if !tried.user.is_empty() && !tried.tool.is_empty() {
+        let arguments = match tried.arguments.trim() {
+            "" => Ok(serde_json::Map::new()),
+            text => serde_json::from_str(text).map_err(|e| format!("the arguments are not a JSON object: {e}")),
+        };
+        tried.answer = Some(match arguments {
+            Err(why) => Err(why),
+            Ok(arguments) => {
+                let request = crate::admin::policies::CheckRequest {
+                    user: tried.user.clone(),
+                    tool: tried.tool.clone(),
+                    arguments,
+                    client: blank(q.client.clone()),
+                };
+                match console.api.admin.check_policy(&s.who, slug, &request).await {
+                    Ok(answer) => Ok(serde_json::to_value(answer).unwrap_or_default()),
+                    Err(AdminError::Store(e)) => return failed(AdminError::Store(e)),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        });
+    }
+    let notice = Notice { error: q.error, done: q.done, signed_out: None };
+    let mode = mode["mode"].as_str().unwrap_or("enforce").to_owned();
+    pages::policies(&s.who, &s.csrf, slug, &list, &mode, draft.as_ref(), &tried, &notice)
+}
+
+async fn policies(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    Query(q): Query<PoliciesQuery>,
+) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    policies_page(&console, &s, &slug, q, None).await
+}
+
+#[derive(Deserialize)]
+struct PolicyForm {
+    csrf: String,
+    id: String,
+    text: String,
+    mode: String,
+}
+
+/// Saves a policy; one the validator refuses comes back in the page with its errors at
+/// their lines, nothing saved.
+async fn put_policy(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<PolicyForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}/policies");
+    // A browser's textarea sends CRLF line ends; the policy is kept with LF.
+    let text = f.text.replace("\r\n", "\n");
+    let Some(mode) = crate::policy::Mode::parse(&f.mode) else {
+        return refused(AdminError::Invalid { field: "mode", message: "enforce or log_only".into() }, &s, &back);
+    };
+    let write = Write::PutPolicy { tenant: tenant.clone(), id: f.id.trim().to_owned(), text: text.clone(), mode };
+    let caller = Caller { who: &s.who, via: "console", request_id: None, idempotency: None, if_match: None };
+    match console.api.admin.write(&caller, write).await {
+        Ok(_) => see_other(&format!("{back}?done=1")),
+        Err(AdminError::InvalidPolicy(problems)) => {
+            let draft = pages::PolicyDraft { id: f.id, text, mode: f.mode, problems };
+            policies_page(&console, &s, &tenant, PoliciesQuery::default(), Some(draft)).await
+        }
+        Err(e) => refused(e, &s, &back),
+    }
+}
+
+async fn delete_policy(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, id)): Path<(String, String)>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}/policies");
+    act(&console, &s, Write::DeletePolicy { tenant, id }, &back).await
+}
+
+#[derive(Deserialize)]
+struct PolicyModeForm {
+    csrf: String,
+    mode: String,
+}
+
+async fn set_policy_mode(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<PolicyModeForm>,
+) -> Response {
+    let s = match posted(&console, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}/policies");
+    let Some(mode) = crate::policy::Mode::parse(&f.mode) else {
+        return refused(AdminError::Invalid { field: "mode", message: "enforce or log_only".into() }, &s, &back);
+    };
+    act(&console, &s, Write::SetPolicyMode { tenant, mode }, &back).await
 }

@@ -58,6 +58,9 @@ fn nav(who: &Authority, csrf: &str) -> Markup {
                 @if m.roles.contains(&Role::Owner) {
                     a href={ "/console/tenants/" (m.slug) } { "Tenant " (m.slug) }
                 }
+                @if m.roles.contains(&Role::Owner) || m.roles.contains(&Role::Auditor) {
+                    a href={ "/console/tenants/" (m.slug) "/policies" } { "Policies" }
+                }
                 @if m.roles.contains(&Role::Auditor) {
                     a href={ "/console/tenants/" (m.slug) "/audit" } { "Audit trail" }
                 }
@@ -580,4 +583,133 @@ pub(super) fn guards(who: &Authority, csrf: &str, report: &Value) -> Response {
         }
     };
     respond(StatusCode::OK, page("Guard report", nav(who, csrf), body))
+}
+
+/// What the policies page shows besides the stored policies: a draft the validator refused
+/// (with its problems) or one to edit, and the answer of a try-it check.
+pub(super) struct PolicyDraft {
+    pub id: String,
+    pub text: String,
+    pub mode: String,
+    pub problems: Vec<crate::policy::Problem>,
+}
+
+pub(super) struct Tried {
+    pub user: String,
+    pub tool: String,
+    pub arguments: String,
+    pub client: String,
+    /// The answer, or why there is none.
+    pub answer: Option<Result<Value, String>>,
+}
+
+/// A policy's text with its lines numbered, each problem under the line it is on.
+fn numbered(text: &str, problems: &[crate::policy::Problem]) -> Markup {
+    html! {
+        ol.policy-lines id="policy-lines" {
+            @for (n, line) in text.lines().enumerate() {
+                @let here: Vec<&crate::policy::Problem> = problems.iter().filter(|p| p.line == Some(n + 1)).collect();
+                li.error-line[!here.is_empty()] {
+                    code { (line) }
+                    @for p in &here {
+                        span.problem { " ← column " (p.column.unwrap_or(0)) ": " (p.message) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn policies(
+    who: &Authority,
+    csrf: &str,
+    slug: &str,
+    list: &[Value],
+    mode: &str,
+    draft: Option<&PolicyDraft>,
+    tried: &Tried,
+    notice: &Notice,
+) -> Response {
+    let base = format!("/console/tenants/{slug}/policies");
+    let refused = draft.is_some_and(|d| !d.problems.is_empty());
+    let mode_option = |value: &str, chosen: &str| html! { option value=(value) selected[value == chosen] { (value) } };
+    let body = html! {
+        h1 { "Policies " span.muted { "(" (slug) ")" } }
+        (notices(notice))
+        p.muted { "Cedar policies over the caller, the tool and its arguments. Grants are permits; a forbid wins; a refused call answers as an unknown tool." }
+        form.inline id="policy-mode" method="post" action={ "/console/tenants/" (slug) "/policy-mode" } {
+            (hidden(csrf))
+            label { "Mode of the tenant's policies" select name="mode" id="tenant-policy-mode" { (mode_option("enforce", mode)) (mode_option("log_only", mode)) } }
+            button type="submit" id="set-policy-mode" { "Save" }
+        }
+        table id="policies" {
+            thead { tr { th { "Id" } th { "Mode" } th { "Valid" } th { "Text" } th {} } }
+            tbody {
+                @for p in list {
+                    @let id = text(&p["id"]);
+                    @let valid = p["valid"] == true;
+                    tr {
+                        td.mono { (id) }
+                        td { (text(&p["mode"])) }
+                        td {
+                            @if valid { "yes" } @else {
+                                "no: "
+                                @for problem in p["problems"].as_array().into_iter().flatten() {
+                                    span.problem { (text(&problem["message"])) " " }
+                                }
+                            }
+                        }
+                        td { pre.mono { (text(&p["text"])) } }
+                        td {
+                            a href={ (base) "?edit=" (percent(&id)) } { "Edit" }
+                            form method="post" action={ (base) "/" (percent(&id)) "/delete" } {
+                                (hidden(csrf))
+                                button.quiet type="submit" { "Delete" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { @if draft.is_some() && !refused { "Edit policy" } @else { "Write a policy" } }
+        @if let Some(d) = draft.filter(|d| !d.problems.is_empty()) {
+            div.notice.error role="alert" id="policy-errors" {
+                p { "The policy does not validate; nothing was saved." }
+                ul {
+                    @for p in &d.problems {
+                        li { "line " (p.line.map_or("?".to_owned(), |l| l.to_string())) ", column " (p.column.map_or("?".to_owned(), |c| c.to_string())) ": " (p.message) }
+                    }
+                }
+                (numbered(&d.text, &d.problems))
+            }
+        }
+        form id="policy-form" method="post" action=(base) {
+            (hidden(csrf))
+            label { "Id" input name="id" id="policy-id" required value=(draft.map(|d| d.id.as_str()).unwrap_or_default()); }
+            label { "Mode" select name="mode" id="policy-mode-choice" { (mode_option("enforce", draft.map_or("enforce", |d| d.mode.as_str()))) (mode_option("log_only", draft.map_or("enforce", |d| d.mode.as_str()))) } }
+            label { "Cedar" textarea name="text" id="policy-text" rows="8" cols="90" required { (draft.map(|d| d.text.as_str()).unwrap_or_default()) } }
+            button type="submit" id="save-policy" { "Save policy" }
+        }
+        h2 { "Try it" }
+        p.muted { "The decision a call would get, and the policies that would take it. Nothing is called." }
+        form.inline id="try-it" method="get" action=(base) {
+            label { "User" input name="user" id="try-user" required value=(tried.user); }
+            label { "Tool" input name="tool" id="try-tool" required value=(tried.tool); }
+            label { "Arguments (JSON)" input name="arguments" id="try-arguments" value=(tried.arguments) placeholder="{}"; }
+            label { "Client" input name="client" id="try-client" value=(tried.client) placeholder="none"; }
+            button type="submit" id="try-policies" { "Check" }
+        }
+        @match &tried.answer {
+            Some(Ok(answer)) => p id="check-result" {
+                strong { (text(&answer["decision"])) } " (" (text(&answer["reason"])) ")"
+                @if answer["policies"].as_array().is_some_and(|p| !p.is_empty()) { " by " span.mono { (text(&answer["policies"])) } }
+                @if let Some(detail) = answer["detail"].as_str() { ": " (detail) }
+                @if answer["log_only"].is_object() { " · log-only: " (text(&answer["log_only"]["decision"])) " by " (text(&answer["log_only"]["policies"])) }
+            },
+            Some(Err(why)) => p.notice.error id="check-result" role="alert" { (why) },
+            None => {},
+        }
+    };
+    let status = if refused { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
+    respond(status, page(&format!("{slug} policies"), nav(who, csrf), body))
 }

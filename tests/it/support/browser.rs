@@ -136,6 +136,18 @@ impl Browser {
         self.command(reqwest::Method::GET, &format!("/element/{id}/text"), None).await.as_str().unwrap().to_owned()
     }
 
+    /// The visible text of the first element `css` selects, or empty when there is none yet.
+    pub async fn text_or_empty(&self, css: &str) -> String {
+        let found = self
+            .command(reqwest::Method::POST, "/elements", Some(json!({"using": "css selector", "value": css})))
+            .await;
+        let Some(id) = found.as_array().and_then(|all| all.first()).and_then(|e| e[ELEMENT].as_str()) else {
+            return String::new();
+        };
+        let text = self.command(reqwest::Method::GET, &format!("/element/{id}/text"), None).await;
+        text.as_str().unwrap_or_default().to_owned()
+    }
+
     pub async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;
         self.command(reqwest::Method::POST, &format!("/element/{id}/clear"), Some(json!({}))).await;
