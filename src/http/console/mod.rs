@@ -788,7 +788,8 @@ async fn policies_page(
     }
     let notice = Notice { error: q.error, done: q.done, signed_out: None };
     let mode = mode["mode"].as_str().unwrap_or("enforce").to_owned();
-    pages::policies(&s.who, &s.csrf, slug, &list, &mode, draft.as_ref(), &tried, &notice)
+    let view = pages::PoliciesView { slug, list: &list, mode: &mode, draft: draft.as_ref(), tried: &tried };
+    pages::policies(&s.who, &s.csrf, &view, &notice)
 }
 
 async fn policies(

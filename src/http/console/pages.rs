@@ -620,16 +620,17 @@ fn numbered(text: &str, problems: &[crate::policy::Problem]) -> Markup {
     }
 }
 
-pub(super) fn policies(
-    who: &Authority,
-    csrf: &str,
-    slug: &str,
-    list: &[Value],
-    mode: &str,
-    draft: Option<&PolicyDraft>,
-    tried: &Tried,
-    notice: &Notice,
-) -> Response {
+/// What the policies page shows of one tenant.
+pub(super) struct PoliciesView<'a> {
+    pub slug: &'a str,
+    pub list: &'a [Value],
+    pub mode: &'a str,
+    pub draft: Option<&'a PolicyDraft>,
+    pub tried: &'a Tried,
+}
+
+pub(super) fn policies(who: &Authority, csrf: &str, view: &PoliciesView<'_>, notice: &Notice) -> Response {
+    let PoliciesView { slug, list, mode, draft, tried } = *view;
     let base = format!("/console/tenants/{slug}/policies");
     let refused = draft.is_some_and(|d| !d.problems.is_empty());
     let mode_option = |value: &str, chosen: &str| html! { option value=(value) selected[value == chosen] { (value) } };
