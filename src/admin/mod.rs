@@ -128,6 +128,22 @@ impl Admin {
         policies::check(&mut conn, id, tenant, &self.native_facts, request).await
     }
 
+    /// The tools `user` may call now (see [`policies::callable`]), for an owner or auditor.
+    pub async fn policy_callable(&self, who: &Authority, tenant: &str, user: &str) -> Result<Vec<String>, AdminError> {
+        who.authorize(Need::Inspect(tenant))?;
+        let mut conn = self.db.begin_read().await?;
+        let id = tenant_id(&mut conn, tenant).await?;
+        policies::callable(&mut conn, id, tenant, &self.native_facts, user).await
+    }
+
+    /// The users who may call `tool` now (see [`policies::callers`]), for an owner or auditor.
+    pub async fn policy_callers(&self, who: &Authority, tenant: &str, tool: &str) -> Result<Vec<String>, AdminError> {
+        who.authorize(Need::Inspect(tenant))?;
+        let mut conn = self.db.begin_read().await?;
+        let id = tenant_id(&mut conn, tenant).await?;
+        policies::callers(&mut conn, id, tenant, &self.native_facts, tool).await
+    }
+
     /// The service with the audit configuration (checkpoints) of a running gateway.
     pub fn with_audit(mut self, audit: crate::config::AuditConfig) -> Self {
         self.audit = Some(std::sync::Arc::new(audit));

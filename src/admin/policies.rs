@@ -66,7 +66,9 @@ pub(crate) fn check_text(catalogue: Option<&Catalogue>, id: &str, text: &str) ->
     if !engine::valid_id(id) {
         return Err(AdminError::Invalid {
             field: "id",
-            message: format!("`{id}`: a policy id is 1 to 64 letters, digits, `_`, `-` or `.`"),
+            message: format!(
+                "`{id}`: a policy id is 1 to 64 letters, digits, `_`, `-` or `.`, and not `check`, `callable` or `callers`"
+            ),
         });
     }
     let problems = problems(catalogue, id, text)?;
@@ -155,6 +157,136 @@ impl CheckAnswer {
     }
 }
 
+/// A user as policies see them.
+struct Person {
+    subject: String,
+    roles: Vec<crate::model::Role>,
+    /// `None`: every flock of the tenant.
+    flocks: Option<Vec<String>>,
+}
+
+async fn person(conn: &mut AnyConnection, tenant: TenantId, subject: &str) -> Result<Person, AdminError> {
+    let missing = || AdminError::NotFound(format!("user `{subject}` does not exist in this tenant"));
+    let (role_names, flocks) =
+        policies::user_roles_and_flocks(&mut *conn, tenant, subject).await?.ok_or_else(missing)?;
+    let roles: Vec<crate::model::Role> = role_names.iter().filter_map(|r| r.parse().ok()).collect();
+    let all_flocks = roles.iter().any(|r| r.sees_all_flocks());
+    Ok(Person { subject: subject.to_owned(), roles, flocks: (!all_flocks).then_some(flocks) })
+}
+
+/// What a tenant's decisions are taken from, read once: its policies and the platform's, its
+/// catalogue, its grants and which server is bound without a prefix.
+pub(crate) struct Explainer {
+    slug: String,
+    catalogue: Catalogue,
+    policies: TenantPolicies,
+    grants: Vec<crate::store::entities::GrantRow>,
+    bare: Option<String>,
+}
+
+impl Explainer {
+    pub(crate) async fn load(
+        conn: &mut AnyConnection,
+        tenant: TenantId,
+        slug: &str,
+        native: &[ToolFacts],
+    ) -> Result<Self, AdminError> {
+        let catalogue = catalogue_of(&mut *conn, tenant, slug, native).await?;
+        let platform = policies::list_policies(&mut *conn, crate::store::admin::platform_chain()).await?;
+        let own = policies::list_policies(&mut *conn, tenant).await?;
+        let mode = Mode::parse(&policies::policy_mode(&mut *conn, tenant).await?).unwrap_or(Mode::LogOnly);
+        let grants = crate::store::entities::list_grants(&mut *conn, slug).await?;
+        let bindings = crate::store::entities::list_bindings(&mut *conn, slug).await?;
+        let sources = |rows: Vec<policies::PolicyRow>| -> Vec<Source> {
+            rows.into_iter()
+                .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
+                .collect()
+        };
+        let policies = match own.is_empty() && platform.is_empty() {
+            true => TenantPolicies::none(slug),
+            false => TenantPolicies::load(&catalogue, mode, &sources(own), &sources(platform))
+                .unwrap_or_else(|e| TenantPolicies::failed(slug, e.to_string())),
+        };
+        let bare = bindings.iter().find(|b| !b.prefixed).map(|b| b.server.clone());
+        Ok(Self { slug: slug.to_owned(), catalogue, policies, grants, bare })
+    }
+
+    /// The name `tool` is listed under.
+    fn exposed(&self, tool: &ToolFacts) -> String {
+        match &tool.server {
+            Some(server) if self.bare.as_deref() == Some(server.as_str()) => tool.name.clone(),
+            _ => tool.id.clone(),
+        }
+    }
+
+    /// What allows `person` to call `tool` before policies (a grant's id, or a native tool's
+    /// roles); `Err(())`: a native tool whose roles do not name them (nothing can allow it).
+    fn base(&self, person: &Person, tool: &ToolFacts) -> Result<Option<String>, ()> {
+        match (&tool.server, &tool.roles) {
+            (_, Some(allowed)) if !person.roles.iter().any(|r| allowed.contains(r)) => Err(()),
+            (_, Some(_)) => Ok(Some(crate::policy::NATIVE_ROLES.to_owned())),
+            (Some(server), None) => Ok(self
+                .grants
+                .iter()
+                .find(|g| {
+                    g.server == *server
+                        && g.kind == crate::store::entities::GrantKind::Tool
+                        && person.roles.contains(&g.role)
+                        && crate::store::entities::grant_matches(g.kind, &g.name, &tool.name)
+                })
+                .map(|g| {
+                    let id = super::read::grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name);
+                    crate::policy::grant_policy_id(&id)
+                })),
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn caller<'a>(&'a self, person: &'a Person) -> engine::Caller<'a> {
+        engine::Caller {
+            tenant: &self.slug,
+            subject: &person.subject,
+            roles: &person.roles,
+            flocks: person.flocks.as_deref(),
+        }
+    }
+
+    fn circumstances(client: Option<&str>) -> engine::Circumstances<'_> {
+        engine::Circumstances { revision: "", client, stateless: true, now: time::OffsetDateTime::now_utc() }
+    }
+
+    fn check(&self, person: &Person, request: &CheckRequest) -> CheckAnswer {
+        let unknown = || CheckAnswer {
+            decision: "deny".into(),
+            policies: Vec::new(),
+            reason: "no_permit".into(),
+            detail: None,
+            log_only: None,
+        };
+        let Some(tool) = self.catalogue.tools.iter().find(|t| self.exposed(t) == request.tool) else {
+            return unknown();
+        };
+        let Ok(base) = self.base(person, tool) else { return unknown() };
+        let circumstances = Self::circumstances(request.client.as_deref());
+        let outcome = self.policies.decide_call(
+            &self.caller(person),
+            tool,
+            base.as_deref(),
+            Some(&request.arguments),
+            &circumstances,
+        );
+        let mut answer = CheckAnswer::of(&outcome.decision);
+        answer.log_only = outcome.log_only.as_ref().map(|d| Box::new(CheckAnswer::of(d)));
+        answer
+    }
+
+    /// Whether `tool` is listed for `person` (some call of it could be permitted).
+    fn lists(&self, person: &Person, tool: &ToolFacts, client: Option<&str>) -> bool {
+        let Ok(base) = self.base(person, tool) else { return false };
+        self.policies.decide_list(&self.caller(person), tool, base.as_deref(), &Self::circumstances(client))
+    }
+}
+
 /// The decision `request` would get in tenant `slug` now: the tenant's and the platform's
 /// policies, the grants, the user's roles and flocks, the tool's recorded definition. Calls
 /// nothing. A tool the user has no name for answers as a call of it would: denied, no policy.
@@ -165,90 +297,50 @@ pub(crate) async fn check(
     native: &[ToolFacts],
     request: &CheckRequest,
 ) -> Result<CheckAnswer, AdminError> {
-    let missing = || AdminError::NotFound(format!("user `{}` does not exist in this tenant", request.user));
-    let (role_names, flocks) =
-        policies::user_roles_and_flocks(&mut *conn, tenant, &request.user).await?.ok_or_else(missing)?;
-    let roles: Vec<crate::model::Role> = role_names.iter().filter_map(|r| r.parse().ok()).collect();
-    let all_flocks = roles.iter().any(|r| r.sees_all_flocks());
-    let catalogue = catalogue_of(&mut *conn, tenant, slug, native).await?;
-    let platform = policies::list_policies(&mut *conn, crate::store::admin::platform_chain()).await?;
-    let own = policies::list_policies(&mut *conn, tenant).await?;
-    let mode = policies::policy_mode(&mut *conn, tenant).await?;
-    let grants = crate::store::entities::list_grants(&mut *conn, slug).await?;
-    let bindings = crate::store::entities::list_bindings(&mut *conn, slug).await?;
+    let person = person(&mut *conn, tenant, &request.user).await?;
+    Ok(Explainer::load(conn, tenant, slug, native).await?.check(&person, request))
+}
 
-    let unknown = || CheckAnswer {
-        decision: "deny".into(),
-        policies: Vec::new(),
-        reason: "no_permit".into(),
-        detail: None,
-        log_only: None,
+/// The tools `subject` may call now, by the names they are listed under (calls nothing).
+pub(crate) async fn callable(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    slug: &str,
+    native: &[ToolFacts],
+    subject: &str,
+) -> Result<Vec<String>, AdminError> {
+    let person = person(&mut *conn, tenant, subject).await?;
+    let explainer = Explainer::load(conn, tenant, slug, native).await?;
+    let mut tools: Vec<String> = explainer
+        .catalogue
+        .tools
+        .iter()
+        .filter(|t| explainer.lists(&person, t, None))
+        .map(|t| explainer.exposed(t))
+        .collect();
+    tools.sort();
+    Ok(tools)
+}
+
+/// The tenant's active users who may call `tool` now (some call of it could be permitted).
+pub(crate) async fn callers(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    slug: &str,
+    native: &[ToolFacts],
+    tool: &str,
+) -> Result<Vec<String>, AdminError> {
+    let subjects = policies::active_subjects(&mut *conn, tenant).await?;
+    let explainer = Explainer::load(&mut *conn, tenant, slug, native).await?;
+    let Some(facts) = explainer.catalogue.tools.iter().find(|t| explainer.exposed(t) == tool) else {
+        return Err(AdminError::NotFound(format!("tool `{tool}` is not one of this tenant's")));
     };
-    // The tool as the user names it: native, `server__tool`, or an unprefixed server's.
-    let native_tool = native.iter().find(|t| t.name == request.tool);
-    let facts: ToolFacts = match native_tool {
-        Some(facts) => {
-            if facts.roles.as_ref().is_some_and(|allowed| !roles.iter().any(|r| allowed.contains(r))) {
-                return Ok(unknown());
-            }
-            facts.clone()
+    let mut out = Vec::new();
+    for subject in subjects {
+        let person = person(&mut *conn, tenant, &subject).await?;
+        if explainer.lists(&person, facts, None) {
+            out.push(subject);
         }
-        None => {
-            let bare = bindings.iter().find(|b| !b.prefixed).map(|b| b.server.clone());
-            let id = match crate::vocab::names::split_tool_name(&request.tool) {
-                Some((server, _)) if catalogue.servers.contains(server) => request.tool.clone(),
-                _ => match bare {
-                    Some(server) => format!("{server}{}{}", crate::vocab::names::NAME_SEPARATOR, request.tool),
-                    None => return Ok(unknown()),
-                },
-            };
-            match catalogue.tools.iter().find(|t| t.id == id) {
-                Some(facts) => facts.clone(),
-                None => return Ok(unknown()),
-            }
-        }
-    };
-    let base: Option<String> = match (&facts.server, native_tool) {
-        (_, Some(_)) => Some(crate::policy::NATIVE_ROLES.to_owned()),
-        (Some(server), None) => grants
-            .iter()
-            .find(|g| {
-                g.server == *server
-                    && g.kind == crate::store::entities::GrantKind::Tool
-                    && roles.contains(&g.role)
-                    && crate::store::entities::grant_matches(g.kind, &g.name, &facts.name)
-            })
-            .map(|g| {
-                let id = super::read::grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name);
-                crate::policy::grant_policy_id(&id)
-            }),
-        (None, None) => None,
-    };
-    let mode = Mode::parse(&mode).unwrap_or(Mode::LogOnly);
-    let sources = |rows: Vec<policies::PolicyRow>| -> Vec<Source> {
-        rows.into_iter()
-            .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
-            .collect()
-    };
-    let policies = match (own.is_empty() && platform.is_empty(), catalogue.clone()) {
-        (true, _) => TenantPolicies::none(slug),
-        (false, catalogue) => TenantPolicies::load(&catalogue, mode, &sources(own), &sources(platform))
-            .unwrap_or_else(|e| TenantPolicies::failed(slug, e.to_string())),
-    };
-    let caller = engine::Caller {
-        tenant: slug,
-        subject: &request.user,
-        roles: &roles,
-        flocks: (!all_flocks).then_some(flocks.as_slice()),
-    };
-    let circumstances = engine::Circumstances {
-        revision: "",
-        client: request.client.as_deref(),
-        stateless: true,
-        now: time::OffsetDateTime::now_utc(),
-    };
-    let outcome = policies.decide_call(&caller, &facts, base.as_deref(), Some(&request.arguments), &circumstances);
-    let mut answer = CheckAnswer::of(&outcome.decision);
-    answer.log_only = outcome.log_only.as_ref().map(|d| Box::new(CheckAnswer::of(d)));
-    Ok(answer)
+    }
+    Ok(out)
 }

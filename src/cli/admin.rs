@@ -375,6 +375,20 @@ pub enum PolicyCmd {
         #[arg(long)]
         client: Option<String>,
     },
+    /// The tools a user may call now, by the names they are listed under.
+    Callable {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// The users who may call a tool now.
+    Callers {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        tool: String,
+    },
     /// Whether the tenant's policies decide (`enforce`) or are only audited (`log_only`).
     Mode {
         #[arg(long)]
@@ -701,6 +715,14 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             PolicyCmd::List { tenant } => return Ok(list(Collection::Policies { tenant }).await?),
             PolicyCmd::Delete { tenant, id } => W::DeletePolicy { tenant, id },
             PolicyCmd::Mode { tenant, mode } => W::SetPolicyMode { tenant, mode },
+            PolicyCmd::Callable { tenant, user } => {
+                let tools = service.policy_callable(&Authority::Cli, &tenant, &user).await?;
+                return Ok(Output::Answer(serde_json::json!({ "user": user, "tools": tools })));
+            }
+            PolicyCmd::Callers { tenant, tool } => {
+                let users = service.policy_callers(&Authority::Cli, &tenant, &tool).await?;
+                return Ok(Output::Answer(serde_json::json!({ "tool": tool, "users": users })));
+            }
             PolicyCmd::Check { tenant, user, tool, arguments, client } => {
                 let arguments = serde_json::from_str(&arguments).map_err(|e| StoreError::Invalid {
                     field: "arguments",

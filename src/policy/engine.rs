@@ -59,10 +59,16 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, before[start..].chars().count() + 1)
 }
 
-/// Policy ids as written: letters, digits, `_`, `-` and `.`, at most 64 characters. The
-/// gateway's own ids (`platform/...`, `grant/...`) can't collide with them.
+/// Names under `/policies/` that are routes of their own, never a policy's id.
+pub const RESERVED_IDS: [&str; 3] = ["check", "callable", "callers"];
+
+/// Policy ids as written: letters, digits, `_`, `-` and `.`, at most 64 characters, not one of
+/// [`RESERVED_IDS`]. The gateway's own ids (`platform/...`, `grant/...`) can't collide with them.
 pub fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    !id.is_empty()
+        && id.len() <= 64
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        && !RESERVED_IDS.contains(&id)
 }
 
 /// The one policy in `text`, with id `id`.

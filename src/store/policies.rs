@@ -229,3 +229,11 @@ pub async fn user_roles_and_flocks(
         .await?;
     Ok(Some((roles, flocks)))
 }
+
+/// The subjects of a tenant's active users, in order.
+pub async fn active_subjects(conn: &mut AnyConnection, tenant: TenantId) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT subject FROM users WHERE tenant_id = $1 AND status = 'active' ORDER BY subject")
+        .bind(tenant)
+        .fetch_all(conn)
+        .await?)
+}

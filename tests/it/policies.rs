@@ -156,6 +156,21 @@ async fn decide_by_arguments(backend: Backend) {
     let denied = send(live, Method::POST, &format!("{p}/check"), &audrey, check("a secret")).await;
     assert_eq!((&denied.body["decision"], &denied.body["policies"]), (&json!("deny"), &json!([])));
 
+    // Who may call this tool, what may this user call: what the listings show them.
+    let callable = get(live, &format!("{p}/callable?user=walt%40acme.test"), &audrey).await;
+    let tools = callable.body["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("fx__echo")) && tools.contains(&json!("fx__whoami_upstream")), "{:?}", callable.body);
+    assert!(!tools.contains(&json!("fx__crash")), "{:?}", callable.body);
+    let callers = get(live, &format!("{p}/callers?tool=fx__echo"), &audrey).await;
+    assert_eq!(
+        callers.body["users"],
+        json!(["olivia@acme.test", "walt@acme.test", "wanda@acme.test"]),
+        "{:?}",
+        callers.body
+    );
+    let reserved = send(live, Method::PUT, &format!("{p}/check"), &owner, json!({"text": CLEAN_ECHO})).await;
+    assert_eq!(reserved.status, 405, "`check` is a route, never a policy's id");
+
     // A forbid wins over the owner's grant `*`: not listed, not callable, audited with its id.
     let no_crash = "forbid (principal, action == Action::\"fx__crash\", resource);";
     assert_eq!(send(live, Method::PUT, &format!("{p}/no-crash"), &owner, json!({"text": no_crash})).await.status, 201);

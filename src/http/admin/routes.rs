@@ -96,6 +96,8 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(session_status))
         .routes(routes!(list_policies))
         .routes(routes!(check_policies))
+        .routes(routes!(callable_tools))
+        .routes(routes!(tool_callers))
         .routes(routes!(get_policy, put_policy, delete_policy))
         .routes(routes!(get_policy_mode, set_policy_mode))
         .routes(routes!(list_platform_policies))
@@ -1272,6 +1274,49 @@ async fn check_policies(
     body: JsonBody<CheckRequest>,
 ) -> Answer {
     Ok(axum::Json(api.admin.check_policy(&who, &tenant, &body.value).await?).into_response())
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct OfUser {
+    /// The user's subject.
+    user: String,
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct OfTool {
+    /// The tool as users list it.
+    tool: String,
+}
+
+/// The tools a user may call now (those listed for them), by the names they are listed under
+/// (owners, auditors); calls nothing.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/policies/callable", tag = "policies",
+    params(("tenant" = String, Path), OfUser),
+    responses((status = 200, body = Object), (status = 404, body = Problem)))]
+async fn callable_tools(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Params(q): Params<OfUser>,
+) -> Answer {
+    let tools = api.admin.policy_callable(&who, &tenant, &q.user).await?;
+    Ok(axum::Json(serde_json::json!({ "user": q.user, "tools": tools })).into_response())
+}
+
+/// The tenant's users who may call a tool now (owners, auditors); calls nothing.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/policies/callers", tag = "policies",
+    params(("tenant" = String, Path), OfTool),
+    responses((status = 200, body = Object), (status = 404, body = Problem)))]
+async fn tool_callers(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Params(q): Params<OfTool>,
+) -> Answer {
+    let users = api.admin.policy_callers(&who, &tenant, &q.tool).await?;
+    Ok(axum::Json(serde_json::json!({ "tool": q.tool, "users": users })).into_response())
 }
 
 /// How a tenant's policies take part: `enforce` or `log_only`.
