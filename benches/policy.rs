@@ -65,7 +65,7 @@ fn catalogue() -> Catalogue {
             });
         }
     }
-    Catalogue { tenant: "acme".into(), servers, tools }
+    Catalogue { tenant: "acme".into(), servers, tools, claims: Vec::new() }
 }
 
 /// 200 policies: permits and forbids on single tools reading the arguments, role-wide permits on
@@ -138,7 +138,7 @@ fn main() {
     assert!(set.stale().is_empty(), "every policy validates: {:?}", set.stale());
 
     let roles = [Role::Worker];
-    let caller = Caller { tenant: "acme", subject: "wanda@acme.test", roles: &roles, flocks: None };
+    let caller = Caller { tenant: "acme", subject: "wanda@acme.test", roles: &roles, flocks: None, claims: &[] };
     let circumstances = Circumstances {
         revision: "2025-11-25",
         client: Some("bench"),

@@ -126,6 +126,7 @@ impl Gateway {
             trusted: Arc::new(crate::identity::TrustedIssuers::new(db.clone(), cache.clone())),
             db: db.clone(),
             service_subjects: config.auth.service_subjects.clone(),
+            policy_claims: config.auth.policy_claims.clone(),
             resource_metadata_url: config.resource_metadata_url(),
             required_scopes: config.auth.required_scopes.clone(),
             challenge_scope: config.challenge_scope(),
@@ -160,7 +161,12 @@ impl Gateway {
         let oauth =
             state.vault.as_ref().map(|v| crate::oauth::UpstreamOAuth::new(Arc::clone(v), &state.config.public_url()));
         let native_facts = tools.policy_facts();
-        let policies = Arc::new(crate::proxy::Policies::new(state.db.clone(), state.gate.cache.clone(), native_facts));
+        let policies = Arc::new(crate::proxy::Policies::new(
+            state.db.clone(),
+            state.gate.cache.clone(),
+            native_facts,
+            state.config.auth.policy_claims.clone(),
+        ));
         let upstreams = crate::proxy::Upstreams::from_config(
             &state.config.upstream,
             state.db.clone(),

@@ -84,7 +84,7 @@ pub struct Admin {
     /// What an issuer a tenant trusts is checked against; none: no issuer is trusted.
     issuers: Option<std::sync::Arc<IssuerRules>>,
     /// The gateway's native tools as policies see them (a tenant's schema names them).
-    native_facts: std::sync::Arc<[crate::policy::ToolFacts]>,
+    vocabulary: std::sync::Arc<policies::PolicyVocabulary>,
 }
 
 /// The gateway's settings a tenant's trusted issuer is checked against.
@@ -98,20 +98,19 @@ struct IssuerRules {
 
 impl Admin {
     pub fn new(db: Db, native_tools: Vec<String>) -> Self {
-        let native_facts: Vec<crate::policy::ToolFacts> = Vec::new();
         Self {
             db,
             native_tools: native_tools.into(),
             audit: None,
             oauth: None,
             issuers: None,
-            native_facts: native_facts.into(),
+            vocabulary: std::sync::Arc::default(),
         }
     }
 
     /// The service of a gateway whose native tools are `tools` (the policy schema names them).
     pub fn with_native_facts(mut self, tools: Vec<crate::policy::ToolFacts>) -> Self {
-        self.native_facts = tools.into();
+        std::sync::Arc::make_mut(&mut self.vocabulary).native = tools;
         self
     }
 
@@ -125,7 +124,7 @@ impl Admin {
         who.authorize(Need::Inspect(tenant))?;
         let mut conn = self.db.begin_read().await?;
         let id = tenant_id(&mut conn, tenant).await?;
-        policies::check(&mut conn, id, tenant, &self.native_facts, request).await
+        policies::check(&mut conn, id, tenant, &self.vocabulary, request).await
     }
 
     /// The tools `user` may call now (see [`policies::callable`]), for an owner or auditor.
@@ -133,7 +132,7 @@ impl Admin {
         who.authorize(Need::Inspect(tenant))?;
         let mut conn = self.db.begin_read().await?;
         let id = tenant_id(&mut conn, tenant).await?;
-        policies::callable(&mut conn, id, tenant, &self.native_facts, user).await
+        policies::callable(&mut conn, id, tenant, &self.vocabulary, user).await
     }
 
     /// The users who may call `tool` now (see [`policies::callers`]), for an owner or auditor.
@@ -141,7 +140,7 @@ impl Admin {
         who.authorize(Need::Inspect(tenant))?;
         let mut conn = self.db.begin_read().await?;
         let id = tenant_id(&mut conn, tenant).await?;
-        policies::callers(&mut conn, id, tenant, &self.native_facts, tool).await
+        policies::callers(&mut conn, id, tenant, &self.vocabulary, tool).await
     }
 
     /// The service with the audit configuration (checkpoints) of a running gateway.
@@ -155,6 +154,7 @@ impl Admin {
     pub fn with_auth(mut self, auth: &crate::config::AuthConfig) -> Self {
         let rules = IssuerRules { own: auth.issuer.clone(), insecure: auth.tenant_issuers_insecure };
         self.issuers = Some(std::sync::Arc::new(rules));
+        std::sync::Arc::make_mut(&mut self.vocabulary).claims = auth.policy_claims.clone();
         self
     }
 
@@ -179,7 +179,7 @@ impl Admin {
         who.authorize(target.need())?;
         let mut conn = self.db.begin_read().await?;
         let view =
-            target.view(&mut conn, &self.native_facts).await?.ok_or_else(|| AdminError::NotFound(target.missing()))?;
+            target.view(&mut conn, &self.vocabulary).await?.ok_or_else(|| AdminError::NotFound(target.missing()))?;
         Ok(Tagged::new(view))
     }
 
@@ -206,7 +206,7 @@ impl Admin {
     pub async fn list(&self, who: &Authority, collection: &Collection, page: &PageQuery) -> Result<Page, AdminError> {
         who.authorize(collection.need())?;
         let mut conn = self.db.begin_read().await?;
-        collection.page(&mut conn, page, &self.native_facts).await
+        collection.page(&mut conn, page, &self.vocabulary).await
     }
 }
 

@@ -11,6 +11,14 @@ use utoipa::ToSchema;
 use super::AdminError;
 use crate::policy::engine::{self, Mode, Problem, Source, TenantPolicies};
 use crate::policy::{Catalogue, ToolFacts, model};
+
+/// What a tenant's policy schema is made of besides the database: the gateway's native tools
+/// and the token claims policies read (`auth.policy_claims`).
+#[derive(Debug, Clone, Default)]
+pub struct PolicyVocabulary {
+    pub native: Vec<ToolFacts>,
+    pub claims: Vec<String>,
+}
 use crate::store::{TenantId, policies};
 
 /// One Cedar policy of a tenant (or of the platform).
@@ -39,21 +47,26 @@ pub(crate) async fn catalogue_of(
     conn: &mut AnyConnection,
     tenant: TenantId,
     slug: &str,
-    native: &[ToolFacts],
+    vocabulary: &PolicyVocabulary,
 ) -> Result<Catalogue, AdminError> {
     let servers = policies::bound_servers(&mut *conn, tenant).await?;
     let recorded = policies::catalogue(&mut *conn, tenant).await?;
-    Ok(crate::policy::model::catalogue(slug, native, servers, &recorded))
+    Ok(crate::policy::model::catalogue(slug, &vocabulary.native, servers, &recorded, &vocabulary.claims))
 }
 
-fn schema_of(catalogue: Option<&Catalogue>) -> Result<cedar_policy::Schema, AdminError> {
-    cedar_policy::Schema::from_json_value(model::schema_json(catalogue))
+fn schema_of(catalogue: Option<&Catalogue>, claims: &[String]) -> Result<cedar_policy::Schema, AdminError> {
+    cedar_policy::Schema::from_json_value(model::schema_json(catalogue, claims))
         .map_err(|e| AdminError::Invalid { field: "schema", message: e.to_string() })
 }
 
 /// What is wrong with `text` as policy `id` against `catalogue` (`None`: the platform's schema).
-pub(crate) fn problems(catalogue: Option<&Catalogue>, id: &str, text: &str) -> Result<Vec<Problem>, AdminError> {
-    let schema = schema_of(catalogue)?;
+pub(crate) fn problems(
+    catalogue: Option<&Catalogue>,
+    claims: &[String],
+    id: &str,
+    text: &str,
+) -> Result<Vec<Problem>, AdminError> {
+    let schema = schema_of(catalogue, claims)?;
     Ok(match engine::parse(id, text) {
         Err(problems) => problems,
         Ok(policy) => engine::validate(&schema, catalogue, &policy, text),
@@ -62,7 +75,12 @@ pub(crate) fn problems(catalogue: Option<&Catalogue>, id: &str, text: &str) -> R
 
 /// Refuses a policy id the gateway can't take, and a text that does not validate (422 with
 /// each problem's line and column).
-pub(crate) fn check_text(catalogue: Option<&Catalogue>, id: &str, text: &str) -> Result<(), AdminError> {
+pub(crate) fn check_text(
+    catalogue: Option<&Catalogue>,
+    claims: &[String],
+    id: &str,
+    text: &str,
+) -> Result<(), AdminError> {
     if !engine::valid_id(id) {
         return Err(AdminError::Invalid {
             field: "id",
@@ -71,7 +89,7 @@ pub(crate) fn check_text(catalogue: Option<&Catalogue>, id: &str, text: &str) ->
             ),
         });
     }
-    let problems = problems(catalogue, id, text)?;
+    let problems = problems(catalogue, claims, id, text)?;
     if problems.is_empty() { Ok(()) } else { Err(AdminError::InvalidPolicy(problems)) }
 }
 
@@ -80,9 +98,10 @@ pub(crate) async fn views(
     conn: &mut AnyConnection,
     owner: TenantId,
     catalogue: Option<&Catalogue>,
+    claims: &[String],
 ) -> Result<Vec<PolicyView>, AdminError> {
     let rows = policies::list_policies(conn, owner).await?;
-    let schema = schema_of(catalogue)?;
+    let schema = schema_of(catalogue, claims)?;
     Ok(rows
         .into_iter()
         .map(|row| {
@@ -163,6 +182,8 @@ struct Person {
     roles: Vec<crate::model::Role>,
     /// `None`: every flock of the tenant.
     flocks: Option<Vec<String>>,
+    /// The token claims the check takes the call as carrying.
+    claims: Vec<(String, String)>,
 }
 
 async fn person(conn: &mut AnyConnection, tenant: TenantId, subject: &str) -> Result<Person, AdminError> {
@@ -171,7 +192,7 @@ async fn person(conn: &mut AnyConnection, tenant: TenantId, subject: &str) -> Re
         policies::user_roles_and_flocks(&mut *conn, tenant, subject).await?.ok_or_else(missing)?;
     let roles: Vec<crate::model::Role> = role_names.iter().filter_map(|r| r.parse().ok()).collect();
     let all_flocks = roles.iter().any(|r| r.sees_all_flocks());
-    Ok(Person { subject: subject.to_owned(), roles, flocks: (!all_flocks).then_some(flocks) })
+    Ok(Person { subject: subject.to_owned(), roles, flocks: (!all_flocks).then_some(flocks), claims: Vec::new() })
 }
 
 /// What a tenant's decisions are taken from, read once: its policies and the platform's, its
@@ -189,9 +210,9 @@ impl Explainer {
         conn: &mut AnyConnection,
         tenant: TenantId,
         slug: &str,
-        native: &[ToolFacts],
+        vocabulary: &PolicyVocabulary,
     ) -> Result<Self, AdminError> {
-        let catalogue = catalogue_of(&mut *conn, tenant, slug, native).await?;
+        let catalogue = catalogue_of(&mut *conn, tenant, slug, vocabulary).await?;
         let platform = policies::list_policies(&mut *conn, crate::store::admin::platform_chain()).await?;
         let own = policies::list_policies(&mut *conn, tenant).await?;
         let mode = Mode::parse(&policies::policy_mode(&mut *conn, tenant).await?).unwrap_or(Mode::LogOnly);
@@ -248,6 +269,7 @@ impl Explainer {
             subject: &person.subject,
             roles: &person.roles,
             flocks: person.flocks.as_deref(),
+            claims: &person.claims,
         }
     }
 
@@ -294,11 +316,11 @@ pub(crate) async fn check(
     conn: &mut AnyConnection,
     tenant: TenantId,
     slug: &str,
-    native: &[ToolFacts],
+    vocabulary: &PolicyVocabulary,
     request: &CheckRequest,
 ) -> Result<CheckAnswer, AdminError> {
     let person = person(&mut *conn, tenant, &request.user).await?;
-    Ok(Explainer::load(conn, tenant, slug, native).await?.check(&person, request))
+    Ok(Explainer::load(conn, tenant, slug, vocabulary).await?.check(&person, request))
 }
 
 /// The tools `subject` may call now, by the names they are listed under (calls nothing).
@@ -306,11 +328,11 @@ pub(crate) async fn callable(
     conn: &mut AnyConnection,
     tenant: TenantId,
     slug: &str,
-    native: &[ToolFacts],
+    vocabulary: &PolicyVocabulary,
     subject: &str,
 ) -> Result<Vec<String>, AdminError> {
     let person = person(&mut *conn, tenant, subject).await?;
-    let explainer = Explainer::load(conn, tenant, slug, native).await?;
+    let explainer = Explainer::load(conn, tenant, slug, vocabulary).await?;
     let mut tools: Vec<String> = explainer
         .catalogue
         .tools
@@ -327,11 +349,11 @@ pub(crate) async fn callers(
     conn: &mut AnyConnection,
     tenant: TenantId,
     slug: &str,
-    native: &[ToolFacts],
+    vocabulary: &PolicyVocabulary,
     tool: &str,
 ) -> Result<Vec<String>, AdminError> {
     let subjects = policies::active_subjects(&mut *conn, tenant).await?;
-    let explainer = Explainer::load(&mut *conn, tenant, slug, native).await?;
+    let explainer = Explainer::load(&mut *conn, tenant, slug, vocabulary).await?;
     let Some(facts) = explainer.catalogue.tools.iter().find(|t| explainer.exposed(t) == tool) else {
         return Err(AdminError::NotFound(format!("tool `{tool}` is not one of this tenant's")));
     };

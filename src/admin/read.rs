@@ -217,10 +217,11 @@ impl Target {
     pub async fn view(
         &self,
         conn: &mut AnyConnection,
-        native: &[crate::policy::ToolFacts],
+        vocabulary: &super::policies::PolicyVocabulary,
     ) -> Result<Option<Value>, AdminError> {
         if let Target::PlatformPolicy { id } = self {
-            let views = super::policies::views(conn, crate::store::admin::platform_chain(), None).await?;
+            let views =
+                super::policies::views(conn, crate::store::admin::platform_chain(), None, &vocabulary.claims).await?;
             return Ok(views.into_iter().find(|p| p.id == *id).map(to_value));
         }
         if let Target::Tenant { slug } = self {
@@ -283,8 +284,8 @@ impl Target {
                 issuers(conn, slug).await?.into_iter().find(|i| i.issuer == *issuer).map(to_value)
             }
             Target::Policy { id, .. } => {
-                let catalogue = super::policies::catalogue_of(&mut *conn, tenant, slug, native).await?;
-                let views = super::policies::views(conn, tenant, Some(&catalogue)).await?;
+                let catalogue = super::policies::catalogue_of(&mut *conn, tenant, slug, vocabulary).await?;
+                let views = super::policies::views(conn, tenant, Some(&catalogue), &vocabulary.claims).await?;
                 views.into_iter().find(|p| p.id == *id).map(to_value)
             }
             Target::PolicyMode { .. } => {
@@ -319,7 +320,7 @@ impl Collection {
         &self,
         conn: &mut AnyConnection,
         query: &PageQuery,
-        native: &[crate::policy::ToolFacts],
+        vocabulary: &super::policies::PolicyVocabulary,
     ) -> Result<Page, AdminError> {
         let limit = query.limit()?;
         let tenant = match self {
@@ -425,12 +426,14 @@ impl Collection {
                 issuers(conn, slug).await?.into_iter().map(|i| (vec![i.issuer.clone()], to_value(i))).collect()
             }
             (Collection::Policies { tenant: slug }, Some(tenant)) => {
-                let catalogue = super::policies::catalogue_of(&mut *conn, tenant, slug, native).await?;
-                let views = super::policies::views(conn, tenant, Some(&catalogue)).await?;
+                let catalogue = super::policies::catalogue_of(&mut *conn, tenant, slug, vocabulary).await?;
+                let views = super::policies::views(conn, tenant, Some(&catalogue), &vocabulary.claims).await?;
                 views.into_iter().map(|p| (vec![p.id.clone()], to_value(p))).collect()
             }
             (Collection::PlatformPolicies, _) => {
-                let views = super::policies::views(conn, crate::store::admin::platform_chain(), None).await?;
+                let views =
+                    super::policies::views(conn, crate::store::admin::platform_chain(), None, &vocabulary.claims)
+                        .await?;
                 views.into_iter().map(|p| (vec![p.id.clone()], to_value(p))).collect()
             }
             (_, None) => return Err(AdminError::NotFound("no such collection".into())),

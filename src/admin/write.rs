@@ -508,7 +508,7 @@ impl Admin {
         }
         let target = write.target();
         let before = match &target {
-            Some(t) => t.view(&mut tx, &self.native_facts).await?,
+            Some(t) => t.view(&mut tx, &self.vocabulary).await?,
             None => None,
         };
         let before_tag = before.as_ref().map(digest);
@@ -523,7 +523,7 @@ impl Admin {
             (Write::ImportEntities { .. }, _) => {
                 Some(json!({ "imported": applied.imported, "skipped": applied.skipped }))
             }
-            (_, Some(t)) => t.view(&mut tx, &self.native_facts).await?,
+            (_, Some(t)) => t.view(&mut tx, &self.vocabulary).await?,
             (_, None) => None,
         };
         let after_tag = after.as_ref().map(digest);
@@ -696,8 +696,8 @@ impl Admin {
             Write::DeleteRoot { tenant, id } => roots::delete_root_allowance(c, tenant, id).await?,
             Write::PutPolicy { tenant, id, text, mode } => {
                 let tenant_id = tenant_id(&mut *c, tenant).await?;
-                let catalogue = super::policies::catalogue_of(&mut *c, tenant_id, tenant, &self.native_facts).await?;
-                super::policies::check_text(Some(&catalogue), id, text)?;
+                let catalogue = super::policies::catalogue_of(&mut *c, tenant_id, tenant, &self.vocabulary).await?;
+                super::policies::check_text(Some(&catalogue), &self.vocabulary.claims, id, text)?;
                 policies::put_policy(c, tenant_id, id, text, mode.as_str()).await?;
             }
             Write::DeletePolicy { tenant, id } => {
@@ -707,7 +707,7 @@ impl Admin {
                 }
             }
             Write::PutPlatformPolicy { id, text } => {
-                super::policies::check_text(None, id, text)?;
+                super::policies::check_text(None, &self.vocabulary.claims, id, text)?;
                 policies::put_policy(c, admin::platform_chain(), id, text, Mode::Enforce.as_str()).await?;
             }
             Write::DeletePlatformPolicy { id } => {

@@ -368,6 +368,9 @@ pub struct AuthConfig {
     /// gateway's public metadata, where every tenant's clients read it.
     pub advertise_tenant_issuers: bool,
     pub service_subjects: Vec<String>,
+    /// Token claims policies read as `principal.claims.<name>`.
+    #[serde(default)]
+    pub policy_claims: Vec<String>,
     pub demo_token_ttl_secs: u64,
     /// How often the identity change counter is read, which bounds how stale reused identity
     /// rows can be (0: no reuse, read on every request).

@@ -213,6 +213,11 @@ impl McpCallContext {
         &self.user().roles
     }
 
+    /// The token's claims named in `auth.policy_claims` (what policies read of the token).
+    pub fn policy_claims(&self) -> &[(String, String)] {
+        &self.identity.policy_claims
+    }
+
     pub fn has_role(&self, role: Role) -> bool {
         self.roles().contains(&role)
     }

@@ -28,6 +28,8 @@ pub(crate) struct Gate {
     pub trusted: Arc<super::TrustedIssuers>,
     pub db: Db,
     pub service_subjects: Vec<String>,
+    /// The token claims policies read (`auth.policy_claims`).
+    pub policy_claims: Vec<String>,
     pub resource_metadata_url: String,
     /// Scopes every token must carry (`auth.required_scopes`).
     pub required_scopes: Vec<String>,
@@ -81,7 +83,7 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     let message = MessageBinding { request_id, session_id };
 
     let resolving = resolver::resolve(&gate.db, gate.cache.as_deref(), &claims, &gate.service_subjects, message);
-    let identity = match resolving.instrument(trace::identity_span(traced.as_ref())).await {
+    let mut identity = match resolving.instrument(trace::identity_span(traced.as_ref())).await {
         Ok(identity) => identity,
         Err(resolver::IdentityError::Store(e)) => {
             tracing::error!(error = %e, "identity resolution failed; refusing the request");
@@ -100,6 +102,18 @@ pub(crate) async fn authenticate(State(gate): State<Arc<Gate>>, request: Request
     }
     tracing::debug!(tenant_wide_flocks = identity.flocks.is_unrestricted(), "identity resolved");
 
+    identity.policy_claims = gate
+        .policy_claims
+        .iter()
+        .filter_map(|name| {
+            let value = match claims.rest.get(name)? {
+                serde_json::Value::String(text) => text.clone(),
+                serde_json::Value::Null => return None,
+                other => crate::vocab::digest::canonical_json(other),
+            };
+            Some((name.clone(), value))
+        })
+        .collect();
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(Arc::new(identity));
     request.extensions_mut().insert(inspection);

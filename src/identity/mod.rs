@@ -68,6 +68,8 @@ pub(in crate::identity) struct ResolvedIdentity {
     pub message: MessageBinding,
     /// `exp` of the token this identity came from (Unix seconds).
     pub expires_at: i64,
+    /// The token's claims named in `auth.policy_claims`, as text (what policies read).
+    pub policy_claims: Vec<(String, String)>,
 }
 
 impl ResolvedIdentity {

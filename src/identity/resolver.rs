@@ -78,6 +78,7 @@ pub(in crate::identity) async fn resolve(
             flocks: FlockScope::pending(&[]).resolve([]),
             message,
             expires_at: claims.expires_at,
+            policy_claims: Vec::new(),
         });
     }
 
@@ -114,5 +115,6 @@ pub(in crate::identity) async fn resolve(
         flocks,
         message,
         expires_at: claims.expires_at,
+        policy_claims: Vec::new(),
     })
 }

@@ -150,6 +150,8 @@ pub struct Caller<'a> {
     pub roles: &'a [Role],
     /// `None`: every flock of the tenant.
     pub flocks: Option<&'a [String]>,
+    /// The token's claims policies read (`auth.policy_claims`), as text.
+    pub claims: &'a [(String, String)],
 }
 
 /// The circumstances of a request.
@@ -270,9 +272,9 @@ impl TenantPolicies {
         tenant_policies: &[Source],
         platform_policies: &[Source],
     ) -> Result<Self, LoadError> {
-        let schema = Schema::from_json_value(model::schema_json(Some(catalogue)))
+        let schema = Schema::from_json_value(model::schema_json(Some(catalogue), &catalogue.claims))
             .map_err(|e| LoadError { id: "(schema)".into(), problems: e.to_string() })?;
-        let platform_schema = Schema::from_json_value(model::schema_json(None))
+        let platform_schema = Schema::from_json_value(model::schema_json(None, &catalogue.claims))
             .map_err(|e| LoadError { id: "(schema)".into(), problems: e.to_string() })?;
         let mut stale = BTreeMap::new();
         let mut compile = |id: String, source: &Source, schema: &Schema, catalogue: Option<&Catalogue>| {
@@ -523,6 +525,13 @@ impl TenantPolicies {
             (
                 "flocks".to_owned(),
                 RestrictedExpression::new_set(flocks.iter().map(|f| RestrictedExpression::new_string(f.clone()))),
+            ),
+            (
+                "claims".to_owned(),
+                RestrictedExpression::new_record(
+                    caller.claims.iter().map(|(k, v)| (k.clone(), RestrictedExpression::new_string(v.clone()))),
+                )
+                .map_err(|e| e.to_string())?,
             ),
         ]);
         let mut tool_attrs = HashMap::from([

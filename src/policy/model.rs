@@ -116,6 +116,8 @@ pub struct Catalogue {
     /// Every server the tenant bound (listed tools or not).
     pub servers: BTreeSet<String>,
     pub tools: Vec<ToolFacts>,
+    /// The token claims policies read (`auth.policy_claims`): `principal.claims.<name>`.
+    pub claims: Vec<String>,
 }
 
 /// Roles, as `Role` entity ids.
@@ -124,8 +126,9 @@ fn role_names() -> Vec<&'static str> {
 }
 
 /// The Cedar schema (JSON form) of `catalogue`'s tenant; `None`: the schema platform
-/// policies are written against (any tenant, any server, no tool's arguments).
-pub fn schema_json(catalogue: Option<&Catalogue>) -> Value {
+/// policies are written against (any tenant, any server, no tool's arguments). `claims`: the
+/// token claims policies read.
+pub fn schema_json(catalogue: Option<&Catalogue>, claims: &[String]) -> Value {
     let tenant = match catalogue {
         Some(c) => json!({"enum": [c.tenant]}),
         None => json!({}),
@@ -151,6 +154,10 @@ pub fn schema_json(catalogue: Option<&Catalogue>) -> Value {
                 "tenant": string(),
                 "allFlocks": boolean(),
                 "flocks": {"type": "Set", "element": string()},
+                "claims": {"type": "Record", "attributes": claims
+                    .iter()
+                    .map(|name| (name.clone(), optional(string())))
+                    .collect::<Map<String, Value>>()},
             }},
         },
         TOOL: {
@@ -203,7 +210,13 @@ pub fn schema_json(catalogue: Option<&Catalogue>) -> Value {
 }
 
 /// The catalogue of `slug`: its bound servers, the tools recorded for them, the native tools.
-pub fn catalogue(slug: &str, native: &[ToolFacts], servers: Vec<String>, recorded: &[(String, String)]) -> Catalogue {
+pub fn catalogue(
+    slug: &str,
+    native: &[ToolFacts],
+    servers: Vec<String>,
+    recorded: &[(String, String)],
+    claims: &[String],
+) -> Catalogue {
     let mut tools: Vec<ToolFacts> = native.to_vec();
     for (server, json) in recorded {
         if !servers.contains(server) {
@@ -216,7 +229,7 @@ pub fn catalogue(slug: &str, native: &[ToolFacts], servers: Vec<String>, recorde
             }
         }
     }
-    Catalogue { tenant: slug.to_owned(), servers: servers.into_iter().collect(), tools }
+    Catalogue { tenant: slug.to_owned(), servers: servers.into_iter().collect(), tools, claims: claims.to_vec() }
 }
 
 #[cfg(test)]
@@ -225,7 +238,7 @@ mod tests {
 
     #[test]
     fn every_generated_schema_is_a_cedar_schema() {
-        cedar_policy::Schema::from_json_value(schema_json(None)).expect("the platform schema");
+        cedar_policy::Schema::from_json_value(schema_json(None, &["region".to_owned()])).expect("the platform schema");
         let tool = |id: &str, arguments| ToolFacts {
             id: id.into(),
             name: id.into(),
@@ -244,9 +257,10 @@ mod tests {
             tenant: "acme".into(),
             servers: ["fx".to_owned()].into(),
             tools: vec![tool("fx__refund", typed), tool("fx__ping", Fields::new())],
+            claims: Vec::new(),
         };
-        cedar_policy::Schema::from_json_value(schema_json(Some(&catalogue))).expect("a tenant's schema");
+        cedar_policy::Schema::from_json_value(schema_json(Some(&catalogue), &[])).expect("a tenant's schema");
         let empty = Catalogue { tenant: "acme".into(), ..Catalogue::default() };
-        cedar_policy::Schema::from_json_value(schema_json(Some(&empty))).expect("a tenant without servers");
+        cedar_policy::Schema::from_json_value(schema_json(Some(&empty), &[])).expect("a tenant without servers");
     }
 }

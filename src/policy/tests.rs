@@ -36,7 +36,12 @@ fn lookup() -> ToolFacts {
 }
 
 fn catalogue() -> Catalogue {
-    Catalogue { tenant: "acme".into(), servers: ["billing".to_owned()].into(), tools: vec![refund(), lookup()] }
+    Catalogue {
+        tenant: "acme".into(),
+        servers: ["billing".to_owned()].into(),
+        tools: vec![refund(), lookup()],
+        claims: vec!["region".into()],
+    }
 }
 
 fn sources(policies: &[(&str, &str)]) -> Vec<Source> {
@@ -50,7 +55,7 @@ fn load(mode: Mode, tenant: &[(&str, &str)], platform: &[(&str, &str)]) -> Tenan
 const WORKER: &[Role] = &[Role::Worker];
 
 fn caller(roles: &'static [Role]) -> Caller<'static> {
-    Caller { tenant: "acme", subject: "wanda@acme.test", roles, flocks: None }
+    Caller { tenant: "acme", subject: "wanda@acme.test", roles, flocks: None, claims: &[] }
 }
 
 fn at(hour: u8) -> Circumstances<'static> {
@@ -240,7 +245,7 @@ fn a_tool_is_listed_when_some_call_could_be_permitted() {
 
 #[test]
 fn bad_policies_are_refused_with_line_and_column() {
-    let schema = cedar_policy::Schema::from_json_value(model::schema_json(Some(&catalogue()))).unwrap();
+    let schema = cedar_policy::Schema::from_json_value(model::schema_json(Some(&catalogue()), &[])).unwrap();
     let problems = |text: &str| match engine::parse("p", text) {
         Err(problems) => problems,
         Ok(policy) => engine::validate(&schema, Some(&catalogue()), &policy, text),
@@ -274,7 +279,7 @@ fn bad_policies_are_refused_with_line_and_column() {
 #[test]
 fn grants_shown_as_cedar_decide_as_grants_do() {
     use crate::store::entities::{GrantKind, grant_matches};
-    let schema = cedar_policy::Schema::from_json_value(model::schema_json(Some(&catalogue()))).unwrap();
+    let schema = cedar_policy::Schema::from_json_value(model::schema_json(Some(&catalogue()), &[])).unwrap();
     for name in ["*", "refund", "lookup"] {
         let text = grant_text("billing", "worker", GrantKind::Tool, name);
         let policy = engine::parse("g", &text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
@@ -368,7 +373,7 @@ mod agreement {
         #[test]
         fn list_and_call_agree(roles in roles(), hour in 0u8..24, args in arguments(), granted in any::<bool>()) {
             let policies = mixed();
-            let caller = Caller { tenant: "acme", subject: "wanda@acme.test", roles, flocks: None };
+            let caller = Caller { tenant: "acme", subject: "wanda@acme.test", roles, flocks: None, claims: &[] };
             let base = granted.then_some("grant/g");
             let call = policies.decide_call(&caller, &refund(), base, args.as_object(), &at(hour));
             let listed = policies.decide_list(&caller, &refund(), base, &at(hour));

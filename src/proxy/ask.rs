@@ -17,6 +17,7 @@ pub struct Ask {
     subject: String,
     roles: Vec<Role>,
     flocks: Option<Vec<String>>,
+    claims: Vec<(String, String)>,
     revision: String,
     client: Option<String>,
     stateless: bool,
@@ -37,6 +38,7 @@ impl Ask {
             subject: ctx.subject().to_owned(),
             roles: ctx.roles().to_vec(),
             flocks,
+            claims: ctx.policy_claims().to_vec(),
             revision: revision.to_owned(),
             client: client.map(str::to_owned),
             stateless: ctx.session_id().is_none(),
@@ -50,7 +52,13 @@ impl Ask {
     }
 
     fn caller(&self) -> Caller<'_> {
-        Caller { tenant: &self.tenant, subject: &self.subject, roles: &self.roles, flocks: self.flocks.as_deref() }
+        Caller {
+            tenant: &self.tenant,
+            subject: &self.subject,
+            roles: &self.roles,
+            flocks: self.flocks.as_deref(),
+            claims: &self.claims,
+        }
     }
 
     fn circumstances(&self) -> Circumstances<'_> {

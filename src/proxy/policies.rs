@@ -21,12 +21,19 @@ pub struct Policies {
     changes: Option<Arc<IdentityCache>>,
     /// The gateway's native tools, as policies see them.
     native: Vec<ToolFacts>,
+    /// The token claims policies read (`auth.policy_claims`).
+    claims: Vec<String>,
     held: Mutex<HashMap<TenantId, (Epoch, Arc<TenantPolicies>)>>,
 }
 
 impl Policies {
-    pub(crate) fn new(db: Db, changes: Option<Arc<IdentityCache>>, native: Vec<ToolFacts>) -> Self {
-        Self { db, changes, native, held: Mutex::default() }
+    pub(crate) fn new(
+        db: Db,
+        changes: Option<Arc<IdentityCache>>,
+        native: Vec<ToolFacts>,
+        claims: Vec<String>,
+    ) -> Self {
+        Self { db, changes, native, claims, held: Mutex::default() }
     }
 
     /// The native tools, as policies see them.
@@ -49,7 +56,7 @@ impl Policies {
             return Arc::clone(policies);
         }
         let loaded = Arc::new(match self.db.policy_inputs(tenant).await {
-            Ok(inputs) => load(slug, &self.native, inputs),
+            Ok(inputs) => load(slug, &self.native, &self.claims, inputs),
             Err(e) => {
                 tracing::error!(tenant = %slug, error = %e, "reading the tenant's policies failed; refusing its calls");
                 TenantPolicies::failed(slug, format!("the policies could not be read: {e}"))
@@ -69,14 +76,14 @@ impl Policies {
     }
 }
 
-fn load(slug: &str, native: &[ToolFacts], inputs: PolicyInputs) -> TenantPolicies {
+fn load(slug: &str, native: &[ToolFacts], claims: &[String], inputs: PolicyInputs) -> TenantPolicies {
     if inputs.tenant.is_empty() && inputs.platform.is_empty() {
         return TenantPolicies::none(slug);
     }
     let Some(mode) = Mode::parse(&inputs.mode) else {
         return TenantPolicies::failed(slug, format!("unknown policy mode `{}`", inputs.mode));
     };
-    let catalogue = crate::policy::model::catalogue(slug, native, inputs.servers, &inputs.catalogue);
+    let catalogue = crate::policy::model::catalogue(slug, native, inputs.servers, &inputs.catalogue, claims);
     // A mode that does not read makes the policy log-only: it never decides unread.
     let sources = |rows: Vec<crate::store::policies::PolicyRow>| -> Vec<Source> {
         rows.into_iter()

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use rmcp::ClientHandler;
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::admin_api::{PLATFORM, chains_verify, delete, get, platform, send};
@@ -273,3 +273,38 @@ async fn lean_relay_decides(backend: Backend) {
     assert_eq!(rows[0].1.as_deref(), Some("policy_no_permit"), "{rows:?}");
 }
 both_dbs!(policies_decide_lean_relayed_calls, lean_relay_decides);
+
+/// Token claims named in `auth.policy_claims` are the principal's `claims`: a permit that
+/// reads the caller's region, from the tokens of one user carrying different regions.
+async fn token_claims(backend: Backend) {
+    let proxy = Proxy::with_fx(backend, Mode::Session, &[("auth.policy_claims", json!(["region"]))]).await;
+    let live = &proxy.live;
+    let olivia = live.client("olivia@acme.test").await;
+    recorded(live, &olivia).await;
+    let eu_only = "permit (principal in Role::\"worker\", action == Action::\"fx__echo\", resource)\nwhen { principal.claims has region && principal.claims.region == \"eu\" };";
+    let owner = live.token_for("olivia@acme.test");
+    let written =
+        send(live, Method::PUT, "/admin/v1/tenants/acme/policies/eu-only", &owner, json!({"text": eu_only})).await;
+    assert_eq!(written.status, 201, "{:?}", written.body);
+    let unknown = "permit (principal, action, resource) when { principal.claims.department == \"x\" };";
+    let refused_text =
+        send(live, Method::PUT, "/admin/v1/tenants/acme/policies/dept", &owner, json!({"text": unknown})).await;
+    assert_eq!(refused_text.status, 422, "a claim the configuration does not name: {:?}", refused_text.body);
+
+    let walt_with = |region: Option<&str>| {
+        let mut claims = claims(&live.config, "acme", "walt@acme.test");
+        if let Some(region) = region {
+            claims["region"] = json!(region);
+        }
+        Signer::hs256(live.config.auth.hs256_secret.expose()).sign(&claims)
+    };
+    let eu = ().serve(transport(&live.url(), &walt_with(Some("eu")))).await.unwrap();
+    until_listed(&eu, "fx__echo", true).await;
+    assert_eq!(echo_text(&call(&eu, "fx__echo", json!({"text": "hi"})).await.unwrap()), "hi");
+    for region in [Some("us"), None] {
+        let other = ().serve(transport(&live.url(), &walt_with(region))).await.unwrap();
+        assert!(!tool_names(&other).await.iter().any(|n| n == "fx__echo"), "{region:?}");
+        refused(&other, "fx__echo", json!({"text": "hi"})).await;
+    }
+}
+both_dbs!(policies_read_token_claims, token_claims);

@@ -43,6 +43,7 @@ fn good() -> ResolvedIdentity {
         flocks: FlockScope::pending(&[Role::Worker]).resolve([FlockId::generate()]),
         message: binding(),
         expires_at: i64::MAX,
+        policy_claims: Vec::new(),
     }
 }
 
