@@ -364,6 +364,37 @@ async fn policies_over_everything(gateway: &Gateway, server: &str) {
     refused(call(&audrey, "toggle-simulated-logging", json!({})).await, "a tool that is not read-only");
     walt.cancel().await.unwrap();
     audrey.cancel().await.unwrap();
+
+    // The same decisions for the Python SDK's client.
+    let calls = json!([
+        {"tool": format!("{server}__echo"), "arguments": {"message": "from python"}},
+        {"tool": format!("{server}__echo"), "arguments": {"message": "forbidden from python"}},
+        {"tool": format!("{server}__get-sum"), "arguments": {"a": 1, "b": 2}},
+        {"tool": format!("{server}__get-sum"), "arguments": {"a": 1, "b": 99}},
+    ]);
+    let out = tokio::process::Command::new(python().await)
+        .arg(fixture_file("python/policy_client.py"))
+        .arg(live.url())
+        .arg(live.token_for("walt@acme.test"))
+        .arg(calls.to_string())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the Python client: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = report["tools"].as_array().unwrap();
+    assert!(listed.contains(&json!(format!("{server}__echo"))), "{report}");
+    assert!(!listed.contains(&json!(format!("{server}__get-env"))), "{report}");
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(
+        (calls[0]["ok"].as_bool(), calls[0]["text"].as_str()),
+        (Some(true), Some("Echo: from python")),
+        "{report}"
+    );
+    assert!(calls[1]["error"].as_str().is_some_and(|e| e.contains("tool not found")), "{report}");
+    assert_eq!(calls[2]["ok"], true, "{report}");
+    assert!(calls[3]["error"].as_str().is_some_and(|e| e.contains("tool not found")), "{report}");
 }
 
 /// server-everything over Streamable HTTP (`streamableHttp`, path /mcp), on 127.0.0.1.
