@@ -79,7 +79,7 @@ fn policies() -> Vec<Source> {
             format!("permit-{i}"),
             format!(
                 "permit (principal in Role::\"worker\", action == Action::\"{tool}\", resource) \
-                 when {{ context.arguments.amount < {} && context.arguments.region == \"eu\" }};",
+                 when {{ context.arguments.amount < {} && context.arguments has region && context.arguments.region == \"eu\" }};",
                 100 + i
             ),
         ));
@@ -90,7 +90,7 @@ fn policies() -> Vec<Source> {
             format!("forbid-{i}"),
             format!(
                 "forbid (principal, action == Action::\"{tool}\", resource) \
-                 when {{ context.arguments.customer like \"*blocked*\" || context.arguments.rate.greaterThan(decimal(\"9.5\")) }};"
+                 when {{ context.arguments.customer like \"*blocked*\" || (context.arguments has rate && context.arguments.rate.greaterThan(decimal(\"9.5\"))) }};"
             ),
         ));
     }

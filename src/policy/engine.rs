@@ -8,8 +8,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use cedar_policy::{
     ActionConstraint, Authorizer, Context, Decision as CedarDecision, Effect, Entities, Entity, EntityId,
-    EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
-    Validator,
+    EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, PrincipalConstraint, Request, ResourceConstraint,
+    RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde_json::{Map, Value};
 
@@ -364,22 +364,49 @@ impl TenantPolicies {
         &self.stale
     }
 
-    /// The parts of the sets whose action scope can name `action` (the tool's own action, a
-    /// member of `call_tool`).
-    fn sets_for(&self, action: &str, group: &str) -> Narrowed {
+    /// The parts of the sets whose scope can name a call of `tool` by a caller holding `roles`:
+    /// the action (the tool's own, a member of `call_tool`), the resource (the tool, its server)
+    /// and the principal's roles. Never leaves out a policy that could apply: a scope it does not
+    /// read (a user, a tenant) keeps the policy.
+    fn sets_for(&self, tool: &ToolFacts, group: &str, roles: &[Role]) -> Narrowed {
+        let key = format!("{}\u{0}{roles:?}", tool.id);
         let mut cache = self.by_action.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sets) = cache.get(action) {
+        if let Some(sets) = cache.get(&key) {
             return sets.clone();
         }
+        let action = tool.id.as_str();
         let names = |uid: &EntityUid| {
             let id = uid.id().unescaped();
             id == action || id == group
         };
+        let kind = |uid: &EntityUid| uid.type_name().to_string();
+        let holds_role =
+            |uid: &EntityUid| kind(uid) != model::ROLE || roles.iter().any(|r| r.as_str() == uid.id().unescaped());
+        // Whether the resource scope `in uid` can hold this tool.
+        let within = |uid: &EntityUid| match kind(uid).as_str() {
+            model::SERVER => tool.server.as_deref() == Some(uid.id().unescaped()),
+            model::TOOL => uid.id().unescaped() == tool.id,
+            _ => true,
+        };
         let narrow = |set: &PolicySet| {
-            let kept = set.policies().filter(|p| match p.action_constraint() {
-                ActionConstraint::Any => true,
-                ActionConstraint::Eq(uid) => names(&uid),
-                ActionConstraint::In(uids) => uids.iter().any(names),
+            let kept = set.policies().filter(|p| {
+                let action_ok = match p.action_constraint() {
+                    ActionConstraint::Any => true,
+                    ActionConstraint::Eq(uid) => names(&uid),
+                    ActionConstraint::In(uids) => uids.iter().any(names),
+                };
+                let resource_ok = match p.resource_constraint() {
+                    ResourceConstraint::Any => true,
+                    ResourceConstraint::Eq(uid) => kind(&uid) == model::TOOL && uid.id().unescaped() == tool.id,
+                    ResourceConstraint::In(uid) => within(&uid),
+                    ResourceConstraint::Is(kind) => kind.to_string() == model::TOOL,
+                    ResourceConstraint::IsIn(kind, uid) => kind.to_string() == model::TOOL && within(&uid),
+                };
+                let principal_ok = match p.principal_constraint() {
+                    PrincipalConstraint::In(uid) | PrincipalConstraint::IsIn(_, uid) => holds_role(&uid),
+                    PrincipalConstraint::Any | PrincipalConstraint::Eq(_) | PrincipalConstraint::Is(_) => true,
+                };
+                action_ok && resource_ok && principal_ok
             });
             // Ids are unique in `set`, so this can't fail; if it did, the whole set decides.
             Arc::new(PolicySet::from_policies(kept.cloned()).unwrap_or_else(|_| set.clone()))
@@ -390,7 +417,7 @@ impl TenantPolicies {
             listing: narrow(&self.listing),
         };
         if cache.len() < 10_000 {
-            cache.insert(action.to_owned(), sets.clone());
+            cache.insert(key, sets.clone());
         }
         sets
     }
@@ -416,7 +443,7 @@ impl TenantPolicies {
             let decision = Decision::deny(Reason::PolicyError(why.clone()), Vec::new());
             return Outcome { decision, log_only: None, consulted: true };
         }
-        let Narrowed { enforced, shadow, .. } = self.sets_for(&tool.id, model::CALL_TOOL);
+        let Narrowed { enforced, shadow, .. } = self.sets_for(tool, model::CALL_TOOL, caller.roles);
         if enforced.is_empty() && shadow.as_ref().is_none_or(|s| s.is_empty()) {
             // No policy's action scope names this tool.
             return grants_only();
@@ -484,7 +511,7 @@ impl TenantPolicies {
         if self.failed.is_some() {
             return false;
         }
-        let Narrowed { listing, .. } = self.sets_for(&tool.id, model::CALL_TOOL);
+        let Narrowed { listing, .. } = self.sets_for(tool, model::CALL_TOOL, caller.roles);
         if listing.is_empty() {
             return base.is_some();
         }
