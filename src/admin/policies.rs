@@ -9,7 +9,7 @@ use sqlx::AnyConnection;
 use utoipa::ToSchema;
 
 use super::AdminError;
-use crate::policy::engine::{self, Mode, Problem, Source, TenantPolicies};
+use crate::policy::engine::{self, Problem, TenantPolicies};
 use crate::policy::{Catalogue, ToolFacts, model};
 
 /// What a tenant's policy schema is made of besides the database: the gateway's native tools
@@ -67,10 +67,7 @@ pub(crate) fn problems(
     text: &str,
 ) -> Result<Vec<Problem>, AdminError> {
     let schema = schema_of(catalogue, claims)?;
-    Ok(match engine::parse(id, text) {
-        Err(problems) => problems,
-        Ok(policy) => engine::validate(&schema, catalogue, &policy, text),
-    })
+    Ok(engine::problems(&schema, catalogue, id, text))
 }
 
 /// Refuses a policy id the gateway can't take, and a text that does not validate (422 with
@@ -105,10 +102,7 @@ pub(crate) async fn views(
     Ok(rows
         .into_iter()
         .map(|row| {
-            let problems = match engine::parse(&row.name, &row.body) {
-                Err(problems) => problems,
-                Ok(policy) => engine::validate(&schema, catalogue, &policy, &row.body),
-            };
+            let problems = engine::problems(&schema, catalogue, &row.name, &row.body);
             PolicyView {
                 id: row.name,
                 text: row.body,
@@ -215,19 +209,12 @@ impl Explainer {
         let catalogue = catalogue_of(&mut *conn, tenant, slug, vocabulary).await?;
         let platform = policies::list_policies(&mut *conn, crate::store::admin::platform_chain()).await?;
         let own = policies::list_policies(&mut *conn, tenant).await?;
-        let mode = Mode::parse(&policies::policy_mode(&mut *conn, tenant).await?).unwrap_or(Mode::LogOnly);
+        let mode = policies::policy_mode(&mut *conn, tenant).await?;
         let grants = crate::store::entities::list_grants(&mut *conn, slug).await?;
         let bindings = crate::store::entities::list_bindings(&mut *conn, slug).await?;
-        let sources = |rows: Vec<policies::PolicyRow>| -> Vec<Source> {
-            rows.into_iter()
-                .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
-                .collect()
-        };
-        let policies = match own.is_empty() && platform.is_empty() {
-            true => TenantPolicies::none(slug),
-            false => TenantPolicies::load(&catalogue, mode, &sources(own), &sources(platform))
-                .unwrap_or_else(|e| TenantPolicies::failed(slug, e.to_string())),
-        };
+        // Loaded as the gateway loads them, so the check explains what the gateway decides.
+        let policies = TenantPolicies::from_stored(&catalogue, &mode, own, platform)
+            .unwrap_or_else(|why| TenantPolicies::failed(slug, why));
         let bare = bindings.iter().find(|b| !b.prefixed).map(|b| b.server.clone());
         Ok(Self { slug: slug.to_owned(), catalogue, policies, grants, bare })
     }
@@ -249,16 +236,8 @@ impl Explainer {
             (Some(server), None) => Ok(self
                 .grants
                 .iter()
-                .find(|g| {
-                    g.server == *server
-                        && g.kind == crate::store::entities::GrantKind::Tool
-                        && person.roles.contains(&g.role)
-                        && crate::store::entities::grant_matches(g.kind, &g.name, &tool.name)
-                })
-                .map(|g| {
-                    let id = super::read::grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name);
-                    crate::policy::grant_policy_id(&id)
-                })),
+                .find(|g| g.covers(server, crate::store::entities::GrantKind::Tool, &tool.name, &person.roles))
+                .map(super::read::grant_policy_id)),
             (None, None) => Ok(None),
         }
     }

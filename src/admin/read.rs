@@ -113,6 +113,11 @@ pub fn grant_id(server: &str, role: &str, kind: &str, name: &str) -> String {
     cursor_after(&[server, role, kind, name])
 }
 
+/// A grant's id as policy decisions name it (`grant/<id>`): the permit a grant is.
+pub fn grant_policy_id(grant: &crate::store::entities::GrantRow) -> String {
+    crate::policy::grant_policy_id(&grant_id(&grant.server, grant.role.as_str(), grant.kind.as_str(), &grant.name))
+}
+
 /// The key a grant id stands for.
 pub fn grant_key(id: &str) -> Option<[String; 4]> {
     let query = PageQuery { limit: None, after: Some(id.to_owned()) };

@@ -99,12 +99,10 @@ pub(super) enum Verdict<A> {
     TimedOut,
     /// A proxied call failed on the way to or from its upstream.
     ProxyFailed(ProxyError),
-    /// A tool of a server the tenant bound that is not served because a path of its declaration
-    /// lies outside its executor's root, called by a caller with a grant on the server: never
-    /// listed, so answered as an unknown tool, but audited with the reason (`outside_root`).
-    OutsideRoot,
-    /// Refused by the tenant's policies (`class` says why): answered as an unknown tool,
-    /// audited with the class and the deciding policies.
+    /// Refused for a reason the audit keeps (`class`), answered exactly as an unknown tool:
+    /// the tenant's policies refused it (`policy_*`, `arguments_invalid`, with the deciding
+    /// policies), or its server is not served because a path of its declaration lies outside
+    /// its executor's root and the caller holds a grant on it (`outside_root`).
     Refused { class: &'static str },
 }
 
@@ -115,8 +113,7 @@ impl<A> From<Result<A, ProxyError>> for Verdict<A> {
         match result {
             Ok(answer) => Verdict::Answered(Ok(answer)),
             Err(ProxyError::NotFound) => Verdict::Unknown { listed: false },
-            Err(ProxyError::OutsideRoot(_)) => Verdict::OutsideRoot,
-            Err(ProxyError::Refused(class)) => Verdict::Refused { class },
+            Err(e @ (ProxyError::OutsideRoot(_) | ProxyError::Refused(_))) => Verdict::Refused { class: e.class() },
             Err(e) => Verdict::ProxyFailed(e),
         }
     }
@@ -126,7 +123,7 @@ impl<A: Answer> Verdict<A> {
     /// Whether the tool exists for the metrics (a proxied tool that answered or failed, or a
     /// native one).
     fn known(&self) -> bool {
-        !matches!(self, Verdict::Unknown { listed: false } | Verdict::OutsideRoot | Verdict::Refused { .. })
+        !matches!(self, Verdict::Unknown { listed: false } | Verdict::Refused { .. })
     }
 
     /// The answer, and what the audit records of it.
@@ -139,10 +136,6 @@ impl<A: Answer> Verdict<A> {
             Verdict::Answered(result) => {
                 let (outcome, class) = A::classify(&result);
                 (result, outcome, class)
-            }
-            Verdict::OutsideRoot => {
-                metrics::denial("outside_root");
-                (Err(unknown_tool()), Outcome::Denied, Some("outside_root".to_owned()))
             }
             Verdict::Refused { class } => {
                 metrics::denial(class);

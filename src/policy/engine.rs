@@ -76,6 +76,14 @@ pub fn parse(id: &str, text: &str) -> Result<Policy, Vec<Problem>> {
     Policy::parse(Some(PolicyId::new(id)), text).map_err(|errors| errors.iter().map(|e| problem(text, e)).collect())
 }
 
+/// What is wrong with `text` as policy `id`: its parse errors, else what [`validate`] finds.
+pub fn problems(schema: &Schema, catalogue: Option<&Catalogue>, id: &str, text: &str) -> Vec<Problem> {
+    match parse(id, text) {
+        Err(problems) => problems,
+        Ok(policy) => validate(schema, catalogue, &policy, text),
+    }
+}
+
 /// What `policy` (parsed from `text`) gets wrong against `schema` (strict validation), and
 /// the tools it names that `catalogue` does not have.
 pub fn validate(schema: &Schema, catalogue: Option<&Catalogue>, policy: &Policy, text: &str) -> Vec<Problem> {
@@ -335,6 +343,28 @@ impl TenantPolicies {
         Self { failed: Some(why), empty: false, ..Self::none(tenant) }
     }
 
+    /// A tenant's policies from their stored rows (`mode`: the tenant's policy mode as stored).
+    /// No rows: grants alone decide. `Err` (why): a mode that does not read, or a policy that
+    /// does not load; the caller refuses with [`TenantPolicies::failed`]. A policy's own mode
+    /// that does not read makes it log-only: it never decides unread.
+    pub fn from_stored(
+        catalogue: &Catalogue,
+        mode: &str,
+        tenant: Vec<crate::store::policies::PolicyRow>,
+        platform: Vec<crate::store::policies::PolicyRow>,
+    ) -> Result<Self, String> {
+        if tenant.is_empty() && platform.is_empty() {
+            return Ok(Self::none(&catalogue.tenant));
+        }
+        let mode = Mode::parse(mode).ok_or_else(|| format!("unknown policy mode `{mode}`"))?;
+        let sources = |rows: Vec<crate::store::policies::PolicyRow>| -> Vec<Source> {
+            rows.into_iter()
+                .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
+                .collect()
+        };
+        Self::load(catalogue, mode, &sources(tenant), &sources(platform)).map_err(|e| e.to_string())
+    }
+
     /// A tenant with no policy: grants alone decide.
     pub fn none(tenant: &str) -> Self {
         Self {
@@ -439,6 +469,9 @@ impl TenantPolicies {
             log_only: None,
             consulted: false,
         };
+        if self.empty {
+            return grants_only();
+        }
         if let Some(why) = &self.failed {
             let decision = Decision::deny(Reason::PolicyError(why.clone()), Vec::new());
             return Outcome { decision, log_only: None, consulted: true };
@@ -508,6 +541,9 @@ impl TenantPolicies {
         base: Base<'_>,
         circumstances: &Circumstances<'_>,
     ) -> bool {
+        if self.empty {
+            return base.is_some();
+        }
         if self.failed.is_some() {
             return false;
         }

@@ -46,6 +46,24 @@ impl Ask {
         }
     }
 
+    /// The questions of a tenant with no policy loaded (`policies.is_empty()`): grants alone
+    /// decide, so nothing of the caller is copied (the hot path of most tenants).
+    pub fn grants_only_for(policies: Arc<TenantPolicies>) -> Self {
+        debug_assert!(policies.is_empty());
+        Self {
+            policies,
+            tenant: String::new(),
+            subject: String::new(),
+            roles: Vec::new(),
+            flocks: None,
+            claims: Vec::new(),
+            revision: String::new(),
+            client: None,
+            stateless: false,
+            now: time::OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
     /// Whether no policy is loaded for the tenant: grants alone decide.
     pub fn grants_only(&self) -> bool {
         self.policies.is_empty()

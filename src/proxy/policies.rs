@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::identity::{Epoch, IdentityCache};
 use crate::policy::ToolFacts;
-use crate::policy::engine::{Mode, Source, TenantPolicies};
+use crate::policy::engine::TenantPolicies;
 use crate::store::policies::PolicyInputs;
 use crate::store::{Db, TenantId};
 
@@ -77,20 +77,8 @@ impl Policies {
 }
 
 fn load(slug: &str, native: &[ToolFacts], claims: &[String], inputs: PolicyInputs) -> TenantPolicies {
-    if inputs.tenant.is_empty() && inputs.platform.is_empty() {
-        return TenantPolicies::none(slug);
-    }
-    let Some(mode) = Mode::parse(&inputs.mode) else {
-        return TenantPolicies::failed(slug, format!("unknown policy mode `{}`", inputs.mode));
-    };
     let catalogue = crate::policy::model::catalogue(slug, native, inputs.servers, &inputs.catalogue, claims);
-    // A mode that does not read makes the policy log-only: it never decides unread.
-    let sources = |rows: Vec<crate::store::policies::PolicyRow>| -> Vec<Source> {
-        rows.into_iter()
-            .map(|r| Source { mode: Mode::parse(&r.mode).unwrap_or(Mode::LogOnly), id: r.name, text: r.body })
-            .collect()
-    };
-    match TenantPolicies::load(&catalogue, mode, &sources(inputs.tenant), &sources(inputs.platform)) {
+    match TenantPolicies::from_stored(&catalogue, &inputs.mode, inputs.tenant, inputs.platform) {
         Ok(policies) => {
             for (id, problems) in policies.stale() {
                 let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -100,7 +88,7 @@ fn load(slug: &str, native: &[ToolFacts], claims: &[String], inputs: PolicyInput
         }
         Err(e) => {
             tracing::error!(tenant = %slug, error = %e, "the tenant's policies do not load; refusing its calls");
-            TenantPolicies::failed(slug, e.to_string())
+            TenantPolicies::failed(slug, e)
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::model::Role;
 use crate::proxy::connection::Connection;
-use crate::store::entities::{GrantKind, GrantRow, grant_matches};
+use crate::store::entities::{GrantKind, GrantRow};
 use crate::store::{TenantId, UserId};
 
 /// The upstream servers one session sees, frozen when the session first needed them.
@@ -63,23 +63,13 @@ impl Snapshot {
     /// The allow list of `kind`: a grant of that kind names the server, one of the caller's
     /// roles, and `name`, `*` or (resources) a prefix of `name` ending in `*`.
     pub fn allowed_kind(&self, server: &str, kind: GrantKind, name: &str, roles: &[Role]) -> bool {
-        self.grants.iter().any(|g| {
-            g.server == server && g.kind == kind && roles.contains(&g.role) && grant_matches(kind, &g.name, name)
-        })
+        self.grants.iter().any(|g| g.covers(server, kind, name, roles))
     }
 
     /// The grant of `kind` that allows `name` on `server` to one of `roles`, as policies name it
     /// (`grant/<id>`): the permit a grant is.
     pub fn granting(&self, server: &str, kind: GrantKind, name: &str, roles: &[Role]) -> Option<String> {
-        self.grants
-            .iter()
-            .find(|g| {
-                g.server == server && g.kind == kind && roles.contains(&g.role) && grant_matches(kind, &g.name, name)
-            })
-            .map(|g| {
-                let id = crate::admin::read::grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name);
-                crate::policy::grant_policy_id(&id)
-            })
+        self.grants.iter().find(|g| g.covers(server, kind, name, roles)).map(crate::admin::read::grant_policy_id)
     }
 
     /// Whether any grant of any kind on `server` names one of the caller's roles.

@@ -53,6 +53,16 @@ pub struct GrantRow {
     pub name: String,
 }
 
+impl GrantRow {
+    /// Whether this grant lets one of `roles` use the `kind` thing `name` of `server`.
+    pub fn covers(&self, server: &str, kind: GrantKind, name: &str, roles: &[Role]) -> bool {
+        self.server == server
+            && self.kind == kind
+            && roles.contains(&self.role)
+            && grant_matches(kind, &self.name, name)
+    }
+}
+
 /// The `name` of a grant that covers everything of its kind on its server.
 pub const GRANT_ALL: &str = "*";
 
