@@ -95,6 +95,20 @@ impl GatewayServer {
     }
 
     /// The session's selected roots' servers as a snapshot, when it has any.
+    /// The policies' questions for a request of a selected root's server (`selected`: its
+    /// grants alone decide, as for its tools) or of the tenant's.
+    async fn ask_of(
+        &self,
+        ctx: &McpCallContext,
+        context: &RequestContext<RoleServer>,
+        selected: bool,
+    ) -> crate::proxy::Ask {
+        match selected {
+            true => crate::proxy::Ask::grants_alone(),
+            false => ask_for(&self.shared, ctx, context).await,
+        }
+    }
+
     async fn selected_snapshot(
         &self,
         ctx: &McpCallContext,
@@ -499,9 +513,11 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let snapshot = self.snapshot(&ctx, &context).await?;
-        let mut all = self.shared.upstreams.resources(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let ask = ask_for(&self.shared, &ctx, &context).await;
+        let mut all = self.shared.upstreams.resources(&snapshot, ctx.roles(), &ask, watch(&ctx, &context)).await;
         if let Some(selected) = self.selected_snapshot(&ctx, &context).await? {
-            all.extend(self.shared.upstreams.resources(&selected, ctx.roles(), None).await);
+            let alone = crate::proxy::Ask::grants_alone();
+            all.extend(self.shared.upstreams.resources(&selected, ctx.roles(), &alone, None).await);
         }
         let (resources, next_cursor) = self.page(&ctx, "resources", request.as_ref(), all)?;
         Ok(ListResourcesResult { resources, next_cursor, ..Default::default() })
@@ -514,9 +530,11 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let snapshot = self.snapshot(&ctx, &context).await?;
-        let mut all = self.shared.upstreams.templates(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let ask = ask_for(&self.shared, &ctx, &context).await;
+        let mut all = self.shared.upstreams.templates(&snapshot, ctx.roles(), &ask, watch(&ctx, &context)).await;
         if let Some(selected) = self.selected_snapshot(&ctx, &context).await? {
-            all.extend(self.shared.upstreams.templates(&selected, ctx.roles(), None).await);
+            let alone = crate::proxy::Ask::grants_alone();
+            all.extend(self.shared.upstreams.templates(&selected, ctx.roles(), &alone, None).await);
         }
         let (resource_templates, next_cursor) = self.page(&ctx, "resource_templates", request.as_ref(), all)?;
         Ok(ListResourceTemplatesResult { resource_templates, next_cursor, ..Default::default() })
@@ -529,9 +547,11 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListPromptsResult, ErrorData> {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let snapshot = self.snapshot(&ctx, &context).await?;
-        let mut all = self.shared.upstreams.prompts(&snapshot, ctx.roles(), watch(&ctx, &context)).await;
+        let ask = ask_for(&self.shared, &ctx, &context).await;
+        let mut all = self.shared.upstreams.prompts(&snapshot, ctx.roles(), &ask, watch(&ctx, &context)).await;
         if let Some(selected) = self.selected_snapshot(&ctx, &context).await? {
-            all.extend(self.shared.upstreams.prompts(&selected, ctx.roles(), None).await);
+            let alone = crate::proxy::Ask::grants_alone();
+            all.extend(self.shared.upstreams.prompts(&selected, ctx.roles(), &alone, None).await);
         }
         let (prompts, next_cursor) = self.page(&ctx, "prompts", request.as_ref(), all)?;
         Ok(ListPromptsResult { prompts, next_cursor, ..Default::default() })
@@ -545,8 +565,9 @@ impl ServerHandler for GatewayServer {
         let ctx = context_for(&context, &self.shared.sessions).map_err(|e| refused(&e))?;
         let item = format!("prompts/get {}", request.name);
         let arguments = request.arguments.clone();
+        let selected = selected_name(&request.name);
+        let ask = Arc::new(self.ask_of(&ctx, &context, selected).await);
         let result = async {
-            let selected = selected_name(&request.name);
             let snapshot = self.snapshot_of(&ctx, &context, selected).await.map_err(ProxyError::Upstream)?;
             let binding = by_rounds(&context).then(|| self.binding(&ctx, item.clone(), arguments.as_ref()));
             let server = surface::route_name(&*snapshot, &request.name).map(|(server, _)| server.to_owned());
@@ -556,9 +577,10 @@ impl ServerHandler for GatewayServer {
                     None => false,
                 };
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
-            let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
-            let start =
-                move |exchange| async move { upstreams.get_prompt(&snapshot, request, &call_ctx, exchange).await };
+            let (upstreams, call_ctx, ask) = (Arc::clone(&self.shared.upstreams), ctx.clone(), Arc::clone(&ask));
+            let start = move |exchange| async move {
+                upstreams.get_prompt(&snapshot, request, &call_ctx, &ask, exchange).await
+            };
             match self
                 .proxied(&ctx, &context, binding, modern, false, state.as_deref(), responses.as_ref(), start)
                 .await?
@@ -571,7 +593,8 @@ impl ServerHandler for GatewayServer {
             }
         }
         .await;
-        self.audited(&ctx, &context, item, arguments.as_ref(), result, not_found_prompt).await
+        let asked = call::Asked { item, arguments: arguments.as_ref(), policy: ask.noted() };
+        self.audited(&ctx, &context, asked, result, not_found_prompt).await
     }
 
     async fn read_resource(
@@ -583,8 +606,9 @@ impl ServerHandler for GatewayServer {
         let uri = request.uri.clone();
         let mut arguments = serde_json::Map::new();
         arguments.insert("uri".to_owned(), serde_json::Value::String(uri.clone()));
+        let selected = selected_uri(&uri);
+        let ask = Arc::new(self.ask_of(&ctx, &context, selected).await);
         let result = async {
-            let selected = selected_uri(&uri);
             let snapshot = self.snapshot_of(&ctx, &context, selected).await.map_err(ProxyError::Upstream)?;
             let binding = by_rounds(&context).then(|| self.binding(&ctx, format!("resources/read {uri}"), None));
             let server = surface::route_uri(&*snapshot, &uri).map(|(server, _)| server.to_owned());
@@ -594,9 +618,10 @@ impl ServerHandler for GatewayServer {
                     None => false,
                 };
             let (state, responses) = (request.request_state.clone(), request.input_responses.clone());
-            let (upstreams, call_ctx) = (Arc::clone(&self.shared.upstreams), ctx.clone());
-            let start =
-                move |exchange| async move { upstreams.read_resource(&snapshot, request, &call_ctx, exchange).await };
+            let (upstreams, call_ctx, ask) = (Arc::clone(&self.shared.upstreams), ctx.clone(), Arc::clone(&ask));
+            let start = move |exchange| async move {
+                upstreams.read_resource(&snapshot, request, &call_ctx, &ask, exchange).await
+            };
             match self
                 .proxied(&ctx, &context, binding, modern, false, state.as_deref(), responses.as_ref(), start)
                 .await?
@@ -611,7 +636,8 @@ impl ServerHandler for GatewayServer {
         .await;
         let not_found = || not_found_resource(&uri);
         let item = "resources/read".to_owned();
-        self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await
+        let asked = call::Asked { item, arguments: Some(&arguments), policy: ask.noted() };
+        self.audited(&ctx, &context, asked, result, not_found).await
     }
 
     async fn complete(
@@ -628,20 +654,22 @@ impl ServerHandler for GatewayServer {
             rmcp::model::Reference::Prompt(p) => (format!("completion/complete {}", p.name), not_found_prompt),
             _ => ("completion/complete".to_owned(), not_found_template),
         };
+        let selected = match &request.r#ref {
+            rmcp::model::Reference::Prompt(p) => selected_name(&p.name),
+            rmcp::model::Reference::Resource(r) => selected_uri(&r.uri),
+            _ => false,
+        };
+        let ask = self.ask_of(&ctx, &context, selected).await;
         let result = async {
-            let selected = match &request.r#ref {
-                rmcp::model::Reference::Prompt(p) => selected_name(&p.name),
-                rmcp::model::Reference::Resource(r) => selected_uri(&r.uri),
-                _ => false,
-            };
             let snapshot = self.snapshot_of(&ctx, &context, selected).await.map_err(ProxyError::Upstream)?;
-            let mut result =
-                self.shared.upstreams.complete(&snapshot, request, &ctx, self.exchange(&ctx, &context)).await?;
+            let exchange = self.exchange(&ctx, &context);
+            let mut result = self.shared.upstreams.complete(&snapshot, request, &ctx, &ask, exchange).await?;
             result.result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
             Ok(result)
         }
         .await;
-        self.audited(&ctx, &context, item, Some(&arguments), result, not_found).await
+        let asked = call::Asked { item, arguments: Some(&arguments), policy: ask.noted() };
+        self.audited(&ctx, &context, asked, result, not_found).await
     }
 
     /// Every kind of notification the gateway relays is accepted (and every resource URI, seen
@@ -660,7 +688,8 @@ impl ServerHandler for GatewayServer {
         let key = format!("listen:{}", uuid::Uuid::new_v4());
         let ended = tokio_util::sync::CancellationToken::new();
         let _end_on_drop = ended.clone().drop_guard();
-        let listening = self.shared.upstreams.listen(&snapshot, &ctx, &key, subscription.sink(), &ended).await;
+        let ask = ask_for(&self.shared, &ctx, context).await;
+        let listening = self.shared.upstreams.listen(&snapshot, &ctx, &ask, &key, subscription.sink(), &ended).await;
         let left = u64::try_from(ctx.token_expires_at().saturating_sub(crate::store::now_millis() / 1000)).unwrap_or(0);
         tokio::select! {
             () = subscription.cancelled() => {}
@@ -693,13 +722,19 @@ impl ServerHandler for GatewayServer {
         let Some(session) = ctx.session_id() else {
             return Err(ErrorData::invalid_request("resources/subscribe needs a session", None));
         };
-        let snapshot = self.snapshot_of(&ctx, &context, selected_uri(&request.uri)).await?;
+        let selected = selected_uri(&request.uri);
+        let snapshot = self.snapshot_of(&ctx, &context, selected).await?;
+        let ask = self.ask_of(&ctx, &context, selected).await;
         let watch = Watch { session, peer: &context.peer };
-        match self.shared.upstreams.subscribe(&snapshot, &request.uri, &ctx, watch).await {
+        match self.shared.upstreams.subscribe(&snapshot, &request.uri, &ctx, &ask, watch).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(ErrorData::invalid_params("this resource does not support subscriptions", None)),
             Err(ProxyError::NotFound) => {
                 metrics::denial("unknown_resource");
+                Err(not_found_resource(&request.uri))
+            }
+            Err(ProxyError::Refused(class)) => {
+                metrics::denial(class);
                 Err(not_found_resource(&request.uri))
             }
             Err(e) => Err(e.into_error_data()),

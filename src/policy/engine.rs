@@ -394,28 +394,35 @@ impl TenantPolicies {
         &self.stale
     }
 
-    /// The parts of the sets whose scope can name a call of `tool` by a caller holding `roles`:
-    /// the action (the tool's own, a member of `call_tool`), the resource (the tool, its server)
-    /// and the principal's roles. Never leaves out a policy that could apply: a scope it does not
-    /// read (a user, a tenant) keeps the policy.
-    fn sets_for(&self, tool: &ToolFacts, group: &str, roles: &[Role]) -> Narrowed {
-        let key = format!("{}\u{0}{roles:?}", tool.id);
+    /// The parts of the sets whose scope can name a request of `scope` by a caller holding
+    /// `roles`: the action (the request's own, or the group it is a member of), the resource (the
+    /// tool, prompt or resource, its server) and the principal's roles. Never leaves out a policy
+    /// that could apply: a scope it does not read (a user, a tenant) keeps the policy.
+    fn sets_for(&self, scope: &Scope<'_>, roles: &[Role]) -> Narrowed {
+        let key = format!(
+            "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{roles:?}",
+            scope.kind,
+            scope.action,
+            scope.server.unwrap_or_default(),
+            scope.id.unwrap_or_default()
+        );
         let mut cache = self.by_action.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sets) = cache.get(&key) {
             return sets.clone();
         }
-        let action = tool.id.as_str();
         let names = |uid: &EntityUid| {
             let id = uid.id().unescaped();
-            id == action || id == group
+            id == scope.action || scope.group == Some(id)
         };
         let kind = |uid: &EntityUid| uid.type_name().to_string();
         let holds_role =
             |uid: &EntityUid| kind(uid) != model::ROLE || roles.iter().any(|r| r.as_str() == uid.id().unescaped());
-        // Whether the resource scope `in uid` can hold this tool.
+        // Whether `uid` can be the resource itself (`None`: any of its kind may be).
+        let is_it = |uid: &EntityUid| kind(uid) == scope.kind && scope.id.is_none_or(|id| uid.id().unescaped() == id);
+        // Whether the resource scope `in uid` can hold the resource.
         let within = |uid: &EntityUid| match kind(uid).as_str() {
-            model::SERVER => tool.server.as_deref() == Some(uid.id().unescaped()),
-            model::TOOL => uid.id().unescaped() == tool.id,
+            model::SERVER => scope.server == Some(uid.id().unescaped()),
+            model::TOOL | model::PROMPT | model::RESOURCE => is_it(uid),
             _ => true,
         };
         let narrow = |set: &PolicySet| {
@@ -427,10 +434,10 @@ impl TenantPolicies {
                 };
                 let resource_ok = match p.resource_constraint() {
                     ResourceConstraint::Any => true,
-                    ResourceConstraint::Eq(uid) => kind(&uid) == model::TOOL && uid.id().unescaped() == tool.id,
+                    ResourceConstraint::Eq(uid) => is_it(&uid),
                     ResourceConstraint::In(uid) => within(&uid),
-                    ResourceConstraint::Is(kind) => kind.to_string() == model::TOOL,
-                    ResourceConstraint::IsIn(kind, uid) => kind.to_string() == model::TOOL && within(&uid),
+                    ResourceConstraint::Is(kind) => kind.to_string() == scope.kind,
+                    ResourceConstraint::IsIn(kind, uid) => kind.to_string() == scope.kind && within(&uid),
                 };
                 let principal_ok = match p.principal_constraint() {
                     PrincipalConstraint::In(uid) | PrincipalConstraint::IsIn(_, uid) => holds_role(&uid),
@@ -461,14 +468,31 @@ impl TenantPolicies {
         arguments: Option<&Map<String, Value>>,
         circumstances: &Circumstances<'_>,
     ) -> Outcome {
-        let grants_only = || Outcome {
-            decision: match base {
-                Some(by) => Decision { allow: true, by: vec![by.to_owned()], reason: Reason::Permit },
-                None => Decision::deny(Reason::NoPermit, Vec::new()),
-            },
-            log_only: None,
-            consulted: false,
-        };
+        let typed = || arguments_value(&tool.arguments, arguments);
+        self.decide(caller, Target::Tool(tool), base, typed, circumstances)
+    }
+
+    /// The decision for `item` (a prompt, a resource, a completion), which takes no arguments
+    /// policies read.
+    pub fn decide_item(
+        &self,
+        caller: &Caller<'_>,
+        item: &Item<'_>,
+        base: Base<'_>,
+        circumstances: &Circumstances<'_>,
+    ) -> Outcome {
+        self.decide(caller, Target::Item(item), base, || Ok(no_arguments()), circumstances)
+    }
+
+    fn decide(
+        &self,
+        caller: &Caller<'_>,
+        target: Target<'_>,
+        base: Base<'_>,
+        arguments: impl FnOnce() -> Result<RestrictedExpression, Mismatch>,
+        circumstances: &Circumstances<'_>,
+    ) -> Outcome {
+        let grants_only = || Outcome { decision: by_base(base), log_only: None, consulted: false };
         if self.empty {
             return grants_only();
         }
@@ -476,12 +500,12 @@ impl TenantPolicies {
             let decision = Decision::deny(Reason::PolicyError(why.clone()), Vec::new());
             return Outcome { decision, log_only: None, consulted: true };
         }
-        let Narrowed { enforced, shadow, .. } = self.sets_for(tool, model::CALL_TOOL, caller.roles);
+        let Narrowed { enforced, shadow, .. } = self.sets_for(&target.scope(), caller.roles);
         if enforced.is_empty() && shadow.as_ref().is_none_or(|s| s.is_empty()) {
-            // No policy's action scope names this tool.
+            // No policy's scope names this request.
             return grants_only();
         }
-        let arguments = match arguments_value(&tool.arguments, arguments) {
+        let arguments = match arguments() {
             Ok(value) => value,
             Err(mismatch) => {
                 // The policies can't be asked: refused where they decide.
@@ -493,40 +517,14 @@ impl TenantPolicies {
                 };
             }
         };
-        let request = match self.request(caller, tool, arguments, circumstances) {
+        let (request, entities) = match self.request(caller, &target, arguments, circumstances) {
             Ok(request) => request,
             Err(e) => {
                 let decision = Decision::deny(Reason::PolicyError(e), Vec::new());
                 return Outcome { decision, log_only: None, consulted: true };
             }
         };
-        let decide = |set: &PolicySet| -> Decision {
-            let response = Authorizer::new().is_authorized(&request.0, set, &request.1);
-            let errored: Vec<String> = response
-                .diagnostics()
-                .errors()
-                .map(|e| match e {
-                    cedar_policy::AuthorizationError::PolicyEvaluationError(e) => e.policy_id().to_string(),
-                })
-                .collect();
-            if !errored.is_empty() {
-                let message = response.diagnostics().errors().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-                return Decision::deny(Reason::PolicyError(message), errored);
-            }
-            let mut by: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
-            by.sort();
-            match response.decision() {
-                CedarDecision::Allow => {
-                    by.extend(base.map(str::to_owned));
-                    Decision { allow: true, by, reason: Reason::Permit }
-                }
-                CedarDecision::Deny if !by.is_empty() => Decision::deny(Reason::Forbid, by),
-                CedarDecision::Deny => match base {
-                    Some(grant) => Decision { allow: true, by: vec![grant.to_owned()], reason: Reason::Permit },
-                    None => Decision::deny(Reason::NoPermit, Vec::new()),
-                },
-            }
-        };
+        let decide = |set: &PolicySet| evaluate(&request, set, &entities, base);
         Outcome { decision: decide(&enforced), log_only: shadow.as_deref().map(decide), consulted: true }
     }
 
@@ -541,43 +539,53 @@ impl TenantPolicies {
         base: Base<'_>,
         circumstances: &Circumstances<'_>,
     ) -> bool {
+        self.listed(caller, Target::Tool(tool), base, circumstances)
+    }
+
+    /// Whether `item` (a prompt, a resource or a template) is listed for `caller`: exactly when
+    /// a request of it is allowed (it takes no arguments policies read).
+    pub fn decide_item_list(
+        &self,
+        caller: &Caller<'_>,
+        item: &Item<'_>,
+        base: Base<'_>,
+        circumstances: &Circumstances<'_>,
+    ) -> bool {
+        self.listed(caller, Target::Item(item), base, circumstances)
+    }
+
+    fn listed(
+        &self,
+        caller: &Caller<'_>,
+        target: Target<'_>,
+        base: Base<'_>,
+        circumstances: &Circumstances<'_>,
+    ) -> bool {
         if self.empty {
             return base.is_some();
         }
         if self.failed.is_some() {
             return false;
         }
-        let Narrowed { listing, .. } = self.sets_for(tool, model::CALL_TOOL, caller.roles);
+        let Narrowed { listing, .. } = self.sets_for(&target.scope(), caller.roles);
         if listing.is_empty() {
             return base.is_some();
         }
-        let empty = RestrictedExpression::new_record(Vec::<(String, RestrictedExpression)>::new());
-        let Ok((request, entities)) =
-            empty.map_err(|e| e.to_string()).and_then(|a| self.request(caller, tool, a, circumstances))
-        else {
+        let Ok((request, entities)) = self.request(caller, &target, no_arguments(), circumstances) else {
             return false;
         };
-        let response = Authorizer::new().is_authorized(&request, &listing, &entities);
-        if response.diagnostics().errors().next().is_some() {
-            return false;
-        }
-        match response.decision() {
-            CedarDecision::Allow => true,
-            CedarDecision::Deny => response.diagnostics().reason().next().is_none() && base.is_some(),
-        }
+        evaluate(&request, &listing, &entities, base).allow
     }
 
     fn request(
         &self,
         caller: &Caller<'_>,
-        tool: &ToolFacts,
+        target: &Target<'_>,
         arguments: RestrictedExpression,
         circumstances: &Circumstances<'_>,
     ) -> Result<(Request, Entities), String> {
         debug_assert_eq!(caller.tenant, self.tenant);
         let user = uid(&names().user, caller.subject);
-        let resource = uid(&names().tool, &tool.id);
-        let action = uid(&names().action, &tool.id);
         let mut parents: HashSet<EntityUid> = caller.roles.iter().map(|r| uid(&names().role, r.as_str())).collect();
         parents.insert(uid(&names().tenant, caller.tenant));
         let flocks = caller.flocks.unwrap_or_default();
@@ -597,27 +605,32 @@ impl TenantPolicies {
                 .map_err(|e| e.to_string())?,
             ),
         ]);
-        let mut tool_attrs = HashMap::from([
-            ("name".to_owned(), RestrictedExpression::new_string(tool.name.clone())),
-            ("native".to_owned(), RestrictedExpression::new_bool(tool.server.is_none())),
-            ("readOnlyHint".to_owned(), RestrictedExpression::new_bool(tool.hints.read_only)),
-            ("destructiveHint".to_owned(), RestrictedExpression::new_bool(tool.hints.destructive)),
-            ("idempotentHint".to_owned(), RestrictedExpression::new_bool(tool.hints.idempotent)),
-            ("openWorldHint".to_owned(), RestrictedExpression::new_bool(tool.hints.open_world)),
-        ]);
-        if let Some(server) = &tool.server {
-            tool_attrs.insert("server".to_owned(), RestrictedExpression::new_string(server.clone()));
-        }
-        if let Some(title) = &tool.title {
-            tool_attrs.insert("title".to_owned(), RestrictedExpression::new_string(title.clone()));
-        }
-        let tool_parents: HashSet<EntityUid> = tool.server.iter().map(|s| uid(&names().server, s)).collect();
-        let group = HashSet::from([uid(&names().action, model::CALL_TOOL)]);
+        let (resource, resource_entity, action, action_entity) = match target {
+            Target::Tool(tool) => {
+                let resource = uid(&names().tool, &tool.id);
+                let action = uid(&names().action, &tool.id);
+                let entity = Entity::new(resource.clone(), tool_attributes(tool), tool_parents(tool));
+                let group = HashSet::from([uid(&names().action, model::CALL_TOOL)]);
+                (resource, entity, action.clone(), Entity::new_no_attrs(action, group))
+            }
+            Target::Item(item) => {
+                let resource = uid(item.kind_name(), &item.id());
+                let action = uid(&names().action, item.action.action());
+                let (key, value) = item.named();
+                let attrs = HashMap::from([
+                    (key.to_owned(), RestrictedExpression::new_string(value.to_owned())),
+                    ("server".to_owned(), RestrictedExpression::new_string(item.server.to_owned())),
+                ]);
+                let parents = HashSet::from([uid(&names().server, item.server)]);
+                let entity = Entity::new(resource.clone(), attrs, parents);
+                (resource, entity, action.clone(), Entity::new_no_attrs(action, HashSet::new()))
+            }
+        };
         let entities = Entities::from_entities(
             [
                 Entity::new(user.clone(), user_attrs, parents).map_err(|e| e.to_string())?,
-                Entity::new(resource.clone(), tool_attrs, tool_parents).map_err(|e| e.to_string())?,
-                Entity::new_no_attrs(action.clone(), group),
+                resource_entity.map_err(|e| e.to_string())?,
+                action_entity,
             ],
             None,
         )
@@ -635,6 +648,171 @@ impl TenantPolicies {
         let request = Request::new(user, action, resource, context, None).map_err(|e| e.to_string())?;
         Ok((request, entities))
     }
+}
+
+/// What a grant (or a native tool's roles) alone decides.
+fn by_base(base: Base<'_>) -> Decision {
+    match base {
+        Some(by) => Decision { allow: true, by: vec![by.to_owned()], reason: Reason::Permit },
+        None => Decision::deny(Reason::NoPermit, Vec::new()),
+    }
+}
+
+/// `set`'s decision of `request`: an evaluation error refuses (naming the policies that erred),
+/// a satisfied forbid refuses, a permit or else `base` allows.
+fn evaluate(request: &Request, set: &PolicySet, entities: &Entities, base: Base<'_>) -> Decision {
+    let response = Authorizer::new().is_authorized(request, set, entities);
+    let errored: Vec<String> = response
+        .diagnostics()
+        .errors()
+        .map(|e| match e {
+            cedar_policy::AuthorizationError::PolicyEvaluationError(e) => e.policy_id().to_string(),
+        })
+        .collect();
+    if !errored.is_empty() {
+        let message = response.diagnostics().errors().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        return Decision::deny(Reason::PolicyError(message), errored);
+    }
+    let mut by: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
+    by.sort();
+    match response.decision() {
+        CedarDecision::Allow => {
+            by.extend(base.map(str::to_owned));
+            Decision { allow: true, by, reason: Reason::Permit }
+        }
+        CedarDecision::Deny if !by.is_empty() => Decision::deny(Reason::Forbid, by),
+        CedarDecision::Deny => by_base(base),
+    }
+}
+
+/// The empty `arguments` record.
+fn no_arguments() -> RestrictedExpression {
+    RestrictedExpression::new_record(Vec::<(String, RestrictedExpression)>::new())
+        .unwrap_or_else(|e| unreachable!("an empty record has no duplicate keys: {e}"))
+}
+
+fn tool_attributes(tool: &ToolFacts) -> HashMap<String, RestrictedExpression> {
+    let mut attrs = HashMap::from([
+        ("name".to_owned(), RestrictedExpression::new_string(tool.name.clone())),
+        ("native".to_owned(), RestrictedExpression::new_bool(tool.server.is_none())),
+        ("readOnlyHint".to_owned(), RestrictedExpression::new_bool(tool.hints.read_only)),
+        ("destructiveHint".to_owned(), RestrictedExpression::new_bool(tool.hints.destructive)),
+        ("idempotentHint".to_owned(), RestrictedExpression::new_bool(tool.hints.idempotent)),
+        ("openWorldHint".to_owned(), RestrictedExpression::new_bool(tool.hints.open_world)),
+    ]);
+    if let Some(server) = &tool.server {
+        attrs.insert("server".to_owned(), RestrictedExpression::new_string(server.clone()));
+    }
+    if let Some(title) = &tool.title {
+        attrs.insert("title".to_owned(), RestrictedExpression::new_string(title.clone()));
+    }
+    attrs
+}
+
+fn tool_parents(tool: &ToolFacts) -> HashSet<EntityUid> {
+    tool.server.iter().map(|s| uid(&names().server, s)).collect()
+}
+
+/// A request of a prompt or resource of an upstream server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemAction {
+    /// `prompts/get`.
+    GetPrompt,
+    /// `resources/read` (and `resources/subscribe`: following a resource reads it).
+    ReadResource,
+    /// `completion/complete` of a prompt's argument.
+    CompletePrompt,
+    /// `completion/complete` of a resource template's variable.
+    CompleteResource,
+}
+
+impl ItemAction {
+    /// The Cedar action.
+    pub fn action(self) -> &'static str {
+        match self {
+            ItemAction::GetPrompt => model::GET_PROMPT,
+            ItemAction::ReadResource => model::READ_RESOURCE,
+            ItemAction::CompletePrompt | ItemAction::CompleteResource => model::COMPLETE,
+        }
+    }
+
+    /// Whether the item is a prompt (else a resource or a resource template).
+    pub fn of_prompt(self) -> bool {
+        matches!(self, ItemAction::GetPrompt | ItemAction::CompletePrompt)
+    }
+}
+
+/// A prompt, a resource or a resource template of an upstream server, as a request names it:
+/// `Prompt::"<server>__<name>"` (attributes `name`, `server`) or `Resource::"<server>__<uri>"`
+/// (attributes `uri`, `server`), in `Server::"<server>"`.
+#[derive(Debug, Clone, Copy)]
+pub struct Item<'a> {
+    pub action: ItemAction,
+    pub server: &'a str,
+    /// The prompt's name, or the resource's URI (a template's URI template), as its server names it.
+    pub name: &'a str,
+}
+
+impl Item<'_> {
+    /// The entity's id.
+    pub fn id(&self) -> String {
+        format!("{}{}{}", self.server, crate::vocab::names::NAME_SEPARATOR, self.name)
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.action.of_prompt() { model::PROMPT } else { model::RESOURCE }
+    }
+
+    fn kind_name(&self) -> &'static EntityTypeName {
+        if self.action.of_prompt() { &names().prompt } else { &names().resource }
+    }
+
+    /// The attribute that names it, and its value.
+    fn named(&self) -> (&'static str, &str) {
+        if self.action.of_prompt() { ("name", self.name) } else { ("uri", self.name) }
+    }
+}
+
+/// What a request is about.
+enum Target<'a> {
+    Tool(&'a ToolFacts),
+    Item(&'a Item<'a>),
+}
+
+impl Target<'_> {
+    fn scope(&self) -> Scope<'_> {
+        match self {
+            Target::Tool(tool) => Scope {
+                action: &tool.id,
+                group: Some(model::CALL_TOOL),
+                kind: model::TOOL,
+                id: Some(&tool.id),
+                server: tool.server.as_deref(),
+            },
+            // Narrowed by server, not by name: the URIs of a server's resources are many, and a
+            // policy about one of them is kept (its evaluation decides).
+            Target::Item(item) => Scope {
+                action: item.action.action(),
+                group: None,
+                kind: item.kind(),
+                id: None,
+                server: Some(item.server),
+            },
+        }
+    }
+}
+
+/// What a request's policies are narrowed by.
+struct Scope<'a> {
+    /// The request's action id.
+    action: &'a str,
+    /// The group the action is a member of.
+    group: Option<&'static str>,
+    /// The resource's entity type.
+    kind: &'static str,
+    /// The resource's id (`None`: any of its kind may be the one).
+    id: Option<&'a str>,
+    server: Option<&'a str>,
 }
 
 /// `now` as Cedar's `datetime` reads it: UTC, to the millisecond.
@@ -693,6 +871,8 @@ struct Names {
     tenant: EntityTypeName,
     server: EntityTypeName,
     tool: EntityTypeName,
+    prompt: EntityTypeName,
+    resource: EntityTypeName,
     action: EntityTypeName,
 }
 
@@ -705,6 +885,8 @@ fn names() -> &'static Names {
             tenant: name(model::TENANT),
             server: name(model::SERVER),
             tool: name(model::TOOL),
+            prompt: name(model::PROMPT),
+            resource: name(model::RESOURCE),
             action: name("Action"),
         }
     });

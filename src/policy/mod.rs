@@ -11,7 +11,9 @@ pub mod arguments;
 pub mod engine;
 pub mod model;
 
-pub use engine::{Caller, Circumstances, Decision, Mode, Outcome, Problem, Reason, Source, TenantPolicies};
+pub use engine::{
+    Caller, Circumstances, Decision, Item, ItemAction, Mode, Outcome, Problem, Reason, Source, TenantPolicies,
+};
 pub use model::{Catalogue, Hints, ToolFacts};
 
 use crate::store::entities::GrantKind;
@@ -57,6 +59,8 @@ pub fn grant_policy_id(grant_id: &str) -> String {
 pub fn grant_text(server: &str, role: &str, kind: GrantKind, name: &str) -> String {
     let principal = format!("principal in {}::{}", model::ROLE, literal(role));
     let in_server = format!("resource in {}::{}", model::SERVER, literal(server));
+    // `complete` applies to prompts and resources alike: a grant names which it covers.
+    let is_in_server = |kind: &str| format!("resource is {kind} in {}::{}", model::SERVER, literal(server));
     let id = |name: &str| literal(&format!("{server}{}{name}", crate::vocab::names::NAME_SEPARATOR));
     match (kind, name) {
         (GrantKind::Tool, "*") => {
@@ -71,9 +75,10 @@ pub fn grant_text(server: &str, role: &str, kind: GrantKind, name: &str) -> Stri
             )
         }
         (GrantKind::Prompt, "*") => format!(
-            "permit ({principal}, action in [Action::\"{}\", Action::\"{}\"], {in_server});",
+            "permit ({principal}, action in [Action::\"{}\", Action::\"{}\"], {});",
             model::GET_PROMPT,
-            model::COMPLETE
+            model::COMPLETE,
+            is_in_server(model::PROMPT)
         ),
         (GrantKind::Prompt, name) => format!(
             "permit ({principal}, action in [Action::\"{}\", Action::\"{}\"], resource == {}::{});",
@@ -84,6 +89,7 @@ pub fn grant_text(server: &str, role: &str, kind: GrantKind, name: &str) -> Stri
         ),
         (GrantKind::Resource, name) => {
             let actions = format!("action in [Action::\"{}\", Action::\"{}\"]", model::READ_RESOURCE, model::COMPLETE);
+            let in_server = is_in_server(model::RESOURCE);
             match name {
                 "*" => format!("permit ({principal}, {actions}, {in_server});"),
                 prefix if prefix.ends_with('*') => {

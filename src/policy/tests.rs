@@ -293,17 +293,73 @@ fn grants_shown_as_cedar_decide_as_grants_do() {
     for (name, expected) in [
         (
             "*",
-            "permit (principal in Role::\"worker\", action in [Action::\"read_resource\", Action::\"complete\"], resource in Server::\"billing\");",
+            "permit (principal in Role::\"worker\", action in [Action::\"read_resource\", Action::\"complete\"], resource is Resource in Server::\"billing\");",
         ),
         (
             "notes://a*b/*",
-            "permit (principal in Role::\"worker\", action in [Action::\"read_resource\", Action::\"complete\"], resource in Server::\"billing\") when { resource.uri like \"notes://a\\*b/*\" };",
+            "permit (principal in Role::\"worker\", action in [Action::\"read_resource\", Action::\"complete\"], resource is Resource in Server::\"billing\") when { resource.uri like \"notes://a\\*b/*\" };",
         ),
     ] {
         let text = grant_text("billing", "worker", GrantKind::Resource, name);
         assert_eq!(text, expected);
-        engine::parse("g", &text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        let problems = engine::problems(&schema, Some(&catalogue()), "g", &text);
+        assert!(problems.is_empty(), "{text}: {problems:?}");
     }
+    for (kind, name) in [(GrantKind::Prompt, "*"), (GrantKind::Prompt, "summary"), (GrantKind::Resource, "notes://a")] {
+        let text = grant_text("billing", "worker", kind, name);
+        let problems = engine::problems(&schema, Some(&catalogue()), "g", &text);
+        assert!(problems.is_empty(), "{text}: {problems:?}");
+    }
+}
+
+#[test]
+fn prompts_resources_and_completions_are_decided_like_tools() {
+    use crate::store::entities::GrantKind;
+    use engine::{Item, ItemAction};
+    let grant = grant_text("billing", "worker", GrantKind::Resource, "notes://*");
+    let prompts = grant_text("billing", "worker", GrantKind::Prompt, "*");
+    let no_secrets = r#"forbid (principal, action in [Action::"read_resource", Action::"complete"], resource is Resource in Server::"billing")
+when { resource.uri like "notes://secret/*" };"#;
+    let auditors = r#"permit (principal in Role::"auditor", action == Action::"get_prompt", resource)
+when { resource.name == "summary" };"#;
+    let elsewhere =
+        r#"forbid (principal, action, resource in Server::"billing") when { principal.subject == "mallory" };"#;
+    let platform =
+        r#"forbid (principal, action == Action::"get_prompt", resource) when { resource.name == "banned" };"#;
+    let policies = load(
+        Mode::Enforce,
+        &[
+            ("notes", &grant),
+            ("prompts", &prompts),
+            ("no-secrets", no_secrets),
+            ("auditors", auditors),
+            ("elsewhere", elsewhere),
+        ],
+        &[("no-banned", platform)],
+    );
+    assert!(policies.stale().is_empty(), "{:?}", policies.stale());
+    let item = |action, name| Item { action, server: "billing", name };
+    let decide = |roles: &'static [Role], item: Item<'_>, base: Option<&str>| {
+        policies.decide_item(&caller(roles), &item, base, &at(12)).decision
+    };
+    let read = decide(WORKER, item(ItemAction::ReadResource, "notes://a"), None);
+    assert_eq!((read.allow, read.by), (true, vec!["notes".to_owned()]), "{:?}", read.reason);
+    let secret = decide(WORKER, item(ItemAction::ReadResource, "notes://secret/1"), Some("grant/g"));
+    assert_eq!((secret.allow, secret.by, secret.reason), (false, vec!["no-secrets".to_owned()], Reason::Forbid));
+    let completion = decide(WORKER, item(ItemAction::CompleteResource, "notes://secret/{id}"), None);
+    assert!(!completion.allow, "a completion of a forbidden template is refused too");
+    assert!(!decide(WORKER, item(ItemAction::ReadResource, "files://a"), None).allow, "no permit");
+    assert!(decide(&[Role::Auditor], item(ItemAction::GetPrompt, "summary"), None).allow);
+    assert!(!decide(&[Role::Auditor], item(ItemAction::GetPrompt, "other"), None).allow);
+    assert!(!decide(&[Role::Auditor], item(ItemAction::CompletePrompt, "summary"), None).allow, "get_prompt only");
+    let banned = decide(WORKER, item(ItemAction::GetPrompt, "banned"), Some("grant/g"));
+    assert_eq!((banned.allow, banned.by), (false, vec!["platform/no-banned".to_owned()]));
+    // Listing: exactly the decision (items take no arguments policies read).
+    let w = caller(WORKER);
+    assert!(policies.decide_item_list(&w, &item(ItemAction::ReadResource, "notes://a"), None, &at(12)));
+    assert!(!policies.decide_item_list(&w, &item(ItemAction::ReadResource, "notes://secret/1"), None, &at(12)));
+    // A tool's decision is not a prompt's: the tools' grant-free refund is still no permit.
+    assert!(!call(&policies, &refund(), None, json!({"amount": 1})).allow);
 }
 
 mod agreement {

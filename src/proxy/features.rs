@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::McpCallContext;
 use crate::model::Role;
+use crate::policy::{Item, ItemAction};
+use crate::proxy::Ask;
 use crate::proxy::surface;
 use crate::proxy::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams, unavailable};
 use crate::relay::catalog::{Kinds, Listed, Notifier};
@@ -56,13 +58,35 @@ fn expose<T>(
     out
 }
 
+/// The grants that cover requests of `action`.
+fn grant_kind(action: ItemAction) -> GrantKind {
+    if action.of_prompt() { GrantKind::Prompt } else { GrantKind::Resource }
+}
+
+/// Whether `item` is listed for the caller: a grant covers it (a tenant without policies), or
+/// the tenant's policies allow it, the grants being permits.
+fn listed(snapshot: &Snapshot, ask: &Ask, item: &Item<'_>, roles: &[Role]) -> bool {
+    let kind = grant_kind(item.action);
+    match ask.grants_only() {
+        true => snapshot.allowed_kind(item.server, kind, item.name, roles),
+        false => ask.list_item(item, snapshot.granting(item.server, kind, item.name, roles).as_deref()),
+    }
+}
+
 impl Upstreams {
     /// The prompts the caller may use, named like tools.
-    pub async fn prompts(&self, snapshot: &Snapshot, roles: &[Role], watch: Option<Watch<'_>>) -> Vec<Prompt> {
-        let gathered = self.gather::<Prompt>(snapshot, roles, watch).await;
+    pub async fn prompts(
+        &self,
+        snapshot: &Snapshot,
+        roles: &[Role],
+        ask: &Ask,
+        watch: Option<Watch<'_>>,
+    ) -> Vec<Prompt> {
+        let gathered = self.gather::<Prompt>(snapshot, roles, ask, watch).await;
         let mut out = expose(snapshot, gathered, |server, prefixed, prompt| {
             let free = prefixed || surface::unprefixed_name_free(snapshot, &prompt.name, |_| false);
-            (free && snapshot.allowed_kind(server, GrantKind::Prompt, &prompt.name, roles)).then(|| {
+            let item = Item { action: ItemAction::GetPrompt, server, name: &prompt.name };
+            (free && listed(snapshot, ask, &item, roles)).then(|| {
                 let mut prompt = prompt.clone();
                 prompt.name = surface::exposed_name(server, prefixed, &prompt.name);
                 prompt
@@ -73,11 +97,18 @@ impl Upstreams {
     }
 
     /// The resources the caller may read, under the URIs the gateway exposes.
-    pub async fn resources(&self, snapshot: &Snapshot, roles: &[Role], watch: Option<Watch<'_>>) -> Vec<Resource> {
-        let gathered = self.gather::<Resource>(snapshot, roles, watch).await;
+    pub async fn resources(
+        &self,
+        snapshot: &Snapshot,
+        roles: &[Role],
+        ask: &Ask,
+        watch: Option<Watch<'_>>,
+    ) -> Vec<Resource> {
+        let gathered = self.gather::<Resource>(snapshot, roles, ask, watch).await;
         let mut out = expose(snapshot, gathered, |server, prefixed, resource| {
             let uri = surface::exposed_uri(server, prefixed, &resource.uri)?;
-            snapshot.allowed_kind(server, GrantKind::Resource, &resource.uri, roles).then(|| {
+            let item = Item { action: ItemAction::ReadResource, server, name: &resource.uri };
+            listed(snapshot, ask, &item, roles).then(|| {
                 let mut resource = resource.clone();
                 resource.uri = uri;
                 resource
@@ -92,12 +123,14 @@ impl Upstreams {
         &self,
         snapshot: &Snapshot,
         roles: &[Role],
+        ask: &Ask,
         watch: Option<Watch<'_>>,
     ) -> Vec<ResourceTemplate> {
-        let gathered = self.gather::<ResourceTemplate>(snapshot, roles, watch).await;
+        let gathered = self.gather::<ResourceTemplate>(snapshot, roles, ask, watch).await;
         let mut out = expose(snapshot, gathered, |server, prefixed, template| {
             let uri_template = surface::exposed_uri(server, prefixed, &template.uri_template)?;
-            snapshot.allowed_kind(server, GrantKind::Resource, &template.uri_template, roles).then(|| {
+            let item = Item { action: ItemAction::ReadResource, server, name: &template.uri_template };
+            listed(snapshot, ask, &item, roles).then(|| {
                 let mut template = template.clone();
                 template.uri_template = uri_template;
                 template
@@ -107,17 +140,19 @@ impl Upstreams {
         out
     }
 
-    /// Each granted server's list of `T`, fetched concurrently; a server that fails is left
-    /// out (and logged), like a server whose tools can't be listed.
+    /// Each granted server's list of `T` (every server's, for a tenant with policies: a policy
+    /// may permit what no grant does), fetched concurrently; a server that fails is left out
+    /// (and logged), like a server whose tools can't be listed.
     async fn gather<T: Listed>(
         &self,
         snapshot: &Snapshot,
         roles: &[Role],
+        ask: &Ask,
         watch: Option<Watch<'_>>,
     ) -> Vec<(String, Arc<Vec<T>>)> {
         let mut tasks = tokio::task::JoinSet::new();
         for (server, connection) in &snapshot.servers {
-            if !snapshot.any_grant_kind(server, T::GRANT, roles) {
+            if ask.grants_only() && !snapshot.any_grant_kind(server, T::GRANT, roles) {
                 continue;
             }
             if let Some(watch) = &watch {
@@ -138,19 +173,24 @@ impl Upstreams {
         out
     }
 
-    /// The connection `server` of the snapshot, started, when the caller holds a grant of
-    /// `kind` that covers `name` on it.
+    /// The connection `server` of the snapshot, started, when the caller may make a request
+    /// `action` of `name` on it: a grant covers it (a tenant without policies), or the tenant's
+    /// policies allow it (with the grants as permits), noted on `ask` for the audit.
     async fn granted(
         &self,
         snapshot: &Snapshot,
-        server: &str,
-        kind: GrantKind,
-        name: &str,
+        item: Item<'_>,
         ctx: &McpCallContext,
+        ask: &Ask,
     ) -> Result<(Arc<Connection>, Peer<rmcp::RoleClient>), ProxyError> {
-        let connection = snapshot.connection(server).ok_or(ProxyError::NotFound)?;
-        if !snapshot.allowed_kind(server, kind, name, ctx.roles()) {
-            return Err(ProxyError::NotFound);
+        let connection = snapshot.connection(item.server).ok_or(ProxyError::NotFound)?;
+        let kind = grant_kind(item.action);
+        if ask.grants_only() {
+            if !snapshot.allowed_kind(item.server, kind, item.name, ctx.roles()) {
+                return Err(ProxyError::NotFound);
+            }
+        } else {
+            ask.decide_item(&item, snapshot.granting(item.server, kind, item.name, ctx.roles()).as_deref())?;
         }
         match connection.ready(self.connect_timeout).await {
             Ok((peer, _)) => Ok((Arc::clone(connection), peer)),
@@ -165,11 +205,13 @@ impl Upstreams {
         snapshot: &Snapshot,
         mut params: GetPromptRequestParams,
         ctx: &McpCallContext,
+        ask: &Ask,
         exchange: Exchange,
     ) -> Result<ServerResult, ProxyError> {
         let (server, name) = surface::route_name(snapshot, &params.name).ok_or(ProxyError::NotFound)?;
         let name = name.to_owned();
-        let (connection, peer) = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
+        let item = Item { action: ItemAction::GetPrompt, server, name: &name };
+        let (connection, peer) = self.granted(snapshot, item, ctx, ask).await?;
         let listed = connection.listed::<Prompt>(self.connect_timeout).await.map_err(unavailable)?;
         if !listed.iter().any(|p| p.name == name) {
             return Err(ProxyError::NotFound);
@@ -200,11 +242,13 @@ impl Upstreams {
         snapshot: &Snapshot,
         mut params: ReadResourceRequestParams,
         ctx: &McpCallContext,
+        ask: &Ask,
         exchange: Exchange,
     ) -> Result<ServerResult, ProxyError> {
         let exposed = params.uri.clone();
         let (server, uri) = surface::route_uri(snapshot, &exposed).ok_or(ProxyError::NotFound)?;
-        let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
+        let item = Item { action: ItemAction::ReadResource, server, name: uri };
+        let (connection, peer) = self.granted(snapshot, item, ctx, ask).await?;
         let prefixed = snapshot.prefixed(server) != Some(false);
         params.uri = uri.to_owned();
         (params.request_state, params.input_responses) = (None, None);
@@ -240,20 +284,23 @@ impl Upstreams {
         snapshot: &Snapshot,
         mut params: CompleteRequestParams,
         ctx: &McpCallContext,
+        ask: &Ask,
         exchange: Exchange,
     ) -> Result<CompleteResult, ProxyError> {
         let (connection, peer) = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
                 let (server, name) = surface::route_name(snapshot, &prompt.name).ok_or(ProxyError::NotFound)?;
                 let name = name.to_owned();
-                let granted = self.granted(snapshot, server, GrantKind::Prompt, &name, ctx).await?;
+                let item = Item { action: ItemAction::CompletePrompt, server, name: &name };
+                let granted = self.granted(snapshot, item, ctx, ask).await?;
                 prompt.name = name;
                 granted
             }
             Reference::Resource(resource) => {
                 let (server, uri) = surface::route_uri(snapshot, &resource.uri).ok_or(ProxyError::NotFound)?;
                 let uri = uri.to_owned();
-                let granted = self.granted(snapshot, server, GrantKind::Resource, &uri, ctx).await?;
+                let item = Item { action: ItemAction::CompleteResource, server, name: &uri };
+                let granted = self.granted(snapshot, item, ctx, ask).await?;
                 resource.uri = uri;
                 granted
             }
@@ -276,10 +323,12 @@ impl Upstreams {
         snapshot: &Snapshot,
         exposed: &str,
         ctx: &McpCallContext,
+        ask: &Ask,
         watch: Watch<'_>,
     ) -> Result<bool, ProxyError> {
         let (server, uri) = surface::route_uri(snapshot, exposed).ok_or(ProxyError::NotFound)?;
-        let (connection, peer) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await?;
+        let item = Item { action: ItemAction::ReadResource, server, name: uri };
+        let (connection, peer) = self.granted(snapshot, item, ctx, ask).await?;
         if !Connection::offers_subscriptions(&peer) {
             return Ok(false);
         }
@@ -296,6 +345,7 @@ impl Upstreams {
         &self,
         snapshot: &Snapshot,
         ctx: &McpCallContext,
+        ask: &Ask,
         key: &str,
         sink: &SubscriptionSink,
         ended: &CancellationToken,
@@ -303,7 +353,8 @@ impl Upstreams {
         let filter = sink.accepted().clone();
         let mut listening = Listening::default();
         for (server, connection) in &snapshot.servers {
-            let grant = |kind| snapshot.any_grant_kind(server, kind, ctx.roles());
+            // A tenant with policies: any server may hold something they permit.
+            let grant = |kind| !ask.grants_only() || snapshot.any_grant_kind(server, kind, ctx.roles());
             let kinds = Kinds {
                 tools: filter.tools_list_changed == Some(true) && grant(GrantKind::Tool),
                 prompts: filter.prompts_list_changed == Some(true) && grant(GrantKind::Prompt),
@@ -318,7 +369,8 @@ impl Upstreams {
         let to = Notifier::Listen { sink: sink.clone(), kinds: Kinds::default(), ended: ended.clone() };
         for exposed in filter.resource_subscriptions.iter().flatten() {
             let Some((server, uri)) = surface::route_uri(snapshot, exposed) else { continue };
-            let Ok((connection, peer)) = self.granted(snapshot, server, GrantKind::Resource, uri, ctx).await else {
+            let item = Item { action: ItemAction::ReadResource, server, name: uri };
+            let Ok((connection, peer)) = self.granted(snapshot, item, ctx, ask).await else {
                 continue;
             };
             if !Connection::offers_subscriptions(&peer) {

@@ -281,6 +281,7 @@ async fn everything_over_stdio(backend: Backend) {
     gateway.bind(&name, declaration).await;
     list_and_call(&gateway, &name, &EVERYTHING).await;
     policies_over_everything(&gateway, &name).await;
+    policies_over_everything_items(&gateway, &name).await;
 }
 
 both_dbs!(interop_everything_over_stdio, everything_over_stdio);
@@ -395,6 +396,123 @@ async fn policies_over_everything(gateway: &Gateway, server: &str) {
     assert!(calls[1]["error"].as_str().is_some_and(|e| e.contains("tool not found")), "{report}");
     assert_eq!(calls[2]["ok"], true, "{report}");
     assert!(calls[3]["error"].as_str().is_some_and(|e| e.contains("tool not found")), "{report}");
+}
+
+/// Cedar policies over server-everything's prompts, resources and completions, for a worker
+/// holding no grant on it: what they permit is listed and served, what they do not is answered
+/// as a name that does not exist and audited with the deciding policies.
+async fn policies_over_everything_items(gateway: &Gateway, server: &str) {
+    use reqwest::Method;
+    use rmcp::model::{GetPromptRequestParams, GetPromptResponse, ReadResourceRequestParams};
+
+    use crate::admin_api::{delete, send};
+
+    let live = &gateway.live;
+    let owner = live.token_for("olivia@acme.test");
+    for (id, text) in [
+        (
+            "worker-prompts",
+            format!(
+                "permit (principal in Role::\"worker\", action == Action::\"get_prompt\", resource is Prompt in Server::\"{server}\") \
+                 unless {{ resource.name == \"args-prompt\" }};"
+            ),
+        ),
+        (
+            "worker-completions",
+            format!(
+                "permit (principal in Role::\"worker\", action == Action::\"complete\", resource is Prompt in Server::\"{server}\") \
+                 when {{ resource.name == \"completable-prompt\" }};"
+            ),
+        ),
+        (
+            "worker-docs",
+            format!(
+                "permit (principal in Role::\"worker\", action == Action::\"read_resource\", resource is Resource in Server::\"{server}\") \
+                 when {{ resource.uri like \"demo://resource/static/*\" }};"
+            ),
+        ),
+        (
+            "no-instructions",
+            "forbid (principal, action == Action::\"read_resource\", resource is Resource) \
+             when { resource.uri like \"*instructions*\" };"
+                .to_owned(),
+        ),
+    ] {
+        let path = format!("/admin/v1/tenants/acme/policies/{id}");
+        let answer = send(live, Method::PUT, &path, &owner, json!({ "text": text })).await;
+        assert_eq!(answer.status, 201, "{id}: {}", answer.body);
+    }
+    let walt = gateway.client("walt@acme.test", false).await;
+    let prompts: Vec<String> = eventually("the worker's prompts are listed", || async {
+        let names: Vec<String> =
+            walt.list_all_prompts().await.map_err(|e| e.to_string())?.into_iter().map(|p| p.name).collect();
+        if names.is_empty() { Err("none yet".to_owned()) } else { Ok(names) }
+    })
+    .await;
+    let prompt = |name: &str| format!("{server}__{name}");
+    assert!(prompts.contains(&prompt("simple-prompt")), "{prompts:?}");
+    assert!(!prompts.contains(&prompt("args-prompt")), "no policy permits it: {prompts:?}");
+    match walt.get_prompt_once(GetPromptRequestParams::new(prompt("simple-prompt"))).await.unwrap() {
+        GetPromptResponse::Complete(result) => assert_eq!(result.messages.len(), 1, "{result:?}"),
+        other => panic!("{other:?}"),
+    }
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("city".to_owned(), json!("Paris"));
+    let refused =
+        walt.get_prompt_once(GetPromptRequestParams::new(prompt("args-prompt")).with_arguments(arguments)).await;
+    match refused {
+        Err(rmcp::ServiceError::McpError(e)) => assert_eq!(e.message, "prompt not found"),
+        other => panic!("args-prompt is refused as unknown: {other:?}"),
+    }
+    let departments = walt.complete_prompt_simple(prompt("completable-prompt"), "department", "E").await.unwrap();
+    assert_eq!(departments, ["Engineering"]);
+    match walt.complete_prompt_simple(prompt("simple-prompt"), "department", "E").await {
+        Err(rmcp::ServiceError::McpError(e)) => assert_eq!(e.message, "prompt not found"),
+        other => panic!("a completion no policy permits: {other:?}"),
+    }
+
+    let uris: Vec<String> = walt.list_all_resources().await.unwrap().into_iter().map(|r| r.uri).collect();
+    let doc = |name: &str| uris.iter().find(|u| u.ends_with(name)).cloned();
+    let features = doc("features.md").unwrap_or_else(|| panic!("the static documents are listed: {uris:?}"));
+    assert!(doc("instructions.md").is_none(), "a forbidden document is not listed: {uris:?}");
+    assert!(uris.iter().all(|u| u.contains("/static/")), "only the static documents: {uris:?}");
+    let read = walt.read_resource(ReadResourceRequestParams::new(features.clone())).await.unwrap();
+    assert!(!read.contents.is_empty());
+    let instructions = features.replace("features.md", "instructions.md");
+    match walt.read_resource(ReadResourceRequestParams::new(instructions.clone())).await {
+        Err(rmcp::ServiceError::McpError(e)) => assert_eq!(e.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND),
+        other => panic!("a forbidden document reads as missing: {other:?}"),
+    }
+    walt.cancel().await.unwrap();
+
+    // The audit names the policies that decided.
+    let policy_of = |item: String| async move {
+        eventually(format!("the audit of {item}"), || async {
+            let mut tx = live.db.begin().await.unwrap();
+            let row: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT outcome, error_class, policy FROM audit_events WHERE tool = $1 ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(&item)
+            .fetch_optional(&mut *tx)
+            .await
+            .unwrap();
+            row.ok_or_else(|| "not yet".to_owned())
+        })
+        .await
+    };
+    let (outcome, class, policy) = policy_of(format!("prompts/get {}", prompt("args-prompt"))).await;
+    assert_eq!((outcome.as_str(), class.as_deref()), ("denied", Some("policy_no_permit")));
+    let policy: Value = serde_json::from_str(&policy.unwrap()).unwrap();
+    assert_eq!((&policy["decision"], &policy["reason"]), (&json!("deny"), &json!("no_permit")), "{policy}");
+    let (outcome, _, policy) = policy_of(format!("prompts/get {}", prompt("simple-prompt"))).await;
+    assert_eq!(outcome, "ok");
+    let policy: Value = serde_json::from_str(&policy.unwrap()).unwrap();
+    assert_eq!(policy["policies"], json!(["worker-prompts"]), "{policy}");
+
+    for id in ["worker-prompts", "worker-completions", "worker-docs", "no-instructions"] {
+        let answer = delete(live, &format!("/admin/v1/tenants/acme/policies/{id}"), &owner).await;
+        assert_eq!(answer.status, 204, "{id}: {}", answer.body);
+    }
 }
 
 /// server-everything over Streamable HTTP (`streamableHttp`, path /mcp), on 127.0.0.1.

@@ -82,20 +82,30 @@ pub(super) fn decided(outcome: crate::policy::Outcome, call: &crate::audit::Call
     (!outcome.decision.allow).then(|| outcome.decision.reason.refusal_class())
 }
 
+/// A proxied request that is not a tool call, as its audit names it.
+pub(super) struct Asked<'a> {
+    /// `prompts/get <name>`, `resources/read`, `completion/complete [<prompt>]`.
+    pub item: String,
+    pub arguments: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// What the tenant's policies decided of it, when they took part.
+    pub policy: Option<String>,
+}
+
 impl GatewayServer {
     /// Audits a proxied request that is not a tool call (`prompts/get`, `resources/read`,
-    /// `completion/complete`) like one: the caller, `item`, the digest of its arguments and its
-    /// outcome. `Err(ProxyError::NotFound)` (nothing of that name for this caller) is answered by `not_found`,
-    /// the same whether it does not exist or is not granted. Fails closed.
+    /// `completion/complete`) like one: the caller, the item, the digest of its arguments, what
+    /// the policies decided, and its outcome. `Err(ProxyError::NotFound)` (nothing of that name
+    /// for this caller) is answered by `not_found`, the same whether it does not exist, is not
+    /// granted or is refused by a policy. Fails closed.
     pub(super) async fn audited<T>(
         &self,
         ctx: &McpCallContext,
         context: &RequestContext<RoleServer>,
-        item: String,
-        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+        asked: Asked<'_>,
         result: Result<T, ProxyError>,
         not_found: impl FnOnce() -> ErrorData,
     ) -> Result<T, ErrorData> {
+        let Asked { item, arguments, policy } = asked;
         let call = call_audit(
             ctx,
             client_of(context, ctx.session_id()),
@@ -103,11 +113,19 @@ impl GatewayServer {
             digest::arguments_digest(arguments),
             None,
         );
+        if let Some(policy) = policy {
+            call.set_policy(policy);
+        }
         let (event, answer) = match result {
             Ok(value) => (call.event(Outcome::Ok, None), Ok(value)),
             Err(ProxyError::NotFound) => {
                 metrics::denial("unknown_item");
                 (call.event(Outcome::Denied, Some("not_found")), Err(not_found()))
+            }
+            // Refused by the tenant's policies: answered as a name that does not exist.
+            Err(ProxyError::Refused(class)) => {
+                metrics::denial(class);
+                (call.event(Outcome::Denied, Some(class)), Err(not_found()))
             }
             Err(e) => (call.event(Outcome::Failed, Some(e.class())), Err(e.into_error_data())),
         };
