@@ -1,5 +1,7 @@
 //! The engine against hand-written policies: each protection seen deciding both ways.
 
+use std::str::FromStr;
+
 use serde_json::{Value, json};
 
 use super::engine::{self, Mode, Reason, Source, TenantPolicies};
@@ -439,5 +441,16 @@ mod agreement {
                 prop_assert!(!call.decision.allow);
             }
         }
+    }
+}
+
+/// Every worked policy of the policies chapter parses.
+#[test]
+fn the_chapters_policies_parse() {
+    let chapter = include_str!("../../docs/guide/policies.md");
+    let blocks: Vec<&str> = chapter.split("```cedar\n").skip(1).filter_map(|b| b.split("```").next()).collect();
+    assert!(blocks.len() >= 6, "the chapter's cedar blocks: {}", blocks.len());
+    for block in blocks {
+        cedar_policy::PolicySet::from_str(block).unwrap_or_else(|e| panic!("{block}: {e:?}"));
     }
 }
