@@ -207,6 +207,35 @@ fn a_policy_that_no_longer_validates_fails_closed() {
     let refused = call(&policies, &refund(), Some("grant/g1"), json!({"amount": 1, "reason": "damaged"}));
     assert_eq!((refused.allow, refused.by.as_slice()), (false, &["damaged".to_owned()][..]), "its scope is forbidden");
     assert!(call(&policies, &lookup(), Some("grant/g2"), json!({})).allow, "outside its scope nothing changes");
+    // A forbid written when `amount` was a string compares it with a string: evaluated as it
+    // is it would never hold again (a Long is no String), and the grant would allow every call.
+    let forbid = r#"forbid (principal, action == Action::"billing__refund", resource) when { context.arguments.amount == "5" };"#;
+    let policies = load(Mode::Enforce, &[("five", forbid)], &[]);
+    assert_eq!(policies.stale().keys().collect::<Vec<_>>(), ["five"]);
+    let refused = call(&policies, &refund(), Some("grant/g1"), json!({"amount": 5}));
+    assert_eq!((refused.allow, refused.by.as_slice()), (false, &["five".to_owned()][..]), "never fails open");
+}
+
+#[test]
+fn policies_that_cannot_be_loaded_refuse_everything() {
+    let failed = TenantPolicies::failed("acme", "the policies could not be read".into());
+    let refused = call(&failed, &lookup(), Some("grant/g1"), json!({}));
+    assert_eq!((refused.allow, refused.reason.label()), (false, "policy_error"));
+    assert!(!failed.decide_list(&caller(WORKER), &lookup(), Some("grant/g1"), &at(12)), "nothing listed");
+    let item = engine::Item { action: engine::ItemAction::GetPrompt, server: "billing", name: "p" };
+    assert!(!failed.decide_item(&caller(WORKER), &item, Some("grant/g1"), &at(12)).decision.allow);
+    // A stored mode that does not read, and a stored policy that does not parse, fail the load.
+    let row = |body: &str| crate::store::policies::PolicyRow {
+        name: "p".into(),
+        body: body.into(),
+        digest: String::new(),
+        mode: "enforce".into(),
+        created_at: 0,
+        updated_at: 0,
+    };
+    assert!(TenantPolicies::from_stored(&catalogue(), "sometimes", vec![row(SMALL_REFUNDS)], Vec::new()).is_err());
+    assert!(TenantPolicies::from_stored(&catalogue(), "enforce", vec![row("permit (")], Vec::new()).is_err());
+    assert!(TenantPolicies::from_stored(&catalogue(), "enforce", vec![row(SMALL_REFUNDS)], Vec::new()).is_ok());
 }
 
 #[test]
