@@ -3,7 +3,7 @@
 //! type. Never guesses: a value that does not have its declared type makes the whole record
 //! refused, so a policy never reads an argument the upstream would read differently.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cedar_policy::RestrictedExpression;
 use serde_json::{Map, Value, json};
@@ -136,18 +136,71 @@ pub struct Mismatch {
     pub problem: &'static str,
 }
 
+/// A Cedar extension type whose values a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Extension {
+    Decimal,
+    Datetime,
+}
+
+/// The value of `kind` written `text` (not checked here: Cedar checks it when the request is
+/// built). Building one parses its constructor's name (cedar-policy 4.14) at a cost of several
+/// microseconds, so the values of the last texts seen are kept, a few thousand at most.
+pub fn extension_value(kind: Extension, text: String) -> RestrictedExpression {
+    type Held = HashMap<(Extension, String), RestrictedExpression>;
+    static HELD: std::sync::LazyLock<std::sync::Mutex<Held>> = std::sync::LazyLock::new(Default::default);
+    let key = (kind, text);
+    if let Some(value) = HELD.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return value.clone();
+    }
+    let value = match kind {
+        Extension::Decimal => RestrictedExpression::new_decimal(&key.1),
+        Extension::Datetime => RestrictedExpression::new_datetime(&key.1),
+    };
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if held.len() >= 4096 {
+        held.clear();
+    }
+    held.insert(key, value.clone());
+    value
+}
+
+/// Which of a call's arguments some policy reads: all of them, or only the named top-level ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgumentReads {
+    All,
+    Only(std::collections::BTreeSet<String>),
+}
+
+impl ArgumentReads {
+    fn reads(&self, name: &str) -> bool {
+        match self {
+            ArgumentReads::All => true,
+            ArgumentReads::Only(names) => names.contains(name),
+        }
+    }
+}
+
 /// The call's `arguments` as a Cedar record of `fields`. Properties the schema does not type
 /// are left out; a property of the wrong type, a missing required one, or a number Cedar's
-/// `decimal` can't hold exactly is a [`Mismatch`].
+/// `decimal` can't hold exactly is a [`Mismatch`]. Every argument is checked; only those
+/// `reads` names are in the record (no policy can tell the others are missing).
 pub fn arguments_value(
     fields: &Fields,
     arguments: Option<&Map<String, Value>>,
+    reads: &ArgumentReads,
 ) -> Result<RestrictedExpression, Mismatch> {
     let empty = Map::new();
-    record_value(fields, arguments.unwrap_or(&empty), "")
+    record_value(fields, arguments.unwrap_or(&empty), "", Some(reads))
 }
 
-fn record_value(fields: &Fields, object: &Map<String, Value>, at: &str) -> Result<RestrictedExpression, Mismatch> {
+/// `object` as a record of `fields`; `reads`: the members to build (`None`: only checked).
+fn record_value(
+    fields: &Fields,
+    object: &Map<String, Value>,
+    at: &str,
+    reads: Option<&ArgumentReads>,
+) -> Result<RestrictedExpression, Mismatch> {
     let mut pairs = Vec::with_capacity(fields.len());
     for (name, (ty, required)) in fields {
         let path = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
@@ -156,33 +209,48 @@ fn record_value(fields: &Fields, object: &Map<String, Value>, at: &str) -> Resul
                 return Err(Mismatch { path, problem: "is required" });
             }
             None | Some(Value::Null) => {}
-            Some(value) => pairs.push((name.clone(), value_of(ty, value, &path)?)),
+            Some(value) => {
+                let build = reads.is_some_and(|r| r.reads(name));
+                let value = value_of(ty, value, &path, build)?;
+                if build {
+                    pairs.push((name.clone(), value));
+                }
+            }
         }
+    }
+    if reads.is_none() {
+        return Ok(RestrictedExpression::new_bool(true));
     }
     RestrictedExpression::new_record(pairs).map_err(|_| Mismatch { path: at.to_owned(), problem: "repeats a name" })
 }
 
-fn value_of(ty: &ArgType, value: &Value, path: &str) -> Result<RestrictedExpression, Mismatch> {
+/// `value` as a Cedar value of `ty`; when not `build`, only checked (a placeholder comes back).
+fn value_of(ty: &ArgType, value: &Value, path: &str, build: bool) -> Result<RestrictedExpression, Mismatch> {
     let wrong = |problem| Mismatch { path: path.to_owned(), problem };
+    let all = ArgumentReads::All;
     match (ty, value) {
-        (ArgType::String, Value::String(s)) => Ok(RestrictedExpression::new_string(s.clone())),
+        (ArgType::String, Value::String(s)) => {
+            Ok(RestrictedExpression::new_string(if build { s.clone() } else { String::new() }))
+        }
         (ArgType::Long, Value::Number(n)) => {
             let long = n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).and_then(exact_i64));
             long.map(RestrictedExpression::new_long).ok_or_else(|| wrong("is not a 64-bit integer"))
         }
         (ArgType::Decimal, Value::Number(n)) => {
-            decimal_text(n).map(RestrictedExpression::new_decimal).ok_or_else(|| wrong("does not fit Cedar's decimal"))
+            let text = decimal_text(n).ok_or_else(|| wrong("does not fit Cedar's decimal"))?;
+            // Building a `decimal` costs a parse of its constructor's name: only when read.
+            Ok(if build { extension_value(Extension::Decimal, text) } else { RestrictedExpression::new_bool(true) })
         }
         (ArgType::Bool, Value::Bool(b)) => Ok(RestrictedExpression::new_bool(*b)),
         (ArgType::Set(element), Value::Array(items)) => {
             let values = items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| value_of(element, item, &format!("{path}[{i}]")))
+                .map(|(i, item)| value_of(element, item, &format!("{path}[{i}]"), build))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(RestrictedExpression::new_set(values))
+            Ok(RestrictedExpression::new_set(if build { values } else { Vec::new() }))
         }
-        (ArgType::Record(fields), Value::Object(object)) => record_value(fields, object, path),
+        (ArgType::Record(fields), Value::Object(object)) => record_value(fields, object, path, build.then_some(&all)),
         (ArgType::String, _) => Err(wrong("is not a string")),
         (ArgType::Long, _) => Err(wrong("is not an integer")),
         (ArgType::Decimal, _) => Err(wrong("is not a number")),
@@ -265,7 +333,7 @@ mod tests {
             "properties": {"amount": {"type": "integer"}, "note": {"type": "string"}, "rate": {"type": "number"}},
             "required": ["amount"],
         }));
-        let ok = |v: Value| arguments_value(&typed, v.as_object());
+        let ok = |v: Value| arguments_value(&typed, v.as_object(), &ArgumentReads::All);
         assert!(ok(json!({"amount": 5, "note": "x", "rate": 1.25})).is_ok());
         assert!(ok(json!({"amount": 5.0})).is_ok(), "an integral float is an integer");
         assert!(ok(json!({"amount": 5, "extra": [1, 2]})).is_ok(), "undeclared properties are left out");

@@ -13,7 +13,7 @@ use cedar_policy::{
 };
 use serde_json::{Map, Value};
 
-use super::arguments::{Mismatch, arguments_value};
+use super::arguments::{ArgumentReads, Extension, Mismatch, arguments_value};
 use super::model::{self, Catalogue, ToolFacts};
 use crate::model::Role;
 
@@ -254,6 +254,9 @@ pub struct TenantPolicies {
     listing: Arc<PolicySet>,
     /// Per action id, the part of each set whose action scope can name it.
     by_action: Mutex<HashMap<String, Narrowed>>,
+    /// What each policy reads of a request's context (by id; a listing's policy has its
+    /// original's id and reads no more than it).
+    reads: HashMap<PolicyId, Reads>,
     /// Policies that no longer validate against the tenant's schema, with why.
     stale: BTreeMap<String, Vec<Problem>>,
     /// Whether any policy at all is loaded (none: grants alone decide, as before policies).
@@ -324,6 +327,12 @@ impl TenantPolicies {
             true => None,
             false => Some(Arc::new(set(&[&platform, &own, &logged])?)),
         };
+        let mut reads = HashMap::new();
+        for policy in shadow.as_deref().unwrap_or(&enforced).policies() {
+            let mut read = Reads::none();
+            read.add(policy);
+            reads.insert(policy.id().clone(), read);
+        }
         Ok(Self {
             tenant: catalogue.tenant.clone(),
             mode,
@@ -331,6 +340,7 @@ impl TenantPolicies {
             shadow,
             listing: Arc::new(listing),
             by_action: Mutex::default(),
+            reads,
             stale,
             empty,
             failed: None,
@@ -374,6 +384,7 @@ impl TenantPolicies {
             shadow: None,
             listing: Arc::new(PolicySet::new()),
             by_action: Mutex::default(),
+            reads: HashMap::new(),
             stale: BTreeMap::new(),
             empty: true,
             failed: None,
@@ -448,11 +459,16 @@ impl TenantPolicies {
             // Ids are unique in `set`, so this can't fail; if it did, the whole set decides.
             Arc::new(PolicySet::from_policies(kept.cloned()).unwrap_or_else(|_| set.clone()))
         };
-        let sets = Narrowed {
-            enforced: narrow(&self.enforced),
-            shadow: self.shadow.as_deref().map(narrow),
-            listing: narrow(&self.listing),
-        };
+        let (enforced, shadow, listing) =
+            (narrow(&self.enforced), self.shadow.as_deref().map(narrow), narrow(&self.listing));
+        let mut reads = Reads::none();
+        for policy in enforced.policies().chain(shadow.iter().flat_map(|s| s.policies())).chain(listing.policies()) {
+            match self.reads.get(policy.id()) {
+                Some(read) => reads.merge(read),
+                None => reads.add(policy),
+            }
+        }
+        let sets = Narrowed { enforced, shadow, listing, reads: Arc::new(reads) };
         if cache.len() < 10_000 {
             cache.insert(key, sets.clone());
         }
@@ -468,7 +484,7 @@ impl TenantPolicies {
         arguments: Option<&Map<String, Value>>,
         circumstances: &Circumstances<'_>,
     ) -> Outcome {
-        let typed = || arguments_value(&tool.arguments, arguments);
+        let typed = |reads: &ArgumentReads| arguments_value(&tool.arguments, arguments, reads);
         self.decide(caller, Target::Tool(tool), base, typed, circumstances)
     }
 
@@ -481,7 +497,7 @@ impl TenantPolicies {
         base: Base<'_>,
         circumstances: &Circumstances<'_>,
     ) -> Outcome {
-        self.decide(caller, Target::Item(item), base, || Ok(no_arguments()), circumstances)
+        self.decide(caller, Target::Item(item), base, |_: &ArgumentReads| Ok(no_arguments()), circumstances)
     }
 
     fn decide(
@@ -489,7 +505,7 @@ impl TenantPolicies {
         caller: &Caller<'_>,
         target: Target<'_>,
         base: Base<'_>,
-        arguments: impl FnOnce() -> Result<RestrictedExpression, Mismatch>,
+        arguments: impl FnOnce(&ArgumentReads) -> Result<RestrictedExpression, Mismatch>,
         circumstances: &Circumstances<'_>,
     ) -> Outcome {
         let grants_only = || Outcome { decision: by_base(base), log_only: None, consulted: false };
@@ -500,12 +516,12 @@ impl TenantPolicies {
             let decision = Decision::deny(Reason::PolicyError(why.clone()), Vec::new());
             return Outcome { decision, log_only: None, consulted: true };
         }
-        let Narrowed { enforced, shadow, .. } = self.sets_for(&target.scope(), caller.roles);
+        let Narrowed { enforced, shadow, reads, .. } = self.sets_for(&target.scope(), caller.roles);
         if enforced.is_empty() && shadow.as_ref().is_none_or(|s| s.is_empty()) {
             // No policy's scope names this request.
             return grants_only();
         }
-        let arguments = match arguments() {
+        let arguments = match arguments(&reads.arguments) {
             Ok(value) => value,
             Err(mismatch) => {
                 // The policies can't be asked: refused where they decide.
@@ -517,7 +533,7 @@ impl TenantPolicies {
                 };
             }
         };
-        let (request, entities) = match self.request(caller, &target, arguments, circumstances) {
+        let (request, entities) = match self.request(caller, &target, arguments, circumstances, &reads) {
             Ok(request) => request,
             Err(e) => {
                 let decision = Decision::deny(Reason::PolicyError(e), Vec::new());
@@ -567,11 +583,11 @@ impl TenantPolicies {
         if self.failed.is_some() {
             return false;
         }
-        let Narrowed { listing, .. } = self.sets_for(&target.scope(), caller.roles);
+        let Narrowed { listing, reads, .. } = self.sets_for(&target.scope(), caller.roles);
         if listing.is_empty() {
             return base.is_some();
         }
-        let Ok((request, entities)) = self.request(caller, &target, no_arguments(), circumstances) else {
+        let Ok((request, entities)) = self.request(caller, &target, no_arguments(), circumstances, &reads) else {
             return false;
         };
         evaluate(&request, &listing, &entities, base).allow
@@ -583,6 +599,7 @@ impl TenantPolicies {
         target: &Target<'_>,
         arguments: RestrictedExpression,
         circumstances: &Circumstances<'_>,
+        reads: &Reads,
     ) -> Result<(Request, Entities), String> {
         debug_assert_eq!(caller.tenant, self.tenant);
         let user = uid(&names().user, caller.subject);
@@ -639,8 +656,11 @@ impl TenantPolicies {
             ("arguments".to_owned(), arguments),
             ("revision".to_owned(), RestrictedExpression::new_string(circumstances.revision.to_owned())),
             ("stateless".to_owned(), RestrictedExpression::new_bool(circumstances.stateless)),
-            ("time".to_owned(), RestrictedExpression::new_datetime(datetime_text(circumstances.now))),
         ];
+        if reads.time {
+            let time = super::arguments::extension_value(Extension::Datetime, datetime_text(circumstances.now));
+            context.push(("time".to_owned(), time));
+        }
         if let Some(client) = circumstances.client {
             context.push(("client".to_owned(), RestrictedExpression::new_string(client.to_owned())));
         }
@@ -830,12 +850,91 @@ fn datetime_text(now: time::OffsetDateTime) -> String {
     )
 }
 
-/// The parts of a tenant's sets whose action scope can name one action.
+/// The parts of a tenant's sets whose scope can name one request, and what of the request's
+/// context they read.
 #[derive(Clone)]
 struct Narrowed {
     enforced: Arc<PolicySet>,
     shadow: Option<Arc<PolicySet>>,
     listing: Arc<PolicySet>,
+    reads: Arc<Reads>,
+}
+
+/// What of a request's context some policy may read. The context holds only that: a value no
+/// policy reads can't change a decision, and `datetime` and `decimal` values cost a parse of
+/// their constructor's name each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reads {
+    time: bool,
+    arguments: ArgumentReads,
+}
+
+impl Reads {
+    fn none() -> Self {
+        Self { time: false, arguments: ArgumentReads::Only(Default::default()) }
+    }
+
+    fn all() -> Self {
+        Self { time: true, arguments: ArgumentReads::All }
+    }
+
+    fn merge(&mut self, other: &Reads) {
+        self.time |= other.time;
+        match (&mut self.arguments, &other.arguments) {
+            (ArgumentReads::All, _) => {}
+            (mine, ArgumentReads::All) => *mine = ArgumentReads::All,
+            (ArgumentReads::Only(mine), ArgumentReads::Only(theirs)) => mine.extend(theirs.iter().cloned()),
+        }
+    }
+
+    /// Adds what `policy`'s conditions read (everything, when its form can't be read).
+    fn add(&mut self, policy: &Policy) {
+        match policy.to_json() {
+            Ok(json) => self.walk(&json["conditions"]),
+            Err(_) => *self = Self::all(),
+        }
+    }
+
+    /// Walks a condition in Cedar's JSON form: `context.time`, `context has time`, and
+    /// `context.arguments.<name>` (or `has <name>`) read what they name; `context` or
+    /// `context.arguments` used whole reads all of it.
+    fn walk(&mut self, node: &Value) {
+        let context = |v: &Value| v.get("Var").and_then(Value::as_str) == Some("context");
+        let access = |v: &Value| -> Option<(Value, String)> {
+            let (_, inner) = v.as_object()?.iter().find(|(k, _)| *k == "." || *k == "has")?;
+            Some((inner.get("left")?.clone(), inner.get("attr")?.as_str()?.to_owned()))
+        };
+        match node {
+            Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
+            Value::Object(map) => {
+                if context(node) {
+                    *self = Self::all();
+                    return;
+                }
+                if let Some((left, attr)) = access(node) {
+                    if context(&left) {
+                        match attr.as_str() {
+                            "time" => self.time = true,
+                            // `context.arguments` used whole (its parent reads no member of it).
+                            "arguments" => self.arguments = ArgumentReads::All,
+                            _ => {}
+                        }
+                        return;
+                    }
+                    if let Some((inner, "arguments")) = access(&left).as_ref().map(|(l, a)| (l, a.as_str()))
+                        && context(inner)
+                    {
+                        if let ArgumentReads::Only(names) = &mut self.arguments {
+                            names.insert(attr);
+                        }
+                        return;
+                    }
+                }
+                map.values().for_each(|value| self.walk(value));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// `policy` as listings take it: as it is when its conditions do not read `arguments`; else a
@@ -895,4 +994,37 @@ fn names() -> &'static Names {
 
 fn uid(kind: &EntityTypeName, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(kind.clone(), EntityId::new(id))
+}
+
+#[cfg(test)]
+mod reads {
+    use super::*;
+
+    fn reads(text: &str) -> Reads {
+        let mut reads = Reads::none();
+        reads.add(&parse("p", text).unwrap());
+        reads
+    }
+
+    fn only(names: &[&str]) -> ArgumentReads {
+        ArgumentReads::Only(names.iter().map(|n| (*n).to_owned()).collect())
+    }
+
+    #[test]
+    fn a_policy_reads_what_it_names() {
+        let scope = r#"permit (principal, action == Action::"billing__refund", resource)"#;
+        let case = |condition: &str| reads(&format!("{scope} when {{ {condition} }};"));
+        assert_eq!(case("context.arguments.amount < 100"), Reads { time: false, arguments: only(&["amount"]) });
+        assert_eq!(
+            case(r#"context.arguments has note && context.arguments["rate"] == 1"#).arguments,
+            only(&["note", "rate"])
+        );
+        assert_eq!(case("context.arguments.address.city == \"Lyon\"").arguments, only(&["address"]));
+        assert_eq!(case("context.time.toTime() < duration(\"1h\")"), Reads { time: true, arguments: only(&[]) });
+        assert!(case("context has time").time, "`has time` reads whether it is there");
+        assert_eq!(case("context.arguments == {\"amount\": 1}").arguments, ArgumentReads::All, "the record whole");
+        assert_eq!(case("context == {}"), Reads::all(), "the context whole");
+        assert_eq!(case("principal.subject == \"time\""), Reads::none(), "a string is not a read");
+        assert_eq!(reads(&format!("{scope};")), Reads::none());
+    }
 }

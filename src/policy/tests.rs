@@ -87,6 +87,17 @@ fn a_permit_reads_the_arguments() {
     assert!(!other_role.decision.allow, "the permit names workers");
     let bad = call(&policies, &refund(), None, json!({"amount": "5"}));
     assert_eq!(bad.reason.label(), "arguments_invalid", "a string is not an integer: refused, never coerced");
+    // Arguments no policy reads are checked all the same.
+    for unread in [json!({"amount": 1, "rate": 1.23456}), json!({"amount": 1, "customer": 7})] {
+        assert_eq!(call(&policies, &refund(), None, unread.clone()).reason.label(), "arguments_invalid", "{unread}");
+    }
+    // An optional argument a forbid asks about is there when it is given.
+    let no_notes =
+        r#"forbid (principal, action == Action::"billing__refund", resource) when { context.arguments has customer };"#;
+    let policies = load(Mode::Enforce, &[("small-refunds", SMALL_REFUNDS), ("no-customers", no_notes)], &[]);
+    let refused = call(&policies, &refund(), None, json!({"amount": 1, "customer": "c"}));
+    assert_eq!((refused.allow, refused.by.as_slice()), (false, &["no-customers".to_owned()][..]));
+    let policies = load(Mode::Enforce, &[("small-refunds", SMALL_REFUNDS)], &[]);
     let grant = call(&policies, &refund(), Some("grant/g1"), json!({"amount": 500}));
     assert_eq!((grant.allow, grant.by.as_slice()), (true, &["grant/g1".to_owned()][..]), "a grant is a permit");
 }
