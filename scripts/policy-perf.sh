@@ -23,17 +23,17 @@ taskset -c 1 target/release/echo-upstream --port 9100 > /dev/null 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 50); do curl -s -o /dev/null http://127.0.0.1:9100/mcp && break; sleep 0.1; done
 
-start() { # port -> sets URL, TOKEN_FILE, WORK
+start() { # port metrics-port -> sets URL, TOKEN_FILE, WORK
   local out
-  out=$(SG_PORT=$1 ./scopegate.sh "$PROJECT" "$DB")
+  out=$(SG_PORT=$1 SCOPEGATE_METRICS__LISTEN=127.0.0.1:$2 ./scopegate.sh "$PROJECT" "$DB")
   PIDS+=("$(cat results/scopegate.pid)")
   URL=$(sed -n 's/.*SG_URL=\([^ ]*\).*/\1/p' <<< "$out")
   WORK=$(sed -n 's/^# work dir \([^ ]*\).*/\1/p' <<< "$out")
   TOKEN_FILE=$WORK/token.txt
   cp results/sg-token.txt "$TOKEN_FILE"
 }
-start 9200; PLAIN_URL=$URL; PLAIN_TOKEN=$TOKEN_FILE
-start 9201; POLICY_URL=$URL; POLICY_TOKEN=$TOKEN_FILE; POLICY_WORK=$WORK
+start 9200 9464; PLAIN_URL=$URL; PLAIN_TOKEN=$TOKEN_FILE
+start 9201 9465; POLICY_URL=$URL; POLICY_TOKEN=$TOKEN_FILE; POLICY_WORK=$WORK
 case $DB in
   sqlite) POLICY_DB=sqlite://$POLICY_WORK/sg.db ;;
   postgres) POLICY_DB=$(psql -h 127.0.0.1 -U postgres -Atc "SELECT 'postgres://postgres@127.0.0.1:5432/' || datname FROM pg_database WHERE datname LIKE 'sgperf_%' ORDER BY oid DESC LIMIT 1") ;;
@@ -42,9 +42,11 @@ esac
 # A tools/list records echo's tools for the tenant's policy schema (policies naming a tool
 # validate only once the gateway has listed it).
 mcp() { # url token session body -> response headers and body on stdout
+  local session=()
+  [ -n "$3" ] && session=(-H "Mcp-Session-Id: $3")
   curl -s -D - -X POST "$1" -H "Authorization: Bearer $2" -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
-    ${3:+-H "Mcp-Session-Id: $3"} -d "$4"
+    "${session[@]}" -d "$4"
 }
 TOKEN=$(tr -d '\n' < "$POLICY_TOKEN")
 SESSION=$(mcp "$POLICY_URL" "$TOKEN" "" '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"policy-perf","version":"1"}}}' \
