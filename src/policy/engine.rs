@@ -899,39 +899,31 @@ impl Reads {
     /// `context.arguments.<name>` (or `has <name>`) read what they name; `context` or
     /// `context.arguments` used whole reads all of it.
     fn walk(&mut self, node: &Value) {
-        let context = |v: &Value| v.get("Var").and_then(Value::as_str) == Some("context");
-        let access = |v: &Value| -> Option<(Value, String)> {
+        fn context(v: &Value) -> bool {
+            v.get("Var").and_then(Value::as_str) == Some("context")
+        }
+        // `left.attr` or `left has attr`.
+        fn access(v: &Value) -> Option<(&Value, &str)> {
             let (_, inner) = v.as_object()?.iter().find(|(k, _)| *k == "." || *k == "has")?;
-            Some((inner.get("left")?.clone(), inner.get("attr")?.as_str()?.to_owned()))
-        };
+            Some((inner.get("left")?, inner.get("attr")?.as_str()?))
+        }
         match node {
             Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
-            Value::Object(map) => {
-                if context(node) {
-                    *self = Self::all();
-                    return;
-                }
-                if let Some((left, attr)) = access(node) {
-                    if context(&left) {
-                        match attr.as_str() {
-                            "time" => self.time = true,
-                            // `context.arguments` used whole (its parent reads no member of it).
-                            "arguments" => self.arguments = ArgumentReads::All,
-                            _ => {}
-                        }
-                        return;
-                    }
-                    if let Some((inner, "arguments")) = access(&left).as_ref().map(|(l, a)| (l, a.as_str()))
-                        && context(inner)
-                    {
-                        if let ArgumentReads::Only(names) = &mut self.arguments {
-                            names.insert(attr);
-                        }
-                        return;
+            Value::Object(_) if context(node) => *self = Self::all(),
+            Value::Object(map) => match access(node) {
+                Some((left, attr)) if context(left) => match attr {
+                    "time" => self.time = true,
+                    // `context.arguments` used whole (its parent reads no member of it).
+                    "arguments" => self.arguments = ArgumentReads::All,
+                    _ => {}
+                },
+                Some((left, attr)) if access(left).is_some_and(|(inner, a)| a == "arguments" && context(inner)) => {
+                    if let ArgumentReads::Only(names) = &mut self.arguments {
+                        names.insert(attr.to_owned());
                     }
                 }
-                map.values().for_each(|value| self.walk(value));
-            }
+                _ => map.values().for_each(|value| self.walk(value)),
+            },
             _ => {}
         }
     }
