@@ -62,6 +62,7 @@ fn catalogue() -> Catalogue {
                 hints: scopegate::policy::Hints { read_only: t % 3 == 0, ..Default::default() },
                 arguments: typed.clone(),
                 roles: None,
+                digest: format!("sha256:{t}"),
             });
         }
     }

@@ -7,6 +7,7 @@
 
 mod audit;
 mod authority;
+pub mod definitions;
 mod idempotency;
 pub mod policies;
 pub mod read;

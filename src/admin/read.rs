@@ -76,24 +76,55 @@ pub enum Target {
     PolicyMode {
         tenant: String,
     },
+    /// One definition of an upstream tool, prompt or resource template of a pinned binding.
+    Definition {
+        tenant: String,
+        id: String,
+    },
 }
 
 /// A collection of resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Collection {
     Tenants,
-    Users { tenant: String },
-    Flocks { tenant: String },
-    Assignments { tenant: String },
+    Users {
+        tenant: String,
+    },
+    Flocks {
+        tenant: String,
+    },
+    Assignments {
+        tenant: String,
+    },
     Executors,
-    Entities { tenant: String },
-    Bindings { tenant: String },
-    Grants { tenant: String },
-    RootAllowances { tenant: String, executor: Option<String> },
-    Credentials { tenant: String },
-    Issuers { tenant: String },
-    Policies { tenant: String },
+    Entities {
+        tenant: String,
+    },
+    Bindings {
+        tenant: String,
+    },
+    Grants {
+        tenant: String,
+    },
+    RootAllowances {
+        tenant: String,
+        executor: Option<String>,
+    },
+    Credentials {
+        tenant: String,
+    },
+    Issuers {
+        tenant: String,
+    },
+    Policies {
+        tenant: String,
+    },
     PlatformPolicies,
+    /// The definitions of a tenant's pinned bindings (only those in `state`, when given).
+    Definitions {
+        tenant: String,
+        state: Option<crate::store::definitions::DefinitionState>,
+    },
 }
 
 /// The characters a path segment keeps as they are: RFC 3986's unreserved ones.
@@ -137,7 +168,9 @@ impl Target {
             Target::Tenant { slug } => Need::Manage(slug),
             Target::Executor { .. } | Target::PlatformPolicy { .. } => Need::Platform,
             Target::Entity { tenant, .. } => Need::PlatformOver(tenant),
-            Target::Policy { tenant, .. } | Target::PolicyMode { tenant } => Need::Inspect(tenant),
+            Target::Policy { tenant, .. } | Target::PolicyMode { tenant } | Target::Definition { tenant, .. } => {
+                Need::Inspect(tenant)
+            }
             Target::User { tenant, .. }
             | Target::Flock { tenant, .. }
             | Target::Assignment { tenant, .. }
@@ -155,7 +188,9 @@ impl Target {
         match self {
             Target::Tenant { slug } => Some(slug),
             Target::Executor { .. } | Target::PlatformPolicy { .. } => None,
-            Target::Policy { tenant, .. } | Target::PolicyMode { tenant } => Some(tenant),
+            Target::Policy { tenant, .. } | Target::PolicyMode { tenant } | Target::Definition { tenant, .. } => {
+                Some(tenant)
+            }
             Target::User { tenant, .. }
             | Target::Flock { tenant, .. }
             | Target::Assignment { tenant, .. }
@@ -194,6 +229,7 @@ impl Target {
             Target::Policy { tenant, id } => t(tenant, format!("policies/{}", seg(id))),
             Target::PlatformPolicy { id } => format!("platform/policies/{}", seg(id)),
             Target::PolicyMode { tenant } => t(tenant, "policy-mode".into()),
+            Target::Definition { tenant, id } => t(tenant, format!("definitions/{}", seg(id))),
         }
     }
 
@@ -215,6 +251,7 @@ impl Target {
             Target::Policy { id, .. } => format!("policy `{id}` does not exist in this tenant"),
             Target::PlatformPolicy { id } => format!("platform policy `{id}` does not exist"),
             Target::PolicyMode { tenant } => format!("tenant `{tenant}` does not exist"),
+            Target::Definition { id, .. } => format!("definition `{id}` does not exist in this tenant"),
         }
     }
 
@@ -297,6 +334,7 @@ impl Target {
                 let mode = crate::store::policies::policy_mode(conn, tenant).await?;
                 Some(serde_json::json!({ "mode": mode }))
             }
+            Target::Definition { id, .. } => super::definitions::detail(conn, tenant, id).await?.map(to_value),
             Target::Tenant { .. } | Target::Executor { .. } | Target::PlatformPolicy { .. } => None,
         };
         Ok(view)
@@ -307,7 +345,7 @@ impl Collection {
     pub fn need(&self) -> Need<'_> {
         match self {
             Collection::Tenants | Collection::Executors | Collection::PlatformPolicies => Need::Platform,
-            Collection::Policies { tenant } => Need::Inspect(tenant),
+            Collection::Policies { tenant } | Collection::Definitions { tenant, .. } => Need::Inspect(tenant),
             Collection::Entities { tenant } => Need::PlatformOver(tenant),
             Collection::Users { tenant }
             | Collection::Flocks { tenant }
@@ -339,6 +377,7 @@ impl Collection {
             | Collection::RootAllowances { tenant, .. }
             | Collection::Credentials { tenant }
             | Collection::Issuers { tenant }
+            | Collection::Definitions { tenant, .. }
             | Collection::Policies { tenant } => Some(
                 tenant_of(&mut *conn, tenant)
                     .await?
@@ -441,6 +480,11 @@ impl Collection {
                         .await?;
                 views.into_iter().map(|p| (vec![p.id.clone()], to_value(p))).collect()
             }
+            (Collection::Definitions { state, .. }, Some(tenant)) => super::definitions::views(conn, tenant, *state)
+                .await?
+                .into_iter()
+                .map(|d| (vec![d.id.clone()], to_value(d)))
+                .collect(),
             (_, None) => return Err(AdminError::NotFound("no such collection".into())),
         };
         let mut keyed = keyed;
@@ -554,7 +598,10 @@ async fn entities(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<EntityVi
 
 async fn bindings(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<BindingView>, AdminError> {
     let rows = entities::list_bindings(conn, tenant).await?;
-    Ok(rows.into_iter().map(|b| BindingView { server: b.server, executor: b.executor, prefixed: b.prefixed }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|b| BindingView { server: b.server, executor: b.executor, prefixed: b.prefixed, pin: b.pin })
+        .collect())
 }
 
 async fn grants(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<GrantView>, AdminError> {

@@ -87,6 +87,8 @@ pub struct BindingView {
     pub executor: String,
     /// Whether the server's tools and prompts are named `server__name`.
     pub prefixed: bool,
+    /// How its upstream definitions are pinned: `approve`, `trust_first_use` or `follow`.
+    pub pin: crate::store::definitions::PinMode,
 }
 
 /// A role's grant of a tool, prompt or resource of a bound server.

@@ -15,6 +15,7 @@ use super::{Admin, AdminError, Authority, Need, digest};
 use crate::audit::{self, AuditEvent, Outcome};
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::policy::Mode;
+use crate::store::definitions::{self, Decision, PinMode};
 use crate::store::entities::{self, GrantKind};
 use crate::store::{AuditEventId, StoreError, TenantId, admin, now_millis, policies, roots};
 
@@ -131,6 +132,9 @@ pub enum Write {
         server: String,
         executor: String,
         prefixed: bool,
+        /// `None`: a new binding's is `trust_first_use`, a rebinding keeps its own.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pin: Option<PinMode>,
     },
     DeleteBinding {
         tenant: String,
@@ -178,6 +182,13 @@ pub enum Write {
     },
     DeletePlatformPolicy {
         id: String,
+    },
+    /// An owner's decision on an upstream definition: approve it (it is served; the one
+    /// approved before is replaced) or reject it (never served).
+    DecideDefinition {
+        tenant: String,
+        id: String,
+        decision: Decision,
     },
     /// Whether the tenant's policies decide (`enforce`) or are only audited (`log_only`).
     SetPolicyMode {
@@ -269,6 +280,9 @@ struct Applied {
     secret: Option<String>,
     skipped: Vec<String>,
     imported: Vec<String>,
+    /// What the audit event records besides the resource's tags (a definition's decision:
+    /// both digests).
+    detail: Option<Value>,
 }
 
 impl Write {
@@ -339,6 +353,8 @@ impl Write {
             PutPlatformPolicy { .. } => "admin.platform_policy.put",
             DeletePlatformPolicy { .. } => "admin.platform_policy.delete",
             SetPolicyMode { .. } => "admin.policy.mode",
+            DecideDefinition { decision: Decision::Approve, .. } => "admin.definition.approve",
+            DecideDefinition { decision: Decision::Reject, .. } => "admin.definition.reject",
         }
     }
 
@@ -390,6 +406,7 @@ impl Write {
             }
             PutPlatformPolicy { id, .. } | DeletePlatformPolicy { id } => Target::PlatformPolicy { id: id.clone() },
             SetPolicyMode { tenant, .. } => Target::PolicyMode { tenant: t(tenant) },
+            DecideDefinition { tenant, id, .. } => Target::Definition { tenant: t(tenant), id: id.clone() },
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -454,7 +471,8 @@ impl Write {
             | DistrustIssuer { tenant, .. }
             | PutPolicy { tenant, .. }
             | DeletePolicy { tenant, .. }
-            | SetPolicyMode { tenant, .. } => Some(tenant),
+            | SetPolicyMode { tenant, .. }
+            | DecideDefinition { tenant, .. } => Some(tenant),
         }
     }
 }
@@ -517,7 +535,7 @@ impl Admin {
         {
             return Err(AdminError::PreconditionFailed);
         }
-        let applied = self.apply(&mut tx, &write).await?;
+        let applied = self.apply(&mut tx, &write, &principal).await?;
         let target = applied.created.clone().or(target);
         let after = match (&write, &target) {
             (Write::ImportEntities { .. }, _) => {
@@ -551,11 +569,15 @@ impl Admin {
         chains.dedup();
         let what = target.as_ref().map_or_else(|| format!("tenants/{}", slugs.join(",")), Target::path);
         let input = digest(&serde_json::to_value(&write).unwrap_or(Value::Null));
-        let record = crate::vocab::digest::canonical_json(&json!({
+        let mut record = json!({
             "actor": principal,
             "before": before_tag,
             "after": after_tag,
-        }));
+        });
+        if let Some(detail) = &applied.detail {
+            record["detail"] = detail.clone();
+        }
+        let record = crate::vocab::digest::canonical_json(&record);
         for tenant in &chains {
             let event = AuditEvent {
                 id: AuditEventId::generate(),
@@ -609,7 +631,7 @@ impl Admin {
         Ok(done)
     }
 
-    async fn apply(&self, c: &mut AnyConnection, write: &Write) -> Result<Applied, AdminError> {
+    async fn apply(&self, c: &mut AnyConnection, write: &Write, actor: &str) -> Result<Applied, AdminError> {
         let mut applied = Applied::default();
         match write {
             Write::CreateTenant { slug, name } => {
@@ -677,10 +699,14 @@ impl Admin {
                 }
             }
             Write::DeleteEntity { tenant, name } => entities::delete_entity(c, tenant, name).await?,
-            Write::SetBinding { tenant, server, executor, prefixed } => {
+            Write::SetBinding { tenant, server, executor, prefixed, pin } => {
                 let native: Vec<&str> = self.native_tools.iter().map(String::as_str).collect();
                 let unprefixed_beside = (!prefixed).then_some(native.as_slice());
-                entities::bind_server_with_prefix(c, tenant, server, executor, unprefixed_beside).await?;
+                entities::bind_server_with_prefix(&mut *c, tenant, server, executor, unprefixed_beside).await?;
+                if let Some(pin) = pin {
+                    let tenant = tenant_id(&mut *c, tenant).await?;
+                    definitions::set_pin_mode(c, tenant, server, *pin).await?;
+                }
             }
             Write::DeleteBinding { tenant, server } => entities::unbind_server(c, tenant, server).await?,
             Write::CreateGrant { tenant, server, role, kind, name } => {
@@ -714,6 +740,22 @@ impl Admin {
                 if !policies::delete_policy(c, admin::platform_chain(), id).await? {
                     return Err(AdminError::NotFound(format!("platform policy `{id}` does not exist")));
                 }
+            }
+            Write::DecideDefinition { tenant, id, decision } => {
+                let tenant = tenant_id(&mut *c, tenant).await?;
+                let server_of = definitions::get(&mut *c, tenant, id).await?;
+                let before = match &server_of {
+                    Some(row) => definitions::approved(&mut *c, tenant, &row.server, row.kind, &row.name).await?,
+                    None => None,
+                };
+                let decided = definitions::decide(c, tenant, id, *decision, actor).await?;
+                applied.detail = Some(json!({
+                    "server": decided.server,
+                    "kind": decided.kind.as_str(),
+                    "name": decided.name,
+                    "digest": decided.digest,
+                    "approved_before": before.map(|b| b.digest),
+                }));
             }
             Write::SetPolicyMode { tenant, mode } => {
                 let tenant_id = tenant_id(&mut *c, tenant).await?;

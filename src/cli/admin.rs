@@ -8,9 +8,10 @@
 use clap::{Args, Subcommand};
 
 use super::CliError;
-use crate::admin::{Admin, AdminError, Authority, Caller, Collection, Done, Write};
+use crate::admin::{Admin, AdminError, Authority, Caller, Collection, Done, Target, Write};
 use crate::config::Config;
 use crate::model::{Role, TenantStatus, UserStatus};
+use crate::store::definitions::Decision;
 use crate::store::entities::GrantKind;
 use crate::store::{Db, IfMissing, StoreError};
 
@@ -64,6 +65,10 @@ pub enum AdminCommand {
     /// The platform's Cedar policies, which take part in every tenant's decisions.
     #[command(subcommand)]
     PlatformPolicy(PlatformPolicyCmd),
+    /// Upstream tool, prompt and resource template definitions pinned per binding: list the
+    /// held ones, show one's diff against the approved one, approve or reject it.
+    #[command(subcommand)]
+    Definition(DefinitionCmd),
     /// The key that seals upstream OAuth credentials: create one, rotate to a new one.
     #[command(subcommand)]
     Oauth(super::oauth::OauthCmd),
@@ -291,6 +296,12 @@ pub enum BindingCmd {
         /// server of the tenant is already bound without a prefix.
         #[arg(long)]
         no_prefix: bool,
+        /// How its tool, prompt and resource template definitions are pinned: `approve` (each
+        /// held until an owner approves it), `trust_first_use` (approved on first sight, held
+        /// when it changes) or `follow` (not pinned: unsafe). Not given: a new binding's is
+        /// `trust_first_use`, a rebinding keeps its own.
+        #[arg(long, value_parser = pin_mode)]
+        pin: Option<crate::store::definitions::PinMode>,
     },
     List {
         #[arg(long)]
@@ -331,6 +342,41 @@ pub struct GrantSpec {
     /// prefix ending in `*`, or `*` for everything of the kind. `--tool` is accepted too.
     #[arg(long, visible_alias = "tool")]
     name: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DefinitionCmd {
+    /// A tenant's definitions: the held ones unless `--state` says otherwise.
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// `held`, `approved`, `rejected`, `replaced` or `all`.
+        #[arg(long, default_value = "held")]
+        state: String,
+    },
+    /// One definition, the approved one of its item, and what differs.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+    },
+    /// Serve it: the one approved before is replaced.
+    Approve {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+    },
+    /// Never serve it (a held one stays held; an approved one is withdrawn).
+    Reject {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+    },
+}
+
+fn pin_mode(text: &str) -> Result<crate::store::definitions::PinMode, String> {
+    crate::store::definitions::PinMode::parse(text)
+        .ok_or_else(|| format!("`{text}`: approve, trust_first_use or follow"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -518,7 +564,18 @@ fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
             &[("name", "name"), ("machine", "machine"), ("run_as", "run_as"), ("kind", "kind"), ("owners", "owners")]
         }
         Collection::Entities { .. } => &[("name", "name"), ("server", "server"), ("declaration", "declaration")],
-        Collection::Bindings { .. } => &[("server", "server"), ("executor", "executor"), ("prefix", "prefixed")],
+        Collection::Bindings { .. } => {
+            &[("server", "server"), ("executor", "executor"), ("prefix", "prefixed"), ("pin", "pin")]
+        }
+        Collection::Definitions { .. } => &[
+            ("id", "id"),
+            ("server", "server"),
+            ("kind", "kind"),
+            ("name", "name"),
+            ("state", "state"),
+            ("change", "change"),
+            ("digest", "digest"),
+        ],
         Collection::Grants { .. } => &[("server", "server"), ("role", "role"), ("kind", "kind"), ("name", "name")],
         Collection::RootAllowances { .. } => {
             &[("id", "id"), ("executor", "executor"), ("base", "base"), ("role", "role")]
@@ -683,8 +740,8 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             EntityCmd::Delete { tenant, name } => W::DeleteEntity { tenant, name },
         },
         AdminCommand::Binding(cmd) => match cmd {
-            BindingCmd::Set { tenant, server, executor, no_prefix } => {
-                W::SetBinding { tenant, server, executor, prefixed: !no_prefix }
+            BindingCmd::Set { tenant, server, executor, no_prefix, pin } => {
+                W::SetBinding { tenant, server, executor, prefixed: !no_prefix, pin }
             }
             BindingCmd::List { tenant } => return Ok(list(Collection::Bindings { tenant }).await?),
             BindingCmd::Delete { tenant, server } => W::DeleteBinding { tenant, server },
@@ -732,6 +789,18 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
                 let answer = service.check_policy(&Authority::Cli, &tenant, &request).await?;
                 return Ok(Output::Answer(serde_json::to_value(answer).unwrap_or_default()));
             }
+        },
+        AdminCommand::Definition(cmd) => match cmd {
+            DefinitionCmd::List { tenant, state } => {
+                let state = crate::store::definitions::DefinitionState::filter(&state)?;
+                return Ok(list(Collection::Definitions { tenant, state }).await?);
+            }
+            DefinitionCmd::Show { tenant, id } => {
+                let shown = service.get(&Authority::Cli, &Target::Definition { tenant, id }).await?;
+                return Ok(Output::Answer(shown.view));
+            }
+            DefinitionCmd::Approve { tenant, id } => W::DecideDefinition { tenant, id, decision: Decision::Approve },
+            DefinitionCmd::Reject { tenant, id } => W::DecideDefinition { tenant, id, decision: Decision::Reject },
         },
         AdminCommand::PlatformPolicy(cmd) => match cmd {
             PlatformPolicyCmd::Put { id, file } => W::PutPlatformPolicy { id, text: policy_text(&file)? },

@@ -38,6 +38,8 @@ pub(crate) struct IdentityCache {
     /// Entries older than this are read again however still the counter stands.
     max_age: Duration,
     state: Mutex<State>,
+    /// The counter each time a read finds it moved (what else follows changes waits on it).
+    moved: tokio::sync::watch::Sender<i64>,
 }
 
 #[derive(Default)]
@@ -63,7 +65,12 @@ pub(crate) struct Epoch(i64);
 impl IdentityCache {
     /// `None` when `refresh` is zero (the cache is off).
     pub fn new(refresh: Duration) -> Option<Self> {
-        (!refresh.is_zero()).then(|| Self { refresh, max_age: MAX_AGE, state: Mutex::default() })
+        (!refresh.is_zero()).then(|| Self {
+            refresh,
+            max_age: MAX_AGE,
+            state: Mutex::default(),
+            moved: tokio::sync::watch::Sender::new(0),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -103,10 +110,20 @@ impl IdentityCache {
     /// Records a read of the counter; entries read under another value are dropped.
     fn observe(&self, epoch: i64) {
         let mut state = self.lock();
-        if state.epoch.is_some_and(|(previous, _)| previous != epoch) {
+        let moved = state.epoch.is_some_and(|(previous, _)| previous != epoch);
+        if moved {
             state.entries.clear();
         }
         state.epoch = Some((epoch, Instant::now()));
+        drop(state);
+        if moved {
+            self.moved.send_replace(epoch);
+        }
+    }
+
+    /// Changes each time a read of the counter finds it moved.
+    pub fn moves(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.moved.subscribe()
     }
 
     /// Reads the counter every interval until `shutdown`. A failed read is logged and leaves

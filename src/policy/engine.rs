@@ -714,6 +714,7 @@ fn no_arguments() -> RestrictedExpression {
 fn tool_attributes(tool: &ToolFacts) -> HashMap<String, RestrictedExpression> {
     let mut attrs = HashMap::from([
         ("name".to_owned(), RestrictedExpression::new_string(tool.name.clone())),
+        ("digest".to_owned(), RestrictedExpression::new_string(tool.digest.clone())),
         ("native".to_owned(), RestrictedExpression::new_bool(tool.server.is_none())),
         ("readOnlyHint".to_owned(), RestrictedExpression::new_bool(tool.hints.read_only)),
         ("destructiveHint".to_owned(), RestrictedExpression::new_bool(tool.hints.destructive)),

@@ -6,7 +6,8 @@
 //!   `Tenant::"<slug>"`; attributes `subject`, `tenant`, `allFlocks`, `flocks`.
 //! - resource `Tool::"<id>"` (id: `server__tool`, whatever the prefix the binding shows, or a
 //!   native tool's name), in `Server::"<server>"`; attributes `name`, `server` (upstream tools),
-//!   `native`, `title`, and the four MCP annotations with the specification's defaults applied
+//!   `native`, `title`, `digest` (of the definition served: for a pinned binding, the one an
+//!   owner approved), and the four MCP annotations with the specification's defaults applied
 //!   (`readOnlyHint` false, `destructiveHint` true, `idempotentHint` false, `openWorldHint` true).
 //! - actions: `call_tool`, `get_prompt`, `read_resource`, `complete`; and one action per tool,
 //!   `Action::"<tool id>"`, member of `call_tool`, whose context types `arguments` from the
@@ -79,6 +80,9 @@ pub struct ToolFacts {
     pub arguments: Fields,
     /// A native tool's own role list (its ceiling); `None` for an upstream tool.
     pub roles: Option<Vec<crate::model::Role>>,
+    /// The digest of the definition served (an upstream tool of a pinned binding: the approved
+    /// one), `sha256:` and hex: a policy can require the definition it was written against.
+    pub digest: String,
 }
 
 impl ToolFacts {
@@ -92,6 +96,7 @@ impl ToolFacts {
             hints: Hints::of(tool.annotations.as_ref()),
             arguments: super::arguments::arguments_type(&tool.input_schema),
             roles: None,
+            digest: crate::vocab::digest::definition_digest(tool).1,
         }
     }
 
@@ -105,6 +110,7 @@ impl ToolFacts {
             hints: Hints::of(tool.annotations.as_ref()),
             arguments: super::arguments::arguments_type(&tool.input_schema),
             roles: Some(roles.to_vec()),
+            digest: crate::vocab::digest::definition_digest(tool).1,
         }
     }
 }
@@ -166,6 +172,7 @@ pub fn schema_json(catalogue: Option<&Catalogue>, claims: &[String]) -> Value {
                 "name": string(),
                 "server": optional(string()),
                 "title": optional(string()),
+                "digest": string(),
                 "native": boolean(),
                 "readOnlyHint": boolean(),
                 "destructiveHint": boolean(),
@@ -247,6 +254,7 @@ mod tests {
             hints: Hints::default(),
             arguments,
             roles: None,
+            digest: format!("sha256:{id}"),
         };
         let typed = super::super::arguments::arguments_type(
             json!({"type": "object", "properties": {"amount": {"type": "integer"}, "to": {"type": "string"}}})

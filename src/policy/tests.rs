@@ -22,6 +22,7 @@ fn refund() -> ToolFacts {
         hints: Hints::default(),
         arguments: arguments::arguments_type(schema.as_object().unwrap()),
         roles: None,
+        digest: "sha256:refund".into(),
     }
 }
 
@@ -34,6 +35,7 @@ fn lookup() -> ToolFacts {
         hints: Hints { read_only: true, destructive: false, ..Hints::default() },
         arguments: Default::default(),
         roles: None,
+        digest: "sha256:lookup".into(),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{SubscribeRequestParams, Tool, UnsubscribeRequestParams};
+use rmcp::model::{Prompt, Resource, ResourceTemplate, SubscribeRequestParams, Tool, UnsubscribeRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use tracing::Instrument;
 
@@ -16,7 +16,8 @@ use crate::decl::ServerName;
 use crate::decl::declaration::Revision;
 use crate::executor::{Executor, UpstreamError};
 use crate::oauth::{TokenOwner, UpstreamOAuth};
-use crate::relay::catalog::{Catalog, Listed, Notifier, UpstreamSubscription};
+use crate::proxy::pins::{Pinned, Pins, Served};
+use crate::relay::catalog::{Catalog, ListKind, Listed, Notifier, UpstreamSubscription};
 use crate::relay::{Lifecycle, ProxyClient, RelayCaps, Routes};
 use crate::store::now_millis;
 use crate::telemetry::{metrics, trace};
@@ -88,6 +89,74 @@ pub struct Connection {
     health: std::sync::Mutex<Health>,
     /// Its tools as policies see them, for the tool list they were read from.
     pub(super) facts: std::sync::Mutex<Option<ToolFactsOf>>,
+    /// Whose pinned definitions its lists are served under (`None`: served as listed, for a
+    /// server that is no tenant's binding).
+    pin: Option<PinScope>,
+    /// Its lists as served under the pins, for the lists and pins they were computed from.
+    pinned: std::sync::Mutex<PinCache>,
+}
+
+/// The tenant whose pinned definitions a connection's lists are served under.
+pub(crate) struct PinScope {
+    pub tenant: crate::store::TenantId,
+    pub pins: Arc<Pins>,
+}
+
+/// A list as served, for the upstream's list and the pins' version it was computed from.
+pub(crate) struct CachedServe<T> {
+    raw: Arc<Vec<T>>,
+    version: u64,
+    served: Served<T>,
+}
+
+/// The served lists of a connection, by kind.
+#[derive(Default)]
+pub(crate) struct PinCache {
+    tools: Option<CachedServe<Tool>>,
+    prompts: Option<CachedServe<Prompt>>,
+    templates: Option<CachedServe<ResourceTemplate>>,
+}
+
+/// A list a connection serves: under the pins (tools, prompts, resource templates), or as the
+/// upstream lists it (resources, whose contents no owner reviews).
+pub(crate) trait Servable: Listed {
+    fn served(
+        connection: &Connection,
+        listed: Arc<Vec<Self>>,
+    ) -> impl Future<Output = Result<(Arc<Vec<Self>>, bool), UpstreamError>> + Send;
+}
+
+impl Servable for Tool {
+    fn served(
+        connection: &Connection,
+        listed: Arc<Vec<Self>>,
+    ) -> impl Future<Output = Result<(Arc<Vec<Self>>, bool), UpstreamError>> + Send {
+        connection.pinned(listed, |c| &mut c.tools)
+    }
+}
+
+impl Servable for Prompt {
+    fn served(
+        connection: &Connection,
+        listed: Arc<Vec<Self>>,
+    ) -> impl Future<Output = Result<(Arc<Vec<Self>>, bool), UpstreamError>> + Send {
+        connection.pinned(listed, |c| &mut c.prompts)
+    }
+}
+
+impl Servable for ResourceTemplate {
+    fn served(
+        connection: &Connection,
+        listed: Arc<Vec<Self>>,
+    ) -> impl Future<Output = Result<(Arc<Vec<Self>>, bool), UpstreamError>> + Send {
+        connection.pinned(listed, |c| &mut c.templates)
+    }
+}
+
+impl Servable for Resource {
+    async fn served(_: &Connection, listed: Arc<Vec<Self>>) -> Result<(Arc<Vec<Self>>, bool), UpstreamError> {
+        Ok((listed, false))
+    }
 }
 
 /// The policy facts of one tool list (the list is kept to tell when it is replaced), and
@@ -134,6 +203,7 @@ impl Connection {
         executor: Executor,
         auth: Option<ConnectionAuth>,
         caps: RelayCaps,
+        pin: Option<PinScope>,
     ) -> Self {
         Self {
             calls: crate::telemetry::metrics::ProxiedCalls::of(server.name.as_str()),
@@ -151,6 +221,8 @@ impl Connection {
             subscriptions_changed: Arc::default(),
             health: std::sync::Mutex::default(),
             facts: std::sync::Mutex::default(),
+            pin,
+            pinned: std::sync::Mutex::default(),
         }
     }
 
@@ -217,8 +289,100 @@ impl Connection {
     }
 
     /// The running connection, started (or restarted after a crash) if need be, and its tools
-    /// (listed again after the upstream said they changed).
+    /// as served under the tenant's pinned definitions (listed again after the upstream said
+    /// they changed).
     pub(crate) async fn ready(&self, timeout: Duration) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
+        let (peer, listed) = self.ready_as_listed(timeout).await?;
+        let (tools, _) = self.pinned(listed, |c| &mut c.tools).await?;
+        Ok((peer, tools))
+    }
+
+    /// `listed` as served under the tenant's pins, and whether what is served changed since
+    /// it was last computed (the list or the pins moved).
+    async fn pinned<T: Pinned + Listed>(
+        &self,
+        listed: Arc<Vec<T>>,
+        slot: fn(&mut PinCache) -> &mut Option<CachedServe<T>>,
+    ) -> Result<(Arc<Vec<T>>, bool), UpstreamError> {
+        let Some(scope) = &self.pin else { return Ok((listed, false)) };
+        let unreadable = |e: crate::store::StoreError| {
+            tracing::error!(server = %self.server.name, error = %e, "the tenant's pinned definitions can't be read; nothing of the server is served");
+            UpstreamError::Connect(format!("the pinned definitions can't be read: {e}"))
+        };
+        let pins = scope.pins.of(scope.tenant).await.map_err(unreadable)?;
+        if let Some(cached) = slot(&mut self.pin_cache())
+            && Arc::ptr_eq(&cached.raw, &listed)
+            && cached.version == pins.version
+        {
+            return Ok((Arc::clone(&cached.served.items), false));
+        }
+        let server = self.server.name.as_str();
+        let (pins, served) = scope.pins.serve(scope.tenant, server, pins, &listed).await.map_err(unreadable)?;
+        let mut cache = self.pin_cache();
+        let entry = slot(&mut cache);
+        let changed = entry.as_ref().is_some_and(|c| c.served.digests != served.digests);
+        let items = Arc::clone(&served.items);
+        *entry = Some(CachedServe { raw: listed, version: pins.version, served });
+        Ok((items, changed))
+    }
+
+    fn pin_cache(&self) -> std::sync::MutexGuard<'_, PinCache> {
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves the lists this running connection holds under the tenant's pins as they are
+    /// now, and tells the sessions and listen streams following it of each list whose served
+    /// items changed (an owner's decision, a hold seen by another connection or replica). A
+    /// list served under pins that have moved since is asked of the upstream again first: this
+    /// connection's copy may be older than the change another one saw. Starts nothing.
+    pub(crate) async fn repin(&self, timeout: Duration) {
+        let Some(scope) = &self.pin else { return };
+        let Ok(pins) = scope.pins.of(scope.tenant).await else { return };
+        let (tools, prompts, templates) = {
+            let cache = self.pin_cache();
+            let moved = |version: Option<u64>| version.is_some_and(|v| v != pins.version);
+            (
+                moved(cache.tools.as_ref().map(|c| c.version)),
+                moved(cache.prompts.as_ref().map(|c| c.version)),
+                moved(cache.templates.as_ref().map(|c| c.version)),
+            )
+        };
+        let mut changed = Vec::new();
+        if tools && self.refreshed::<Tool>(timeout, ListKind::Tools).await {
+            changed.push(ListKind::Tools);
+        }
+        if prompts && self.refreshed::<Prompt>(timeout, ListKind::Prompts).await {
+            changed.push(ListKind::Prompts);
+        }
+        if templates && self.refreshed::<ResourceTemplate>(timeout, ListKind::Templates).await {
+            changed.push(ListKind::Templates);
+        }
+        for kind in changed {
+            for to in self.catalog.watchers() {
+                to.list_changed(kind).await;
+            }
+        }
+    }
+
+    /// Lists `T` of the running upstream again and serves it under the pins: whether what is
+    /// served changed. A connection that is not running is left so.
+    async fn refreshed<T: Servable>(&self, timeout: Duration, kind: ListKind) -> bool {
+        let peer = match self.live.lock().await.as_ref() {
+            Some(live) if !live.service.peer().is_transport_closed() => live.service.peer().clone(),
+            _ => return false,
+        };
+        self.catalog.invalidate(kind);
+        match self.fetch_list::<T>(&peer, timeout).await {
+            Ok(listed) => T::served(self, listed).await.is_ok_and(|(_, changed)| changed),
+            Err(e) => {
+                tracing::warn!(server = %self.server.name, error = %e, "listing again after the pins moved failed");
+                false
+            }
+        }
+    }
+
+    /// [`Connection::ready`] with the tools as the upstream lists them.
+    async fn ready_as_listed(&self, timeout: Duration) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), UpstreamError> {
         self.last_used_ms.store(now_millis(), Ordering::Relaxed);
         let mut live = self.live.lock().await;
         if let Some(current) = live.as_ref() {
@@ -454,12 +618,13 @@ impl Connection {
 
     /// The upstream's list of `T`: prompts, resources or resource templates (none when it
     /// offers none).
-    pub(crate) async fn listed<T: Listed>(&self, timeout: Duration) -> Result<Arc<Vec<T>>, UpstreamError> {
-        let (peer, _) = self.ready(timeout).await?;
-        match self.catalog.cached::<T>() {
-            Some(list) => Ok(list),
-            None => self.fetch_list(&peer, timeout).await,
-        }
+    pub(crate) async fn listed<T: Servable>(&self, timeout: Duration) -> Result<Arc<Vec<T>>, UpstreamError> {
+        let (peer, _) = self.ready_as_listed(timeout).await?;
+        let listed = match self.catalog.cached::<T>() {
+            Some(list) => list,
+            None => self.fetch_list(&peer, timeout).await?,
+        };
+        Ok(T::served(self, listed).await?.0)
     }
 
     /// Whether the upstream lets clients subscribe to its resources.

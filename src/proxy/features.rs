@@ -19,9 +19,10 @@ use crate::context::McpCallContext;
 use crate::model::Role;
 use crate::policy::{Item, ItemAction};
 use crate::proxy::Ask;
+use crate::proxy::connection::Servable;
 use crate::proxy::surface;
 use crate::proxy::{Connection, Exchange, ProxyError, Snapshot, UpstreamError, Upstreams, unavailable};
-use crate::relay::catalog::{Kinds, Listed, Notifier};
+use crate::relay::catalog::{Kinds, Notifier};
 use crate::store::entities::GrantKind;
 
 /// What one `subscriptions/listen` stream follows (see [`Upstreams::listen`]).
@@ -143,7 +144,7 @@ impl Upstreams {
     /// Each granted server's list of `T` (every server's, for a tenant with policies: a policy
     /// may permit what no grant does), fetched concurrently; a server that fails is left out
     /// (and logged), like a server whose tools can't be listed.
-    async fn gather<T: Listed>(
+    async fn gather<T: Servable>(
         &self,
         snapshot: &Snapshot,
         roles: &[Role],

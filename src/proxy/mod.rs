@@ -52,6 +52,7 @@ mod ask;
 pub mod connection;
 mod features;
 mod lean;
+pub mod pins;
 mod policies;
 pub mod snapshot;
 pub mod surface;
@@ -127,6 +128,8 @@ pub struct Upstreams {
     requests: AtomicUsize,
     /// Each tenant's policies (and the platform's), which decide with the grants.
     policies: Arc<crate::proxy::Policies>,
+    /// Each tenant's pinned upstream definitions, which every list is served under.
+    pins: Arc<pins::Pins>,
 }
 
 /// A caller without a session: tenant, user and what its client declared.
@@ -177,6 +180,7 @@ impl Upstreams {
         settings: UpstreamSettings,
         policies: Arc<crate::proxy::Policies>,
     ) -> Arc<Self> {
+        let db_for_pins = db.clone();
         Arc::new(Self {
             db,
             oauth: settings.oauth,
@@ -192,6 +196,7 @@ impl Upstreams {
             changes: std::sync::OnceLock::new(),
             requests: AtomicUsize::new(0),
             policies,
+            pins: Arc::new(pins::Pins::new(db_for_pins)),
         })
     }
 
@@ -292,9 +297,33 @@ impl Upstreams {
     }
 
     /// Reuse a caller's resolved servers, outside a session, while `changes` (the change
-    /// counter, which every change of what they are resolved from moves) stands still.
-    pub(crate) fn follow_changes(&self, changes: Arc<crate::identity::IdentityCache>) {
+    /// counter, which every change of what they are resolved from moves) stands still; hold
+    /// each tenant's pinned definitions while it stands, and when it moves serve every running
+    /// connection's lists under the pins as they are now, telling its sessions of each list
+    /// whose served items changed (an owner's decision here or on another replica, a hold seen
+    /// elsewhere). Ends with the counter's poller.
+    pub(crate) fn follow_changes(self: &Arc<Self>, changes: Arc<crate::identity::IdentityCache>) {
+        self.pins.follow_changes(Arc::clone(&changes));
+        let mut moves = changes.moves();
         let _ = self.changes.set(changes);
+        let upstreams = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while moves.changed().await.is_ok() {
+                let Some(upstreams) = upstreams.upgrade() else { break };
+                let held: Vec<Arc<Connection>> = lock(&upstreams.pool).values().cloned().collect();
+                let timeout = upstreams.connect_timeout;
+                drop(upstreams);
+                // Each on its own: a slow upstream delays no other connection.
+                for connection in held {
+                    tokio::spawn(async move { connection.repin(timeout).await });
+                }
+            }
+        });
+    }
+
+    /// Each tenant's pinned upstream definitions.
+    pub fn pins(&self) -> &Arc<pins::Pins> {
+        &self.pins
     }
 
     /// The remote host handler (selected plugin roots open their servers through it).
@@ -455,11 +484,10 @@ impl Upstreams {
                 Some(user) => (tenant, format!("{}/user/{user}/{}", resolved.fingerprint(), caps.key())),
                 None => (tenant, format!("{}/{}", resolved.fingerprint(), caps.key())),
             };
-            let connection = Arc::clone(
-                lock(&self.pool)
-                    .entry(key)
-                    .or_insert_with(|| Arc::new(Connection::new(resolved, executor, auth, caps))),
-            );
+            let connection = Arc::clone(lock(&self.pool).entry(key).or_insert_with(|| {
+                let pin = connection::PinScope { tenant, pins: Arc::clone(&self.pins) };
+                Arc::new(Connection::new(resolved, executor, auth, caps, Some(pin)))
+            }));
             if !entity.prefixed {
                 unprefixed.push(server.clone());
             }

@@ -312,7 +312,7 @@ impl Selection {
                             root: link.root.clone(),
                             host: Arc::clone(&self.remote),
                         };
-                        Arc::new(Connection::new(server.clone(), executor, None, RelayCaps::default()))
+                        Arc::new(Connection::new(server.clone(), executor, None, RelayCaps::default(), None))
                     }
                 };
                 servers.insert(name, connection);

@@ -406,6 +406,7 @@ pub async fn purge_tenant(conn: &mut AnyConnection, slug: &str) -> Result<(), St
         "tasks",
         "policies",
         "tool_catalogue",
+        "tool_definitions",
         "oauth_logins",
         "oauth_credentials",
         "executor_root_allowances",

@@ -56,6 +56,8 @@ pub struct BindingRow {
     pub executor: String,
     /// False for a binding made with `--no-prefix`.
     pub prefixed: bool,
+    /// How its upstream definitions are pinned.
+    pub pin: crate::store::definitions::PinMode,
 }
 
 /// A path segment of an entity name, a machine name or a user name: it must not be able to
@@ -575,7 +577,7 @@ pub async fn unbind_server(conn: &mut AnyConnection, tenant_slug: &str, server: 
 pub async fn list_bindings(conn: &mut AnyConnection, tenant_slug: &str) -> Result<Vec<BindingRow>, StoreError> {
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     let rows = sqlx::query(
-        "SELECT b.server, x.name, b.prefixed FROM mcp_server_bindings b JOIN executors x ON x.id = b.executor_id \
+        "SELECT b.server, x.name, b.prefixed, b.pin FROM mcp_server_bindings b JOIN executors x ON x.id = b.executor_id \
          WHERE b.tenant_id = $1 ORDER BY b.server",
     )
     .bind(tenant)
@@ -584,7 +586,10 @@ pub async fn list_bindings(conn: &mut AnyConnection, tenant_slug: &str) -> Resul
     rows.iter()
         .map(|r| {
             let prefixed: i64 = r.try_get(2)?;
-            Ok(BindingRow { server: r.try_get(0)?, executor: r.try_get(1)?, prefixed: prefixed != 0 })
+            let pin: String = r.try_get(3)?;
+            let pin = crate::store::definitions::PinMode::parse(&pin)
+                .ok_or_else(|| StoreError::Invalid { field: "pin", message: format!("stored mode `{pin}`") })?;
+            Ok(BindingRow { server: r.try_get(0)?, executor: r.try_get(1)?, prefixed: prefixed != 0, pin })
         })
         .collect()
 }

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod cluster;
+pub mod definitions;
 pub mod demo;
 pub mod entities;
 pub mod ids;

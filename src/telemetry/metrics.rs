@@ -98,6 +98,12 @@ pub fn audit_batch(events: usize, elapsed: Duration) {
     sampled(2);
 }
 
+/// How many of a tenant's upstream definitions are held for an owner's decision, as this
+/// replica last read them (an alert on it above zero tells that a tool changed or waits).
+pub fn definitions_held(tenant: &str, held: usize) {
+    metrics::gauge!("scopegate_tool_definitions_held", "tenant" => tenant.to_owned()).set(held as f64);
+}
+
 /// An upstream connection found closed (crashed, exited) and started again.
 pub fn upstream_restart(server: &str) {
     metrics::counter!("scopegate_upstream_restarts_total", "server" => server.to_owned()).increment(1);

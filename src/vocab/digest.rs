@@ -83,6 +83,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// An upstream definition (a tool, prompt or resource template as the gateway parsed it): its
+/// canonical JSON and that text's digest, `sha256:` and lowercase hex. Two definitions that
+/// differ in anything a client may read (a description, a schema, an annotation, an icon,
+/// `_meta`) differ here.
+pub fn definition_digest<T: Serialize>(definition: &T) -> (String, String) {
+    let canonical = match serde_json::to_value(definition) {
+        Ok(value) => canonical_json(&value),
+        // rmcp's model types always serialize; should one ever not, it digests as nothing
+        // else does and is held, never served.
+        Err(e) => format!("unserializable: {e}"),
+    };
+    let digest = format!("sha256:{}", sha256_hex(canonical.as_bytes()));
+    (canonical, digest)
+}
+
 /// SHA-256 of the canonical JSON of a tool call's arguments (absent arguments = `{}`).
 /// The canonical form is written into the hasher as it is produced: a large argument (a body
 /// near the size limit) is not copied into a buffer first.

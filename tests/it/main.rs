@@ -32,6 +32,7 @@ mod negotiation;
 mod oauth;
 mod oauth_fixture;
 mod otel;
+mod pins;
 mod policies;
 mod provider_settings;
 mod proxy;

@@ -24,6 +24,7 @@ use crate::admin::{
 };
 use crate::model::{Role, TenantStatus, UserStatus};
 use crate::policy::Mode;
+use crate::store::definitions::PinMode;
 use crate::store::entities::GrantKind;
 
 type Who = Extension<Arc<Authority>>;
@@ -102,6 +103,10 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(get_policy_mode, set_policy_mode))
         .routes(routes!(list_platform_policies))
         .routes(routes!(get_platform_policy, put_platform_policy, delete_platform_policy))
+        .routes(routes!(list_definitions))
+        .routes(routes!(get_definition))
+        .routes(routes!(approve_definition))
+        .routes(routes!(reject_definition))
 }
 
 async fn one(api: &AdminApi, who: &Authority, target: Target) -> Answer {
@@ -689,6 +694,12 @@ struct BindingPut {
     /// per tenant whose names stay its own.
     #[serde(default = "yes")]
     prefixed: bool,
+    /// How the server's tool, prompt and resource template definitions are pinned:
+    /// `approve` (held until an owner approves each), `trust_first_use` (approved on first
+    /// sight, held when changed) or `follow` (not pinned: unsafe). Unset: a new binding's is
+    /// `trust_first_use`, a rebinding keeps its own.
+    #[serde(default)]
+    pin: Option<PinMode>,
 }
 
 fn yes() -> bool {
@@ -731,8 +742,8 @@ async fn set_binding(
     headers: HeaderMap,
     body: JsonBody<BindingPut>,
 ) -> Answer {
-    let BindingPut { executor, prefixed } = body.value;
-    change(&api, &who, &headers, None, Write::SetBinding { tenant, server, executor, prefixed }).await
+    let BindingPut { executor, prefixed, pin } = body.value;
+    change(&api, &who, &headers, None, Write::SetBinding { tenant, server, executor, prefixed, pin }).await
 }
 
 /// Unbind a server (its grants go with it).
@@ -1338,6 +1349,79 @@ async fn set_policy_mode(
     body: JsonBody<ModePut>,
 ) -> Answer {
     change(&api, &who, &headers, None, Write::SetPolicyMode { tenant, mode: body.value.mode }).await
+}
+
+// ---- pinned upstream definitions ----
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DefinitionQuery {
+    /// `held` (waiting for an owner), `approved`, `rejected`, `replaced` or `all` (the default).
+    state: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+/// The definitions of a tenant's pinned bindings' tools, prompts and resource templates (owners
+/// and auditors). A held one is served nowhere until an owner approves or rejects it.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/definitions", tag = "definitions",
+    params(("tenant" = String, Path), DefinitionQuery), responses((status = 200, body = Page), (status = 422, body = Problem)))]
+async fn list_definitions(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Params(q): Params<DefinitionQuery>,
+    uri: Uri,
+) -> Answer {
+    let state = crate::store::definitions::DefinitionState::filter(q.state.as_deref().unwrap_or("all"))
+        .map_err(crate::admin::AdminError::from)?;
+    let query = PageQuery { limit: q.limit, after: q.after };
+    page(&api, &who, Collection::Definitions { tenant, state }, &query, &uri).await
+}
+
+/// One definition, the approved one of its item, and what differs (the description line by
+/// line, every other member by JSON path).
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/definitions/{id}", tag = "definitions",
+    params(("tenant" = String, Path), ("id" = String, Path)),
+    responses((status = 200, body = crate::admin::definitions::DefinitionDetail), (status = 404, body = Problem)))]
+async fn get_definition(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Definition { tenant, id }).await
+}
+
+/// Approve a definition (its tenant's owners): it is served from now on, on every replica
+/// within one read of the change counter; the one approved before is replaced. Audited with
+/// both digests.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/definitions/{id}/approve", tag = "definitions",
+    params(("tenant" = String, Path), ("id" = String, Path), ("If-Match" = Option<String>, Header), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 200, body = crate::admin::definitions::DefinitionDetail), (status = 404, body = Problem), (status = 409, body = Problem)))]
+async fn approve_definition(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let decision = crate::store::definitions::Decision::Approve;
+    change(&api, &who, &headers, None, Write::DecideDefinition { tenant, id, decision }).await
+}
+
+/// Reject a definition (its tenant's owners): it is never served. A held one stays held; an
+/// approved one is withdrawn. An upstream that goes back to the approved definition is served
+/// again without a new approval.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/definitions/{id}/reject", tag = "definitions",
+    params(("tenant" = String, Path), ("id" = String, Path), ("If-Match" = Option<String>, Header), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 200, body = crate::admin::definitions::DefinitionDetail), (status = 404, body = Problem), (status = 409, body = Problem)))]
+async fn reject_definition(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let decision = crate::store::definitions::Decision::Reject;
+    change(&api, &who, &headers, None, Write::DecideDefinition { tenant, id, decision }).await
 }
 
 /// The platform's policies, which take part in every tenant's decisions (platform administrators).
