@@ -183,6 +183,7 @@ impl Gateway {
             state.shutdown.clone(),
         );
         upstreams.spawn_sweeper(state.shutdown.clone());
+        upstreams.pins().label_tenants(state.config.metrics.label_tenant);
         state.gate.authenticator.spawn_refresh(state.shutdown.clone());
         spawn_task_purge(state.db.clone(), TASK_PURGE_EVERY, state.shutdown.clone());
         if let Some(cache) = &state.gate.cache {

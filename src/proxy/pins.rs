@@ -107,7 +107,8 @@ impl TenantPins {
         }
         let mut held = 0;
         for row in rows.rows {
-            (&row.id, row.state.as_str(), &row.digest).hash(&mut hasher);
+            // The text too: what is served is the stored text, which may be edited in place.
+            (&row.id, row.state.as_str(), &row.digest, &row.definition).hash(&mut hasher);
             held += usize::from(row.state == DefinitionState::Held);
             // A row of a server no longer bound is read by no connection.
             let Some(server) = servers.get_mut(&row.server) else { continue };
@@ -164,11 +165,39 @@ pub struct Pins {
     db: Db,
     changes: OnceLock<Arc<IdentityCache>>,
     held: Mutex<HashMap<TenantId, (Epoch, Arc<TenantPins>)>>,
+    /// The metric names each tenant (`metrics.label_tenant`); else it counts them all.
+    label_tenant: std::sync::atomic::AtomicBool,
+    /// Each tenant's held definitions as last read, for the metric without tenant labels.
+    counts: Mutex<HashMap<TenantId, usize>>,
 }
 
 impl Pins {
     pub fn new(db: Db) -> Self {
-        Self { db, changes: OnceLock::new(), held: Mutex::default() }
+        Self {
+            db,
+            changes: OnceLock::new(),
+            held: Mutex::default(),
+            label_tenant: std::sync::atomic::AtomicBool::new(false),
+            counts: Mutex::default(),
+        }
+    }
+
+    /// Whether the held-definitions metric names each tenant (`metrics.label_tenant`).
+    pub fn label_tenants(&self, on: bool) {
+        self.label_tenant.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn count_held(&self, tenant: TenantId, pins: &TenantPins) {
+        if self.label_tenant.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::telemetry::metrics::definitions_held(Some(&pins.slug), pins.held);
+            return;
+        }
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if counts.len() >= MAX_TENANTS && !counts.contains_key(&tenant) {
+            counts.retain(|_, held| *held > 0);
+        }
+        counts.insert(tenant, pins.held);
+        crate::telemetry::metrics::definitions_held(None, counts.values().sum());
     }
 
     /// Hold each tenant's rows while `changes` (the change counter) stands.
@@ -198,7 +227,7 @@ impl Pins {
         let pins = Arc::new(
             TenantPins::from_rows(rows).map_err(|message| StoreError::Invalid { field: "definition", message })?,
         );
-        crate::telemetry::metrics::definitions_held(&pins.slug, pins.held);
+        self.count_held(tenant, &pins);
         // Kept only if the counter did not move while they were read.
         if let Some(epoch) = epoch
             && self.epoch() == Some(epoch)

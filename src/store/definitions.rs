@@ -405,47 +405,11 @@ impl Db {
         let now = now_millis();
         let mut out = Vec::with_capacity(sightings.len());
         for s in sightings {
-            if s.trust {
-                let trusted = sqlx::query(
-                    "INSERT INTO tool_definitions \
-                       (id, tenant_id, server, kind, name, digest, definition, state, first_seen_at, decided_at, decided_by) \
-                     SELECT $1, $2, $3, $4, $5, $6, $7, 'approved', $8, $8, $9 \
-                     WHERE NOT EXISTS (SELECT 1 FROM tool_definitions \
-                                       WHERE tenant_id = $2 AND server = $3 AND kind = $4 AND name = $5) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(uuid::Uuid::now_v7().to_string())
-                .bind(tenant)
-                .bind(server)
-                .bind(s.kind.as_str())
-                .bind(&s.name)
-                .bind(&s.digest)
-                .bind(&s.definition)
-                .bind(now)
-                .bind(FIRST_USE)
-                .execute(&mut *tx)
-                .await?;
-                if trusted.rows_affected() > 0 {
-                    out.push(Recorded::Trusted);
-                    continue;
-                }
+            if s.trust && insert(&mut tx, tenant, server, s, DefinitionState::Approved, now).await? {
+                out.push(Recorded::Trusted);
+                continue;
             }
-            let held = sqlx::query(
-                "INSERT INTO tool_definitions \
-                   (id, tenant_id, server, kind, name, digest, definition, state, first_seen_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'held', $8) ON CONFLICT DO NOTHING",
-            )
-            .bind(uuid::Uuid::now_v7().to_string())
-            .bind(tenant)
-            .bind(server)
-            .bind(s.kind.as_str())
-            .bind(&s.name)
-            .bind(&s.digest)
-            .bind(&s.definition)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            if held.rows_affected() > 0 {
+            if insert(&mut tx, tenant, server, s, DefinitionState::Held, now).await? {
                 out.push(Recorded::Held);
                 continue;
             }
@@ -465,4 +429,41 @@ impl Db {
         tx.commit().await?;
         Ok(out)
     }
+}
+
+/// Inserts sighting `s` as a definition in `state`: held, or approved on first use (decided now,
+/// and only when the item has no definition yet). Whether it was inserted (not when another
+/// writer recorded the same definition, or, approving, any definition of the item, first).
+async fn insert(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    server: &str,
+    s: &Sighting,
+    state: DefinitionState,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let trusted = state == DefinitionState::Approved;
+    let done = sqlx::query(
+        "INSERT INTO tool_definitions \
+           (id, tenant_id, server, kind, name, digest, definition, state, first_seen_at, decided_at, decided_by) \
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 \
+         WHERE $12 = 0 OR NOT EXISTS (SELECT 1 FROM tool_definitions \
+                                      WHERE tenant_id = $2 AND server = $3 AND kind = $4 AND name = $5) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(uuid::Uuid::now_v7().to_string())
+    .bind(tenant)
+    .bind(server)
+    .bind(s.kind.as_str())
+    .bind(&s.name)
+    .bind(&s.digest)
+    .bind(&s.definition)
+    .bind(state.as_str())
+    .bind(now)
+    .bind(trusted.then_some(now))
+    .bind(trusted.then_some(FIRST_USE))
+    .bind(i64::from(trusted))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }

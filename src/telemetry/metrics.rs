@@ -98,10 +98,16 @@ pub fn audit_batch(events: usize, elapsed: Duration) {
     sampled(2);
 }
 
-/// How many of a tenant's upstream definitions are held for an owner's decision, as this
-/// replica last read them (an alert on it above zero tells that a tool changed or waits).
-pub fn definitions_held(tenant: &str, held: usize) {
-    metrics::gauge!("scopegate_tool_definitions_held", "tenant" => tenant.to_owned()).set(held as f64);
+/// How many upstream definitions are held for an owner's decision, as this replica last read
+/// them: a tenant's (`metrics.label_tenant`), or every tenant's it read together (an alert on it
+/// above zero tells that a tool changed or waits).
+pub fn definitions_held(tenant: Option<&str>, held: usize) {
+    match tenant {
+        Some(tenant) => {
+            metrics::gauge!("scopegate_tool_definitions_held", "tenant" => tenant.to_owned()).set(held as f64)
+        }
+        None => metrics::gauge!("scopegate_tool_definitions_held").set(held as f64),
+    }
 }
 
 /// An upstream connection found closed (crashed, exited) and started again.

@@ -278,17 +278,33 @@ async fn every_resource(backend: Backend) {
     // Bindings, grants and root allowances (the owner).
     let bound = send(&live, Method::PUT, &format!("{t}/bindings/notes"), &peter, json!({"executor": "box"})).await;
     assert_eq!(bound.status, 201, "{}", bound.body);
-    assert_eq!(bound.body, json!({"server": "notes", "executor": "box", "prefixed": true}));
+    assert_eq!(bound.body, json!({"server": "notes", "executor": "box", "prefixed": true, "pin": "trust_first_use"}));
     let rebound = request(
         &live,
         Method::PUT,
         &format!("{t}/bindings/notes"),
         Some(&peter),
-        Some(&json!({"executor": "far", "prefixed": false})),
+        Some(&json!({"executor": "far", "prefixed": false, "pin": "approve"})),
         &[("if-match", &bound.etag())],
     )
     .await;
     assert_eq!(rebound.status, 200, "{}", rebound.body);
+    assert_eq!(rebound.body["pin"], "approve", "{}", rebound.body);
+    let bad_pin = send(
+        &live,
+        Method::PUT,
+        &format!("{t}/bindings/notes"),
+        &peter,
+        json!({"executor": "far", "pin": "sometimes"}),
+    )
+    .await;
+    assert!(bad_pin.status == 400 || bad_pin.status == 422, "{} {}", bad_pin.status, bad_pin.body);
+    let kept = get(&live, &format!("{t}/bindings/notes"), &peter).await;
+    assert_eq!(
+        (kept.body["pin"].as_str(), kept.body["prefixed"].as_bool()),
+        (Some("approve"), Some(false)),
+        "nothing changed"
+    );
     let grant = send(
         &live,
         Method::POST,

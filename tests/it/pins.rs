@@ -50,7 +50,11 @@ impl Site {
     async fn start(backend: Backend, base: &str) -> Self {
         let root = tempfile::tempdir().unwrap();
         let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
-        let overrides = [("upstream.local_root", json!(root_uri)), ("upstream.connect_timeout_secs", json!(30))];
+        let overrides = [
+            ("upstream.local_root", json!(root_uri)),
+            ("upstream.connect_timeout_secs", json!(30)),
+            ("metrics.label_tenant", json!(true)),
+        ];
         let live = Live::start(backend, Mode::Session, &overrides).await;
         let slug = match backend {
             Backend::Sqlite => format!("{base}lite"),
@@ -289,6 +293,26 @@ async fn changed_tools_are_held(backend: Backend) {
     };
     assert!(record.contains(&held[0].1) && record.contains(&trusted[0].1), "the audit names both digests: {record}");
 
+    // A policy can require the definition it was written against: the Tool's digest is the
+    // approved definition's.
+    let as_reviewed = |digest: &str| {
+        let text = format!(
+            "forbid (principal, action == Action::\"chg__send\", resource) unless {{ resource.digest == \"{digest}\" }};"
+        );
+        json!({"text": text})
+    };
+    let (status, body) = site.api("PUT", "policies/send-as-reviewed", Some(as_reviewed(&held[0].1))).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(answered(&client, "chg__send", json!({"to": "bob"})).await, "sent to bob (bcc )");
+    let (status, body) = site.api("PUT", "policies/send-as-reviewed", Some(as_reviewed(&trusted[0].1))).await;
+    assert_eq!(status, 200, "{body}");
+    eventually("a policy pinned to the first definition refuses the approved second", || async {
+        call(client.peer(), "chg__send", json!({"to": "bob"})).await.is_err()
+    })
+    .await;
+    let (status, body) = site.api("DELETE", "policies/send-as-reviewed", None).await;
+    assert_eq!(status, 204, "{body}");
+
     // A further change (an annotation now claiming read-only) is held; rejected, it stays held;
     // the upstream going back to the approved definition is served with no new approval.
     answered(&client, "chg__set_version", json!({"version": "v3"})).await;
@@ -309,6 +333,26 @@ async fn changed_tools_are_held(backend: Backend) {
     assert!(description(find(&listed, "chg__send").unwrap()).contains("id_rsa"));
     assert_eq!(stored(&site, "chg", "held").await.len(), 0, "nothing new to approve");
 
+    // What is served is the stored approved text, whatever the upstream's copy holds beside
+    // its digest: an approved row edited by hand is what callers read.
+    let approved = stored(&site, "chg", "approved").await;
+    let mut edited: Value = serde_json::from_str(&approved[0].2).unwrap();
+    edited["description"] = json!("Sends a message, as the owner read it.");
+    let mut tx = site.live.db.begin().await.unwrap();
+    sqlx::query("UPDATE tool_definitions SET definition = $1 WHERE id = $2")
+        .bind(edited.to_string())
+        .bind(&approved[0].0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    eventually("the stored text is served", || async {
+        let tools = tools(&client).await;
+        let served = find(&tools, "chg__send").map(description).unwrap_or_default().to_owned();
+        if served == "Sends a message, as the owner read it." { Ok(()) } else { Err(served) }
+    })
+    .await;
+
     // follow serves what the upstream lists now; approve serves what an owner approved.
     answered(&client, "flw__set_version", json!({"version": "v2"})).await;
     let listed = eventually("follow serves the change", || async {
@@ -327,6 +371,10 @@ async fn changed_tools_are_held(backend: Backend) {
     let listed = until_listed(&client, "appr__send", true).await;
     assert!(find(&listed, "appr__set_version").is_none(), "each definition is approved on its own");
     assert_eq!(site.held_metric().await, 1.0, "appr's set_version");
+    // Unbinding a server forgets its definitions: a binding made again starts over.
+    let (status, _) = site.api("DELETE", "bindings/appr", None).await;
+    assert_eq!(status, 204);
+    assert_eq!(site.live.count("SELECT COUNT(*) FROM tool_definitions WHERE server = 'appr'").await, 0);
     client.cancel().await.ok();
 }
 

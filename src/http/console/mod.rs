@@ -28,8 +28,10 @@ use serde::Deserialize;
 use tokio::sync::OnceCell;
 
 use super::admin::{AdminApi, Denied, resolve};
-use crate::admin::{AdminError, Authority, Caller, Collection, EventFilter, Target, Write, report::ReportFormat};
+use crate::admin::definitions::{DefinitionDetail, DefinitionView};
+use crate::admin::{AdminError, Authority, Caller, Collection, EventFilter, Need, Target, Write, report::ReportFormat};
 use crate::model::{Role, UserStatus};
+use crate::store::definitions::{Decision, DefinitionState};
 use crate::store::entities::GrantKind;
 
 const SESSION_COOKIE: &str = "scopegate_console";
@@ -76,6 +78,9 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/tenants/{tenant}/policies", get(policies).post(put_policy))
         .route("/console/tenants/{tenant}/policies/{id}/delete", post(delete_policy))
         .route("/console/tenants/{tenant}/policy-mode", post(set_policy_mode))
+        .route("/console/tenants/{tenant}/definitions", get(definitions))
+        .route("/console/tenants/{tenant}/definitions/{id}/approve", post(approve_definition))
+        .route("/console/tenants/{tenant}/definitions/{id}/reject", post(reject_definition))
         .route("/console/tenants/{tenant}/audit/export", get(export))
         .route("/console/executors", get(executors))
         .route("/console/guards", get(guards))
@@ -468,7 +473,7 @@ async fn set_binding(
         Err(r) => return r,
     };
     let back = format!("/console/tenants/{tenant}");
-    let write = Write::SetBinding { tenant, server: f.server, executor: f.executor, prefixed: true };
+    let write = Write::SetBinding { tenant, server: f.server, executor: f.executor, prefixed: true, pin: None };
     act(&console, &s, write, &back).await
 }
 
@@ -878,4 +883,102 @@ async fn set_policy_mode(
         return refused(AdminError::Invalid { field: "mode", message: "enforce or log_only".into() }, &s, &back);
     };
     act(&console, &s, Write::SetPolicyMode { tenant, mode }, &back).await
+}
+
+/// Most held definitions the definitions page shows whole, each with its diff (the others are
+/// named, to be decided once these are).
+const SHOWN_HELD: usize = 50;
+/// Most decided definitions the page lists, the latest first.
+const SHOWN_DECIDED: usize = 50;
+
+/// The definitions page: the tenant's held upstream definitions, each with what changed against
+/// the approved one and, for an owner, the forms that approve or reject it; below, the latest
+/// decided ones.
+async fn definitions(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    Query(notice): Query<Notice>,
+) -> Response {
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{slug}/definitions");
+    let loaded = async {
+        let collection = Collection::Definitions { tenant: slug.clone(), state: None };
+        let mut views = Vec::new();
+        for item in all(&console, &s.who, collection).await? {
+            let view: DefinitionView = serde_json::from_value(item)
+                .map_err(|e| AdminError::Invalid { field: "definition", message: e.to_string() })?;
+            views.push(view);
+        }
+        let (mut held, mut decided): (Vec<DefinitionView>, Vec<DefinitionView>) =
+            views.into_iter().partition(|v| v.state == DefinitionState::Held);
+        held.sort_by(|a, b| {
+            (&a.server, a.kind, &a.name, a.first_seen_at).cmp(&(&b.server, b.kind, &b.name, b.first_seen_at))
+        });
+        decided.sort_by_key(|v| std::cmp::Reverse(v.decided_at.unwrap_or(v.first_seen_at)));
+        decided.truncate(SHOWN_DECIDED);
+        let more = held.split_off(held.len().min(SHOWN_HELD));
+        let mut shown = Vec::with_capacity(held.len());
+        for view in held {
+            let target = Target::Definition { tenant: slug.clone(), id: view.id.clone() };
+            // A stored definition that does not read is shown as such (and can still be
+            // rejected); the page stays up.
+            let detail = match console.api.admin.get(&s.who, &target).await {
+                Ok(got) => serde_json::from_value::<DefinitionDetail>(got.view).map_err(|e| e.to_string()),
+                Err(AdminError::Invalid { message, .. }) => Err(message),
+                Err(e) => return Err(e),
+            };
+            shown.push(pages::HeldDefinition { view, detail });
+        }
+        Ok::<_, AdminError>((shown, more, decided))
+    };
+    match loaded.await {
+        Ok((held, more, decided)) => {
+            // The forms are an owner's (or a platform administrator's); an auditor reads.
+            let can_decide = s.who.authorize(Need::Manage(&slug)).is_ok();
+            let view = pages::DefinitionsView { slug: &slug, held: &held, more: &more, decided: &decided, can_decide };
+            pages::definitions(&s.who, &s.csrf, &view, &notice)
+        }
+        Err(e @ (AdminError::NotFound(_) | AdminError::Forbidden | AdminError::Store(_))) => refused(e, &s, &back),
+        // Anything else as a page of its own: sent back to this page, it would come again.
+        Err(e) => pages::refusal(&s.who, &s.csrf, StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
+    }
+}
+
+async fn approve_definition(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, id)): Path<(String, String)>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    decide_definition(&console, &headers, &f.csrf, tenant, id, Decision::Approve).await
+}
+
+async fn reject_definition(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, id)): Path<(String, String)>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    decide_definition(&console, &headers, &f.csrf, tenant, id, Decision::Reject).await
+}
+
+/// An owner's decision on a held definition, then back to the definitions page.
+async fn decide_definition(
+    console: &Console,
+    headers: &HeaderMap,
+    csrf: &str,
+    tenant: String,
+    id: String,
+    decision: Decision,
+) -> Response {
+    let s = match posted(console, headers, csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}/definitions");
+    act(console, &s, Write::DecideDefinition { tenant, id, decision }, &back).await
 }

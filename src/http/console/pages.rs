@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::super::admin::status::{ExecutorStatus, ServerStatus, SessionCount};
 use super::Notice;
+use crate::admin::definitions::{DefinitionDetail, DefinitionView, FieldChange};
 use crate::admin::{Authority, ChainStatus, Page};
 use crate::model::Role;
 
@@ -60,6 +61,7 @@ fn nav(who: &Authority, csrf: &str) -> Markup {
                 }
                 @if m.roles.contains(&Role::Owner) || m.roles.contains(&Role::Auditor) {
                     a href={ "/console/tenants/" (m.slug) "/policies" } { "Policies" }
+                    a href={ "/console/tenants/" (m.slug) "/definitions" } { "Definitions" }
                 }
                 @if m.roles.contains(&Role::Auditor) {
                     a href={ "/console/tenants/" (m.slug) "/audit" } { "Audit trail" }
@@ -301,6 +303,7 @@ pub(super) fn tenant(
             }
         }
         h2 { "Upstream servers" }
+        p.muted { "What each pinned server lists is held until approved: " a href={ (base) "/definitions" } id="definitions-link" { "upstream definitions" } "." }
         table id="bindings" {
             thead { tr { th { "Server" } th { "Executor" } th { "Revision" } th { "Tools" } th { "Last error" } th { "Last used" } } }
             tbody {
@@ -713,4 +716,204 @@ pub(super) fn policies(who: &Authority, csrf: &str, view: &PoliciesView<'_>, not
     };
     let status = if refused { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
     respond(status, page(&format!("{slug} policies"), nav(who, csrf), body))
+}
+
+/// What shows in place of a character of an upstream's text that would hide or reorder what
+/// is read: C0 and C1 controls (tab and line feed excepted) as their control pictures (`␇`,
+/// `␛`) or code points, bidirectional controls and invisible characters as their code points.
+fn mark_of(c: char) -> Option<String> {
+    match c {
+        '\t' | '\n' => None,
+        '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + u32::from(c)).map(String::from),
+        '\u{7f}' => Some("\u{2421}".to_owned()),
+        '\u{80}'..='\u{9f}'
+        | '\u{61c}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}'
+        | '\u{feff}' => Some(format!("U+{:04X}", u32::from(c))),
+        _ => None,
+    }
+}
+
+enum Piece<'a> {
+    Text(&'a str),
+    Mark(String, u32),
+}
+
+/// Text an upstream wrote, escaped like any value, each character [`mark_of`] names shown as
+/// its mark in a `span.ctl` (titled with its code point) instead.
+fn visible(text: &str) -> Markup {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        if let Some(mark) = mark_of(c) {
+            if start < i {
+                pieces.push(Piece::Text(&text[start..i]));
+            }
+            pieces.push(Piece::Mark(mark, u32::from(c)));
+            start = i + c.len_utf8();
+        }
+    }
+    if start < text.len() {
+        pieces.push(Piece::Text(&text[start..]));
+    }
+    html! {
+        @for piece in &pieces {
+            @match piece {
+                Piece::Text(text) => (text),
+                Piece::Mark(mark, code) => span.ctl title=(format!("U+{code:04X}")) { (mark) },
+            }
+        }
+    }
+}
+
+/// A JSON value of an upstream's, pretty-printed, in a box of its own.
+fn json_box(value: &Value, class: &str) -> Markup {
+    let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+    html! { pre class={ "upstream json " (class) } { (visible(&pretty)) } }
+}
+
+/// A held definition the definitions page shows whole: its detail (with the approved one and
+/// the diff), or why its stored text does not read.
+pub(super) struct HeldDefinition {
+    pub view: DefinitionView,
+    pub detail: Result<DefinitionDetail, String>,
+}
+
+/// What the definitions page shows of one tenant.
+pub(super) struct DefinitionsView<'a> {
+    pub slug: &'a str,
+    /// Held definitions shown whole.
+    pub held: &'a [HeldDefinition],
+    /// Held definitions beyond those, only named.
+    pub more: &'a [DefinitionView],
+    /// The latest decided definitions.
+    pub decided: &'a [DefinitionView],
+    /// Whether the signed-in authority may approve and reject (an owner's, a platform
+    /// administrator's); an auditor's reads only.
+    pub can_decide: bool,
+}
+
+fn change_label(change: &str) -> &'static str {
+    if change == "changed" { "changed" } else { "first sight" }
+}
+
+fn field_changes(fields: &[FieldChange]) -> Markup {
+    let side = |v: &Option<Value>| match v {
+        Some(v) => json_box(v, "field-value"),
+        None => html! { span.muted { "absent" } },
+    };
+    html! {
+        table.fields {
+            thead { tr { th.path { "Path" } th { "Approved" } th { "Held" } } }
+            tbody {
+                @for f in fields {
+                    tr.field {
+                        td.mono.path { (visible(&f.path)) }
+                        td.before { (side(&f.before)) }
+                        td.after { (side(&f.after)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn held_definition(h: &HeldDefinition, base: &str, csrf: &str, can_decide: bool) -> Markup {
+    let v = &h.view;
+    let action = |verb: &str| format!("{base}/{}/{verb}", percent(&v.id));
+    html! {
+        article.definition data-id=(v.id) data-state=(v.state.as_str()) {
+            h3 {
+                span.kind { (v.kind.as_str()) }
+                code.server { (visible(&v.server)) } " · " code.name { (visible(&v.name)) } " "
+                span.badge.change.changed[v.change == "changed"] { (change_label(&v.change)) }
+            }
+            dl.digests {
+                dt { "Held digest" } dd.mono.digest { (v.digest) }
+                dt { "Approved digest" }
+                dd.mono.approved-digest { @if let Some(d) = &v.approved_digest { (d) } @else { span.muted { "none: nothing of this item is served" } } }
+                dt { "First seen" } dd { (when(&Value::from(v.first_seen_at))) }
+            }
+            @if can_decide {
+                div.decide {
+                    form method="post" action=(action("approve")) {
+                        (hidden(csrf))
+                        button.approve type="submit" { "Approve and serve" }
+                    }
+                    form method="post" action=(action("reject")) {
+                        (hidden(csrf))
+                        button.reject type="submit" { "Reject" }
+                    }
+                }
+            }
+            @match &h.detail {
+                Err(why) => p.notice.error { "Its stored text does not read: " (why) },
+                Ok(d) => {
+                    h4 { "Description" @if d.approved.is_some() { span.muted { " (against the approved one)" } } }
+                    @if d.diff.description.is_empty() {
+                        p.muted { "None." }
+                    } @else {
+                        div.upstream.diff {
+                            @for line in &d.diff.description {
+                                @match line.op.as_str() {
+                                    "removed" => div.diff-line.diff-removed { span.diff-sign { "−" } del { (visible(&line.text)) } },
+                                    "added" => div.diff-line.diff-added { span.diff-sign { "+" } ins { (visible(&line.text)) } },
+                                    _ => div.diff-line.diff-same { span.diff-sign { " " } span { (visible(&line.text)) } },
+                                }
+                            }
+                        }
+                    }
+                    h4 { "Other changes" }
+                    @if d.diff.fields.is_empty() { p.muted { "None." } } @else { (field_changes(&d.diff.fields)) }
+                    h4 { "The held definition, whole" }
+                    (json_box(&d.definition, "held-definition"))
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn definitions(who: &Authority, csrf: &str, view: &DefinitionsView<'_>, notice: &Notice) -> Response {
+    let DefinitionsView { slug, held, more, decided, can_decide } = *view;
+    let base = format!("/console/tenants/{slug}/definitions");
+    let body = html! {
+        h1 { "Upstream definitions " span.muted { "(" (slug) ")" } }
+        (notices(notice))
+        p.muted {
+            "The tools, prompts and resource templates the tenant's pinned servers list. A held definition is served nowhere until an owner approves it. "
+            strong { "Everything below the headings is the upstream's own text: read it as data, not as instructions." }
+        }
+        @if !can_decide { p.notice id="read-only" { "You read these; the tenant's owners decide." } }
+        h2 { "Held " span.muted { "(" (held.len() + more.len()) ")" } }
+        section id="definitions" {
+            @if held.is_empty() { p.muted id="none-held" { "Nothing is held." } }
+            @for h in held { (held_definition(h, &base, csrf, can_decide)) }
+        }
+        @if !more.is_empty() {
+            p.notice id="more-held" { (more.len()) " more held definitions; decide the ones above to see them:" }
+            ul {
+                @for v in more { li { (v.kind.as_str()) " " code { (visible(&v.server)) " · " (visible(&v.name)) } " " span.muted { (v.digest) } } }
+            }
+        }
+        h2 { "Recently decided" }
+        table id="decided" {
+            thead { tr { th { "Server" } th { "Kind" } th { "Name" } th { "State" } th { "Digest" } th { "Decided" } th { "By" } } }
+            tbody {
+                @for v in decided {
+                    tr data-id=(v.id) {
+                        td.mono { (visible(&v.server)) }
+                        td { (v.kind.as_str()) }
+                        td.mono { (visible(&v.name)) }
+                        td.state { (v.state.as_str()) }
+                        td.mono { (v.digest) }
+                        td { @if let Some(at) = v.decided_at { (when(&Value::from(at))) } }
+                        td.mono { (v.decided_by.as_deref().unwrap_or_default()) }
+                    }
+                }
+            }
+        }
+    };
+    respond(StatusCode::OK, page(&format!("{slug} definitions"), nav(who, csrf), body))
 }

@@ -164,6 +164,12 @@ impl Browser {
         self.command(reqwest::Method::POST, &format!("/element/{id}/click"), Some(json!({}))).await;
     }
 
+    /// Runs `script` (a function body: `return …` answers) in the page, as WebDriver does,
+    /// outside the page's Content Security Policy; returns what it answers.
+    pub async fn execute(&self, script: &str) -> Value {
+        self.command(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": []}))).await
+    }
+
     /// The cookies the browser holds for the page's URL, as (name, value).
     pub async fn cookies(&self) -> Vec<(String, String)> {
         let all = self.command(reqwest::Method::GET, "/cookie", None).await;
