@@ -65,7 +65,10 @@ net.Server.prototype.listen = function (port, ...rest) {
 
 /// Starts an HTTP upstream (killed when dropped) and waits for its `listening on ADDR` line on
 /// stdout or stderr; the rest of its output is drained.
-async fn http_upstream(mut cmd: tokio::process::Command, on_stderr: bool) -> (tokio::process::Child, String) {
+pub(crate) async fn http_upstream(
+    mut cmd: tokio::process::Command,
+    on_stderr: bool,
+) -> (tokio::process::Child, String) {
     let (out, err) = if on_stderr { (Stdio::null(), Stdio::piped()) } else { (Stdio::piped(), Stdio::null()) };
     let mut child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).kill_on_drop(true).spawn().unwrap();
     let pipe: Box<dyn AsyncRead + Unpin + Send> =

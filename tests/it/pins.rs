@@ -73,8 +73,8 @@ impl Site {
         format!("owner@{}.test", self.slug)
     }
 
-    /// The changing server as `server`, bound through the admin API (`pin`: the binding's mode,
-    /// or none for the default); the owner may use all of it.
+    /// The changing server as `server`, run by the gateway over stdio and bound through the
+    /// admin API (`pin`: the binding's mode, or none for the default); the owner may use all of it.
     async fn bind(&self, server: &str, pin: Option<&str>) {
         let python = python().await;
         let declaration = json!({
@@ -82,6 +82,10 @@ impl Site {
             "args": [fixture_file("python/changing_server.py").display().to_string()],
             "env": {},
         });
+        self.bind_declared(server, pin, declaration).await;
+    }
+
+    async fn bind_declared(&self, server: &str, pin: Option<&str>, declaration: Value) {
         let mut tx = self.live.db.begin().await.unwrap();
         let entity = format!("defaults/mcp-servers/{server}");
         entities::create_entity(&mut tx, &self.slug, &entity, &declaration).await.unwrap();
@@ -380,12 +384,17 @@ async fn changed_tools_are_held(backend: Backend) {
 
 both_dbs!(pins_changed_tools_are_held, changed_tools_are_held);
 
-/// Two replicas on one database, each running its own copy of the server: a change seen by one
-/// holds the tool on the other, whose copy still lists the approved definition, and its caller
-/// is told its list changed; once both copies list the change and it is approved, both serve it.
+/// Two replicas on one database and one upstream over Streamable HTTP, which tells only the
+/// session that changed `send` of the change: the other replica holds the tool too (it lists the
+/// upstream again when the pins move) and its caller is told its list changed; approved, both
+/// serve the new definition.
 async fn a_change_seen_by_one_replica_holds_it_on_all(backend: Backend) {
+    let python = python().await;
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(fixture_file("python/changing_server.py")).arg("http");
+    let (_upstream, addr) = crate::interop::http_upstream(cmd, false).await;
     let site = Site::start(backend, "pinr").await;
-    site.bind("chg", None).await;
+    site.bind_declared("chg", None, json!({"url": format!("http://{addr}/mcp")})).await;
     let replica = site.live.replica().await;
     let (here, there) = (Changes::default(), Changes::default());
     let first = site.client(&site.live.base_url(), &here).await;
@@ -401,7 +410,6 @@ async fn a_change_seen_by_one_replica_holds_it_on_all(backend: Backend) {
     assert!(find(&listed, "chg__set_version").is_some());
     refused(&second, "chg__send", json!({"to": "bob"})).await;
 
-    answered(&second, "chg__set_version", json!({"version": "v2"})).await;
     let held = site.definitions("held").await;
     assert_eq!(held.len(), 1, "one change, recorded once: {held:?}");
     let (status, _) = site.api("POST", &format!("definitions/{}/approve", held[0]["id"].as_str().unwrap()), None).await;
