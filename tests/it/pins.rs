@@ -388,6 +388,8 @@ both_dbs!(pins_changed_tools_are_held, changed_tools_are_held);
 /// session that changed `send` of the change: the other replica holds the tool too (it lists the
 /// upstream again when the pins move) and its caller is told its list changed; approved, both
 /// serve the new definition.
+/// With a copy of the server per replica (stdio), the other replica's copy still lists the
+/// approved definition: it is withheld all the same while the change waits.
 async fn a_change_seen_by_one_replica_holds_it_on_all(backend: Backend) {
     let python = python().await;
     let mut cmd = tokio::process::Command::new(python);
@@ -395,6 +397,8 @@ async fn a_change_seen_by_one_replica_holds_it_on_all(backend: Backend) {
     let (_upstream, addr) = crate::interop::http_upstream(cmd, false).await;
     let site = Site::start(backend, "pinr").await;
     site.bind_declared("chg", None, json!({"url": format!("http://{addr}/mcp")})).await;
+    // And over stdio: each replica runs a copy of its own.
+    site.bind("own", None).await;
     let replica = site.live.replica().await;
     let (here, there) = (Changes::default(), Changes::default());
     let first = site.client(&site.live.base_url(), &here).await;
@@ -409,6 +413,13 @@ async fn a_change_seen_by_one_replica_holds_it_on_all(backend: Backend) {
     let listed = until_listed(&second, "chg__send", false).await;
     assert!(find(&listed, "chg__set_version").is_some());
     refused(&second, "chg__send", json!({"to": "bob"})).await;
+
+    // A copy that still lists the approved definition serves it no more while a change waits.
+    answered(&first, "own__set_version", json!({"version": "v2"})).await;
+    until_listed(&first, "own__send", false).await;
+    until_listed(&second, "own__send", false).await;
+    let (status, _) = site.api("DELETE", "bindings/own", None).await;
+    assert_eq!(status, 204);
 
     let held = site.definitions("held").await;
     assert_eq!(held.len(), 1, "one change, recorded once: {held:?}");
