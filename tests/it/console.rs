@@ -375,6 +375,19 @@ async fn definitions_in_a_browser(backend: Backend) {
         1
     );
     assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE action = 'admin.definition.reject'").await, 1);
+    // The binding's mode, shown and set from the tenant page: `notes` rebound to follow.
+    let acme = format!("{}/console/tenants/acme", live.base_url());
+    browser.goto(&acme).await;
+    assert!(browser.text("#bindings td.pin").await.contains("approve"));
+    browser.type_into("#binding-server", "notes").await;
+    browser.type_into("#binding-executor", "box").await;
+    browser.select("#binding-pin", "follow").await;
+    browser.click("#bind-server").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
+    assert_eq!(
+        live.count("SELECT COUNT(*) FROM mcp_server_bindings WHERE server = 'notes' AND pin = 'follow'").await,
+        1
+    );
     sign_out(&browser).await;
 
     // The auditor reads what is still held, with no form to decide it.

@@ -49,6 +49,8 @@ pub(crate) struct ExecutorStatus {
 pub(crate) struct ServerStatus {
     pub server: String,
     pub executor: String,
+    /// How its upstream definitions are pinned: `approve`, `trust_first_use` or `follow`.
+    pub pin: String,
     pub connections: Vec<ConnectionView>,
 }
 
@@ -142,7 +144,7 @@ pub(crate) async fn servers(
                     in_flight: c.in_flight,
                 })
                 .collect();
-            ServerStatus { executor: text(&b["executor"]), server, connections }
+            ServerStatus { executor: text(&b["executor"]), pin: text(&b["pin"]), server, connections }
         })
         .collect())
 }

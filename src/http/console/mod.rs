@@ -460,6 +460,9 @@ struct BindingForm {
     csrf: String,
     server: String,
     executor: String,
+    /// `approve`, `trust_first_use` or `follow`; empty: a new binding's default, a rebinding's own.
+    #[serde(default)]
+    pin: String,
 }
 
 async fn set_binding(
@@ -473,7 +476,18 @@ async fn set_binding(
         Err(r) => return r,
     };
     let back = format!("/console/tenants/{tenant}");
-    let write = Write::SetBinding { tenant, server: f.server, executor: f.executor, prefixed: true, pin: None };
+    let pin = match f.pin.as_str() {
+        "" => None,
+        text => match crate::store::definitions::PinMode::parse(text) {
+            Some(pin) => Some(pin),
+            None => {
+                let refusal =
+                    AdminError::Invalid { field: "pin", message: "approve, trust_first_use or follow".into() };
+                return refused(refusal, &s, &back);
+            }
+        },
+    };
+    let write = Write::SetBinding { tenant, server: f.server, executor: f.executor, prefixed: true, pin };
     act(&console, &s, write, &back).await
 }
 

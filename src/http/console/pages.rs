@@ -305,16 +305,17 @@ pub(super) fn tenant(
         h2 { "Upstream servers" }
         p.muted { "What each pinned server lists is held until approved: " a href={ (base) "/definitions" } id="definitions-link" { "upstream definitions" } "." }
         table id="bindings" {
-            thead { tr { th { "Server" } th { "Executor" } th { "Revision" } th { "Tools" } th { "Last error" } th { "Last used" } } }
+            thead { tr { th { "Server" } th { "Executor" } th { "Definitions" } th { "Revision" } th { "Tools" } th { "Last error" } th { "Last used" } } }
             tbody {
                 @for b in servers {
                     @if b.connections.is_empty() {
-                        tr { td.mono { (b.server) } td { (b.executor) } td.muted colspan="4" { "not connected on this replica" } }
+                        tr { td.mono { (b.server) } td { (b.executor) } td.pin { (b.pin) } td.muted colspan="4" { "not connected on this replica" } }
                     }
                     @for c in &b.connections {
                         tr {
                             td.mono { (b.server) }
                             td { (b.executor) }
+                            td.pin { (b.pin) }
                             td { (c.revision.clone().unwrap_or_default()) }
                             td { (c.tools.map(|t| t.to_string()).unwrap_or_default()) }
                             td { @if let Some(e) = &c.last_error { strong { (c.last_error_class.as_deref().unwrap_or("")) } ": " (e) " " span.muted { (when(&Value::from(c.last_error_at.unwrap_or(0)))) } } }
@@ -327,9 +328,15 @@ pub(super) fn tenant(
         @if !retired {
             form.inline method="post" action={ (base) "/bindings" } {
                 (hidden(csrf))
-                label { "Server id" input name="server" required; }
-                label { "Executor" input name="executor" required value="local"; }
-                button type="submit" { "Bind server" }
+                label { "Server id" input name="server" id="binding-server" required; }
+                label { "Executor" input name="executor" id="binding-executor" required value="local"; }
+                label { "Definitions" select name="pin" id="binding-pin" {
+                    option value="" { "keep (new: trust first use)" }
+                    option value="approve" { "approve each" }
+                    option value="trust_first_use" { "trust first use" }
+                    option value="follow" { "follow (unsafe: not pinned)" }
+                } }
+                button type="submit" id="bind-server" { "Bind server" }
             }
         }
         h2 { "Grants" }
