@@ -89,6 +89,9 @@ pub struct Connection {
     health: std::sync::Mutex<Health>,
     /// Its tools as policies see them, for the tool list they were read from.
     pub(super) facts: std::sync::Mutex<Option<ToolFactsOf>>,
+    /// The catalogue's writes of this connection, one at a time, and the number of the list
+    /// last served (a write of an older list is skipped: it would overwrite a newer one).
+    pub(super) catalogue: Arc<CatalogueWrites>,
     /// Whose pinned definitions its lists are served under (`None`: served as listed, for a
     /// server that is no tenant's binding).
     pin: Option<PinScope>,
@@ -100,6 +103,13 @@ pub struct Connection {
 pub(crate) struct PinScope {
     pub tenant: crate::store::TenantId,
     pub pins: Arc<Pins>,
+}
+
+/// See [`Connection::catalogue`].
+#[derive(Default)]
+pub(super) struct CatalogueWrites {
+    pub one_at_a_time: tokio::sync::Mutex<()>,
+    pub latest: std::sync::atomic::AtomicU64,
 }
 
 /// A list as served, for the upstream's list and the pins' version it was computed from.
@@ -168,6 +178,8 @@ pub(super) struct ToolFactsOf {
     pub recorded: Arc<AtomicBool>,
     /// A write is under way.
     pub recording: Arc<AtomicBool>,
+    /// Its number among the lists the connection served (see [`CatalogueWrites`]).
+    pub number: u64,
 }
 
 /// A connection's revision and last failure (see [`Connection::status`]).
@@ -221,6 +233,7 @@ impl Connection {
             subscriptions_changed: Arc::default(),
             health: std::sync::Mutex::default(),
             facts: std::sync::Mutex::default(),
+            catalogue: Arc::default(),
             pin,
             pinned: std::sync::Mutex::default(),
         }

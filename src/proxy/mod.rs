@@ -233,11 +233,13 @@ impl Upstreams {
                     .iter()
                     .map(|t| (t.name.to_string(), Arc::new(crate::policy::ToolFacts::upstream(server, t))))
                     .collect();
+                let number = connection.catalogue.latest.fetch_add(1, Ordering::AcqRel) + 1;
                 held.insert(connection::ToolFactsOf {
                     tools: Arc::clone(tools),
                     facts: Arc::new(facts),
                     recorded: Arc::default(),
                     recording: Arc::default(),
+                    number,
                 })
             }
         };
@@ -246,12 +248,18 @@ impl Upstreams {
             return facts;
         }
         let (recorded, recording) = (Arc::clone(&of.recorded), Arc::clone(&of.recording));
+        let (writes, number) = (Arc::clone(&connection.catalogue), of.number);
         drop(held);
         match serde_json::to_string(tools.as_slice()) {
             Ok(json) => {
                 let (db, server) = (self.db.clone(), server.to_owned());
                 tokio::spawn(async move {
-                    match db.record_catalogue(tenant, &server, &json).await {
+                    let _one = writes.one_at_a_time.lock().await;
+                    // A newer list was served meanwhile: it records itself, and this one must
+                    // not land after it.
+                    let newer = writes.latest.load(Ordering::Acquire) != number;
+                    let written = if newer { Ok(false) } else { db.record_catalogue(tenant, &server, &json).await };
+                    match written {
                         Ok(_) => recorded.store(true, Ordering::Release),
                         Err(e) => {
                             tracing::warn!(%server, error = %e, "recording the server's tools for policies failed; tried again on next use");

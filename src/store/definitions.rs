@@ -401,7 +401,7 @@ impl Db {
         server: &str,
         sightings: &[Sighting],
     ) -> Result<Vec<Recorded>, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin().await?;
         let now = now_millis();
         let mut out = Vec::with_capacity(sightings.len());
         for s in sightings {

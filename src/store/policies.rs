@@ -164,7 +164,8 @@ impl Db {
     /// moves no change counter). Whether it wrote.
     pub async fn record_catalogue(&self, tenant: TenantId, server: &str, tools: &str) -> Result<bool, StoreError> {
         let digest = sha256_hex(tools.as_bytes());
-        let mut tx = self.pool().begin().await?;
+        // IMMEDIATE on SQLite: it reads, then writes (see `Db::begin`).
+        let mut tx = self.begin().await?;
         let stored: Option<String> =
             sqlx::query_scalar("SELECT digest FROM tool_catalogue WHERE tenant_id = $1 AND server = $2")
                 .bind(tenant)

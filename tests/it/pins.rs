@@ -98,7 +98,9 @@ impl Site {
         assert_eq!(status, 201, "{view}");
         assert_eq!(view["pin"], json!(pin.unwrap_or("trust_first_use")), "the binding shows its mode");
         let mut tx = self.live.db.begin().await.unwrap();
-        entities::grant(&mut tx, &self.slug, server, Role::Owner, entities::GrantKind::Tool, "*").await.unwrap();
+        for kind in [entities::GrantKind::Tool, entities::GrantKind::Prompt] {
+            entities::grant(&mut tx, &self.slug, server, Role::Owner, kind, "*").await.unwrap();
+        }
         tx.commit().await.unwrap();
     }
 
@@ -164,6 +166,22 @@ async fn until_listed(client: &RunningService<RoleClient, Changes>, name: &str, 
     .await
 }
 
+/// The prompts listed, by name, and their descriptions.
+async fn prompts(client: &RunningService<RoleClient, Changes>) -> Vec<(String, String)> {
+    let listed = client.peer().list_all_prompts().await.unwrap();
+    listed.into_iter().map(|p| (p.name.to_string(), p.description.unwrap_or_default())).collect()
+}
+
+/// Waits until prompt `name` is listed (`listed`) or not, and answers its description.
+async fn until_prompt(client: &RunningService<RoleClient, Changes>, name: &str, listed: bool) -> Option<String> {
+    eventually(format!("prompt {name} listed: {listed}"), || async {
+        let prompts = prompts(client).await;
+        let found = prompts.iter().find(|(n, _)| n == name).map(|(_, d)| d.clone());
+        if found.is_some() == listed { Ok(found) } else { Err(format!("{prompts:?}")) }
+    })
+    .await
+}
+
 fn names(tools: &[Tool]) -> Vec<String> {
     tools.iter().map(|t| t.name.to_string()).collect()
 }
@@ -218,6 +236,9 @@ async fn changed_tools_are_held(backend: Backend) {
 
     // First sight: trust_first_use pins and serves, approve holds, follow serves and pins nothing.
     let listed = tools(&client).await;
+    let first_prompts = prompts(&client).await;
+    assert!(first_prompts.iter().any(|(n, _)| n == "chg__greet"), "{first_prompts:?}");
+    assert!(!first_prompts.iter().any(|(n, _)| n == "appr__greet"), "{first_prompts:?}");
     let send = find(&listed, "chg__send").expect("pinned on first sight and served");
     assert_eq!(description(send), "Sends a message to one person.");
     assert!(find(&listed, "flw__send").is_some(), "{:?}", names(&listed));
@@ -235,9 +256,9 @@ async fn changed_tools_are_held(backend: Backend) {
     );
     assert_eq!(site.live.count("SELECT COUNT(*) FROM tool_definitions WHERE server = 'flw'").await, 0);
     let first_held = site.definitions("held").await;
-    assert_eq!(first_held.len(), 2, "appr's send and set_version: {first_held:?}");
+    assert_eq!(first_held.len(), 3, "appr's send, set_version and greet: {first_held:?}");
     assert!(first_held.iter().all(|d| d["server"] == "appr" && d["change"] == "first_sight"), "{first_held:?}");
-    assert_eq!(site.held_metric().await, 2.0);
+    assert_eq!(site.held_metric().await, 3.0);
     assert!(site.live.count("SELECT COUNT(*) FROM tool_definitions WHERE decided_by = 'trust_first_use'").await >= 2);
 
     // The upstream changes `send`: held, not listed, answered exactly as an unknown tool.
@@ -250,10 +271,15 @@ async fn changed_tools_are_held(backend: Backend) {
     let held = stored(&site, "chg", "held").await;
     assert_eq!(held.len(), 1);
     assert!(held[0].2.contains("id_rsa") && held[0].2.contains("bcc"), "{}", held[0].2);
-    assert_eq!(site.held_metric().await, 3.0);
+    // The prompt changed too: held, and a request of it answered as of an unknown prompt.
+    until_prompt(&client, "chg__greet", false).await;
+    let get = rmcp::model::GetPromptRequestParams::new("chg__greet");
+    assert!(client.peer().get_prompt(get).await.is_err(), "a held prompt is not served");
+    assert_eq!(site.held_metric().await, 5.0);
 
     // The owner reads the diff (an auditor may read it too, not decide), and approves.
-    let change = site.definitions("held").await.into_iter().find(|d| d["server"] == "chg").unwrap();
+    let change =
+        site.definitions("held").await.into_iter().find(|d| d["server"] == "chg" && d["name"] == "send").unwrap();
     assert_eq!(change["change"], "changed");
     assert_eq!(change["approved_digest"], json!(trusted[0].1));
     let id = change["id"].as_str().unwrap().to_owned();
@@ -328,7 +354,12 @@ async fn changed_tools_are_held(backend: Backend) {
     // the upstream going back to the approved definition is served with no new approval.
     answered(&client, "chg__set_version", json!({"version": "v3"})).await;
     until_listed(&client, "chg__send", false).await;
-    let v3 = site.definitions("held").await.into_iter().find(|d| d["server"] == "chg").unwrap();
+    let v3 = site
+        .definitions("held")
+        .await
+        .into_iter()
+        .find(|d| d["server"] == "chg" && d["name"] == "send" && d["id"] != json!(id))
+        .unwrap();
     let (status, detail) = site.api("GET", &format!("definitions/{}", v3["id"].as_str().unwrap()), None).await;
     assert_eq!(status, 200);
     assert!(
@@ -343,6 +374,14 @@ async fn changed_tools_are_held(backend: Backend) {
     let listed = until_listed(&client, "chg__send", true).await;
     assert!(description(find(&listed, "chg__send").unwrap()).contains("id_rsa"));
     assert_eq!(stored(&site, "chg", "held").await.len(), 0, "nothing new to approve");
+    // The prompt's change, approved, is served with its new text.
+    let greet =
+        site.definitions("held").await.into_iter().find(|d| d["server"] == "chg" && d["name"] == "greet").unwrap();
+    assert_eq!((greet["kind"].as_str(), greet["change"].as_str()), (Some("prompt"), Some("changed")), "{greet}");
+    let (status, _) = site.api("POST", &format!("definitions/{}/approve", greet["id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200);
+    let described = until_prompt(&client, "chg__greet", true).await.unwrap();
+    assert!(described.contains("password"), "{described}");
 
     // What is served is the stored approved text, whatever the upstream's copy holds beside
     // its digest: an approved row edited by hand is what callers read.
@@ -381,7 +420,7 @@ async fn changed_tools_are_held(backend: Backend) {
     assert_eq!(status, 200);
     let listed = until_listed(&client, "appr__send", true).await;
     assert!(find(&listed, "appr__set_version").is_none(), "each definition is approved on its own");
-    assert_eq!(site.held_metric().await, 1.0, "appr's set_version");
+    assert_eq!(site.held_metric().await, 2.0, "appr's set_version and greet");
     // Unbinding a server forgets its definitions: a binding made again starts over.
     let (status, _) = site.api("DELETE", "bindings/appr", None).await;
     assert_eq!(status, 204);
