@@ -147,7 +147,9 @@ pub(crate) async fn detail(
     tenant: TenantId,
     id: &str,
 ) -> Result<Option<DefinitionDetail>, AdminError> {
-    let rows = definitions::list(&mut *conn, tenant, None).await?;
+    let Some(row) = definitions::get(&mut *conn, tenant, id).await? else { return Ok(None) };
+    // The item's rows alone: what the view and the diff read.
+    let rows = definitions::of_item(&mut *conn, tenant, &row.server, row.kind, &row.name).await?;
     let Some(row) = rows.iter().find(|r| r.id == id) else { return Ok(None) };
     let view = views_of(&rows).into_iter().find(|v| v.id == id).expect("the row is among the rows");
     let parse = |row: &DefinitionRow| -> Result<Value, AdminError> {

@@ -237,6 +237,28 @@ pub async fn list(
     rows.iter().map(|r| row_of(r, true)).collect()
 }
 
+/// Every definition of one item of a tenant, with their text.
+pub async fn of_item(
+    conn: &mut AnyConnection,
+    tenant: TenantId,
+    server: &str,
+    kind: DefinitionKind,
+    name: &str,
+) -> Result<Vec<DefinitionRow>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS}, definition FROM tool_definitions \
+         WHERE tenant_id = $1 AND server = $2 AND kind = $3 AND name = $4 ORDER BY id"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(tenant)
+        .bind(server)
+        .bind(kind.as_str())
+        .bind(name)
+        .fetch_all(conn)
+        .await?;
+    rows.iter().map(|r| row_of(r, true)).collect()
+}
+
 /// One of a tenant's definitions, with its text.
 pub async fn get(conn: &mut AnyConnection, tenant: TenantId, id: &str) -> Result<Option<DefinitionRow>, StoreError> {
     let sql = format!("SELECT {COLUMNS}, definition FROM tool_definitions WHERE tenant_id = $1 AND id = $2");
