@@ -134,7 +134,7 @@ pub(crate) async fn views(
     tenant: TenantId,
     state: Option<DefinitionState>,
 ) -> Result<Vec<DefinitionView>, AdminError> {
-    let rows = definitions::list(conn, tenant, None).await?;
+    let rows = definitions::list(conn, tenant).await?;
     let mut views = views_of(&rows);
     views.retain(|v| state.is_none_or(|s| v.state == s));
     views.sort_by(|a, b| a.id.cmp(&b.id));

@@ -743,18 +743,13 @@ impl Admin {
             }
             Write::DecideDefinition { tenant, id, decision } => {
                 let tenant = tenant_id(&mut *c, tenant).await?;
-                let server_of = definitions::get(&mut *c, tenant, id).await?;
-                let before = match &server_of {
-                    Some(row) => definitions::approved(&mut *c, tenant, &row.server, row.kind, &row.name).await?,
-                    None => None,
-                };
-                let decided = definitions::decide(c, tenant, id, *decision, actor).await?;
+                let (decided, before) = definitions::decide(c, tenant, id, *decision, actor).await?;
                 applied.detail = Some(json!({
                     "server": decided.server,
                     "kind": decided.kind.as_str(),
                     "name": decided.name,
                     "digest": decided.digest,
-                    "approved_before": before.map(|b| b.digest),
+                    "approved_before": before,
                 }));
             }
             Write::SetPolicyMode { tenant, mode } => {

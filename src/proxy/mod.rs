@@ -318,11 +318,18 @@ impl Upstreams {
         tokio::spawn(async move {
             while moves.changed().await.is_ok() {
                 let Some(upstreams) = upstreams.upgrade() else { break };
-                let held: Vec<Arc<Connection>> = lock(&upstreams.pool).values().cloned().collect();
-                let timeout = upstreams.connect_timeout;
+                let held: Vec<(TenantId, Arc<Connection>)> =
+                    lock(&upstreams.pool).iter().map(|((t, _), c)| (*t, Arc::clone(c))).collect();
+                let (timeout, pins) = (upstreams.connect_timeout, Arc::clone(&upstreams.pins));
                 drop(upstreams);
+                // Each tenant's pins read once, here, rather than by each of its connections at
+                // the same time (a failed read is the connection's to report).
+                let tenants: BTreeSet<TenantId> = held.iter().map(|(t, _)| *t).collect();
+                for tenant in tenants {
+                    let _ = pins.of(tenant).await;
+                }
                 // Each on its own: a slow upstream delays no other connection.
-                for connection in held {
+                for (_, connection) in held {
                     tokio::spawn(async move { connection.repin(timeout).await });
                 }
             }

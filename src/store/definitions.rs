@@ -190,18 +190,6 @@ fn row_of(r: &sqlx::any::AnyRow, with_text: bool) -> Result<DefinitionRow, Store
     })
 }
 
-/// A binding's pin mode.
-pub async fn pin_mode(conn: &mut AnyConnection, tenant: TenantId, server: &str) -> Result<PinMode, StoreError> {
-    let mode: Option<String> =
-        sqlx::query_scalar("SELECT pin FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2")
-            .bind(tenant)
-            .bind(server)
-            .fetch_optional(conn)
-            .await?;
-    let mode = mode.ok_or_else(|| StoreError::NotFound(format!("server `{server}` is not bound")))?;
-    PinMode::parse(&mode).ok_or_else(|| StoreError::Invalid { field: "pin", message: format!("stored mode `{mode}`") })
-}
-
 /// Sets a binding's pin mode.
 pub async fn set_pin_mode(
     conn: &mut AnyConnection,
@@ -218,23 +206,13 @@ pub async fn set_pin_mode(
     Ok(())
 }
 
-/// A tenant's definitions, newest first seen first; only those in `state` when given. With
-/// their text.
-pub async fn list(
-    conn: &mut AnyConnection,
-    tenant: TenantId,
-    state: Option<DefinitionState>,
-) -> Result<Vec<DefinitionRow>, StoreError> {
+/// A tenant's definitions, newest first seen first, without their text.
+pub async fn list(conn: &mut AnyConnection, tenant: TenantId) -> Result<Vec<DefinitionRow>, StoreError> {
     let sql = format!(
-        "SELECT {COLUMNS}, definition FROM tool_definitions WHERE tenant_id = $1 AND ($2 = '' OR state = $2) \
-         ORDER BY first_seen_at DESC, server, kind, name, id"
+        "SELECT {COLUMNS} FROM tool_definitions WHERE tenant_id = $1 ORDER BY first_seen_at DESC, server, kind, name, id"
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(tenant)
-        .bind(state.map_or("", DefinitionState::as_str))
-        .fetch_all(conn)
-        .await?;
-    rows.iter().map(|r| row_of(r, true)).collect()
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant).fetch_all(conn).await?;
+    rows.iter().map(|r| row_of(r, false)).collect()
 }
 
 /// Every definition of one item of a tenant, with their text.
@@ -266,36 +244,6 @@ pub async fn get(conn: &mut AnyConnection, tenant: TenantId, id: &str) -> Result
     row.map(|r| row_of(&r, true)).transpose()
 }
 
-/// The approved definition of an item, with its text.
-pub async fn approved(
-    conn: &mut AnyConnection,
-    tenant: TenantId,
-    server: &str,
-    kind: DefinitionKind,
-    name: &str,
-) -> Result<Option<DefinitionRow>, StoreError> {
-    let sql = format!(
-        "SELECT {COLUMNS}, definition FROM tool_definitions \
-         WHERE tenant_id = $1 AND server = $2 AND kind = $3 AND name = $4 AND state = 'approved'"
-    );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(tenant)
-        .bind(server)
-        .bind(kind.as_str())
-        .bind(name)
-        .fetch_optional(conn)
-        .await?;
-    row.map(|r| row_of(&r, true)).transpose()
-}
-
-/// How many of a tenant's definitions are held.
-pub async fn held_count(conn: &mut AnyConnection, tenant: TenantId) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM tool_definitions WHERE tenant_id = $1 AND state = 'held'")
-        .bind(tenant)
-        .fetch_one(conn)
-        .await?)
-}
-
 /// An owner's decision on a definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -319,13 +267,14 @@ impl Decision {
 /// replaced makes it the item's approved definition (the one approved before it becomes
 /// replaced); rejecting one that is held or approved makes it rejected (an approved one so
 /// withdrawn leaves the item with none). Anything else is a conflict: the state it is in.
+/// Answers the decided row and the digest of the item's approved definition before.
 pub async fn decide(
     conn: &mut AnyConnection,
     tenant: TenantId,
     id: &str,
     decision: Decision,
     by: &str,
-) -> Result<DefinitionRow, StoreError> {
+) -> Result<(DefinitionRow, Option<String>), StoreError> {
     let row = get(&mut *conn, tenant, id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("definition `{id}` does not exist in this tenant")))?;
@@ -340,6 +289,16 @@ pub async fn decide(
             decision.as_str()
         )));
     }
+    let approved_before: Option<String> = sqlx::query_scalar(
+        "SELECT digest FROM tool_definitions \
+         WHERE tenant_id = $1 AND server = $2 AND kind = $3 AND name = $4 AND state = 'approved'",
+    )
+    .bind(tenant)
+    .bind(&row.server)
+    .bind(row.kind.as_str())
+    .bind(&row.name)
+    .fetch_optional(&mut *conn)
+    .await?;
     let now = now_millis();
     if decision == Decision::Approve {
         sqlx::query(
@@ -367,7 +326,7 @@ pub async fn decide(
     .bind(id)
     .execute(&mut *conn)
     .await?;
-    Ok(DefinitionRow { state, decided_at: Some(now), decided_by: Some(by.to_owned()), ..row })
+    Ok((DefinitionRow { state, decided_at: Some(now), decided_by: Some(by.to_owned()), ..row }, approved_before))
 }
 
 impl Db {
