@@ -17,10 +17,13 @@ pub enum Role {
     Worker,
     /// Reads every flock and the audit trail; writes nothing.
     Auditor,
+    /// Approves or rejects the calls of the tenant's other users that wait for a second
+    /// person; sees no flock by this role alone.
+    Approver,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [Role::Owner, Role::Manager, Role::Worker, Role::Auditor];
+    pub const ALL: [Role; 5] = [Role::Owner, Role::Manager, Role::Worker, Role::Auditor, Role::Approver];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -28,6 +31,7 @@ impl Role {
             Role::Manager => "manager",
             Role::Worker => "worker",
             Role::Auditor => "auditor",
+            Role::Approver => "approver",
         }
     }
 
@@ -35,7 +39,7 @@ impl Role {
     pub fn sees_all_flocks(self) -> bool {
         match self {
             Role::Owner | Role::Manager | Role::Auditor => true,
-            Role::Worker => false,
+            Role::Worker | Role::Approver => false,
         }
     }
 }
@@ -47,13 +51,47 @@ impl fmt::Display for Role {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown role `{0}` (expected owner, manager, worker or auditor)")]
+#[error("unknown role `{0}` (expected owner, manager, worker, auditor or approver)")]
 pub struct UnknownRole(pub String);
 
 impl FromStr for Role {
     type Err = UnknownRole;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownRole(s.to_owned()))
+    }
+}
+
+/// Who confirms a call before it is forwarded: the calling person, asked through its client,
+/// or a second person of the tenant with the [`Role::Approver`] role. Ordered by strictness:
+/// where several rules name a call, the strictest one decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Confirm {
+    Caller,
+    Approver,
+}
+
+impl Confirm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confirm::Caller => "caller",
+            Confirm::Approver => "approver",
+        }
+    }
+
+    /// The setting a stored or written text names.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "caller" => Some(Confirm::Caller),
+            "approver" => Some(Confirm::Approver),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Confirm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

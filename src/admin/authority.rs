@@ -46,6 +46,12 @@ pub enum Need<'a> {
     Inspect(&'a str),
     /// The build's guard report (the same for every tenant): an owner or auditor of any tenant.
     Report,
+    /// The calls of the tenant waiting for a second person: its approvers, who decide them, and
+    /// its owners and auditors, who see them (and platform administrators).
+    Approvals(&'a str),
+    /// Deciding such a call: the tenant's approvers only. A second person decides, so never the
+    /// operator's CLI or a platform administrator, who are no user of the tenant.
+    Approve(&'a str),
 }
 
 impl Authority {
@@ -60,9 +66,14 @@ impl Authority {
         {
             return Err(AdminError::NotFound("no such resource".into()));
         }
-        let member = match self {
-            Authority::Cli | Authority::Platform { .. } => return Ok(()),
-            Authority::Member(member) => member,
+        let member = match (self, need) {
+            (Authority::Cli | Authority::Platform { .. }, Need::Approve(_)) => {
+                return Err(AdminError::Denied(
+                    "a call is approved by an approver of its tenant, signed in as that user".into(),
+                ));
+            }
+            (Authority::Cli | Authority::Platform { .. }, _) => return Ok(()),
+            (Authority::Member(member), _) => member,
         };
         let (slug, role) = match need {
             Need::Platform => return Err(AdminError::Forbidden),
@@ -80,6 +91,8 @@ impl Authority {
             Need::Manage(slug) => (slug, &[Role::Owner][..]),
             Need::Audit(slug) => (slug, &[Role::Auditor][..]),
             Need::Inspect(slug) => (slug, &[Role::Owner, Role::Auditor][..]),
+            Need::Approvals(slug) => (slug, &[Role::Approver, Role::Owner, Role::Auditor][..]),
+            Need::Approve(slug) => (slug, &[Role::Approver][..]),
         };
         if member.slug != slug {
             return Err(AdminError::NotFound("no such resource".into()));

@@ -5,6 +5,7 @@
 //! chain (who, what, the digests of the resource before and after) and, with an idempotency
 //! key, the answer a retry gets, all commit together or not at all.
 
+pub mod approvals;
 mod audit;
 mod authority;
 pub mod definitions;
@@ -33,6 +34,9 @@ pub enum AdminError {
     /// The caller's authority does not cover the act (its own tenant, the wrong role).
     #[error("this act needs another role")]
     Forbidden,
+    /// Refused for the reason given (the caller may hold the role, but not for this act).
+    #[error("{0}")]
+    Denied(String),
     /// No such resource, or one of another tenant (answered alike).
     #[error("{0}")]
     NotFound(String),

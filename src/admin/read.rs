@@ -81,6 +81,11 @@ pub enum Target {
         tenant: String,
         id: String,
     },
+    /// One call waiting for (or decided by) an approver.
+    Approval {
+        tenant: String,
+        id: String,
+    },
 }
 
 /// A collection of resources.
@@ -124,6 +129,12 @@ pub enum Collection {
     Definitions {
         tenant: String,
         state: Option<crate::store::definitions::DefinitionState>,
+    },
+    /// The calls of a tenant waiting for (or decided by) an approver (only those in `state`,
+    /// when given).
+    Approvals {
+        tenant: String,
+        state: Option<crate::store::approvals::ApprovalState>,
     },
 }
 
@@ -180,6 +191,7 @@ impl Target {
             | Target::Credential { tenant, .. }
             | Target::Provisioning { tenant } => Need::Manage(tenant),
             Target::Issuer { tenant, .. } => Need::Inspect(tenant),
+            Target::Approval { tenant, .. } => Need::Approvals(tenant),
         }
     }
 
@@ -200,6 +212,7 @@ impl Target {
             | Target::RootAllowance { tenant, .. }
             | Target::Credential { tenant, .. }
             | Target::Provisioning { tenant }
+            | Target::Approval { tenant, .. }
             | Target::Issuer { tenant, .. } => Some(tenant),
         }
     }
@@ -230,6 +243,7 @@ impl Target {
             Target::PlatformPolicy { id } => format!("platform/policies/{}", seg(id)),
             Target::PolicyMode { tenant } => t(tenant, "policy-mode".into()),
             Target::Definition { tenant, id } => t(tenant, format!("definitions/{}", seg(id))),
+            Target::Approval { tenant, id } => t(tenant, format!("approvals/{}", seg(id))),
         }
     }
 
@@ -252,6 +266,7 @@ impl Target {
             Target::PlatformPolicy { id } => format!("platform policy `{id}` does not exist"),
             Target::PolicyMode { tenant } => format!("tenant `{tenant}` does not exist"),
             Target::Definition { id, .. } => format!("definition `{id}` does not exist in this tenant"),
+            Target::Approval { id, .. } => format!("approval `{id}` does not exist in this tenant"),
         }
     }
 
@@ -335,6 +350,7 @@ impl Target {
                 Some(serde_json::json!({ "mode": mode }))
             }
             Target::Definition { id, .. } => super::definitions::detail(conn, tenant, id).await?.map(to_value),
+            Target::Approval { id, .. } => super::approvals::detail(conn, tenant, id).await?.map(to_value),
             Target::Tenant { .. } | Target::Executor { .. } | Target::PlatformPolicy { .. } => None,
         };
         Ok(view)
@@ -355,6 +371,7 @@ impl Collection {
             | Collection::RootAllowances { tenant, .. }
             | Collection::Credentials { tenant } => Need::Manage(tenant),
             Collection::Issuers { tenant } => Need::Inspect(tenant),
+            Collection::Approvals { tenant, .. } => Need::Approvals(tenant),
         }
     }
 
@@ -378,6 +395,7 @@ impl Collection {
             | Collection::Credentials { tenant }
             | Collection::Issuers { tenant }
             | Collection::Definitions { tenant, .. }
+            | Collection::Approvals { tenant, .. }
             | Collection::Policies { tenant } => Some(
                 tenant_of(&mut *conn, tenant)
                     .await?
@@ -485,13 +503,19 @@ impl Collection {
                 .into_iter()
                 .map(|d| (vec![d.id.clone()], to_value(d)))
                 .collect(),
+            // Newest first: the key is (the reverse of) when it was made, then its id.
+            (Collection::Approvals { state, .. }, Some(tenant)) => super::approvals::views(conn, tenant, *state)
+                .await?
+                .into_iter()
+                .map(|a| (vec![format!("{:020}", i64::MAX - a.created_at), a.id.clone()], to_value(a)))
+                .collect(),
             (_, None) => return Err(AdminError::NotFound("no such collection".into())),
         };
         let mut keyed = keyed;
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         let parts = match self {
             Collection::Grants { .. } | Collection::RootAllowances { .. } => 4,
-            Collection::Credentials { .. } => 2,
+            Collection::Credentials { .. } | Collection::Approvals { .. } => 2,
             _ => 1,
         };
         if let Some(after) = query.cursor(parts)? {
@@ -610,7 +634,8 @@ async fn grants(conn: &mut AnyConnection, tenant: &str) -> Result<Vec<GrantView>
         .into_iter()
         .map(|g| GrantView {
             id: grant_id(&g.server, g.role.as_str(), g.kind.as_str(), &g.name),
-            cedar: crate::policy::grant_text(&g.server, g.role.as_str(), g.kind, &g.name),
+            cedar: crate::policy::grant_text(&g.server, g.role.as_str(), g.kind, &g.name, g.confirm),
+            confirm: g.confirm.map(|c| c.as_str().to_owned()),
             server: g.server,
             role: g.role.as_str().to_owned(),
             kind: g.kind.as_str().to_owned(),

@@ -102,6 +102,9 @@ pub struct GrantView {
     pub kind: String,
     /// A tool's or prompt's own name, a resource URI (or prefix ending in `*`), or `*`.
     pub name: String,
+    /// Who confirms each call it allows: `caller` or `approver`; absent: nobody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<String>,
     /// The grant as the Cedar permit policy it is (named `grant/<id>` in decisions).
     pub cedar: String,
 }

@@ -146,6 +146,9 @@ pub enum Write {
         role: Role,
         kind: GrantKind,
         name: String,
+        /// Who confirms each call the grant allows (tool grants only).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        confirm: Option<crate::model::Confirm>,
     },
     DeleteGrant {
         tenant: String,
@@ -189,6 +192,15 @@ pub enum Write {
         tenant: String,
         id: String,
         decision: Decision,
+    },
+    /// An approver's decision on a call waiting for a second person: approve it (it is
+    /// forwarded, once, with the arguments shown) or reject it (with an optional reason the
+    /// caller is told). Never the caller's own call.
+    DecideApproval {
+        tenant: String,
+        id: String,
+        decision: crate::store::approvals::Decision,
+        reason: Option<String>,
     },
     /// Whether the tenant's policies decide (`enforce`) or are only audited (`log_only`).
     SetPolicyMode {
@@ -305,6 +317,8 @@ impl Write {
             | DeleteEntity { tenant, .. } => Need::PlatformOver(tenant),
             // Who may sign in to the tenant: its owners decide, not its auditors or workers.
             TrustIssuer { tenant, .. } | DistrustIssuer { tenant, .. } => Need::Manage(tenant),
+            // A waiting call: a second person of the tenant, with the approver role.
+            DecideApproval { tenant, .. } => Need::Approve(tenant),
             // Every other write is of one tenant's own things: its owners'. One that named no
             // tenant would be the platform's (fail closed).
             _ => self.tenant().map_or(Need::Platform, Need::Manage),
@@ -355,6 +369,8 @@ impl Write {
             SetPolicyMode { .. } => "admin.policy.mode",
             DecideDefinition { decision: Decision::Approve, .. } => "admin.definition.approve",
             DecideDefinition { decision: Decision::Reject, .. } => "admin.definition.reject",
+            DecideApproval { decision: crate::store::approvals::Decision::Approve, .. } => "admin.approval.approve",
+            DecideApproval { decision: crate::store::approvals::Decision::Reject, .. } => "admin.approval.reject",
         }
     }
 
@@ -389,7 +405,7 @@ impl Write {
             SetBinding { tenant, server, .. } | DeleteBinding { tenant, server } => {
                 Target::Binding { tenant: t(tenant), server: server.clone() }
             }
-            CreateGrant { tenant, server, role, kind, name } | DeleteGrant { tenant, server, role, kind, name } => {
+            CreateGrant { tenant, server, role, kind, name, .. } | DeleteGrant { tenant, server, role, kind, name } => {
                 Target::Grant { tenant: t(tenant), id: grant_id(server, role.as_str(), kind.as_str(), name) }
             }
             DeleteRoot { tenant, id } => Target::RootAllowance { tenant: t(tenant), id: id.clone() },
@@ -407,6 +423,7 @@ impl Write {
             PutPlatformPolicy { id, .. } | DeletePlatformPolicy { id } => Target::PlatformPolicy { id: id.clone() },
             SetPolicyMode { tenant, .. } => Target::PolicyMode { tenant: t(tenant) },
             DecideDefinition { tenant, id, .. } => Target::Definition { tenant: t(tenant), id: id.clone() },
+            DecideApproval { tenant, id, .. } => Target::Approval { tenant: t(tenant), id: id.clone() },
             ImportEntities { .. } | AllowRoot { .. } => return None,
         })
     }
@@ -472,7 +489,8 @@ impl Write {
             | PutPolicy { tenant, .. }
             | DeletePolicy { tenant, .. }
             | SetPolicyMode { tenant, .. }
-            | DecideDefinition { tenant, .. } => Some(tenant),
+            | DecideDefinition { tenant, .. }
+            | DecideApproval { tenant, .. } => Some(tenant),
         }
     }
 }
@@ -495,8 +513,66 @@ fn owners(view: Option<&Value>) -> Vec<String> {
 }
 
 impl Admin {
-    /// Runs `write` for `caller` in one transaction (see the module's documentation).
+    /// Runs `write` for `caller` in one transaction (see the module's documentation). A refused
+    /// decision on a waiting call is audited too, in its tenant's chain: who tried, and why it
+    /// was refused (not an approver, the caller's own call, decided already).
     pub async fn write(&self, caller: &Caller<'_>, write: Write) -> Result<Done, AdminError> {
+        let decision = matches!(write, Write::DecideApproval { .. }).then(|| write.clone());
+        let result = self.write_once(caller, write).await;
+        if let (Err(refused), Some(decision)) = (&result, decision) {
+            self.audit_refused_decision(caller, &decision, refused).await?;
+        }
+        result
+    }
+
+    /// Records a refused decision on a waiting call (its tenant's chain), unless the refusal
+    /// says the tenant or the call does not exist for this caller. Fails closed: an unrecorded
+    /// refusal answers an error of its own.
+    async fn audit_refused_decision(
+        &self,
+        caller: &Caller<'_>,
+        write: &Write,
+        refused: &AdminError,
+    ) -> Result<(), AdminError> {
+        let Write::DecideApproval { tenant: slug, id, .. } = write else { return Ok(()) };
+        let class = match refused {
+            AdminError::Forbidden => "not_approver",
+            AdminError::Denied(_) if caller.who.member().is_none() => "not_a_member",
+            AdminError::Denied(_) => "own_call",
+            AdminError::Conflict(_) => "settled",
+            AdminError::Invalid { .. } => "invalid",
+            _ => return Ok(()),
+        };
+        let mut tx = self.db.begin().await?;
+        let tenant: Option<TenantId> =
+            sqlx::query_scalar("SELECT id FROM tenants WHERE slug = $1").bind(slug).fetch_optional(&mut *tx).await?;
+        let Some(tenant) = tenant else { return Ok(()) };
+        let record = crate::vocab::digest::canonical_json(&json!({ "actor": caller.who.actor(), "approval": id }));
+        let event = AuditEvent {
+            id: AuditEventId::generate(),
+            tenant,
+            occurred_at: now_millis(),
+            user: caller.who.user_in(tenant),
+            session_id: None,
+            request_id: caller.request_id.clone(),
+            client_name: Some(format!("scopegate-{}", caller.via)),
+            client_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            action: write.action().to_owned(),
+            tool: Some(Target::Approval { tenant: slug.clone(), id: id.clone() }.path()),
+            args_digest: Some(digest(&serde_json::to_value(write).unwrap_or(Value::Null))),
+            args_raw: Some(record),
+            outcome: Outcome::Denied,
+            error_class: Some(class.to_owned()),
+            duration_us: 0,
+            calls: 1,
+            policy: None,
+        };
+        audit::append(&mut tx, &None, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn write_once(&self, caller: &Caller<'_>, write: Write) -> Result<Done, AdminError> {
         let started = std::time::Instant::now();
         caller.who.authorize(write.need())?;
         let principal = caller.who.actor();
@@ -535,7 +611,7 @@ impl Admin {
         {
             return Err(AdminError::PreconditionFailed);
         }
-        let applied = self.apply(&mut tx, &write, &principal).await?;
+        let applied = self.apply(&mut tx, &write, &principal, caller.who).await?;
         let target = applied.created.clone().or(target);
         let after = match (&write, &target) {
             (Write::ImportEntities { .. }, _) => {
@@ -631,7 +707,13 @@ impl Admin {
         Ok(done)
     }
 
-    async fn apply(&self, c: &mut AnyConnection, write: &Write, actor: &str) -> Result<Applied, AdminError> {
+    async fn apply(
+        &self,
+        c: &mut AnyConnection,
+        write: &Write,
+        actor: &str,
+        who: &Authority,
+    ) -> Result<Applied, AdminError> {
         let mut applied = Applied::default();
         match write {
             Write::CreateTenant { slug, name } => {
@@ -709,8 +791,8 @@ impl Admin {
                 }
             }
             Write::DeleteBinding { tenant, server } => entities::unbind_server(c, tenant, server).await?,
-            Write::CreateGrant { tenant, server, role, kind, name } => {
-                entities::grant(c, tenant, server, *role, *kind, name).await?;
+            Write::CreateGrant { tenant, server, role, kind, name, confirm } => {
+                entities::grant_confirmed(c, tenant, server, *role, *kind, name, *confirm).await?;
             }
             Write::DeleteGrant { tenant, server, role, kind, name } => {
                 entities::revoke(c, tenant, server, *role, *kind, name).await?;
@@ -750,6 +832,31 @@ impl Admin {
                     "name": decided.name,
                     "digest": decided.digest,
                     "approved_before": before,
+                }));
+            }
+            Write::DecideApproval { tenant, id, decision, reason } => {
+                use crate::store::approvals::{self, DecideError};
+                // Only a member reaches here (see `Need::Approve`): its own user decides.
+                let Some(member) = who.member() else { return Err(AdminError::Forbidden) };
+                let tenant = tenant_id(&mut *c, tenant).await?;
+                let reason = super::approvals::check_reason(reason.as_deref())?;
+                let decided =
+                    approvals::decide(c, tenant, id, *decision, member.user, &member.subject, reason.as_deref())
+                        .await
+                        .map_err(|e| match e {
+                            DecideError::NotFound(_) => AdminError::NotFound(e.to_string()),
+                            DecideError::OwnCall => AdminError::Denied(e.to_string()),
+                            DecideError::Settled { .. } => AdminError::Conflict(e.to_string()),
+                            DecideError::Store(e) => e.into(),
+                        })?;
+                applied.detail = Some(json!({
+                    "id": decided.id,
+                    "decision": decision.as_str(),
+                    "caller": decided.subject,
+                    "server": decided.server,
+                    "tool": decided.tool,
+                    "args_digest": decided.args_digest,
+                    "reason": decided.reason,
                 }));
             }
             Write::SetPolicyMode { tenant, mode } => {

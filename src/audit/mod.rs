@@ -29,7 +29,7 @@ use sqlx::AnyConnection;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::store::{AuditEventId, StoreError, TenantId, UserId};
-pub use writer::AuditWriter;
+pub use writer::{AuditWriter, Withheld};
 
 /// What became of an audited call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -334,6 +334,8 @@ pub struct CallAudit {
     recorded: AtomicBool,
     /// What the policies decided, when they took part.
     policy: std::sync::OnceLock<String>,
+    /// Who confirmed the call, when it needed a confirmation (JSON: see `mcp::confirm`).
+    confirmation: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl CallAudit {
@@ -366,6 +368,44 @@ impl CallAudit {
             started: Instant::now(),
             recorded: AtomicBool::new(false),
             policy: std::sync::OnceLock::new(),
+            confirmation: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// What the call's event records beside its outcome: the policies' decision (when they
+    /// took part) and the confirmation (when the call needed one), as one JSON object.
+    fn decided(&self) -> Option<String> {
+        let Some(confirmation) = self.confirmation.get() else {
+            return self.policy.get().cloned();
+        };
+        let mut json = self
+            .policy
+            .get()
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+            .filter(serde_json::Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({}));
+        json["confirm"] = confirmation.clone();
+        Some(crate::vocab::digest::canonical_json(&json))
+    }
+
+    /// An event of this call's confirmation (`confirm.request`, `confirm.answer`): the call's
+    /// own tool, arguments' digest, session and request, by `user` (the caller, or the approver
+    /// who answered), with `record` (what was asked or answered, and the confirmation's id that
+    /// the call's own event names too) where a call's event has what decided it.
+    pub fn confirmation_event(
+        &self,
+        action: &str,
+        user: UserId,
+        outcome: Outcome,
+        error_class: Option<&str>,
+        record: &serde_json::Value,
+    ) -> AuditEvent {
+        AuditEvent {
+            action: action.to_owned(),
+            user,
+            duration_us: 0,
+            policy: Some(crate::vocab::digest::canonical_json(&serde_json::json!({ "confirm": record }))),
+            ..self.event(outcome, error_class)
         }
     }
 
@@ -387,13 +427,18 @@ impl CallAudit {
             error_class: error_class.map(str::to_owned),
             duration_us: self.started.elapsed().as_micros() as i64,
             calls: 1,
-            policy: self.policy.get().cloned(),
+            policy: self.decided(),
         }
     }
 
     /// Records the policies that decided this call (once; a later decision is ignored).
     pub fn set_policy(&self, policy: String) {
         let _ = self.policy.set(policy);
+    }
+
+    /// Records who confirmed this call (once).
+    pub fn set_confirmation(&self, confirmation: serde_json::Value) {
+        let _ = self.confirmation.set(confirmation);
     }
 
     /// A unit of work committed this call's event with its write.

@@ -118,7 +118,7 @@ pub enum UserCmd {
         subject: String,
         #[arg(long)]
         name: String,
-        /// owner, manager, worker or auditor (repeatable).
+        /// owner, manager, worker, auditor or approver (repeatable).
         #[arg(long = "role", required = true)]
         roles: Vec<Role>,
     },
@@ -317,7 +317,7 @@ pub enum BindingCmd {
 #[derive(Debug, Subcommand)]
 pub enum GrantCmd {
     /// Let a role use a tool, prompt or resource of a bound server.
-    Add(GrantSpec),
+    Add(GrantAdd),
     List {
         #[arg(long)]
         tenant: String,
@@ -332,7 +332,7 @@ pub struct GrantSpec {
     /// A server id the tenant has bound.
     #[arg(long)]
     server: String,
-    /// owner, manager, worker or auditor.
+    /// owner, manager, worker, auditor or approver.
     #[arg(long)]
     role: Role,
     /// What the grant covers.
@@ -342,6 +342,17 @@ pub struct GrantSpec {
     /// prefix ending in `*`, or `*` for everything of the kind. `--tool` is accepted too.
     #[arg(long, visible_alias = "tool")]
     name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GrantAdd {
+    #[command(flatten)]
+    spec: GrantSpec,
+    /// Who confirms each call the grant allows, before it is forwarded (tool grants only):
+    /// `caller` (the calling person, asked through the client) or `approver` (a second person
+    /// of the tenant with the approver role). Not given: nobody.
+    #[arg(long, value_enum)]
+    confirm: Option<crate::model::Confirm>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -483,7 +494,7 @@ pub enum RootCmd {
         /// The base folder: a canonical `file:` URI (`file:///srv/plugins`, `file:///C:/plugins`).
         #[arg(long)]
         under: String,
-        /// owner, manager, worker or auditor.
+        /// owner, manager, worker, auditor or approver.
         #[arg(long)]
         role: Role,
     },
@@ -576,7 +587,17 @@ fn columns(collection: &Collection) -> &'static [(&'static str, &'static str)] {
             ("change", "change"),
             ("digest", "digest"),
         ],
-        Collection::Grants { .. } => &[("server", "server"), ("role", "role"), ("kind", "kind"), ("name", "name")],
+        Collection::Grants { .. } => {
+            &[("server", "server"), ("role", "role"), ("kind", "kind"), ("name", "name"), ("confirm", "confirm")]
+        }
+        Collection::Approvals { .. } => &[
+            ("id", "id"),
+            ("state", "state"),
+            ("caller", "caller"),
+            ("tool", "tool"),
+            ("args_digest", "args_digest"),
+            ("decided_by", "decided_by"),
+        ],
         Collection::RootAllowances { .. } => {
             &[("id", "id"), ("executor", "executor"), ("base", "base"), ("role", "role")]
         }
@@ -607,6 +628,8 @@ fn cell(value: &serde_json::Value) -> String {
         Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
         Value::Bool(true) => "yes".into(),
         Value::Bool(false) => "no".into(),
+        // Absent (a grant that asks for no confirmation): an empty cell.
+        Value::Null => String::new(),
         other => other.to_string(),
     }
 }
@@ -747,8 +770,8 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             BindingCmd::Delete { tenant, server } => W::DeleteBinding { tenant, server },
         },
         AdminCommand::Grant(cmd) => match cmd {
-            GrantCmd::Add(g) => {
-                W::CreateGrant { tenant: g.tenant, server: g.server, role: g.role, kind: g.kind, name: g.name }
+            GrantCmd::Add(GrantAdd { spec: g, confirm }) => {
+                W::CreateGrant { tenant: g.tenant, server: g.server, role: g.role, kind: g.kind, name: g.name, confirm }
             }
             GrantCmd::List { tenant } => return Ok(list(Collection::Grants { tenant }).await?),
             GrantCmd::Delete(g) => {

@@ -211,6 +211,10 @@ pub struct McpConfig {
     /// The largest result of a task the gateway runs that it keeps, in bytes of JSON; a larger
     /// one fails the task.
     pub task_max_result_bytes: usize,
+    /// How long a caller has to confirm a call that needs its confirmation.
+    pub confirm_timeout_secs: u64,
+    /// How long a call that waits (not a task) waits for an approver.
+    pub approval_wait_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -518,6 +522,12 @@ impl Config {
         }
         if self.mcp.task_ttl_secs == 0 || self.mcp.task_ttl_secs > 86_400 {
             return Err(ConfigError::invalid("mcp.task_ttl_secs", "must be 1 to 86400 seconds"));
+        }
+        if self.mcp.confirm_timeout_secs == 0 || self.mcp.confirm_timeout_secs > 86_400 {
+            return Err(ConfigError::invalid("mcp.confirm_timeout_secs", "must be 1 to 86400 seconds"));
+        }
+        if self.mcp.approval_wait_secs == 0 || self.mcp.approval_wait_secs > 86_400 {
+            return Err(ConfigError::invalid("mcp.approval_wait_secs", "must be 1 to 86400 seconds"));
         }
         if self.mcp.task_max_result_bytes == 0 {
             return Err(ConfigError::invalid("mcp.task_max_result_bytes", "must be greater than 0"));

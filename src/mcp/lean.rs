@@ -32,7 +32,8 @@
 //! - params of a plain call (a name, object arguments, a progress token at most: no task, no
 //!   multi round-trip);
 //! - a tool of one of the tenant's servers (not a native one, not a selected root's) that the
-//!   caller's grants allow and that [`Upstreams::lean_target`] can reach.
+//!   caller's grants allow, that no grant or policy asks a person to confirm, and that
+//!   [`Upstreams::lean_target`] can reach.
 //!
 //! A request the upstream makes of the caller while serving the call (sampling, elicitation,
 //! roots, for a client that declared them) goes out as an event of the call's answer, as rmcp
@@ -443,6 +444,10 @@ impl Relay {
         if policies.is_empty() && !snapshot.allowed(server, name, ctx.roles()) {
             return None;
         }
+        // A call a person confirms is asked for on the rmcp path.
+        if snapshot.confirm_of(server, name, ctx.roles()).is_some() {
+            return None;
+        }
         let connection = snapshot.connection(server)?;
         let target = upstreams.lean_target(connection, name).await?;
         // Known once the connection runs. A 2026-07-28 upstream may answer a caller that
@@ -471,7 +476,7 @@ impl Relay {
                 };
                 let ask = crate::proxy::Ask::new(Arc::clone(&policies), &ctx, revision, client.as_deref());
                 let outcome = ask.call(facts.get(name)?, grant.as_deref(), parsed.as_ref());
-                if !outcome.decision.allow {
+                if !outcome.decision.allow || outcome.decision.confirm.is_some() {
                     return None;
                 }
                 outcome.consulted.then(|| crate::policy::audit_text(&outcome))

@@ -2,6 +2,7 @@
 //! binding, and the native tool registry. Never learns the caller except through
 //! `McpCallContext`.
 
+mod confirm;
 mod cursor;
 use crate::jsonrpc;
 mod lean;
@@ -72,6 +73,9 @@ pub(crate) fn service(
         call_timeout: Duration::from_secs(config.mcp.call_timeout_secs),
         task_ttl: Duration::from_secs(config.mcp.task_ttl_secs),
         task_max_result_bytes: config.mcp.task_max_result_bytes,
+        confirm_timeout: Duration::from_secs(config.mcp.confirm_timeout_secs),
+        approval_wait: Duration::from_secs(config.mcp.approval_wait_secs),
+        approval_wait_plain: Duration::from_secs(config.server.request_timeout_secs.saturating_sub(2).max(1)),
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::from_secret(&state.cursor_secret),

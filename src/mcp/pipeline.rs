@@ -6,7 +6,7 @@
 //! (`lean.rs`).
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResponse, ErrorCode};
+use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode};
 use serde_json::{Map, Value};
 
 use super::shared::{Shared, unknown_tool};
@@ -52,6 +52,9 @@ pub(super) fn call_audit(
 /// An answer to a `tools/call` as a leg produces it, and the audit class of how it ended.
 pub(super) trait Answer: Sized {
     fn classify(result: &Result<Self, ErrorData>) -> (Outcome, Option<String>);
+
+    /// A tool error result as this leg's answer.
+    fn tool_error(result: CallToolResult) -> Result<Self, ErrorData>;
 }
 
 impl Answer for CallToolResponse {
@@ -66,6 +69,10 @@ impl Answer for CallToolResponse {
             Err(e) => error_class(e),
         }
     }
+
+    fn tool_error(result: CallToolResult) -> Result<Self, ErrorData> {
+        Ok(CallToolResponse::Complete(result))
+    }
 }
 
 impl Answer for LeanResult {
@@ -75,6 +82,12 @@ impl Answer for LeanResult {
             Ok(_) => (Outcome::Ok, None),
             Err(e) => error_class(e),
         }
+    }
+
+    fn tool_error(result: CallToolResult) -> Result<Self, ErrorData> {
+        let result = serde_json::value::to_raw_value(&result)
+            .map_err(|e| ErrorData::internal_error(format!("a result that does not serialize: {e}"), None))?;
+        Ok(LeanResult { result, error_class: None, input: None, typed: false })
     }
 }
 
@@ -104,6 +117,9 @@ pub(super) enum Verdict<A> {
     /// policies), or its server is not served because a path of its declaration lies outside
     /// its executor's root and the caller holds a grant on it (`outside_root`).
     Refused { class: &'static str },
+    /// It needed a person's confirmation and did not get it: audited as refused (`class`),
+    /// answered as the refusal says (see `mcp::confirm`).
+    Unconfirmed(crate::relay::Refusal),
 }
 
 impl<A> From<Result<A, ProxyError>> for Verdict<A> {
@@ -114,6 +130,7 @@ impl<A> From<Result<A, ProxyError>> for Verdict<A> {
             Ok(answer) => Verdict::Answered(Ok(answer)),
             Err(ProxyError::NotFound) => Verdict::Unknown { listed: false },
             Err(e @ (ProxyError::OutsideRoot(_) | ProxyError::Refused(_))) => Verdict::Refused { class: e.class() },
+            Err(ProxyError::Unconfirmed(refusal)) => Verdict::Unconfirmed(refusal),
             Err(e) => Verdict::ProxyFailed(e),
         }
     }
@@ -140,6 +157,12 @@ impl<A: Answer> Verdict<A> {
             Verdict::Refused { class } => {
                 metrics::denial(class);
                 (Err(unknown_tool()), Outcome::Denied, Some(class.to_owned()))
+            }
+            Verdict::Unconfirmed(refusal) => {
+                metrics::denial(refusal.class);
+                let class = refusal.class.to_owned();
+                let answer = refusal.into_result().and_then(A::tool_error);
+                (answer, Outcome::Denied, Some(class))
             }
             Verdict::TimedOut => (
                 Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "tool call timed out", None)),

@@ -106,6 +106,37 @@ pub fn open_passed(key: &CursorKey, binding: &Binding, state: &str) -> Result<Op
     Ok(passed.upstream)
 }
 
+/// The gateway's `requestState` of a confirmation it asked for (`input_required` with an
+/// elicitation, see `confirm`): names the consent (single use, by its id), bound to the caller,
+/// the tool and the digest of the arguments shown, and an expiry. Nothing waits for it: the
+/// retry carrying the caller's answer is served by whichever replica it reaches.
+#[derive(Serialize, Deserialize)]
+struct Consent {
+    consent: String,
+    #[serde(flatten)]
+    binding: Binding,
+    exp: i64,
+}
+
+/// The `requestState` of consent `id` for `binding`, good until `exp` (epoch milliseconds).
+pub fn seal_consent(key: &CursorKey, binding: &Binding, id: &str, exp: i64) -> String {
+    key.seal(&Consent { consent: id.to_owned(), binding: binding.clone(), exp })
+}
+
+/// The consent a `requestState` names, with its expiry, when it is one the gateway issued for a
+/// confirmation (`None`: it is not; it may be a state of another kind). `Err`: it is one, but
+/// expired or issued to another caller or for another tool or other arguments.
+pub fn open_consent(key: &CursorKey, binding: &Binding, state: &str) -> Option<Result<(String, i64), &'static str>> {
+    let consent: Consent = key.unseal(state)?;
+    Some(if consent.exp <= now_millis() {
+        Err("expired")
+    } else if &consent.binding != binding {
+        Err("issued for another caller, tool or arguments")
+    } else {
+        Ok((consent.consent, consent.exp))
+    })
+}
+
 /// A call waiting for its caller's answer.
 struct Waiting {
     expires_ms: i64,

@@ -22,6 +22,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use tracing::Instrument;
 
 mod call;
+mod confirm;
 mod proxied;
 mod task_run;
 mod tasks;

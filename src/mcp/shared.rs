@@ -26,6 +26,13 @@ pub(crate) struct Shared {
     pub task_ttl: Duration,
     /// The largest result of such a task that is kept (`mcp.task_max_result_bytes`).
     pub task_max_result_bytes: usize,
+    /// How long a caller has to confirm a call (`mcp.confirm_timeout_secs`).
+    pub confirm_timeout: Duration,
+    /// How long a waiting call waits for an approver (`mcp.approval_wait_secs`).
+    pub approval_wait: Duration,
+    /// The most a request answered as plain JSON can wait: a little less than the HTTP request
+    /// timeout, so its refusal is answered and audited before the request is cut.
+    pub approval_wait_plain: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
     /// Seals the aggregated lists' pagination cursors (shared by the replicas).

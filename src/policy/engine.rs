@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::arguments::{ArgumentReads, Extension, Mismatch, arguments_value};
 use super::model::{self, Catalogue, ToolFacts};
-use crate::model::Role;
+use crate::model::{Confirm, Role};
 
 /// A problem with a policy's text, where it is (1-based; `None` when Cedar gives no place).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -93,6 +93,7 @@ pub fn validate(schema: &Schema, catalogue: Option<&Catalogue>, policy: &Policy,
     }
     let result = Validator::new(schema.clone()).validate(&set, ValidationMode::Strict);
     let mut problems: Vec<Problem> = result.validation_errors().map(|e| problem(text, e)).collect();
+    problems.extend(confirm_problem(policy, text));
     if let Some(catalogue) = catalogue {
         for literal in policy.entity_literals() {
             let (kind, id) = (literal.type_name().to_string(), literal.id().unescaped().to_owned());
@@ -220,12 +221,34 @@ pub struct Decision {
     pub allow: bool,
     pub by: Vec<String>,
     pub reason: Reason,
+    /// Who must confirm the call before it is forwarded: the strictest `@confirm` of the
+    /// permit policies that allowed it (a grant's own setting is the caller's to add).
+    pub confirm: Option<Confirm>,
 }
 
 impl Decision {
     fn deny(reason: Reason, by: Vec<String>) -> Self {
-        Self { allow: false, by, reason }
+        Self { allow: false, by, reason, confirm: None }
     }
+}
+
+/// The annotation by which a permit policy requires a confirmation of the calls it allows:
+/// `@confirm("caller")` or `@confirm("approver")`.
+pub const CONFIRM_ANNOTATION: &str = "confirm";
+
+/// What is wrong with `policy`'s `@confirm`, if anything: a value other than `caller` or
+/// `approver`, or the annotation on a forbid (which allows nothing to confirm).
+fn confirm_problem(policy: &Policy, text: &str) -> Option<Problem> {
+    let value = policy.annotation(CONFIRM_ANNOTATION)?;
+    let at = text.find("@confirm").map(|offset| line_column(text, offset));
+    let message = if policy.effect() == Effect::Forbid {
+        "`@confirm` belongs on a permit policy: a forbid allows no call to confirm".to_owned()
+    } else if Confirm::parse(value).is_none() {
+        format!("`@confirm(\"{}\")` must be `@confirm(\"caller\")` or `@confirm(\"approver\")`", value.escape_debug())
+    } else {
+        return None;
+    };
+    Some(Problem { line: at.map(|(l, _)| l), column: at.map(|(_, c)| c), message })
 }
 
 /// A decision that counts, and (log-only tenants) what the tenant's own policies would have
@@ -673,7 +696,7 @@ impl TenantPolicies {
 /// What a grant (or a native tool's roles) alone decides.
 fn by_base(base: Base<'_>) -> Decision {
     match base {
-        Some(by) => Decision { allow: true, by: vec![by.to_owned()], reason: Reason::Permit },
+        Some(by) => Decision { allow: true, by: vec![by.to_owned()], reason: Reason::Permit, confirm: None },
         None => Decision::deny(Reason::NoPermit, Vec::new()),
     }
 }
@@ -697,8 +720,16 @@ fn evaluate(request: &Request, set: &PolicySet, entities: &Entities, base: Base<
     by.sort();
     match response.decision() {
         CedarDecision::Allow => {
+            // Every permit that allowed it is satisfied: the strictest confirmation any of them
+            // asks for applies (a value that does not read never loads: see `confirm_problem`).
+            let confirm = response
+                .diagnostics()
+                .reason()
+                .filter_map(|id| set.policy(id)?.annotation(CONFIRM_ANNOTATION))
+                .filter_map(Confirm::parse)
+                .max();
             by.extend(base.map(str::to_owned));
-            Decision { allow: true, by, reason: Reason::Permit }
+            Decision { allow: true, by, reason: Reason::Permit, confirm }
         }
         CedarDecision::Deny if !by.is_empty() => Decision::deny(Reason::Forbid, by),
         CedarDecision::Deny => by_base(base),

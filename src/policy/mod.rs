@@ -55,8 +55,22 @@ pub fn grant_policy_id(grant_id: &str) -> String {
     format!("grant/{grant_id}")
 }
 
-/// A grant as the Cedar permit policy it is.
-pub fn grant_text(server: &str, role: &str, kind: GrantKind, name: &str) -> String {
+/// A grant as the Cedar permit policy it is (with its `@confirm`, when it asks for one).
+pub fn grant_text(
+    server: &str,
+    role: &str,
+    kind: GrantKind,
+    name: &str,
+    confirm: Option<crate::model::Confirm>,
+) -> String {
+    let text = grant_permit(server, role, kind, name);
+    match confirm {
+        Some(confirm) => format!("@{}(\"{}\")\n{text}", engine::CONFIRM_ANNOTATION, confirm.as_str()),
+        None => text,
+    }
+}
+
+fn grant_permit(server: &str, role: &str, kind: GrantKind, name: &str) -> String {
     let principal = format!("principal in {}::{}", model::ROLE, literal(role));
     let in_server = format!("resource in {}::{}", model::SERVER, literal(server));
     // `complete` applies to prompts and resources alike: a grant names which it covers.

@@ -325,7 +325,7 @@ fn grants_shown_as_cedar_decide_as_grants_do() {
     use crate::store::entities::{GrantKind, grant_matches};
     let schema = cedar_policy::Schema::from_json_value(model::schema_json(Some(&catalogue()), &[])).unwrap();
     for name in ["*", "refund", "lookup"] {
-        let text = grant_text("billing", "worker", GrantKind::Tool, name);
+        let text = grant_text("billing", "worker", GrantKind::Tool, name, None);
         let policy = engine::parse("g", &text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
         assert!(engine::validate(&schema, Some(&catalogue()), &policy, &text).is_empty(), "{text}");
         let policies = load(Mode::Enforce, &[("g", &text)], &[]);
@@ -344,13 +344,13 @@ fn grants_shown_as_cedar_decide_as_grants_do() {
             "permit (principal in Role::\"worker\", action in [Action::\"read_resource\", Action::\"complete\"], resource is Resource in Server::\"billing\") when { resource.uri like \"notes://a\\*b/*\" };",
         ),
     ] {
-        let text = grant_text("billing", "worker", GrantKind::Resource, name);
+        let text = grant_text("billing", "worker", GrantKind::Resource, name, None);
         assert_eq!(text, expected);
         let problems = engine::problems(&schema, Some(&catalogue()), "g", &text);
         assert!(problems.is_empty(), "{text}: {problems:?}");
     }
     for (kind, name) in [(GrantKind::Prompt, "*"), (GrantKind::Prompt, "summary"), (GrantKind::Resource, "notes://a")] {
-        let text = grant_text("billing", "worker", kind, name);
+        let text = grant_text("billing", "worker", kind, name, None);
         let problems = engine::problems(&schema, Some(&catalogue()), "g", &text);
         assert!(problems.is_empty(), "{text}: {problems:?}");
     }
@@ -360,8 +360,8 @@ fn grants_shown_as_cedar_decide_as_grants_do() {
 fn prompts_resources_and_completions_are_decided_like_tools() {
     use crate::store::entities::GrantKind;
     use engine::{Item, ItemAction};
-    let grant = grant_text("billing", "worker", GrantKind::Resource, "notes://*");
-    let prompts = grant_text("billing", "worker", GrantKind::Prompt, "*");
+    let grant = grant_text("billing", "worker", GrantKind::Resource, "notes://*", None);
+    let prompts = grant_text("billing", "worker", GrantKind::Prompt, "*", None);
     let no_secrets = r#"forbid (principal, action in [Action::"read_resource", Action::"complete"], resource is Resource in Server::"billing")
 when { resource.uri like "notes://secret/*" };"#;
     let auditors = r#"permit (principal in Role::"auditor", action == Action::"get_prompt", resource)

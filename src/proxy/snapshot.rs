@@ -72,6 +72,12 @@ impl Snapshot {
         self.grants.iter().find(|g| g.covers(server, kind, name, roles)).map(crate::admin::read::grant_policy_id)
     }
 
+    /// Who must confirm a call of tool `name` on `server` by a caller holding `roles`: the
+    /// strictest `confirm` of the grants that allow it (`None`: none asks for one).
+    pub fn confirm_of(&self, server: &str, name: &str, roles: &[Role]) -> Option<crate::model::Confirm> {
+        self.grants.iter().filter(|g| g.covers(server, GrantKind::Tool, name, roles)).filter_map(|g| g.confirm).max()
+    }
+
     /// Whether any grant of any kind on `server` names one of the caller's roles.
     pub fn any_grant(&self, server: &str, roles: &[Role]) -> bool {
         self.grants.iter().any(|g| g.server == server && roles.contains(&g.role))
@@ -101,7 +107,7 @@ mod tests {
     use super::*;
 
     fn grant(server: &str, role: Role, kind: GrantKind, name: &str) -> GrantRow {
-        GrantRow { server: server.into(), role, kind, name: name.into() }
+        GrantRow { server: server.into(), role, kind, name: name.into(), confirm: None }
     }
 
     fn snapshot(grants: Vec<GrantRow>) -> Snapshot {

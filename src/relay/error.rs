@@ -2,6 +2,7 @@
 //! carries a call's result across requests) answers with.
 
 use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, ErrorCode};
 use serde_json::json;
 
 /// Why a proxied call failed (the call's audit class is [`ProxyError::class`]).
@@ -35,6 +36,74 @@ pub enum ProxyError {
     /// tool; the audit records the deciding policies.
     #[error("refused by policy ({0})")]
     Refused(&'static str),
+    /// The call needed a person's confirmation and did not get it (see `mcp::confirm`): audited
+    /// as refused, answered as the refusal says.
+    #[error("not confirmed ({})", .0.class)]
+    Unconfirmed(Refusal),
+}
+
+/// Why a call that needed a confirmation is not forwarded: its audit class, and the answer.
+#[derive(Debug)]
+pub struct Refusal {
+    pub class: &'static str,
+    pub answer: RefusalAnswer,
+}
+
+/// How the caller is told.
+#[derive(Debug)]
+pub enum RefusalAnswer {
+    /// The person said no, or nobody said yes in time: a tool error the model reads.
+    ToolError(String),
+    /// The request itself can't be served: a JSON-RPC error.
+    Error(ErrorData),
+}
+
+impl Refusal {
+    fn tool_error(class: &'static str, text: String) -> Self {
+        Self { class, answer: RefusalAnswer::ToolError(text) }
+    }
+
+    /// The caller declined (or cancelled, or did not answer in time).
+    pub fn declined(class: &'static str, what: &str) -> Self {
+        Self::tool_error(class, format!("The call was not made: {what}."))
+    }
+
+    /// This client can't be asked to confirm a call that needs its caller's confirmation.
+    pub fn unavailable() -> Self {
+        let message = "This call needs the confirmation of the person making it, which this client cannot give. \
+                       Use a client that supports elicitation (form mode: declared at initialize in a session, or \
+                       in the request's client capabilities on protocol 2026-07-28), or ask the tenant's owners \
+                       to have such calls approved by an approver instead.";
+        let capabilities = rmcp::model::ClientCapabilities::builder().enable_elicitation().build();
+        let mut error = ErrorData::missing_required_client_capability(capabilities);
+        error.message = message.into();
+        Self { class: "confirmation_unavailable", answer: RefusalAnswer::Error(error) }
+    }
+
+    /// A confirmation answer that does not hold: refused as invalid params.
+    pub fn invalid(why: &str) -> Self {
+        Self {
+            class: "confirmation_invalid",
+            answer: RefusalAnswer::Error(ErrorData::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("invalid confirmation: {why}; call again without requestState to be asked again"),
+                None,
+            )),
+        }
+    }
+
+    /// The tool error, or the JSON-RPC error, the caller is answered with.
+    pub fn into_result(self) -> Result<CallToolResult, ErrorData> {
+        match self.answer {
+            RefusalAnswer::ToolError(text) => {
+                let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+                let class = (crate::vocab::text::ERROR_CLASS_META.to_owned(), json!(self.class));
+                result.meta = Some(rmcp::model::MetaObject(rmcp::model::JsonObject::from_iter([class])));
+                Ok(result)
+            }
+            RefusalAnswer::Error(error) => Err(error),
+        }
+    }
 }
 
 /// An upstream's error without the `MCP error <code>: ` its SDK wrote into the message (the
@@ -64,6 +133,7 @@ impl ProxyError {
             Self::NotFound => "not_found",
             Self::OutsideRoot(_) => "outside_root",
             Self::Refused(class) => class,
+            Self::Unconfirmed(refusal) => refusal.class,
         }
     }
 
@@ -78,6 +148,10 @@ impl ProxyError {
             Self::Assertion | Self::NotFound | Self::OutsideRoot(_) | Self::Refused(_) => {
                 ErrorData::internal_error("internal error", None)
             }
+            Self::Unconfirmed(refusal) => match refusal.answer {
+                RefusalAnswer::Error(error) => error,
+                RefusalAnswer::ToolError(text) => ErrorData::invalid_request(text, None),
+            },
             Self::LoginNeeded { server, link: Some(link) } => ErrorData::internal_error(
                 format!("server `{server}` needs a login: open {link} in a browser to log in, then call again"),
                 Some(json!({ "loginUrl": link, "server": server })),

@@ -17,7 +17,7 @@ mod order;
 use asked::answered_otherwise;
 pub(crate) use asked::{Asked, asked_request, audit_passed, relay_to};
 pub use downstream::{Asks, CallOrigin, Downstream, LogLevel, Note, Round, Sink, by_rounds};
-pub use error::ProxyError;
+pub use error::{ProxyError, Refusal, RefusalAnswer};
 pub use order::Counted;
 use order::{DuringOwn, Handled, Marked, Seq};
 pub(crate) use order::{Routes, forward_log, forward_progress};

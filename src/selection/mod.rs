@@ -186,7 +186,13 @@ impl SelectedRuntime {
         for server in self.servers.keys() {
             for role in roles {
                 for kind in [GrantKind::Tool, GrantKind::Prompt, GrantKind::Resource] {
-                    grants.push(GrantRow { server: server.clone(), role: *role, kind, name: GRANT_ALL.to_owned() });
+                    grants.push(GrantRow {
+                        server: server.clone(),
+                        role: *role,
+                        kind,
+                        name: GRANT_ALL.to_owned(),
+                        confirm: None,
+                    });
                 }
             }
         }

@@ -14,7 +14,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::admin::tenant_id_by_slug;
 use super::{Db, StoreError, TenantId, now_millis, unique_conflict};
-use crate::model::Role;
+use crate::model::{Confirm, Role};
 
 mod grants;
 pub use grants::*;

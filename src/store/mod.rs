@@ -6,6 +6,7 @@
 //! the transaction.
 
 pub mod admin;
+pub mod approvals;
 pub mod cluster;
 pub mod definitions;
 pub mod demo;

@@ -55,7 +55,7 @@ fn row(server: &str, role: Role, tool: &str) -> GrantRow {
 }
 
 fn row_of(server: &str, role: Role, kind: GrantKind, name: &str) -> GrantRow {
-    GrantRow { server: server.into(), role, kind, name: name.into() }
+    GrantRow { server: server.into(), role, kind, name: name.into(), confirm: None }
 }
 
 async fn grant_of(
@@ -276,8 +276,8 @@ async fn cli(backend: Backend) {
     assert_eq!(
         listed,
         serde_json::json!([
-            {"server": "notes", "role": "owner", "kind": "tool", "name": "*"},
-            {"server": "notes", "role": "worker", "kind": "tool", "name": "read_note"},
+            {"server": "notes", "role": "owner", "kind": "tool", "name": "*", "confirm": ""},
+            {"server": "notes", "role": "worker", "kind": "tool", "name": "read_note", "confirm": ""},
         ])
     );
 
@@ -295,16 +295,16 @@ async fn cli(backend: Backend) {
     assert_eq!(
         listed,
         serde_json::json!([
-            {"server": "notes", "role": "owner", "kind": "tool", "name": "*"},
-            {"server": "notes", "role": "worker", "kind": "prompt", "name": "read_note"},
-            {"server": "notes", "role": "worker", "kind": "resource", "name": "notes://index"},
-            {"server": "notes", "role": "worker", "kind": "resource", "name": "notes://shelf/*"},
-            {"server": "notes", "role": "worker", "kind": "tool", "name": "read_note"},
+            {"server": "notes", "role": "owner", "kind": "tool", "name": "*", "confirm": ""},
+            {"server": "notes", "role": "worker", "kind": "prompt", "name": "read_note", "confirm": ""},
+            {"server": "notes", "role": "worker", "kind": "resource", "name": "notes://index", "confirm": ""},
+            {"server": "notes", "role": "worker", "kind": "resource", "name": "notes://shelf/*", "confirm": ""},
+            {"server": "notes", "role": "worker", "kind": "tool", "name": "read_note", "confirm": ""},
         ])
     );
     let table = ok(&["admin", "grant", "list", "--tenant", "initech"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["server", "role", "kind", "name"], "{table}");
+    assert_eq!(header, ["server", "role", "kind", "name", "confirm"], "{table}");
     assert!(table.lines().any(|l| l.split_whitespace().eq(["notes", "worker", "prompt", "read_note"])), "{table}");
 
     let before = ok(&list);
@@ -324,6 +324,8 @@ async fn cli(backend: Backend) {
         (kinded("delete", "prompt", "notes://shelf/*").to_vec(), "name"),
         (kinded("delete", "resource", "notes://shelf/a").to_vec(), "no grant"),
         (kinded("delete", "prompt", "*").to_vec(), "no grant"),
+        (kinded("add", "prompt", "other").into_iter().chain(["--confirm", "caller"]).collect(), "confirm"),
+        (grant("add", "notes", "worker", "other").into_iter().chain(["--confirm", "always"]).collect(), "--confirm"),
     ];
     for (argv, field) in &refusals {
         let (success, stdout, stderr) = run(argv);
@@ -332,6 +334,28 @@ async fn cli(backend: Backend) {
         assert!(stdout.is_empty(), "{argv:?}");
     }
     assert_eq!(ok(&list), before, "the refusals wrote nothing");
+
+    // A grant may ask a person to confirm each call it allows.
+    ok(&grant("add", "notes", "manager", "write_note")
+        .into_iter()
+        .chain(["--confirm", "approver"])
+        .collect::<Vec<_>>());
+    let listed: serde_json::Value = serde_json::from_str(&ok(&list)).unwrap();
+    let confirmed = listed.as_array().unwrap().iter().find(|g| g["role"] == "manager").unwrap();
+    assert_eq!(confirmed["confirm"], "approver", "{listed}");
+    ok(&[
+        "admin",
+        "grant",
+        "delete",
+        "--tenant",
+        "initech",
+        "--server",
+        "notes",
+        "--role",
+        "manager",
+        "--name",
+        "write_note",
+    ]);
 
     // Deleting takes the kind: the prompt of the same name stays until its own delete.
     ok(&grant("delete", "notes", "worker", "read_note"));

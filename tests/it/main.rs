@@ -9,6 +9,7 @@ mod auth;
 mod checkpoints;
 mod cli;
 mod compose;
+mod confirm;
 mod console;
 mod console_signin;
 mod docs;

@@ -113,6 +113,7 @@ impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         match self.0 {
             AdminError::Forbidden => problem(StatusCode::FORBIDDEN, "forbidden", "this act needs another role", None),
+            AdminError::Denied(m) => problem(StatusCode::FORBIDDEN, "forbidden", m, None),
             AdminError::NotFound(m) => problem(StatusCode::NOT_FOUND, "not_found", m, None),
             AdminError::Invalid { field, message } => {
                 problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid", format!("{field}: {message}"), Some(field.into()))

@@ -107,6 +107,10 @@ pub(super) fn api() -> OpenApiRouter<AdminApi> {
         .routes(routes!(get_definition))
         .routes(routes!(approve_definition))
         .routes(routes!(reject_definition))
+        .routes(routes!(list_approvals))
+        .routes(routes!(get_approval))
+        .routes(routes!(approve_call))
+        .routes(routes!(reject_call))
 }
 
 async fn one(api: &AdminApi, who: &Authority, target: Target) -> Answer {
@@ -773,6 +777,12 @@ struct NewGrant {
     kind: GrantKind,
     /// A tool's or prompt's own name, a resource URI (or a prefix ending in `*`), or `*`.
     name: String,
+    /// Who confirms each call the grant allows before it is forwarded (tool grants only):
+    /// `caller` (the calling person, through the client) or `approver` (a second person with
+    /// the approver role). Absent: nobody.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    confirm: Option<crate::model::Confirm>,
 }
 
 fn tool() -> GrantKind {
@@ -803,8 +813,9 @@ async fn create_grant(
     headers: HeaderMap,
     body: JsonBody<NewGrant>,
 ) -> Answer {
-    let NewGrant { server, role, kind, name } = body.value;
-    change(&api, &who, &headers, Some(&body.fingerprint), Write::CreateGrant { tenant, server, role, kind, name }).await
+    let NewGrant { server, role, kind, name, confirm } = body.value;
+    let write = Write::CreateGrant { tenant, server, role, kind, name, confirm };
+    change(&api, &who, &headers, Some(&body.fingerprint), write).await
 }
 
 /// A grant, by the `id` its listing gives.
@@ -1422,6 +1433,105 @@ async fn reject_definition(
 ) -> Answer {
     let decision = crate::store::definitions::Decision::Reject;
     change(&api, &who, &headers, None, Write::DecideDefinition { tenant, id, decision }).await
+}
+
+// ---- calls waiting for a second person ----
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ApprovalQuery {
+    /// `pending` (waiting for an approver), `approved`, `rejected`, `lapsed` or `all` (the
+    /// default).
+    state: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+/// An approver's decision's optional body.
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    /// Why (at most 500 characters); a rejection's reason is told to the caller.
+    reason: Option<String>,
+}
+
+/// The optional body of a decision: empty, or `{"reason": "..."}`.
+fn decision_body(body: &[u8]) -> Result<Option<String>, Refusal> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let body: DecisionBody = serde_json::from_slice(body).map_err(|e| {
+        Refusal(crate::admin::AdminError::Invalid {
+            field: "body",
+            message: format!("{{\"reason\": \"...\"}} or nothing: {e}"),
+        })
+    })?;
+    Ok(body.reason)
+}
+
+/// The tenant's calls waiting for a second person, newest first (its approvers, owners and
+/// auditors). Each names the caller, the server, the tool and the exact arguments.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/approvals", tag = "approvals",
+    params(("tenant" = String, Path), ApprovalQuery), responses((status = 200, body = Page), (status = 422, body = Problem)))]
+async fn list_approvals(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path(tenant): Path<String>,
+    Params(q): Params<ApprovalQuery>,
+    uri: Uri,
+) -> Answer {
+    let state = crate::store::approvals::ApprovalState::filter(q.state.as_deref().unwrap_or("all"))
+        .map_err(crate::admin::AdminError::from)?;
+    let query = PageQuery { limit: q.limit, after: q.after };
+    page(&api, &who, Collection::Approvals { tenant, state }, &query, &uri).await
+}
+
+/// One call waiting for (or decided by) an approver.
+#[utoipa::path(get, path = "/admin/v1/tenants/{tenant}/approvals/{id}", tag = "approvals",
+    params(("tenant" = String, Path), ("id" = String, Path)),
+    responses((status = 200, body = crate::admin::approvals::ApprovalView), (status = 404, body = Problem)))]
+async fn get_approval(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Answer {
+    one(&api, &who, Target::Approval { tenant, id }).await
+}
+
+/// Approve a waiting call (the tenant's approvers; never the caller's own): it is forwarded
+/// once, with the arguments shown. 409 when it was decided already or lapsed. Audited.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/approvals/{id}/approve", tag = "approvals",
+    request_body(content = Option<DecisionBody>, description = "optional: `{\"reason\": \"...\"}`"),
+    params(("tenant" = String, Path), ("id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 200, body = crate::admin::approvals::ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+async fn approve_call(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Answer {
+    let reason = decision_body(&body)?;
+    let decision = crate::store::approvals::Decision::Approve;
+    change(&api, &who, &headers, None, Write::DecideApproval { tenant, id, decision, reason }).await
+}
+
+/// Reject a waiting call (the tenant's approvers; never the caller's own): it is refused, and
+/// the caller told the reason given. 409 when it was decided already or lapsed. Audited.
+#[utoipa::path(post, path = "/admin/v1/tenants/{tenant}/approvals/{id}/reject", tag = "approvals",
+    request_body(content = Option<DecisionBody>, description = "optional: `{\"reason\": \"...\"}`"),
+    params(("tenant" = String, Path), ("id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 200, body = crate::admin::approvals::ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+async fn reject_call(
+    State(api): State<AdminApi>,
+    Extension(who): Who,
+    Path((tenant, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Answer {
+    let reason = decision_body(&body)?;
+    let decision = crate::store::approvals::Decision::Reject;
+    change(&api, &who, &headers, None, Write::DecideApproval { tenant, id, decision, reason }).await
 }
 
 /// The platform's policies, which take part in every tenant's decisions (platform administrators).

@@ -498,6 +498,9 @@ struct GrantForm {
     role: Role,
     kind: GrantKind,
     name: String,
+    /// `caller`, `approver`, or empty: nobody confirms.
+    #[serde(default)]
+    confirm: Option<String>,
 }
 
 async fn create_grant(
@@ -511,7 +514,17 @@ async fn create_grant(
         Err(r) => return r,
     };
     let back = format!("/console/tenants/{tenant}");
-    let write = Write::CreateGrant { tenant, server: f.server, role: f.role, kind: f.kind, name: f.name };
+    let confirm = match f.confirm.as_deref() {
+        None | Some("") => None,
+        Some(text) => match crate::model::Confirm::parse(text) {
+            Some(confirm) => Some(confirm),
+            None => {
+                let refusal = AdminError::Invalid { field: "confirm", message: "caller, approver or nothing".into() };
+                return refused(refusal, &s, &back);
+            }
+        },
+    };
+    let write = Write::CreateGrant { tenant, server: f.server, role: f.role, kind: f.kind, name: f.name, confirm };
     act(&console, &s, write, &back).await
 }
 

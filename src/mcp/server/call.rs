@@ -12,7 +12,7 @@ impl GatewayServer {
     pub(super) async fn serve_call(
         &self,
         request: CallToolRequestParams,
-        mut context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let shared = &self.shared;
         let ctx = context_for(&context, &shared.sessions).map_err(|e| refused(&e))?;
@@ -29,49 +29,82 @@ impl GatewayServer {
         } else if !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
             Verdict::Unknown { listed: true }
-        } else if let Some(class) = native_refused(shared, &ask, &tool, request.arguments.as_ref(), &call) {
-            Verdict::Refused { class }
-        } else if let Some(Err(invalid)) = shared
-            .tools
-            .spec(&tool)
-            .map(|spec| (spec.validate)(request.arguments.as_ref().unwrap_or(&Default::default())))
-        {
-            Verdict::Answered(invalid.into_call_tool_result())
         } else {
-            context.extensions.insert(Arc::new(CallEnv {
-                db: shared.db.clone(),
-                audit: shared.audit.clone(),
-                sessions: Arc::clone(&shared.sessions),
-                call: Arc::clone(&call),
-            }));
-            match tokio::time::timeout(shared.call_timeout, shared.tools.call(request, context)).await {
-                Ok(result) => Verdict::Answered(result),
-                Err(_) => {
-                    tracing::warn!(%tool, "tool call timed out");
-                    Verdict::TimedOut
-                }
+            match native_decided(shared, &ask, &tool, request.arguments.as_ref(), &call) {
+                Err(class) => Verdict::Refused { class },
+                Ok(confirm) => self.call_native(&ctx, request, context, &call, confirm).await,
             }
         };
         conclude(shared, &ctx, &call, &tool, !native, verdict).await
     }
 }
 
-/// Whether the tenant's policies refuse a call of native `tool` (its roles allow the caller):
-/// the refusal's audit class. Records what the policies decided on `call`.
-fn native_refused(
+impl GatewayServer {
+    /// A native tool's call its roles and the policies allow: its arguments checked, the
+    /// confirmation it needs (`confirm`) asked for, then run within `mcp.call_timeout_secs`.
+    async fn call_native(
+        &self,
+        ctx: &McpCallContext,
+        mut request: CallToolRequestParams,
+        mut context: RequestContext<RoleServer>,
+        call: &Arc<crate::audit::CallAudit>,
+        confirm: Option<crate::model::Confirm>,
+    ) -> Verdict<CallToolResponse> {
+        let shared = &self.shared;
+        let tool = request.name.to_string();
+        let empty = Default::default();
+        if let Some(Err(invalid)) =
+            shared.tools.spec(&tool).map(|spec| (spec.validate)(request.arguments.as_ref().unwrap_or(&empty)))
+        {
+            return Verdict::Answered(invalid.into_call_tool_result());
+        }
+        if let Some(mode) = confirm {
+            let server = crate::mcp::confirm::NATIVE_SERVER.to_owned();
+            let needed = crate::mcp::confirm::Needed { mode, server, tool: tool.clone(), title: None };
+            match self.confirm_call(ctx, &context, call, &mut request, needed).await {
+                Ok(super::confirm::Gate::Go) => {}
+                Ok(super::confirm::Gate::Answer(question)) => return Verdict::Answered(Ok(*question)),
+                Err(e) => return Verdict::from(Err::<CallToolResponse, _>(e)),
+            }
+        }
+        context.extensions.insert(Arc::new(CallEnv {
+            db: shared.db.clone(),
+            audit: shared.audit.clone(),
+            sessions: Arc::clone(&shared.sessions),
+            call: Arc::clone(call),
+        }));
+        match tokio::time::timeout(shared.call_timeout, shared.tools.call(request, context)).await {
+            Ok(result) => Verdict::Answered(result),
+            Err(_) => {
+                tracing::warn!(%tool, "tool call timed out");
+                Verdict::TimedOut
+            }
+        }
+    }
+}
+
+/// What the tenant's policies decide of a call of native `tool` (its roles allow the caller):
+/// `Err`: refused, the refusal's audit class; `Ok`: allowed, with the confirmation a permit asks
+/// for. Records what the policies decided on `call`.
+fn native_decided(
     shared: &Shared,
     ask: &crate::proxy::Ask,
     tool: &str,
     arguments: Option<&serde_json::Map<String, serde_json::Value>>,
     call: &crate::audit::CallAudit,
-) -> Option<&'static str> {
+) -> Result<Option<crate::model::Confirm>, &'static str> {
     if ask.grants_only() {
-        return None;
+        return Ok(None);
     }
     let Some(facts) = shared.upstreams.policies().native_facts(tool) else {
-        return Some("policy_error");
+        return Err("policy_error");
     };
-    decided(ask.call(facts, Some(crate::policy::NATIVE_ROLES), arguments), call)
+    let outcome = ask.call(facts, Some(crate::policy::NATIVE_ROLES), arguments);
+    let confirm = outcome.decision.confirm;
+    match decided(outcome, call) {
+        Some(class) => Err(class),
+        None => Ok(confirm),
+    }
 }
 
 /// Records `outcome` on `call` when policies took part; the refusal's audit class if refused.

@@ -12,7 +12,7 @@ impl GatewayServer {
     pub(super) async fn call_upstream(
         &self,
         ctx: &McpCallContext,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         call: &crate::audit::CallAudit,
         ask: &crate::proxy::Ask,
@@ -24,6 +24,8 @@ impl GatewayServer {
         // A task may come back only where the gateway can route its polls: a tenant's server
         // (not a selected root's, whose selection a later request does not carry).
         let mut tasks = false;
+        // Who must confirm the call before it is forwarded (the grants' and policies' strictest).
+        let mut confirm: Option<crate::model::Confirm> = None;
         if let Some((server, name)) = split_tool_name(&request.name).filter(|(s, _)| selection::is_selected_server(s)) {
             // A selected root's server: the session's own (the allowance is the grant).
             let selection = self.selection_for(ctx, context).await.map_err(ProxyError::Upstream)?;
@@ -55,6 +57,7 @@ impl GatewayServer {
             _held = None;
             tool = name.to_owned();
             tasks = declares_tasks(context);
+            confirm = snapshot.confirm_of(server, name, ctx.roles());
         }
         let tool = tool.as_str();
         let connection = &connection;
@@ -79,10 +82,23 @@ impl GatewayServer {
             // The tool exists (the upstream lists it): the policies decide with its definition.
             let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await?;
             let facts = facts.get(tool).ok_or(ProxyError::NotFound)?;
-            if let Some(class) =
-                super::call::decided(ask.call(facts, grant.as_deref(), request.arguments.as_ref()), call)
-            {
+            let outcome = ask.call(facts, grant.as_deref(), request.arguments.as_ref());
+            let by_policy = outcome.decision.confirm;
+            if let Some(class) = super::call::decided(outcome, call) {
                 return Err(ProxyError::Refused(class));
+            }
+            confirm = crate::mcp::confirm::strictest(confirm, by_policy);
+        }
+        if let Some(mode) = confirm {
+            // What the person is shown: the approved definition's title, the exact arguments.
+            let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await?;
+            let title = facts.get(tool).ok_or(ProxyError::NotFound)?.title.clone();
+            let server = connection.server().as_str().to_owned();
+            let needed = crate::mcp::confirm::Needed { mode, server, tool: request.name.to_string(), title };
+            if let super::confirm::Gate::Answer(question) =
+                self.confirm_call(ctx, context, call, &mut request, needed).await?
+            {
+                return Ok(*question);
             }
         }
         let binding =

@@ -51,6 +51,9 @@ pub struct GrantRow {
     pub role: Role,
     pub kind: GrantKind,
     pub name: String,
+    /// Who confirms each call the grant allows (tool grants only); `None`: nobody.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<Confirm>,
 }
 
 impl GrantRow {
@@ -163,14 +166,34 @@ pub async fn grant(
     kind: GrantKind,
     name: &str,
 ) -> Result<(), StoreError> {
+    grant_confirmed(conn, tenant_slug, server, role, kind, name, None).await
+}
+
+/// [`grant`], each call it allows confirmed by `confirm` (a tool grant only: prompts and
+/// resources are read, not called).
+pub async fn grant_confirmed(
+    conn: &mut AnyConnection,
+    tenant_slug: &str,
+    server: &str,
+    role: Role,
+    kind: GrantKind,
+    name: &str,
+    confirm: Option<Confirm>,
+) -> Result<(), StoreError> {
     validate_server_id(server)?;
     validate_grant_name(kind, name)?;
+    if confirm.is_some() && kind != GrantKind::Tool {
+        return Err(StoreError::Invalid {
+            field: "confirm",
+            message: format!("only a tool grant can require a confirmation (this one is a {kind} grant)"),
+        });
+    }
     let tenant = tenant_id_by_slug(&mut *conn, tenant_slug).await?;
     // Inserted from the binding row itself: an unbound server inserts nothing, whether or not
     // the connection enforces foreign keys.
     let done = sqlx::query(
-        "INSERT INTO mcp_server_grants (tenant_id, server, role, kind, name, created_at) \
-         SELECT tenant_id, server, $3, $4, $5, $6 FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2",
+        "INSERT INTO mcp_server_grants (tenant_id, server, role, kind, name, created_at, confirm) \
+         SELECT tenant_id, server, $3, $4, $5, $6, $7 FROM mcp_server_bindings WHERE tenant_id = $1 AND server = $2",
     )
     .bind(tenant)
     .bind(server)
@@ -178,6 +201,7 @@ pub async fn grant(
     .bind(kind.as_str())
     .bind(name)
     .bind(now_millis())
+    .bind(confirm.map(Confirm::as_str))
     .execute(conn)
     .await
     .map_err(|e| {
@@ -230,19 +254,27 @@ pub async fn revoke(
     Ok(())
 }
 
-pub(super) const GRANTS: &str = "SELECT server, role, kind, name FROM mcp_server_grants WHERE tenant_id = $1 \
+pub(super) const GRANTS: &str = "SELECT server, role, kind, name, confirm FROM mcp_server_grants WHERE tenant_id = $1 \
                       ORDER BY server, role, kind, name";
 
 pub(super) fn grant_from_row(row: &sqlx::any::AnyRow) -> Result<GrantRow, StoreError> {
     let role: String = row.try_get("role")?;
     let kind: String = row.try_get("kind")?;
+    let confirm: Option<String> = row.try_get("confirm")?;
     Ok(GrantRow {
         server: row.try_get("server")?,
-        // The table's CHECKs admit only the four roles and the three kinds; anything else is a
+        // The table's CHECKs admit only the five roles and the three kinds; anything else is a
         // broken database.
         role: role.parse().map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
         kind: kind.parse().map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
         name: row.try_get("name")?,
+        confirm: match confirm {
+            None => None,
+            Some(text) => Some(
+                Confirm::parse(&text)
+                    .ok_or_else(|| sqlx::Error::Decode(format!("unknown confirmation `{text}` of a grant").into()))?,
+            ),
+        },
     })
 }
 
