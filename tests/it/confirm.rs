@@ -79,10 +79,14 @@ impl Site {
     async fn start(backend: Backend) -> Self {
         let root = tempfile::tempdir().unwrap();
         let root_uri = format!("file://{}", root.path().canonicalize().unwrap().display());
+        // The console's forms are posted from the gateway's own origin, the one the browser sees.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let overrides = [
             ("upstream.local_root", json!(root_uri)),
             ("upstream.connect_timeout_secs", json!(30)),
-            ("mcp.approval_wait_secs", json!(8)),
+            ("mcp.approval_wait_secs", json!(15)),
+            ("server.listen", json!(format!("127.0.0.1:{port}"))),
+            ("server.allowed_origins", json!([format!("http://127.0.0.1:{port}")])),
         ];
         let live = Live::start(backend, Mode::Session, &overrides).await;
         let slug = match backend {
@@ -372,7 +376,8 @@ async fn policy_confirmations(site: &Site) {
     assert_eq!(status, 204);
 }
 
-/// `approver`: the call waits for a second person of the tenant.
+/// `approver`: the call waits for a second person of the tenant, who decides in the console (in
+/// headless Chromium) or through the admin API.
 async fn approvers(site: &Site) {
     let (status, grants) = site.api("owner", "GET", "grants", None).await;
     assert_eq!(status, 200, "{grants}");
@@ -406,9 +411,26 @@ async fn approvers(site: &Site) {
     assert_eq!(site.approvals("audrey", "pending").await.len(), 1, "auditors read the list");
     let (status, _) = site.api("walt", "GET", "approvals", None).await;
     assert_eq!(status, 403, "a worker does not read it");
-    let (status, approved) = site.api("ann", "POST", &format!("approvals/{id}/approve"), None).await;
-    assert_eq!(status, 200, "{approved}");
-    assert_eq!(approved["state"], "approved", "{approved}");
+    // The approver signs in to the console, lands on the waiting calls, reads the exact
+    // arguments, and approves.
+    let browser = Browser::start().await;
+    let db = if site.slug.ends_with("lite") { "sqlite" } else { "postgres" };
+    browser.goto(&format!("{}/console", site.live.base_url())).await;
+    browser.type_into("#token", &site.token("ann")).await;
+    browser.click("#sign-in").await;
+    browser.wait_for_url(&format!("/console/tenants/{}/approvals", site.slug)).await;
+    let card = format!("#approvals .approval[data-id='{id}']");
+    let heading = browser.text(&format!("{card} h3")).await;
+    assert!(heading.contains("Refund a payment") && heading.contains("pay__refund"), "{heading}");
+    assert_eq!(browser.text(&format!("{card} .caller")).await, site.subject("walt"));
+    let shown = browser.text(&format!("{card} pre.arguments")).await;
+    assert!(shown.contains("\"amount\": 900") && shown.contains("umbrella"), "{shown}");
+    assert_eq!(browser.text(&format!("{card} .digest")).await, pending["args_digest"].as_str().unwrap());
+    let shot = browser.screenshot(&format!("console-{db}-approvals")).await;
+    browser.click(&format!("{card} button.approve")).await;
+    browser.wait_for_url(&format!("/console/tenants/{}/approvals?done=1", site.slug)).await;
+    assert!(browser.text("#decided").await.contains("approved"), "listed as decided");
+    assert!(std::fs::metadata(&shot).unwrap().len() > 1000, "{} holds a picture", shot.display());
     let done = waiting.await.unwrap().unwrap();
     assert_ne!(done.is_error, Some(true), "{done:?}");
     assert_eq!(site.ledger()[before..], [refund(900, "umbrella")]);
@@ -445,6 +467,24 @@ async fn approvers(site: &Site) {
     let id = pending["id"].as_str().unwrap().to_owned();
     let (status, own) = site.api("wendy", "POST", &format!("approvals/{id}/approve"), None).await;
     assert_eq!(status, 403, "never one's own call: {own}");
+    // In the console, wendy sees her own call without a form; an auditor reads, with none.
+    browser.click("header form button").await;
+    browser.wait_for_url("/console?signed_out=1").await;
+    for (who, landing) in [("wendy", "approvals"), ("audrey", "audit")] {
+        browser.goto(&format!("{}/console", site.live.base_url())).await;
+        browser.type_into("#token", &site.token(who)).await;
+        browser.click("#sign-in").await;
+        browser.wait_for_url(&format!("/console/tenants/{}/{landing}", site.slug)).await;
+        browser.goto(&format!("{}/console/tenants/{}/approvals", site.live.base_url(), site.slug)).await;
+        let card = format!("#approvals .approval[data-id='{id}']");
+        assert!(browser.text(&format!("{card} h3")).await.contains("pay__refund"), "{who} sees the call");
+        let forms = browser.execute(&format!("return document.querySelectorAll(\"{card} form\").length")).await;
+        assert_eq!(forms, 0, "{who} gets no form");
+        browser.click("header form button").await;
+        browser.wait_for_url("/console?signed_out=1").await;
+    }
+    assert!(!browser.text("body").await.is_empty());
+    browser.quit().await;
     let refused = waiting.await.unwrap().unwrap();
     assert!(error_text(&refused).contains("no approver decided in time"), "{refused:?}");
     let (status, late) = site.api("ann", "POST", &format!("approvals/{id}/approve"), None).await;

@@ -81,6 +81,9 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/tenants/{tenant}/definitions", get(definitions))
         .route("/console/tenants/{tenant}/definitions/{id}/approve", post(approve_definition))
         .route("/console/tenants/{tenant}/definitions/{id}/reject", post(reject_definition))
+        .route("/console/tenants/{tenant}/approvals", get(approvals))
+        .route("/console/tenants/{tenant}/approvals/{id}/approve", post(approve_call))
+        .route("/console/tenants/{tenant}/approvals/{id}/reject", post(reject_call))
         .route("/console/tenants/{tenant}/audit/export", get(export))
         .route("/console/executors", get(executors))
         .route("/console/guards", get(guards))
@@ -250,6 +253,7 @@ fn start_page(who: &Authority) -> String {
     match who {
         Authority::Member(m) if m.roles.contains(&Role::Owner) => format!("/console/tenants/{}", m.slug),
         Authority::Member(m) if m.roles.contains(&Role::Auditor) => format!("/console/tenants/{}/audit", m.slug),
+        Authority::Member(m) if m.roles.contains(&Role::Approver) => format!("/console/tenants/{}/approvals", m.slug),
         Authority::Member(_) => "/console/guards".into(),
         _ => "/console/tenants".into(),
     }
@@ -1008,4 +1012,102 @@ async fn decide_definition(
     };
     let back = format!("/console/tenants/{tenant}/definitions");
     act(console, &s, Write::DecideDefinition { tenant, id, decision }, &back).await
+}
+
+/// Most decided calls the approvals page lists, the latest first.
+const SHOWN_DECIDED_CALLS: usize = 50;
+
+/// The approvals page: the tenant's calls waiting for a second person, each with its caller,
+/// server, tool and exact arguments and, for an approver (never on the approver's own call),
+/// the forms that approve or reject it; below, the latest decided ones.
+async fn approvals(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    Query(notice): Query<Notice>,
+) -> Response {
+    use crate::admin::approvals::ApprovalView;
+    use crate::store::approvals::ApprovalState;
+    let s = match session(&console, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{slug}/approvals");
+    let loaded = async {
+        let mut views = Vec::new();
+        for item in all(&console, &s.who, Collection::Approvals { tenant: slug.clone(), state: None }).await? {
+            let view: ApprovalView = serde_json::from_value(item)
+                .map_err(|e| AdminError::Invalid { field: "approval", message: e.to_string() })?;
+            views.push(view);
+        }
+        let (pending, mut decided): (Vec<ApprovalView>, Vec<ApprovalView>) =
+            views.into_iter().partition(|v| v.state == ApprovalState::Pending);
+        decided.truncate(SHOWN_DECIDED_CALLS);
+        Ok::<_, AdminError>((pending, decided))
+    };
+    match loaded.await {
+        Ok((pending, decided)) => {
+            // The forms are an approver's; owners and auditors read.
+            let approver = s.who.authorize(Need::Approve(&slug)).is_ok();
+            let me = s.who.member().map(|m| m.subject.clone());
+            let view =
+                pages::ApprovalsView { slug: &slug, pending: &pending, decided: &decided, approver, me: me.as_deref() };
+            pages::approvals(&s.who, &s.csrf, &view, &notice)
+        }
+        Err(e @ (AdminError::NotFound(_) | AdminError::Forbidden | AdminError::Store(_))) => refused(e, &s, &back),
+        Err(e) => pages::refusal(&s.who, &s.csrf, StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct DecisionForm {
+    csrf: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn approve_call(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, id)): Path<(String, String)>,
+    Form(f): Form<DecisionForm>,
+) -> Response {
+    decide_call(&console, &headers, f, tenant, id, crate::store::approvals::Decision::Approve).await
+}
+
+async fn reject_call(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path((tenant, id)): Path<(String, String)>,
+    Form(f): Form<DecisionForm>,
+) -> Response {
+    decide_call(&console, &headers, f, tenant, id, crate::store::approvals::Decision::Reject).await
+}
+
+/// An approver's decision on a waiting call, then back to the approvals page (a refusal, such
+/// as the approver's own call or one decided already, as a notice there).
+async fn decide_call(
+    console: &Console,
+    headers: &HeaderMap,
+    f: DecisionForm,
+    tenant: String,
+    id: String,
+    decision: crate::store::approvals::Decision,
+) -> Response {
+    let s = match posted(console, headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let back = format!("/console/tenants/{tenant}/approvals");
+    let reason = f.reason.filter(|r| !r.trim().is_empty());
+    let caller = Caller { who: &s.who, via: "console", request_id: None, idempotency: None, if_match: None };
+    match console.api.admin.write(&caller, Write::DecideApproval { tenant, id, decision, reason }).await {
+        Ok(_) => see_other(&format!("{back}?done=1")),
+        // Refused (not an approver, the approver's own call): said on the page, not as a page.
+        Err(e @ AdminError::Denied(_)) => see_other(&format!(
+            "{back}?error={}",
+            percent_encoding::utf8_percent_encode(&e.to_string(), percent_encoding::NON_ALPHANUMERIC)
+        )),
+        Err(e) => refused(e, &s, &back),
+    }
 }

@@ -63,6 +63,9 @@ fn nav(who: &Authority, csrf: &str) -> Markup {
                     a href={ "/console/tenants/" (m.slug) "/policies" } { "Policies" }
                     a href={ "/console/tenants/" (m.slug) "/definitions" } { "Definitions" }
                 }
+                @if m.roles.iter().any(|r| matches!(r, Role::Approver | Role::Owner | Role::Auditor)) {
+                    a href={ "/console/tenants/" (m.slug) "/approvals" } { "Approvals" }
+                }
                 @if m.roles.contains(&Role::Auditor) {
                     a href={ "/console/tenants/" (m.slug) "/audit" } { "Audit trail" }
                 }
@@ -341,7 +344,7 @@ pub(super) fn tenant(
         }
         h2 { "Grants" }
         table id="grants" {
-            thead { tr { th { "Server" } th { "Role" } th { "Kind" } th { "Name" } th {} } }
+            thead { tr { th { "Server" } th { "Role" } th { "Kind" } th { "Name" } th { "Confirmed by" } th {} } }
             tbody {
                 @for g in grants {
                     tr {
@@ -349,6 +352,7 @@ pub(super) fn tenant(
                         td { (text(&g["role"])) }
                         td { (text(&g["kind"])) }
                         td.mono { (text(&g["name"])) }
+                        td.confirm { (text(&g["confirm"])) }
                         td {
                             form method="post" action={ (base) "/grants/" (text(&g["id"])) "/revoke" } {
                                 (hidden(csrf))
@@ -366,6 +370,11 @@ pub(super) fn tenant(
                 label { "Role" select name="role" id="grant-role" { (role_options()) } }
                 label { "Kind" select name="kind" { @for k in ["tool", "prompt", "resource"] { option value=(k) { (k) } } } }
                 label { "Name" input name="name" id="grant-name" required placeholder="tool name, URI or *"; }
+                label { "Each call confirmed by" select name="confirm" id="grant-confirm" {
+                    option value="" { "nobody" }
+                    option value="caller" { "the caller" }
+                    option value="approver" { "an approver" }
+                } }
                 button type="submit" id="add-grant" { "Grant" }
             }
         }
@@ -923,4 +932,89 @@ pub(super) fn definitions(who: &Authority, csrf: &str, view: &DefinitionsView<'_
         }
     };
     respond(StatusCode::OK, page(&format!("{slug} definitions"), nav(who, csrf), body))
+}
+
+pub(super) struct ApprovalsView<'a> {
+    pub slug: &'a str,
+    /// The calls waiting for an approver.
+    pub pending: &'a [crate::admin::approvals::ApprovalView],
+    /// The latest decided (or lapsed) ones.
+    pub decided: &'a [crate::admin::approvals::ApprovalView],
+    /// Whether the signed-in authority may decide (the tenant's approvers).
+    pub approver: bool,
+    /// The signed-in member's subject: its own calls get no form.
+    pub me: Option<&'a str>,
+}
+
+fn waiting_call(v: &crate::admin::approvals::ApprovalView, base: &str, csrf: &str, view: &ApprovalsView<'_>) -> Markup {
+    let action = |verb: &str| format!("{base}/{}/{verb}", percent(&v.id));
+    let own = view.me == Some(v.caller.as_str());
+    html! {
+        article.approval data-id=(v.id) {
+            h3 {
+                code.server { (visible(&v.server)) } " · "
+                @if let Some(title) = &v.title { span.title { (visible(title)) } " " }
+                code.tool { (visible(&v.tool)) }
+            }
+            dl {
+                dt { "Caller" } dd.mono.caller { (visible(&v.caller)) }
+                dt { "Arguments digest" } dd.mono.digest { (v.args_digest) }
+                dt { "Asked" } dd { (when(&Value::from(v.created_at))) }
+                dt { "Lapses" } dd { (when(&Value::from(v.expires_at))) }
+            }
+            h4 { "Arguments " span.muted { "(exactly what is forwarded when approved)" } }
+            (json_box(&v.arguments, "arguments"))
+            @if view.approver && own {
+                p.notice.own { "Your own call: another approver decides it." }
+            } @else if view.approver {
+                div.decide {
+                    form method="post" action=(action("approve")) {
+                        (hidden(csrf))
+                        button.approve type="submit" { "Approve this call" }
+                    }
+                    form method="post" action=(action("reject")) {
+                        (hidden(csrf))
+                        input.reason type="text" name="reason" maxlength="500" placeholder="Reason (told to the caller)";
+                        button.reject type="submit" { "Reject" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn approvals(who: &Authority, csrf: &str, view: &ApprovalsView<'_>, notice: &Notice) -> Response {
+    let base = format!("/console/tenants/{}/approvals", view.slug);
+    let body = html! {
+        h1 { "Calls waiting for approval " span.muted { "(" (view.slug) ")" } }
+        (notices(notice))
+        p.muted {
+            "Each call below was allowed on condition that a second person approves it. It is forwarded once, with exactly these arguments, when an approver approves it; it is refused when an approver rejects it or nobody decides before it lapses. "
+            strong { "The arguments are the caller's own data: read them as data, not as instructions." }
+        }
+        @if !view.approver { p.notice id="read-only" { "You read these; the tenant's approvers decide." } }
+        h2 { "Waiting " span.muted { "(" (view.pending.len()) ")" } }
+        section id="approvals" {
+            @if view.pending.is_empty() { p.muted id="none-waiting" { "Nothing is waiting." } }
+            @for v in view.pending { (waiting_call(v, &base, csrf, view)) }
+        }
+        h2 { "Recently decided" }
+        table id="decided" {
+            thead { tr { th { "Tool" } th { "Caller" } th { "State" } th { "Digest" } th { "Decided" } th { "By" } th { "Reason" } } }
+            tbody {
+                @for v in view.decided {
+                    tr data-id=(v.id) {
+                        td.mono { (visible(&v.tool)) }
+                        td.mono { (visible(&v.caller)) }
+                        td.state { (v.state.as_str()) }
+                        td.mono { (v.args_digest) }
+                        td { @if let Some(at) = v.decided_at { (when(&Value::from(at))) } }
+                        td.mono { (visible(v.decided_by.as_deref().unwrap_or_default())) }
+                        td { (visible(v.reason.as_deref().unwrap_or_default())) }
+                    }
+                }
+            }
+        }
+    };
+    respond(StatusCode::OK, page(&format!("{} approvals", view.slug), nav(who, csrf), body))
 }
