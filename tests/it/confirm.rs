@@ -301,7 +301,11 @@ async fn caller_on_2026_07_28(site: &Site) {
     assert!(!matches!(stolen, Ok(CallToolResponse::Complete(ref r)) if r.is_error != Some(true)), "{stolen:?}");
     assert_eq!(site.ledger().len(), before, "neither forwarded");
 
-    let done = walt.call_tool_once(ask(refund(42, "globex"), Some(state.clone()), "accept")).await.unwrap();
+    // The retry carrying the consent reaches another replica: nothing waited on the first.
+    let replica = site.live.replica().await;
+    let other = modern_client(&format!("http://{}/mcp", replica.addr), &site.token("walt"), false).await;
+    let done = other.call_tool_once(ask(refund(42, "globex"), Some(state.clone()), "accept")).await.unwrap();
+    other.cancel().await.unwrap();
     let CallToolResponse::Complete(done) = done else { panic!("the result expected: {done:?}") };
     assert_ne!(done.is_error, Some(true), "{done:?}");
     assert_eq!(site.ledger().last(), Some(&refund(42, "globex")));
@@ -372,8 +376,28 @@ async fn policy_confirmations(site: &Site) {
     assert_eq!(accepts.asked().len(), 1);
     assert_eq!(site.ledger()[before..], [refund(10, "hooli")]);
     mike.cancel().await.unwrap();
-    let (status, _) = site.api("owner", "DELETE", "policies/managers", None).await;
-    assert_eq!(status, 204);
+    // A native tool too: the gateway's own `whoami` behind a permit asking its caller.
+    let native =
+        "@confirm(\"caller\")\npermit (principal in Role::\"manager\", action == Action::\"whoami\", resource);";
+    let (status, saved) = site.api("owner", "PUT", "policies/native", Some(json!({"text": native}))).await;
+    assert_eq!(status, 201, "{saved}");
+    let mike = site.client("mike", &mute).await;
+    let refused = eventually("the native policy is loaded", || async {
+        let answer = call(&mike, "whoami", json!({})).await;
+        answer.err().filter(|e| e.code.0 == -32021)
+    })
+    .await;
+    assert!(refused.message.contains("cannot give"), "{refused:?}");
+    mike.cancel().await.unwrap();
+    let mike = site.client("mike", &accepts).await;
+    let me = call(&mike, "whoami", json!({})).await.unwrap();
+    assert_ne!(me.is_error, Some(true), "{me:?}");
+    assert!(accepts.asked().last().unwrap().contains("Server: scopegate\nTool: whoami\n"), "{:?}", accepts.asked());
+    mike.cancel().await.unwrap();
+    for id in ["managers", "native"] {
+        let (status, _) = site.api("owner", "DELETE", &format!("policies/{id}"), None).await;
+        assert_eq!(status, 204);
+    }
 }
 
 /// `approver`: the call waits for a second person of the tenant, who decides in the console (in
@@ -492,6 +516,41 @@ async fn approvers(site: &Site) {
     assert_eq!(site.ledger().len(), before + 1, "only the approved call was forwarded");
     wendy.cancel().await.unwrap();
 
+    // A 2026-07-28 caller that declared the tasks extension gets a task at once; it runs the
+    // call once approved, and fails with the reason when rejected.
+    let tasks = modern_client(&site.live.url(), &site.token("walt"), true).await;
+    let tasks_ledger = site.ledger().len();
+    for (amount, decision) in [(903, "approve"), (904, "reject")] {
+        let p = CallToolRequestParams::new("pay__refund")
+            .with_arguments(refund(amount, "tyrell").as_object().cloned().unwrap());
+        let id = match tasks_call(&tasks, p).await {
+            CallToolResponse::Task(task) => task.task.task_id,
+            other => panic!("a task expected: {other:?}"),
+        };
+        let pending = eventually("the task's call waits", || async {
+            site.approvals("ann", "pending").await.into_iter().find(|a| a["arguments"]["amount"] == amount)
+        })
+        .await;
+        assert_eq!(pending["via"], "task", "{pending}");
+        let forwarded = |amount: i64| site.ledger().contains(&refund(amount, "tyrell"));
+        assert!(!forwarded(amount), "nothing forwarded before the decision");
+        let path = format!("approvals/{}/{decision}", pending["id"].as_str().unwrap());
+        let (status, _) = site.api("ann", "POST", &path, Some(json!({"reason": "tasks too"}))).await;
+        assert_eq!(status, 200);
+        let ended = eventually("the task ends", || async {
+            let got = tasks.get_task(rmcp::model::GetTaskParams::new(id.clone())).await.unwrap();
+            got.task.task.status.is_terminal().then_some(got)
+        })
+        .await;
+        let ended = serde_json::to_value(&ended).unwrap();
+        match decision {
+            "approve" => assert_eq!(ended["status"], "completed", "{ended}"),
+            _ => assert!(ended["status"] == "failed" && ended.to_string().contains("tasks too"), "{ended}"),
+        }
+    }
+    assert_eq!(site.ledger()[tasks_ledger..], [refund(903, "tyrell")], "only the approved task's call");
+    tasks.cancel().await.unwrap();
+
     let decisions = site.events("admin.approval.approve").await;
     let classes: Vec<Option<&str>> = decisions.iter().map(|(_, _, c, _)| c.as_deref()).collect();
     for class in [None, Some("not_approver"), Some("settled"), Some("own_call")] {
@@ -504,6 +563,14 @@ async fn approvers(site: &Site) {
     let approved_call =
         calls.iter().find(|(_, _, _, p)| p.as_deref().is_some_and(|p| p.contains("\"by\":\"approver\"")));
     assert!(approved_call.unwrap().3.as_deref().unwrap().contains(&site.subject("ann")), "the approver is named");
+}
+
+/// One `tools/call` of `client`, answered as it comes (a task, a result).
+async fn tasks_call(
+    client: &rmcp::service::RunningService<RoleClient, rmcp::model::ClientConfig>,
+    params: CallToolRequestParams,
+) -> CallToolResponse {
+    client.call_tool_once(params).await.unwrap_or_else(|e| panic!("tools/call: {e}"))
 }
 
 both_dbs!(confirmed_calls, confirmations);

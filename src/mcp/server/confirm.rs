@@ -250,15 +250,11 @@ impl GatewayServer {
             }
             Approval::Rejected(by, reason) => {
                 call.set_confirmation(confirm::record(&new.id, Confirm::Approver, "wait", Some(&by)));
-                let why = match reason {
-                    Some(reason) => format!("an approver rejected it ({})", crate::audit::refusal::safe_text(&reason)),
-                    None => "an approver rejected it".to_owned(),
-                };
-                Err(ProxyError::Unconfirmed(Refusal::declined("approval_rejected", &why)))
+                Err(rejected(reason))
             }
             Approval::Lapsed => {
                 call.set_confirmation(confirm::record(&new.id, Confirm::Approver, "wait", None));
-                Err(ProxyError::Unconfirmed(Refusal::declined("approval_lapsed", "no approver decided in time")))
+                Err(lapsed())
             }
         }
     }
@@ -272,4 +268,79 @@ fn refusal_text(class: &str) -> &'static str {
         "confirmation_timeout" => "the person did not answer in time",
         _ => "the confirmation could not be asked",
     }
+}
+
+impl GatewayServer {
+    /// A call a second person approves, of a 2026-07-28 caller that declared the tasks
+    /// extension: written as waiting for an approver (until the task's expiry), audited, and
+    /// answered at once with a task whose first step waits for the decision (see
+    /// [`after_approval`]).
+    pub(super) async fn approval_for_task(
+        &self,
+        ctx: &McpCallContext,
+        call: &CallAudit,
+        request: &CallToolRequestParams,
+        needed: &Needed,
+    ) -> Result<NewApproval, ProxyError> {
+        let new = NewApproval {
+            id: uuid::Uuid::new_v4().to_string(),
+            tenant: ctx.tenant_id(),
+            user: ctx.user_id(),
+            subject: ctx.subject().to_owned(),
+            server: needed.server.clone(),
+            tool: needed.tool.clone(),
+            title: needed.title.clone(),
+            arguments: digest::canonical_arguments(request.arguments.as_ref().unwrap_or(&Default::default())),
+            args_digest: call.args_digest.clone(),
+            via: Waiting::Task,
+            expires_at: now_millis() + i64::try_from(self.shared.task_ttl.as_millis()).unwrap_or(i64::MAX / 2),
+        };
+        self.shared.db.create_approval(&new).await.map_err(store_failed)?;
+        let asked = json!({ "id": new.id, "by": "approver", "via": "task" });
+        if let Err(e) = self.confirmation_event(call, "confirm.request", ctx.user_id(), Outcome::Ok, None, &asked).await
+        {
+            let _ = self.shared.db.lapse_approval(new.tenant, &new.id).await;
+            return Err(e);
+        }
+        call.set_confirmation(confirm::record(&new.id, Confirm::Approver, "task", None));
+        Ok(new)
+    }
+}
+
+/// `call` made to wait, on its first run, for approval `new`: it runs only once approved; a
+/// rejection or a lapse fails the task with the reason. Later runs (the rounds of the same
+/// call's questions) go straight on.
+pub(super) fn after_approval(db: crate::store::Db, new: NewApproval, call: task_run::Call) -> task_run::Call {
+    let pending = Arc::new(std::sync::Mutex::new(Some(new)));
+    Arc::new(move |exchange| {
+        let first = pending.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let (db, call) = (db.clone(), Arc::clone(&call));
+        Box::pin(async move {
+            if let Some(new) = first {
+                let ended = tokio::select! {
+                    ended = confirm::wait_for_approval(&db, &new) => ended.map_err(store_failed)?,
+                    // The task was cancelled: the approval lapses (the wait's guard sees to it).
+                    () = exchange.cancelled.cancelled() => return Err(ProxyError::Cancelled),
+                };
+                match ended {
+                    Approval::Approved(_) => {}
+                    Approval::Rejected(_, reason) => return Err(rejected(reason)),
+                    Approval::Lapsed => return Err(lapsed()),
+                }
+            }
+            call(exchange).await
+        })
+    })
+}
+
+fn rejected(reason: Option<String>) -> ProxyError {
+    let why = match reason {
+        Some(reason) => format!("an approver rejected it ({})", crate::audit::refusal::safe_text(&reason)),
+        None => "an approver rejected it".to_owned(),
+    };
+    ProxyError::Unconfirmed(Refusal::declined("approval_rejected", &why))
+}
+
+fn lapsed() -> ProxyError {
+    ProxyError::Unconfirmed(Refusal::declined("approval_lapsed", "no approver decided in time"))
 }

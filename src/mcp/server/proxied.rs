@@ -89,13 +89,18 @@ impl GatewayServer {
             }
             confirm = crate::mcp::confirm::strictest(confirm, by_policy);
         }
+        // A call an approver decides, of a caller that declared the tasks extension: a task
+        // whose first step waits for the decision.
+        let mut approval = None;
         if let Some(mode) = confirm {
             // What the person is shown: the approved definition's title, the exact arguments.
             let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await?;
             let title = facts.get(tool).ok_or(ProxyError::NotFound)?.title.clone();
             let server = connection.server().as_str().to_owned();
             let needed = crate::mcp::confirm::Needed { mode, server, tool: request.name.to_string(), title };
-            if let super::confirm::Gate::Answer(question) =
+            if mode == crate::model::Confirm::Approver && tasks {
+                approval = Some(self.approval_for_task(ctx, call, &request, &needed).await?);
+            } else if let super::confirm::Gate::Answer(question) =
                 self.confirm_call(ctx, context, call, &mut request, needed).await?
             {
                 return Ok(*question);
@@ -116,13 +121,14 @@ impl GatewayServer {
         // names under `tasks` as tasks of its own (see `task_run`), for a caller that declared
         // the extension; a `required` one is refused to a caller that did not.
         let by_gateway = (_held.is_none() && !upstream.offers_tasks()).then(|| connection.task_support(tool)).flatten();
-        let run_by_gateway = match by_gateway {
-            Some(_) if tasks => true,
-            Some(TaskTool { support: TaskSupport::Required, .. }) => {
-                return Err(ProxyError::Upstream(tasks_required()));
-            }
-            _ => false,
-        };
+        let run_by_gateway = approval.is_some()
+            || match by_gateway {
+                Some(_) if tasks => true,
+                Some(TaskTool { support: TaskSupport::Required, .. }) => {
+                    return Err(ProxyError::Upstream(tasks_required()));
+                }
+                _ => false,
+            };
         connection.calls.rmcp.increment(1);
         let task_origin = (tasks && connection.speaks_modern() && !run_by_gateway).then(origin);
         let modern = connection.speaks_modern();
@@ -145,7 +151,11 @@ impl GatewayServer {
                 })
             });
             let first = PassedInput { responses, state: upstream_state, tasks: false };
-            let input_first = by_gateway.is_some_and(|t| t.input_before_task);
+            let input_first = by_gateway.is_some_and(|t| t.input_before_task) && approval.is_none();
+            let call = match approval {
+                Some(new) => super::confirm::after_approval(self.shared.db.clone(), new, call),
+                None => call,
+            };
             let start = task_run::Start { origin, binding, modern_upstream: modern, input_first, first, call };
             return self.run_as_task(ctx, context, start).await;
         }
