@@ -82,13 +82,27 @@ struct Passed {
     /// The upstream's own `requestState`, if it sent one.
     upstream: Option<String>,
     exp: i64,
+    /// Names this state once: a call a person confirmed goes on with it only once (see
+    /// [`passed_once`]). Absent from a state sealed before it existed.
+    #[serde(default)]
+    nonce: Option<String>,
 }
 
 /// The gateway's `requestState` for an upstream's `input_required` passed through to the
 /// caller: bound to `binding`, good for `ttl`.
 pub fn seal_passed(key: &CursorKey, binding: &Binding, upstream: Option<String>, ttl: Duration) -> String {
     let exp = now_millis() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
-    key.seal(&Passed { passed: true, binding: binding.clone(), upstream, exp })
+    let nonce = Some(uuid::Uuid::new_v4().to_string());
+    key.seal(&Passed { passed: true, binding: binding.clone(), upstream, exp, nonce })
+}
+
+/// The once-only name and expiry of a passed-through `requestState`, when `state` is one the
+/// gateway sealed for `binding` and still good (`None`: it is not one, or it no longer holds;
+/// [`open_passed`] refuses it where it is used). A call that needed a person's confirmation
+/// goes on with each such state once (see `confirm`).
+pub fn passed_once(key: &CursorKey, binding: &Binding, state: &str) -> Option<(Option<String>, i64)> {
+    let passed: Passed = key.unseal(state).filter(|p: &Passed| p.passed)?;
+    (passed.exp > now_millis() && &passed.binding == binding).then_some((passed.nonce, passed.exp))
 }
 
 /// The upstream's own `requestState` inside the gateway's `state`, if that is intact,

@@ -324,8 +324,50 @@ async fn caller_on_2026_07_28(site: &Site) {
         invalid_answers.iter().filter(|(_, _, c, _)| c.as_deref() == Some("confirmation_invalid")).count() >= 2,
         "swapped arguments and the replay are audited: {invalid_answers:?}"
     );
-    walt.cancel().await.unwrap();
     mike.cancel().await.unwrap();
+
+    // A 2026-07-28 upstream that asks its own question once the call is confirmed: the question
+    // passes through, and the retry that answers it goes on once (a replay is a new call
+    // upstream, so it is refused).
+    let (mut child, addr) = fixture_http(&["everything", "http", "127.0.0.1:0"], &[]).await;
+    let everything = json!({"type": "http", "url": format!("http://{addr}/mcp")});
+    let mut tx = site.live.db.begin().await.unwrap();
+    entities::create_entity(&mut tx, &site.slug, "defaults/mcp-servers/ev", &everything).await.unwrap();
+    entities::bind_server(&mut tx, &site.slug, "ev", "local").await.unwrap();
+    let kind = entities::GrantKind::Tool;
+    let caller = Some(scopegate::model::Confirm::Caller);
+    entities::grant_confirmed(&mut tx, &site.slug, "ev", Role::Worker, kind, "test_elicitation", caller).await.unwrap();
+    tx.commit().await.unwrap();
+    let elicit = |state: Option<String>, key: &str, answer: Value| {
+        let mut p = CallToolRequestParams::new("ev__test_elicitation")
+            .with_arguments(json!({"message": "who passes through?"}).as_object().cloned().unwrap());
+        if let Some(state) = state {
+            p.request_state = Some(state);
+            p.input_responses = Some([(key.to_owned(), answer)].into());
+        }
+        p
+    };
+    let confirm = eventually("the new server's grant is seen", || async {
+        match walt.call_tool_once(elicit(None, "", Value::Null)).await {
+            Ok(CallToolResponse::InputRequired(asked)) => Some(asked),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(confirm.input_requests.as_ref().unwrap().contains_key("confirm"), "{confirm:?}");
+    let accept = json!({"action": "accept", "content": {}});
+    let asked = walt.call_tool_once(elicit(confirm.request_state, "confirm", accept)).await.unwrap();
+    let CallToolResponse::InputRequired(asked) = asked else { panic!("the upstream's question expected: {asked:?}") };
+    assert!(asked.input_requests.as_ref().unwrap().contains_key("contact"), "{asked:?}");
+    let gary = json!({"action": "accept", "content": {"username": "gary", "email": "gary@globex.test"}});
+    let state = asked.request_state;
+    let done = walt.call_tool_once(elicit(state.clone(), "contact", gary.clone())).await.unwrap();
+    let CallToolResponse::Complete(done) = done else { panic!("the result expected: {done:?}") };
+    assert!(serde_json::to_string(&done).unwrap().contains("gary"), "{done:?}");
+    let replayed = walt.call_tool_once(elicit(state, "contact", gary)).await;
+    assert!(invalid(replayed), "the upstream's round goes on once");
+    walt.cancel().await.unwrap();
+    child.kill().await.ok();
 }
 
 /// The official Python SDK's client: its elicitation callback in a session and through the
@@ -405,7 +447,8 @@ async fn policy_confirmations(site: &Site) {
 async fn approvers(site: &Site) {
     let (status, grants) = site.api("owner", "GET", "grants", None).await;
     assert_eq!(status, 200, "{grants}");
-    let caller_grant = grants["items"].as_array().unwrap().iter().find(|g| g["confirm"] == "caller").unwrap();
+    let caller_grant =
+        grants["items"].as_array().unwrap().iter().find(|g| g["confirm"] == "caller" && g["name"] == "refund").unwrap();
     let path = format!("grants/{}", caller_grant["id"].as_str().unwrap());
     let (status, _) = site.api("owner", "DELETE", &path, None).await;
     assert_eq!(status, 204, "the caller grant revoked");

@@ -43,8 +43,37 @@ impl GatewayServer {
         match needed.mode {
             Confirm::Caller if by_rounds(context) => self.confirm_by_rounds(ctx, context, call, request, &needed).await,
             Confirm::Caller => self.confirm_in_session(ctx, context, call, request, &needed).await,
-            Confirm::Approver => self.approve(ctx, context, call, request, &needed).await,
+            Confirm::Approver => match request.request_state.as_deref().filter(|_| by_rounds(context)) {
+                Some(state) => {
+                    let binding = self.binding(ctx, request.name.to_string(), request.arguments.as_ref());
+                    self.continued(ctx, call, &binding, state).await
+                }
+                None => self.approve(ctx, context, call, request, &needed).await,
+            },
         }
+    }
+
+    /// A retry carrying a `requestState` that is not a confirmation's: a later round of a call
+    /// confirmed (or approved) before. One passed through from a 2026-07-28 upstream goes on
+    /// once (each is a new call upstream); an exchange waiting in a replica is used once there
+    /// by its nature. Any other state is refused where it is used, before anything is forwarded.
+    async fn continued(
+        &self,
+        ctx: &McpCallContext,
+        call: &CallAudit,
+        binding: &rounds::Binding,
+        state: &str,
+    ) -> Result<Gate, ProxyError> {
+        if let Some((nonce, exp)) = rounds::passed_once(&self.shared.cursors, binding, state) {
+            let Some(nonce) = nonce else {
+                return self.invalid_answer(ctx, call, None, "sealed before it could be used once").await;
+            };
+            let once = format!("passed:{nonce}");
+            if !self.shared.db.use_consent(ctx.tenant_id(), &once, exp).await.map_err(store_failed)? {
+                return self.invalid_answer(ctx, call, None, "already used").await;
+            }
+        }
+        Ok(Gate::Go)
     }
 
     /// Records one event of `call`'s confirmation, failing closed.
@@ -123,9 +152,11 @@ impl GatewayServer {
         let binding = self.binding(ctx, request.name.to_string(), request.arguments.as_ref());
         if let Some(state) = request.request_state.as_deref() {
             let (id, exp) = match rounds::open_consent(&self.shared.cursors, &binding, state) {
-                // Not a confirmation's state: a later round of a call confirmed before (its
-                // state, bound like this one, is checked where it is used).
-                None => return Ok(Gate::Go),
+                // Not a confirmation's state: a later round of a call confirmed before. One
+                // passed through from a 2026-07-28 upstream goes on once (it is a new call
+                // upstream each time); an exchange waiting in a replica is used once there. Any
+                // other state is refused where it is used.
+                None => return self.continued(ctx, call, &binding, state).await,
                 Some(Err(why)) => return self.invalid_answer(ctx, call, None, why).await,
                 Some(Ok(consent)) => consent,
             };
