@@ -496,3 +496,59 @@ fn the_chapters_policies_parse() {
         cedar_policy::PolicySet::from_str(block).unwrap_or_else(|e| panic!("{block}: {e:?}"));
     }
 }
+
+#[test]
+fn a_permit_may_ask_for_a_confirmation_and_the_strictest_one_applies() {
+    use crate::model::Confirm;
+    let confirmed = |text: &str, annotation: &str| format!("@confirm(\"{annotation}\")\n{text}");
+    let big = r#"permit (principal in Role::"worker", action == Action::"billing__refund", resource)
+when { context.arguments.amount >= 100 };"#;
+    let any = r#"permit (principal in Role::"worker", action == Action::"billing__refund", resource);"#;
+    let policies = load(
+        Mode::Enforce,
+        &[("small", &confirmed(SMALL_REFUNDS, "caller")), ("big", &confirmed(big, "approver"))],
+        &[],
+    );
+    let small = call(&policies, &refund(), None, json!({"amount": 5}));
+    assert_eq!((small.allow, small.confirm), (true, Some(Confirm::Caller)));
+    let large = call(&policies, &refund(), None, json!({"amount": 500}));
+    assert_eq!((large.allow, large.confirm), (true, Some(Confirm::Approver)), "the permit that allowed it decides");
+    // Two permits allow it: the strictest asks, a permit without `@confirm` cancels nothing.
+    let policies = load(Mode::Enforce, &[("any", any), ("big", &confirmed(big, "approver"))], &[]);
+    assert_eq!(call(&policies, &refund(), None, json!({"amount": 500})).confirm, Some(Confirm::Approver));
+    assert_eq!(call(&policies, &refund(), None, json!({"amount": 5})).confirm, None, "only `any` allows it");
+    // A grant alone asks nothing of the engine (its own setting is the caller's to add).
+    let grants_only = load(Mode::Enforce, &[], &[]);
+    assert_eq!(call(&grants_only, &refund(), Some("grant/g1"), json!({"amount": 5})).confirm, None);
+    // A platform policy asks too; a log-only tenant's own policy does not.
+    let platform_any = r#"permit (principal in Role::"worker", action in Action::"call_tool", resource);"#;
+    let policies = load(Mode::Enforce, &[], &[("everyone", &confirmed(platform_any, "caller"))]);
+    assert_eq!(call(&policies, &refund(), None, json!({"amount": 5})).confirm, Some(Confirm::Caller));
+    let logged = load(Mode::LogOnly, &[("any", &confirmed(any, "approver"))], &[]);
+    let decided = call(&logged, &refund(), Some("grant/g1"), json!({"amount": 5}));
+    assert_eq!((decided.allow, decided.confirm), (true, None), "log-only: the grant decides, nothing asked");
+    // A refusal asks nothing.
+    let policies = load(Mode::Enforce, &[("small", &confirmed(SMALL_REFUNDS, "caller"))], &[]);
+    assert_eq!(call(&policies, &refund(), None, json!({"amount": 500})).confirm, None);
+}
+
+#[test]
+fn a_confirmation_that_does_not_read_is_refused_and_fails_closed() {
+    let schema =
+        cedar_policy::Schema::from_json_value(model::schema_json(Some(&catalogue()), &catalogue().claims)).unwrap();
+    let problems = |text: &str| engine::problems(&schema, Some(&catalogue()), "p", text);
+    let permit = r#"permit (principal in Role::"worker", action == Action::"billing__refund", resource);"#;
+    assert!(problems(&format!("@confirm(\"caller\")\n{permit}")).is_empty());
+    assert!(problems(&format!("@confirm(\"approver\")\n{permit}")).is_empty());
+    let bad = problems(&format!("@confirm(\"sometimes\")\n{permit}"));
+    assert_eq!((bad.len(), bad[0].line), (1, Some(1)), "{bad:?}");
+    assert!(bad[0].message.contains("`@confirm(\"caller\")` or `@confirm(\"approver\")`"), "{bad:?}");
+    let forbid = r#"@confirm("caller")
+forbid (principal, action == Action::"billing__refund", resource);"#;
+    assert!(problems(forbid)[0].message.contains("belongs on a permit"), "{:?}", problems(forbid));
+    // Stored anyway (written before, or by hand), it allows nothing: a stale policy is a forbid.
+    let policies = load(Mode::Enforce, &[("odd", &format!("@confirm(\"sometimes\")\n{permit}"))], &[]);
+    let refused = call(&policies, &refund(), Some("grant/g1"), json!({"amount": 5}));
+    assert!(!refused.allow, "{refused:?}");
+    assert!(policies.stale().contains_key("odd"));
+}
