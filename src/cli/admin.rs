@@ -69,6 +69,10 @@ pub enum AdminCommand {
     /// held ones, show one's diff against the approved one, approve or reject it.
     #[command(subcommand)]
     Definition(DefinitionCmd),
+    /// Calls waiting for a second person: list them, show one. Approvers decide them in the
+    /// console or the admin API, as themselves; the operator's CLI never does.
+    #[command(subcommand)]
+    Approval(ApprovalCmd),
     /// The key that seals upstream OAuth credentials: create one, rotate to a new one.
     #[command(subcommand)]
     Oauth(super::oauth::OauthCmd),
@@ -379,6 +383,25 @@ pub enum DefinitionCmd {
     },
     /// Never serve it (a held one stays held; an approved one is withdrawn).
     Reject {
+        #[arg(long)]
+        tenant: String,
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalCmd {
+    /// A tenant's calls waiting for an approver, newest first: the pending ones unless
+    /// `--state` says otherwise.
+    List {
+        #[arg(long)]
+        tenant: String,
+        /// `pending`, `approved`, `rejected`, `lapsed` or `all`.
+        #[arg(long, default_value = "pending")]
+        state: String,
+    },
+    /// One of them, with the exact arguments it is forwarded with when approved.
+    Show {
         #[arg(long)]
         tenant: String,
         id: String,
@@ -824,6 +847,16 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
             }
             DefinitionCmd::Approve { tenant, id } => W::DecideDefinition { tenant, id, decision: Decision::Approve },
             DefinitionCmd::Reject { tenant, id } => W::DecideDefinition { tenant, id, decision: Decision::Reject },
+        },
+        AdminCommand::Approval(cmd) => match cmd {
+            ApprovalCmd::List { tenant, state } => {
+                let state = crate::store::approvals::ApprovalState::filter(&state)?;
+                return Ok(list(Collection::Approvals { tenant, state }).await?);
+            }
+            ApprovalCmd::Show { tenant, id } => {
+                let shown = service.get(&Authority::Cli, &Target::Approval { tenant, id }).await?;
+                return Ok(Output::Answer(shown.view));
+            }
         },
         AdminCommand::PlatformPolicy(cmd) => match cmd {
             PlatformPolicyCmd::Put { id, file } => W::PutPlatformPolicy { id, text: policy_text(&file)? },

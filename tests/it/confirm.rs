@@ -594,6 +594,31 @@ async fn approvers(site: &Site) {
     assert_eq!(site.ledger()[tasks_ledger..], [refund(903, "tyrell")], "only the approved task's call");
     tasks.cancel().await.unwrap();
 
+    // The operator's CLI lists and shows them, and decides none.
+    let cli = async |args: &[&str]| {
+        let out = tokio::process::Command::new(SCOPEGATE)
+            .env("RUST_LOG", "warn")
+            .env("SCOPEGATE_DATABASE__URL", site.live.config.database.url.expose())
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed: Value = serde_json::from_str(
+        &cli(&["admin", "--json", "approval", "list", "--tenant", &site.slug, "--state", "all"]).await,
+    )
+    .unwrap();
+    let states: Vec<&str> = listed.as_array().unwrap().iter().map(|a| a["state"].as_str().unwrap()).collect();
+    for state in ["approved", "rejected", "lapsed"] {
+        assert!(states.contains(&state), "{state} in {listed}");
+    }
+    let shown: Value =
+        serde_json::from_str(&cli(&["admin", "--json", "approval", "show", "--tenant", &site.slug, &id]).await)
+            .unwrap();
+    assert_eq!(shown["arguments"], refund(902, "umbrella"), "{shown}");
+
     let decisions = site.events("admin.approval.approve").await;
     let classes: Vec<Option<&str>> = decisions.iter().map(|(_, _, c, _)| c.as_deref()).collect();
     for class in [None, Some("not_approver"), Some("settled"), Some("own_call")] {
