@@ -133,7 +133,12 @@ impl Site {
 
     /// An admin API request of `who` below `/admin/v1/tenants/{slug}/`.
     async fn api(&self, who: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let url = format!("{}/admin/v1/tenants/{}/{path}", self.live.base_url(), self.slug);
+        self.api_at(&self.live.base_url(), who, method, path, body).await
+    }
+
+    /// The same, of the gateway (a replica) at `base`.
+    async fn api_at(&self, base: &str, who: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let url = format!("{base}/admin/v1/tenants/{}/{path}", self.slug);
         let mut request = reqwest::Client::new()
             .request(method.parse().unwrap(), url)
             .bearer_auth(self.token(who))
@@ -513,8 +518,11 @@ async fn approvers(site: &Site) {
         eventually("the second call waits", || async { site.approvals("ann", "pending").await.into_iter().next() })
             .await;
     let id = pending["id"].as_str().unwrap().to_owned();
+    // Decided through another replica: the waiting call reads its approval from the database.
+    let replica = site.live.replica().await;
     let reason = json!({"reason": "not this customer"});
-    let (status, _) = site.api("ann", "POST", &format!("approvals/{id}/reject"), Some(reason)).await;
+    let path = format!("approvals/{id}/reject");
+    let (status, _) = site.api_at(&format!("http://{}", replica.addr), "ann", "POST", &path, Some(reason)).await;
     assert_eq!(status, 200);
     let refused = waiting.await.unwrap().unwrap();
     assert!(error_text(&refused).contains("not this customer"), "{refused:?}");
@@ -628,6 +636,9 @@ async fn approvers(site: &Site) {
     for class in ["approval_rejected", "approval_lapsed"] {
         assert!(calls.iter().any(|(_, o, c, _)| o == "denied" && c.as_deref() == Some(class)), "{class}: {calls:?}");
     }
+    // Every question, answer, decision and refusal sits in the one chain, which holds.
+    let (status, chain) = site.api("audrey", "GET", "audit/verification", None).await;
+    assert_eq!((status, &chain["verified"]), (200, &json!(true)), "{chain}");
     let approved_call =
         calls.iter().find(|(_, _, _, p)| p.as_deref().is_some_and(|p| p.contains("\"by\":\"approver\"")));
     assert!(approved_call.unwrap().3.as_deref().unwrap().contains(&site.subject("ann")), "the approver is named");
