@@ -76,6 +76,7 @@ pub(crate) fn service(
         confirm_timeout: Duration::from_secs(config.mcp.confirm_timeout_secs),
         approval_wait: Duration::from_secs(config.mcp.approval_wait_secs),
         approval_wait_plain: Duration::from_secs(config.server.request_timeout_secs.saturating_sub(2).max(1)),
+        session_wait: Duration::from_secs(config.mcp.session_idle_secs.saturating_sub(5).max(1)),
         record_raw_arguments: config.audit.record_raw_arguments,
         label_tenant: config.metrics.label_tenant,
         cursors: cursor::CursorKey::from_secret(&state.cursor_secret),

@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     /// The most a request answered as plain JSON can wait: a little less than the HTTP request
     /// timeout, so its refusal is answered and audited before the request is cut.
     pub approval_wait_plain: Duration,
+    /// The most a session's call can wait with nothing sent in the session: a little less than
+    /// `mcp.session_idle_secs`, after which rmcp ends an idle session (and the call with it).
+    pub session_wait: Duration,
     pub record_raw_arguments: bool,
     pub label_tenant: bool,
     /// Seals the aggregated lists' pagination cursors (shared by the replicas).

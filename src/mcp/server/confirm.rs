@@ -110,7 +110,10 @@ impl GatewayServer {
         self.confirmation_event(call, "confirm.request", ctx.user_id(), Outcome::Ok, None, &asked).await?;
         let answer = context
             .peer
-            .create_elicitation_with_timeout(confirm::elicitation(message), Some(self.shared.confirm_timeout))
+            .create_elicitation_with_timeout(
+                confirm::elicitation(message),
+                Some(self.shared.confirm_timeout.min(self.shared.session_wait)),
+            )
             .await;
         let (action, class) = match answer {
             Ok(result) => match result.action {
@@ -245,7 +248,7 @@ impl GatewayServer {
         needed: &Needed,
     ) -> Result<Gate, ProxyError> {
         let wait = match ctx.session_id() {
-            Some(_) => self.shared.approval_wait,
+            Some(_) => self.shared.approval_wait.min(self.shared.session_wait),
             None => self.shared.approval_wait.min(self.shared.approval_wait_plain),
         };
         let new = NewApproval {
