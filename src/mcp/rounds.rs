@@ -267,3 +267,40 @@ impl Exchanges {
         Ok(Running { rounds: waiting.rounds, call: waiting._call })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(arguments: &str) -> Binding {
+        Binding { tenant: "t".into(), user: "u".into(), tool: "pay__refund".into(), arguments: arguments.into() }
+    }
+
+    #[test]
+    fn a_consent_holds_only_for_its_caller_tool_and_arguments_until_it_expires() {
+        let key = CursorKey::from_secret(&[7; 32]);
+        let later = now_millis() + 60_000;
+        let state = seal_consent(&key, &binding("a"), "c1", later);
+        assert_eq!(open_consent(&key, &binding("a"), &state), Some(Ok(("c1".to_owned(), later))));
+        assert_eq!(
+            open_consent(&key, &binding("b"), &state),
+            Some(Err("issued for another caller, tool or arguments"))
+        );
+        let other_user = Binding { user: "v".into(), ..binding("a") };
+        assert!(matches!(open_consent(&key, &other_user, &state), Some(Err(_))));
+        let expired = seal_consent(&key, &binding("a"), "c2", now_millis() - 1);
+        assert_eq!(open_consent(&key, &binding("a"), &expired), Some(Err("expired")));
+        // Sealed with another key, or altered: not a consent at all (refused where it is used).
+        let foreign = seal_consent(&CursorKey::from_secret(&[8; 32]), &binding("a"), "c3", later);
+        assert_eq!(open_consent(&key, &binding("a"), &foreign), None);
+        // The states of other kinds are never taken for a consent, nor a consent for them.
+        let passed = seal_passed(&key, &binding("a"), None, Duration::from_secs(60));
+        assert_eq!(open_consent(&key, &binding("a"), &passed), None);
+        assert!(open_passed(&key, &binding("a"), &state).is_err(), "a consent is no passed state");
+        assert!(passed_once(&key, &binding("a"), &state).is_none());
+        let (nonce, _) = passed_once(&key, &binding("a"), &passed).expect("a passed state");
+        assert!(nonce.is_some(), "every passed state is sealed with its nonce");
+        assert!(passed_once(&key, &binding("b"), &passed).is_none(), "bound to its arguments");
+        assert!(waits_in(&key, &state).is_none(), "nothing waits for a consent");
+    }
+}
