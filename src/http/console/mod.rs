@@ -1100,14 +1100,6 @@ async fn decide_call(
     };
     let back = format!("/console/tenants/{tenant}/approvals");
     let reason = f.reason.filter(|r| !r.trim().is_empty());
-    let caller = Caller { who: &s.who, via: "console", request_id: None, idempotency: None, if_match: None };
-    match console.api.admin.write(&caller, Write::DecideApproval { tenant, id, decision, reason }).await {
-        Ok(_) => see_other(&format!("{back}?done=1")),
-        // Refused (not an approver, the approver's own call): said on the page, not as a page.
-        Err(e @ AdminError::Denied(_)) => see_other(&format!(
-            "{back}?error={}",
-            percent_encoding::utf8_percent_encode(&e.to_string(), percent_encoding::NON_ALPHANUMERIC)
-        )),
-        Err(e) => refused(e, &s, &back),
-    }
+    // A refusal of the approver's own call is said on the page (`refused`'s notice).
+    act(console, &s, Write::DecideApproval { tenant, id, decision, reason }, &back).await
 }

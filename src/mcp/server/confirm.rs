@@ -251,27 +251,7 @@ impl GatewayServer {
             Some(_) => self.shared.approval_wait.min(self.shared.session_wait),
             None => self.shared.approval_wait.min(self.shared.approval_wait_plain),
         };
-        let new = NewApproval {
-            id: uuid::Uuid::new_v4().to_string(),
-            tenant: ctx.tenant_id(),
-            user: ctx.user_id(),
-            subject: ctx.subject().to_owned(),
-            server: needed.server.clone(),
-            tool: needed.tool.clone(),
-            title: needed.title.clone(),
-            arguments: digest::canonical_arguments(request.arguments.as_ref().unwrap_or(&Default::default())),
-            args_digest: call.args_digest.clone(),
-            via: Waiting::Wait,
-            expires_at: now_millis() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2),
-        };
-        self.shared.db.create_approval(&new).await.map_err(store_failed)?;
-        let asked = json!({ "id": new.id, "by": "approver", "via": "wait" });
-        if let Err(e) = self.confirmation_event(call, "confirm.request", ctx.user_id(), Outcome::Ok, None, &asked).await
-        {
-            // Unrecorded, it must not be decided: it lapses at once.
-            let _ = self.shared.db.lapse_approval(new.tenant, &new.id).await;
-            return Err(e);
-        }
+        let new = self.pending_approval(ctx, call, request, needed, Waiting::Wait, wait).await?;
         let ended = tokio::select! {
             ended = confirm::wait_for_approval(&self.shared.db, &new) => ended.map_err(store_failed)?,
             // The caller cancelled the call: the approval lapses (the wait's guard sees to it).
@@ -305,16 +285,16 @@ fn refusal_text(class: &str) -> &'static str {
 }
 
 impl GatewayServer {
-    /// A call a second person approves, of a 2026-07-28 caller that declared the tasks
-    /// extension: written as waiting for an approver (until the task's expiry), audited, and
-    /// answered at once with a task whose first step waits for the decision (see
-    /// [`after_approval`]).
-    pub(super) async fn approval_for_task(
+    /// Writes `call` as waiting for an approver (`via`, lapsing after `wait`) and audits the
+    /// question. Unrecorded, it must not be decided: it lapses at once and the call fails.
+    async fn pending_approval(
         &self,
         ctx: &McpCallContext,
         call: &CallAudit,
         request: &CallToolRequestParams,
         needed: &Needed,
+        via: Waiting,
+        wait: std::time::Duration,
     ) -> Result<NewApproval, ProxyError> {
         let new = NewApproval {
             id: uuid::Uuid::new_v4().to_string(),
@@ -326,16 +306,31 @@ impl GatewayServer {
             title: needed.title.clone(),
             arguments: digest::canonical_arguments(request.arguments.as_ref().unwrap_or(&Default::default())),
             args_digest: call.args_digest.clone(),
-            via: Waiting::Task,
-            expires_at: now_millis() + i64::try_from(self.shared.task_ttl.as_millis()).unwrap_or(i64::MAX / 2),
+            via,
+            expires_at: now_millis() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2),
         };
         self.shared.db.create_approval(&new).await.map_err(store_failed)?;
-        let asked = json!({ "id": new.id, "by": "approver", "via": "task" });
+        let asked = json!({ "id": new.id, "by": "approver", "via": via.as_str() });
         if let Err(e) = self.confirmation_event(call, "confirm.request", ctx.user_id(), Outcome::Ok, None, &asked).await
         {
             let _ = self.shared.db.lapse_approval(new.tenant, &new.id).await;
             return Err(e);
         }
+        Ok(new)
+    }
+
+    /// A call a second person approves, of a 2026-07-28 caller that declared the tasks
+    /// extension: written as waiting for an approver (until the task's expiry), audited, and
+    /// answered at once with a task whose first step waits for the decision (see
+    /// [`after_approval`]).
+    pub(super) async fn approval_for_task(
+        &self,
+        ctx: &McpCallContext,
+        call: &CallAudit,
+        request: &CallToolRequestParams,
+        needed: &Needed,
+    ) -> Result<NewApproval, ProxyError> {
+        let new = self.pending_approval(ctx, call, request, needed, Waiting::Task, self.shared.task_ttl).await?;
         call.set_confirmation(confirm::record(&new.id, Confirm::Approver, "task", None));
         Ok(new)
     }

@@ -78,10 +78,13 @@ impl GatewayServer {
             other => other?,
         }
         .ok_or(ProxyError::NotFound)?;
+        // The approved definition's title, once the tool's facts are read (shown to a person).
+        let mut title = None;
         if let Some(grant) = decide {
             // The tool exists (the upstream lists it): the policies decide with its definition.
             let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await?;
             let facts = facts.get(tool).ok_or(ProxyError::NotFound)?;
+            title = Some(facts.title.clone());
             let outcome = ask.call(facts, grant.as_deref(), request.arguments.as_ref());
             let by_policy = outcome.decision.confirm;
             if let Some(class) = super::call::decided(outcome, call) {
@@ -94,8 +97,16 @@ impl GatewayServer {
         let mut approval = None;
         if let Some(mode) = confirm {
             // What the person is shown: the approved definition's title, the exact arguments.
-            let facts = upstreams.connection_facts(ctx.tenant_id(), connection).await?;
-            let title = facts.get(tool).ok_or(ProxyError::NotFound)?.title.clone();
+            let title = match title {
+                Some(title) => title,
+                None => upstreams
+                    .connection_facts(ctx.tenant_id(), connection)
+                    .await?
+                    .get(tool)
+                    .ok_or(ProxyError::NotFound)?
+                    .title
+                    .clone(),
+            };
             let server = connection.server().as_str().to_owned();
             let needed = crate::mcp::confirm::Needed { mode, server, tool: request.name.to_string(), title };
             if mode == crate::model::Confirm::Approver && tasks {
