@@ -16,8 +16,12 @@ const TOOL_MODULES: [&str; 1] = ["crate::tools"];
 const RULES: &str = "guards/rules.toml";
 
 fn main() {
+    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let options = guards::Options::new(root).tool_modules(TOOL_MODULES).rules(RULES);
+    // Run by the rustc wrapper (`.cargo/config.toml`), this binary is the checker of the
+    // compiled library and exits there; run by cargo, it is the build script.
+    guards::run_compiled_check_if_wrapped(&options);
     // The whole tree, so a new module file is seen; the guard adds one line per parsed file.
     println!("cargo:rerun-if-changed=src");
-    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    guards::run_build_script(&guards::Options::new(root).tool_modules(TOOL_MODULES).rules(RULES));
+    guards::run_build_script(&options);
 }

@@ -3,11 +3,12 @@
 //! report (Markdown, JSON, SARIF) in `OUT_DIR`.
 
 fn main() {
+    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    // No `.rules(..)`: the rules shipped inside the guard crate, the gateway's own file.
+    let options = guards::Options::new(root).tool_modules(["crate::tools"]).extra_rules("guards.toml");
+    // Run by the workspace's rustc wrapper, this binary checks the compiled library and exits.
+    guards::run_compiled_check_if_wrapped(&options);
     // Any file under src/, so a new tool module is seen as soon as it exists.
     println!("cargo:rerun-if-changed=src");
-    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    guards::run_build_script(
-        // No `.rules(..)`: the rules shipped inside the guard crate, the gateway's own file.
-        &guards::Options::new(root).tool_modules(["crate::tools"]).extra_rules("guards.toml"),
-    );
+    guards::run_build_script(&options);
 }

@@ -24,11 +24,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod compiled;
 mod depinfo;
 mod imports;
+pub mod ir;
 mod model;
 mod report;
 mod rules;
+pub mod rustc;
 mod sarif;
 mod walk;
 
@@ -314,6 +317,10 @@ pub fn write_reports(report: &Report, dir: &Path) -> Result<(), GuardError> {
 /// anything is found or the check cannot run. The copies are written before failing, so a
 /// failed build still leaves its report behind.
 pub fn run_build_script(opts: &Options) {
+    run_compiled_check_if_wrapped(opts);
+    if let Some(out) = std::env::var_os("OUT_DIR") {
+        install_checker(Path::new(&out));
+    }
     for f in opts.rules_files() {
         println!("cargo:rerun-if-changed={}", f.display());
     }
@@ -334,5 +341,69 @@ pub fn run_build_script(opts: &Options) {
     }
     if let Some(msg) = failure_message(&report) {
         panic!("{msg}");
+    }
+}
+
+/// For `build.rs`, first thing: when the workspace's rustc wrapper (`guards/rustc-wrapper`)
+/// runs this binary instead of cargo, it is the checker of the compiled library: it compiles
+/// as asked, walks the library's LLVM IR, and exits with the outcome. Otherwise returns.
+pub fn run_compiled_check_if_wrapped(opts: &Options) {
+    if std::env::args_os().nth(1).is_some_and(|a| a == rustc::WRAPPER_FLAG) {
+        std::process::exit(compiled_check(opts));
+    }
+}
+
+/// Leaves this build script's own binary in `out_dir` as the checker the workspace's rustc
+/// wrapper runs for this package's compilations, and the compiled walk's report files saying
+/// the walk has not run yet (the wrapper replaces them when it walks the compiled library).
+fn install_checker(out_dir: &Path) {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("scopegate guards: own path: {e}"));
+    let target = out_dir.join(rustc::CHECKER);
+    let _ = std::fs::remove_file(&target);
+    if std::fs::hard_link(&exe, &target).is_err() {
+        std::fs::copy(&exe, &target).unwrap_or_else(|e| panic!("scopegate guards: installing the checker: {e}"));
+    }
+    let pending = "# Compiled guard\n\nNot run: this build did not compile the library through the workspace's \
+                   rustc wrapper (`.cargo/config.toml`), or it compiled it optimised or without code.\n";
+    let _ = std::fs::write(out_dir.join(COMPILED_MD), pending);
+}
+
+/// The compiled walk's Markdown report in `OUT_DIR`.
+pub const COMPILED_MD: &str = "guards-compiled.md";
+
+/// Wrapper mode: compiles as cargo asked (the arguments after the flag are rustc and its
+/// arguments) and, for the library of a debug build, walks the LLVM IR it compiled. The exit
+/// code of the whole: rustc's, or 1 on a finding or an unreadable IR.
+fn compiled_check(opts: &Options) -> i32 {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+    let Some((rustc_path, rest)) = args.split_first() else {
+        eprintln!("scopegate guard: no rustc given to the wrapper");
+        return 1;
+    };
+    let invocation = rustc::Invocation::parse(rest);
+    if !(invocation.library && invocation.codegen && invocation.unoptimised) {
+        return rustc::run(rustc_path, rest);
+    }
+    let Some(out_dir) = invocation.out_dir.clone() else { return rustc::run(rustc_path, rest) };
+    let code = rustc::run(rustc_path, &rustc::guarded_args(rest));
+    let files = rustc::ir_files(&out_dir, &invocation.crate_name, &invocation.extra_filename);
+    if code != 0 {
+        rustc::remove(&files);
+        return code;
+    }
+    let outcome = rustc::walk(opts, &invocation, &files);
+    rustc::remove(&files);
+    match outcome {
+        Ok(message) => match message {
+            None => 0,
+            Some(failure) => {
+                eprintln!("{failure}");
+                1
+            }
+        },
+        Err(e) => {
+            eprintln!("scopegate guard: {e}");
+            1
+        }
     }
 }

@@ -70,6 +70,16 @@ pub struct Discovery {
     /// is served as a tool without any tool attribute.
     #[serde(default = "default_route_builders")]
     pub route_builders: Vec<String>,
+    /// Types only a tool handler takes (rmcp's `ToolCallContext`): for the compiled walk,
+    /// every function in a vtable whose methods take one is a tool root, wherever and however
+    /// the route was built.
+    #[serde(default)]
+    pub handler_types: Vec<String>,
+    /// Functions that register tools (`ToolSet::with`): for the compiled walk, every function
+    /// whose address the registering code takes (a tool's argument check, a handler) is a
+    /// tool root.
+    #[serde(default)]
+    pub registrations: Vec<String>,
 }
 
 fn default_tool_attributes() -> Vec<String> {
@@ -96,6 +106,8 @@ impl Default for Discovery {
             route_builders: default_route_builders(),
             handler_traits: default_handler_traits(),
             tool_set_attributes: default_tool_set_attributes(),
+            handler_types: Vec::new(),
+            registrations: Vec::new(),
         }
     }
 }
@@ -189,6 +201,12 @@ pub struct ForbiddenType {
     /// pass for a path that starts at a tool.
     #[serde(default)]
     pub allowed_in: Vec<String>,
+    /// Where the type (or trait) is defined, as the compiled walk matches it: the path rustc
+    /// gives it (`sqlx_core::pool::Pool`, not the re-export `sqlx::PgPool`; `crate::` is the
+    /// guarded crate). A type under one of these paths is matched, an alias or re-export of it
+    /// too, since the compiler has resolved them; a type of the same name elsewhere is not.
+    #[serde(default)]
+    pub defined: Vec<String>,
 }
 
 /// A call no tool body may make.
@@ -208,6 +226,11 @@ pub struct ForbiddenCall {
     pub reason: String,
     /// The guard row it belongs to.
     pub guard_row: String,
+    /// Where the functions are defined, as the compiled walk matches them
+    /// (`tokio::task::spawn::spawn`, `std::thread::builder::Builder::spawn`): a call of one, or
+    /// its address taken, by the crate's code reached from a tool.
+    #[serde(default)]
+    pub defined: Vec<String>,
 }
 
 impl ForbiddenCall {
@@ -227,6 +250,11 @@ pub struct Boundary {
     pub paths: Vec<String>,
     /// Why the walk may stop here.
     pub reason: String,
+    /// Where the boundary type and the types it hands out are defined, as the compiled walk
+    /// matches them: their functions (methods, trait impls, async bodies, drop glue) end a
+    /// tool's walk and are walked on their own.
+    #[serde(default)]
+    pub defined: Vec<String>,
 }
 
 impl Rules {
@@ -253,6 +281,8 @@ impl Rules {
         union(&mut self.discovery.route_builders, d.route_builders);
         union(&mut self.discovery.handler_traits, d.handler_traits);
         union(&mut self.discovery.tool_set_attributes, d.tool_set_attributes);
+        union(&mut self.discovery.handler_types, d.handler_types);
+        union(&mut self.discovery.registrations, d.registrations);
         self.guard_row.extend(other.guard_row);
         self.forbidden_type.extend(other.forbidden_type);
         self.forbidden_call.extend(other.forbidden_call);

@@ -558,3 +558,131 @@ fn the_session_and_audit_rows_name_tests_that_exist() {
         assert!(tests.contains(&format!("both_dbs!({module},")), "{row} names {module}, which does not exist");
     }
 }
+
+// ---------------------------------------------------------------- the compiled walk
+
+/// The newest `lib<name>-*.rlib` beside this test binary (the one this build compiled).
+fn rlib(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let prefix = format!("lib{name}-");
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&prefix) && n.ends_with(".rlib")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no lib{name}-*.rlib in {}", deps.display()))
+}
+
+/// Compiles `source` as the library `probe` (a SaaS crate written against scopegate and rmcp)
+/// through the checker this build installed, exactly as the workspace's rustc wrapper runs it:
+/// `OUT_DIR/scopegate-guard --scopegate-guard-rustc rustc ARGS`. Returns the exit status, its
+/// stderr and the compiled walk's report.
+fn compile_through_the_checker(source: &str) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("probe.rs");
+    std::fs::write(&src, source).unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let checker = Path::new(env!("OUT_DIR")).join("scopegate-guard");
+    let rmcp = rlib("rmcp");
+    let scopegate = rlib("scopegate");
+    let out = Command::new(&checker)
+        .arg("--scopegate-guard-rustc")
+        .arg(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .args(["--crate-name", "probe", "--edition=2024", "--crate-type", "lib"])
+        .args(["--emit=dep-info,metadata,link", "-C", "extra-filename=-probe", "-C", "debuginfo=line-tables-only"])
+        .arg("--out-dir")
+        .arg(dir.path())
+        .arg("-L")
+        .arg(format!("dependency={}", deps.display()))
+        .arg("--extern")
+        .arg(format!("rmcp={}", rmcp.display()))
+        .arg("--extern")
+        .arg(format!("scopegate={}", scopegate.display()))
+        .arg(&src)
+        .current_dir(workspace())
+        .env("OUT_DIR", &out_dir)
+        .env("CARGO_MANIFEST_DIR", workspace())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = std::fs::read_to_string(out_dir.join(guards::COMPILED_MD)).unwrap_or_default();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "ll"))
+        .collect();
+    assert!(left.is_empty(), "the checker leaves no IR behind: {left:?}");
+    (out.status.success(), stderr, report)
+}
+
+const PROBE_HEAD: &str = r#"
+use rmcp::{tool, tool_router};
+use scopegate::McpCallContext;
+use scopegate::mcp::{RegistryError, ToolSet};
+use scopegate::model::Role;
+use scopegate::tools::{NoArguments, ToolSpec, arguments};
+
+pub struct Probe;
+pub const PROBE_TOOLS: &[ToolSpec] =
+    &[ToolSpec { name: "probe", roles: &[Role::Owner], validate: arguments::<NoArguments> }];
+pub fn tool_set() -> Result<ToolSet, RegistryError> {
+    ToolSet::native().with(Probe, Probe::tool_router(), PROBE_TOOLS)
+}
+"#;
+
+#[test]
+fn the_compiled_walk_fails_the_compilation_of_a_tool_that_starts_a_thread_through_a_static() {
+    // The tool calls a callable that start-up code stored in a static; what it stored starts a
+    // thread. Nothing in the tool's source names a thread.
+    let source = format!(
+        "{PROBE_HEAD}{}",
+        r#"
+static HOOK: std::sync::OnceLock<Box<dyn Fn() -> usize + Send + Sync>> = std::sync::OnceLock::new();
+pub fn start_up() {
+    let _ = HOOK.set(Box::new(|| { std::thread::spawn(|| ()); 1 }));
+}
+#[tool_router]
+impl Probe {
+    #[tool(description = "Counts.")]
+    pub async fn probe(&self, ctx: McpCallContext) -> String {
+        let n = HOOK.get().map(|f| f()).unwrap_or(0);
+        format!("{} {n}", ctx.subject())
+    }
+}
+"#
+    );
+    let (ok, stderr, report) = compile_through_the_checker(&source);
+    assert!(!ok, "the compilation must fail\n{stderr}");
+    assert!(stderr.contains("reaches std::thread::functions::spawn"), "{stderr}");
+    assert!(stderr.contains("<crate::Probe>::probe"), "the path names the tool\n{stderr}");
+    assert!(stderr.contains("crate::start_up::{closure#0}"), "and the stored closure\n{stderr}");
+    assert!(report.contains("**G5**"), "{report}");
+}
+
+#[test]
+fn the_compiled_walk_passes_a_tool_that_only_uses_its_context() {
+    let source = format!(
+        "{PROBE_HEAD}{}",
+        r#"
+pub mod mine { pub struct TenantContext { pub name: String } pub struct Link; impl Link { pub fn connect(&self) -> usize { 1 } pub fn spawn_rate(&self) -> usize { 2 } } }
+#[tool_router]
+impl Probe {
+    #[tool(description = "Greets.")]
+    pub async fn probe(&self, ctx: McpCallContext) -> String {
+        let t = mine::TenantContext { name: ctx.subject().to_owned() };
+        format!("{} {}", t.name, mine::Link.connect() + mine::Link.spawn_rate())
+    }
+}
+"#
+    );
+    let (ok, stderr, report) = compile_through_the_checker(&source);
+    assert!(ok, "the compilation passes\n{stderr}");
+    assert!(report.contains(", 0 findings."), "{report}");
+    assert!(report.contains("<crate::Probe>::probe"), "the tool is a root\n{report}");
+}

@@ -1,6 +1,7 @@
 //! Integration tests for the guard, compiled into one binary: one fixture per evasion, the
 //! renderers, and the rules file.
 
+mod compiled;
 mod evasions;
 mod files;
 mod fixtures;
