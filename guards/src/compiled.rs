@@ -217,6 +217,79 @@ fn with_crate(text: &str, crate_name: &str) -> String {
     out
 }
 
+/// The argument tuple of the one `dyn Fn`/`FnMut`/`FnOnce` a name mentions
+/// (`<Box<dyn core::ops::function::Fn<(u32,), Output = u32>> as ..>::call` gives `(u32,)`),
+/// lifetimes removed.
+fn fn_trait_args(name: &str) -> Option<String> {
+    let mut found = None;
+    for family in
+        ["dyn core::ops::function::Fn<", "dyn core::ops::function::FnMut<", "dyn core::ops::function::FnOnce<"]
+    {
+        let mut from = 0;
+        while let Some(at) = name[from..].find(family) {
+            let start = from + at + family.len();
+            let args = balanced_prefix(&name[start..])?;
+            let args = strip_lifetimes(args);
+            match &found {
+                Some(a) if *a != args => return None,
+                _ => found = Some(args),
+            }
+            from = start;
+        }
+    }
+    found
+}
+
+/// The argument tuple of a closure's or function's `FnOnce::call_once` vtable shim
+/// (`<{closure} as core::ops::function::FnOnce<(u32,)>>::call_once::{shim:vtable#0}`).
+fn call_once_args(name: &str) -> Option<String> {
+    let marker = " as core::ops::function::FnOnce<";
+    let at = name.rfind(marker)? + marker.len();
+    if !name[at..].contains(">>::call_once") {
+        return None;
+    }
+    balanced_prefix(&name[at..]).map(strip_lifetimes)
+}
+
+/// The leading `( .. )` of `text`, balanced.
+fn balanced_prefix(text: &str) -> Option<&str> {
+    if !text.starts_with('(') {
+        return None;
+    }
+    let mut depth = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' | '<' | '[' => depth += 1,
+            ')' | '>' | ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&text[..=i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn strip_lifetimes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\'' {
+            while chars.peek().is_some_and(|c| c.is_alphanumeric() || *c == '_') {
+                chars.next();
+            }
+            if chars.peek() == Some(&' ') {
+                chars.next();
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out.replace("for<> ", "").replace("for<, > ", "")
+}
+
 /// The crate's own code (its functions, closures and impls), not another crate's generic code
 /// instantiated with its types.
 fn is_own(name: &str) -> bool {
@@ -393,10 +466,16 @@ impl<'m> Graph<'m> {
         for function in module.functions.values() {
             for u in &function.uses {
                 if let UseKind::Address(target) = &u.kind {
-                    if module.globals.get(target).is_some_and(|g| g.writable) {
+                    let function_address = module.functions.contains_key(target) || module.declared.contains(target);
+                    // Storage: a writable global, or any static of Rust's (a `static` item,
+                    // a thread-local's key, another crate's static) whatever its constness, as
+                    // a key or a cell leads to storage any referrer may write.
+                    let storage = module.globals.get(target).is_some_and(|g| g.writable)
+                        || (target.starts_with("_R") && !function_address);
+                    if storage {
                         writers.entry(target.as_str()).or_default().push(function.symbol.as_str());
                     }
-                    if module.functions.contains_key(target) || module.declared.contains(target) {
+                    if function_address {
                         taken.insert(target.as_str());
                     }
                 }
@@ -437,7 +516,30 @@ impl<'m> Graph<'m> {
                             out.push((t, u.dbg));
                         }
                     }
-                    UseKind::Virtual { .. } | UseKind::Pointer { .. } if !own => {}
+                    // A closure called through `dyn Fn(A) -> R` inside other crates' code (a
+                    // boxed callable kept anywhere: a static, a thread-local, a receiver): any
+                    // closure or function of the crate boxed as a callable taking `A`.
+                    UseKind::Virtual { slot, signature, .. } if !own => {
+                        if let Some(args) = fn_trait_args(&self.names.of(symbol)) {
+                            let before = out.len();
+                            for vt in &self.vtables {
+                                let global = &self.module.globals[*vt];
+                                let callable = global
+                                    .slots
+                                    .iter()
+                                    .any(|(_, e)| call_once_args(&self.names.of(e)).is_some_and(|a| a == args));
+                                if callable
+                                    && let Some(f) = global.slot(*slot)
+                                    && signature.admits(&self.signature(f))
+                                    && let Some(t) = self.key(f)
+                                {
+                                    out.push((t, u.dbg));
+                                }
+                            }
+                            indirect.push((self.names.of(symbol), out.len() - before));
+                        }
+                    }
+                    UseKind::Pointer { .. } if !own => {}
                     // A trait object another crate's function returned right here (the global
                     // logger): it calls what that crate was handed, as above.
                     UseKind::Virtual { source: Some(f), .. }
@@ -465,10 +567,12 @@ impl<'m> Graph<'m> {
                     }
                 }
             }
-        } else if let Some(global) = self.module.globals.get(symbol) {
-            for (_, s) in &global.slots {
-                if let Some(t) = self.key(s) {
-                    out.push((t, None));
+        } else {
+            if let Some(global) = self.module.globals.get(symbol) {
+                for (_, s) in &global.slots {
+                    if let Some(t) = self.key(s) {
+                        out.push((t, None));
+                    }
                 }
             }
             if let Some(writers) = self.writers.get(symbol) {
@@ -486,7 +590,10 @@ impl<'m> Graph<'m> {
         if let Some((k, _)) = self.module.globals.get_key_value(symbol) {
             return Some(k.as_str());
         }
-        self.module.declared.get(symbol).map(String::as_str)
+        if let Some(d) = self.module.declared.get(symbol) {
+            return Some(d.as_str());
+        }
+        self.writers.get_key_value(symbol).map(|(k, _)| *k)
     }
 }
 
@@ -776,6 +883,23 @@ mod tests {
     fn the_guarded_crate_is_spelled_crate() {
         assert_eq!(with_crate("<lib::A as lib::Tool>::run", "lib"), "<crate::A as crate::Tool>::run");
         assert_eq!(with_crate("mylib::x::lib::y", "lib"), "mylib::x::lib::y");
+    }
+
+    #[test]
+    fn callable_argument_tuples() {
+        assert_eq!(
+            fn_trait_args("<alloc::boxed::Box<dyn core::ops::function::Fn<(u32,), Output = u32> + core::marker::Send> as core::ops::function::Fn<(u32,)>>::call").as_deref(),
+            Some("(u32,)")
+        );
+        assert_eq!(
+            call_once_args(
+                "<crate::start_up::{closure#0} as core::ops::function::FnOnce<(u32,)>>::call_once::{shim:vtable#0}"
+            )
+            .as_deref(),
+            Some("(u32,)")
+        );
+        assert_eq!(strip_lifetimes("(&'a str, &'_ u8)"), "(&str, &u8)");
+        assert_eq!(fn_trait_args("<core::task::wake::Waker>::wake"), None);
     }
 
     #[test]

@@ -333,3 +333,30 @@ fn a_boundarys_insides_may_use_what_its_module_is_allowed() {
     assert!(out.roots.iter().any(|r| r.function.contains("McpCallContext>::db")), "{:#?}", out.roots);
     assert!(out.findings.is_empty(), "{:#?}", out.findings);
 }
+
+#[test]
+fn a_callable_kept_in_a_thread_local_is_reached_by_its_reader() {
+    let src = r#"
+use std::cell::RefCell;
+thread_local! { static HOOK: RefCell<Option<Box<dyn Fn() -> u32>>> = RefCell::new(None); }
+pub fn middleware() { HOOK.with(|h| *h.borrow_mut() = Some(Box::new(|| gateway::open().query()))); }
+pub fn tool(_c: &McpCallContext, _a: &str) -> u32 { HOOK.with(|h| h.borrow().as_ref().map(|f| f()).unwrap_or(0)) }
+"#;
+    let out = walk(&format!("{src}{}", served(&["tool"])), &[]);
+    let f = finding(&out, "router", "crate::gateway::open");
+    assert!(path_has(f, "crate::middleware"), "{f:#?}");
+}
+
+#[test]
+fn a_callable_stored_through_a_setter_is_reached_by_its_reader() {
+    let src = r#"
+use std::sync::OnceLock;
+static HOOK: OnceLock<Box<dyn Fn(u32) -> u32 + Send + Sync>> = OnceLock::new();
+pub fn set_hook(f: Box<dyn Fn(u32) -> u32 + Send + Sync>) { let _ = HOOK.set(f); }
+pub fn start_up() { set_hook(Box::new(|n| n + gateway::open().query())); }
+pub fn tool(_c: &McpCallContext, _a: &str) -> u32 { HOOK.get().map(|f| f(1)).unwrap_or(0) }
+"#;
+    let out = walk(&format!("{src}{}", served(&["tool"])), &[]);
+    let f = finding(&out, "router", "crate::gateway::open");
+    assert!(path_has(f, "crate::start_up::{closure#0}"), "{f:#?}");
+}
