@@ -107,7 +107,7 @@ pub struct Forbidden {
 }
 
 /// A path from a root to a forbidden item.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Finding {
     /// The root (a tool handler, a validation function, or a boundary function).
     pub root: String,
@@ -122,7 +122,7 @@ pub struct Finding {
 }
 
 /// One function on a path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// The function, demangled without hashes.
     pub function: String,
@@ -131,7 +131,7 @@ pub struct Step {
 }
 
 /// A root and what reaches it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Root {
     /// The root function, demangled.
     pub function: String,
@@ -142,7 +142,8 @@ pub struct Root {
 }
 
 /// Why a function is a root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RootKind {
     /// In a vtable of a tool handler (`dyn Fn(ToolCallContext<..>)`).
     Handler,
@@ -829,38 +830,6 @@ pub fn failure(outcome: &Outcome) -> Option<String> {
         }
     }
     Some(msg)
-}
-
-/// The compiled walk's report for auditors (Markdown).
-pub fn markdown(crate_name: &str, outcome: &Outcome) -> String {
-    let mut md = format!("# Compiled guard: `{crate_name}`\n\n");
-    md.push_str(&format!(
-        "Walked the LLVM IR rustc compiled for the library: {} roots, {} findings.\n\n## Roots\n\n",
-        outcome.roots.len(),
-        outcome.findings.len()
-    ));
-    md.push_str("| root | why | functions reached |\n|---|---|---|\n");
-    for r in &outcome.roots {
-        md.push_str(&format!("| `{}` | {:?} | {} |\n", r.function.replace('|', "\\|"), r.why, r.reached));
-    }
-    md.push_str("\n## Findings\n\n");
-    if outcome.findings.is_empty() {
-        md.push_str("None.\n");
-    }
-    for f in &outcome.findings {
-        md.push_str(&format!("- **{}** `{}` reaches `{}`: {}\n", f.guard_row, f.root, f.item, f.reason));
-        for step in &f.path {
-            match &step.at {
-                Some((file, line)) => md.push_str(&format!("  - `{}` at {file}:{line}\n", step.function)),
-                None => md.push_str(&format!("  - `{}`\n", step.function)),
-            }
-        }
-    }
-    md.push_str(&format!(
-        "\n## Residue\n\nOther crates' functions reached from a tool and not compiled here (their insides unseen): {}.\n",
-        outcome.opaque.len()
-    ));
-    md
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compiled;
+pub mod compiled_report;
 mod depinfo;
 mod imports;
 pub mod ir;
@@ -366,10 +367,17 @@ fn install_checker(out_dir: &Path) {
     let pending = "# Compiled guard\n\nNot run: this build did not compile the library through the workspace's \
                    rustc wrapper (`.cargo/config.toml`), or it compiled it optimised or without code.\n";
     let _ = std::fs::write(out_dir.join(COMPILED_MD), pending);
+    for stale in [COMPILED_JSON, COMPILED_SARIF] {
+        let _ = std::fs::remove_file(out_dir.join(stale));
+    }
 }
 
 /// The compiled walk's Markdown report in `OUT_DIR`.
 pub const COMPILED_MD: &str = "guards-compiled.md";
+/// The compiled walk's JSON report in `OUT_DIR`.
+pub const COMPILED_JSON: &str = "guards-compiled.json";
+/// The compiled walk's SARIF 2.1.0 report in `OUT_DIR`.
+pub const COMPILED_SARIF: &str = "guards-compiled.sarif";
 
 /// Wrapper mode: compiles as cargo asked (the arguments after the flag are rustc and its
 /// arguments) and, for the library of a debug build, walks the LLVM IR it compiled. The exit

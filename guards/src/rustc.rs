@@ -145,18 +145,24 @@ pub fn walk(
         .map_err(|e| crate::GuardError::Io { path: invocation.crate_name.clone(), message: e.to_string() })?;
     let policy = crate::compiled::Policy::from_rules(&rules, &invocation.crate_name);
     let outcome = crate::compiled::check(&module, &policy);
-    let mut report = crate::compiled::markdown(&invocation.crate_name, &outcome);
-    report.push_str(&format!(
-        "\nRead {} MB of IR in {} codegen unit(s) ({} functions) and walked it in {:.1} s.\n",
-        bytes / 1_000_000,
-        files.len(),
-        module.functions.len(),
-        started.elapsed().as_secs_f64()
-    ));
+    let ir = crate::compiled_report::IrRead {
+        bytes,
+        units: files.len(),
+        functions: module.functions.len(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let report = crate::compiled_report::CompiledReport::new(&invocation.crate_name, &rules, &outcome, ir);
     if let Some(out) = std::env::var_os("OUT_DIR") {
-        let path = Path::new(&out).join(crate::COMPILED_MD);
-        std::fs::write(&path, &report)
-            .map_err(|e| crate::GuardError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        let files = [
+            (crate::COMPILED_MD, report.to_markdown()),
+            (crate::COMPILED_JSON, report.to_json()),
+            (crate::COMPILED_SARIF, report.to_sarif()),
+        ];
+        for (name, text) in files {
+            let path = Path::new(&out).join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| crate::GuardError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        }
     }
     if outcome.roots.iter().all(|r| r.why == crate::compiled::RootKind::Boundary) {
         // Nothing served: a crate without tools passes (its report says so).
