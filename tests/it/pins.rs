@@ -143,6 +143,16 @@ impl Site {
         let text = self.live.metrics().await;
         text.lines().find_map(|l| l.strip_prefix(&label)).map_or(0.0, |v| v.trim().parse().unwrap())
     }
+
+    /// Waits until the held gauge reads `expected`: the replica sets it when it next reads the
+    /// tenant's pins, which may be just after the rows the admin API reads were written.
+    async fn held_metric_reaches(&self, expected: f64, what: &str) {
+        eventually(format!("the held gauge reads {expected} ({what})"), || async {
+            let seen = self.held_metric().await;
+            if seen == expected { Ok(()) } else { Err(format!("{seen}")) }
+        })
+        .await;
+    }
 }
 
 fn uuid() -> String {
@@ -258,7 +268,7 @@ async fn changed_tools_are_held(backend: Backend) {
     let first_held = site.definitions("held").await;
     assert_eq!(first_held.len(), 3, "appr's send, set_version and greet: {first_held:?}");
     assert!(first_held.iter().all(|d| d["server"] == "appr" && d["change"] == "first_sight"), "{first_held:?}");
-    assert_eq!(site.held_metric().await, 3.0);
+    site.held_metric_reaches(3.0, "appr's send, set_version and greet").await;
     assert!(site.live.count("SELECT COUNT(*) FROM tool_definitions WHERE decided_by = 'trust_first_use'").await >= 2);
 
     // The upstream changes `send`: held, not listed, answered exactly as an unknown tool.
@@ -275,7 +285,7 @@ async fn changed_tools_are_held(backend: Backend) {
     until_prompt(&client, "chg__greet", false).await;
     let get = rmcp::model::GetPromptRequestParams::new("chg__greet");
     assert!(client.peer().get_prompt(get).await.is_err(), "a held prompt is not served");
-    assert_eq!(site.held_metric().await, 5.0);
+    site.held_metric_reaches(5.0, "and chg's send and greet").await;
 
     // The owner reads the diff (an auditor may read it too, not decide), and approves.
     let change =
@@ -420,7 +430,7 @@ async fn changed_tools_are_held(backend: Backend) {
     assert_eq!(status, 200);
     let listed = until_listed(&client, "appr__send", true).await;
     assert!(find(&listed, "appr__set_version").is_none(), "each definition is approved on its own");
-    assert_eq!(site.held_metric().await, 2.0, "appr's set_version and greet");
+    site.held_metric_reaches(2.0, "appr's set_version and greet").await;
     // Unbinding a server forgets its definitions: a binding made again starts over.
     let (status, _) = site.api("DELETE", "bindings/appr", None).await;
     assert_eq!(status, 204);
