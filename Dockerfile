@@ -7,7 +7,9 @@ WORKDIR /src
 # rust-toolchain.toml is not copied, so nothing is fetched in the build but crates.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
-# The build runs the guard (build.rs); cargo needs every workspace member's manifest.
+# The build runs the guard: build.rs installs its checker, and the rustc wrapper that
+# .cargo/config.toml names walks the compiled library; cargo needs every member's manifest.
+COPY .cargo ./.cargo
 COPY guards ./guards
 COPY examples ./examples
 COPY migrations ./migrations

@@ -13,6 +13,9 @@ use clap::Parser;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    // The compiled walk of the library this binary links, served by the admin API, the
+    // console and `scopegate guards report`.
+    scopegate::admin::report::install(scopegate::embedded_guard_report!());
     let cli = scopegate::cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

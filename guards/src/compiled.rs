@@ -126,8 +126,24 @@ pub struct Finding {
 pub struct Step {
     /// The function, demangled without hashes.
     pub function: String,
-    /// Where it calls or references the next step.
-    pub at: Option<(String, u32)>,
+    /// Where it calls or references the next step, when the debug info says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Location>,
+}
+
+/// A place in the crate's sources.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Location {
+    /// Relative to the crate root (as rustc was given it).
+    pub file: String,
+    /// 1-based.
+    pub line: u32,
+}
+
+impl Location {
+    fn of(graph: &Graph<'_>, dbg: Option<crate::ir::Dbg>) -> Option<Self> {
+        dbg.and_then(|d| graph.module.location(d)).map(|(file, line)| Location { file, line })
+    }
 }
 
 /// A root and what reaches it.
@@ -163,8 +179,6 @@ pub struct Outcome {
     /// Calls into other crates' code that is not instantiated here (its insides unseen),
     /// reached from a tool: the residue, by callee.
     pub opaque: BTreeSet<String>,
-    /// Indirect calls reached from a tool, and how many candidates each stands for.
-    pub indirect: Vec<(String, usize)>,
 }
 
 /// The demangled names of a module's symbols, demangled when first asked for.
@@ -222,6 +236,14 @@ fn with_crate(text: &str, crate_name: &str) -> String {
 /// (`<Box<dyn core::ops::function::Fn<(u32,), Output = u32>> as ..>::call` gives `(u32,)`),
 /// lifetimes removed.
 fn fn_trait_args(name: &str) -> Option<String> {
+    // `dyn for<'a> Fn<(&'a str,)>`: the binder says nothing about the arguments.
+    let unbound;
+    let name = if name.contains("dyn for<") {
+        unbound = remove_binders(name);
+        unbound.as_str()
+    } else {
+        name
+    };
     let mut found = None;
     for family in
         ["dyn core::ops::function::Fn<", "dyn core::ops::function::FnMut<", "dyn core::ops::function::FnOnce<"]
@@ -241,6 +263,28 @@ fn fn_trait_args(name: &str) -> Option<String> {
     found
 }
 
+/// `text` without its higher-ranked binders (`for<'a, 'b> `).
+fn remove_binders(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("for<") {
+        let binder_ends = rest[at..].find("> ").map(|e| at + e + "> ".len());
+        let preceded_by_word = rest[..at].bytes().next_back().is_some_and(is_ident);
+        match binder_ends {
+            Some(end) if !preceded_by_word => {
+                out.push_str(&rest[..at]);
+                rest = &rest[end..];
+            }
+            _ => {
+                out.push_str(&rest[..at + "for<".len()]);
+                rest = &rest[at + "for<".len()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The argument tuple of a closure's or function's `FnOnce::call_once` vtable shim
 /// (`<{closure} as core::ops::function::FnOnce<(u32,)>>::call_once::{shim:vtable#0}`).
 fn call_once_args(name: &str) -> Option<String> {
@@ -252,25 +296,12 @@ fn call_once_args(name: &str) -> Option<String> {
     balanced_prefix(&name[at..]).map(strip_lifetimes)
 }
 
-/// The leading `( .. )` of `text`, balanced.
+/// The leading `( .. )` of `text`, balanced (`<>` and `[]` nest inside it too).
 fn balanced_prefix(text: &str) -> Option<&str> {
     if !text.starts_with('(') {
         return None;
     }
-    let mut depth = 0;
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' | '<' | '[' => depth += 1,
-            ')' | '>' | ']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(&text[..=i]);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    crate::ir::balanced(text.char_indices(), &['(', '<', '['], &[')', '>', ']'], false).map(|end| &text[..=end])
 }
 
 fn strip_lifetimes(text: &str) -> String {
@@ -294,7 +325,30 @@ fn strip_lifetimes(text: &str) -> String {
 /// The crate's own code (its functions, closures and impls), not another crate's generic code
 /// instantiated with its types.
 fn is_own(name: &str) -> bool {
-    name.starts_with("crate::") || name.starts_with("<crate::") || name.starts_with("<dyn crate::")
+    let own_self = ["crate::", "<crate::", "<dyn crate::", "<&crate::", "<&mut crate::"];
+    // The drop glue of the crate's types (and closures): what dropping one runs.
+    own_self.iter().any(|p| name.starts_with(p))
+        || name.starts_with("core::ptr::drop_in_place::<crate::")
+        || impl_of_own_trait(name)
+}
+
+/// `<T as crate::Trait>::m`: an impl of the crate's trait, for any self type (`u16`, `&str`):
+/// only the crate can have written it.
+fn impl_of_own_trait(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('<') else { return false };
+    let mut depth = 0usize;
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' if depth == 0 => return false,
+            '>' | ')' | ']' => depth -= 1,
+            ' ' if depth == 0 && inner[i..].starts_with(" as ") => {
+                return inner[i + " as ".len()..].starts_with("crate::");
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 fn is_ident(b: u8) -> bool {
@@ -415,13 +469,26 @@ fn strip_generics(text: &str) -> String {
 /// The module a local function belongs to, for `allowed_in`: the path before its last item
 /// segment, or its impl's self type's module (`<crate::store::Db>::begin` is in `crate::store`).
 fn module_of(name: &str) -> Option<String> {
-    let owner = if let Some(rest) = name.strip_prefix('<') {
-        // The self type of `<X as T>::m` or `<X>::m`.
-        let end = rest.find([' ', '>', '<']).unwrap_or(rest.len());
-        &rest[..end]
+    let first_path = |text: &'_ str| -> String {
+        let text = text.trim_start_matches("&mut ").trim_start_matches('&').trim_start_matches("dyn ");
+        text[..text.find([' ', '>', '<', ',']).unwrap_or(text.len())].to_owned()
+    };
+    let owner = if let Some(glued) = name.strip_prefix("core::ptr::drop_in_place::<") {
+        // Drop glue is in the module of the type it drops.
+        first_path(glued)
+    } else if let Some(rest) = name.strip_prefix('<') {
+        // The self type of `<X as T>::m` or `<X>::m`; the trait's, for the crate's trait
+        // implemented for another crate's type.
+        let own = first_path(rest);
+        match rest.find(" as crate::") {
+            Some(at) if !own.starts_with("crate::") && impl_of_own_trait(name) => {
+                first_path(&rest[at + " as ".len()..])
+            }
+            _ => own,
+        }
     } else {
         let end = name.find(['<', '{']).unwrap_or(name.len());
-        name[..end].trim_end_matches("::")
+        name[..end].trim_end_matches("::").to_owned()
     };
     if !owner.starts_with("crate::") {
         return None;
@@ -453,10 +520,18 @@ struct Graph<'m> {
     names: Names,
     /// Every writable static and the functions that take its address.
     writers: HashMap<&'m str, Vec<&'m str>>,
-    /// Every function whose address is taken somewhere (a function or global), for calls
-    /// through plain pointers.
-    address_taken: Vec<&'m str>,
     vtables: Vec<&'m str>,
+    /// The candidates of a call through a vtable slot, by slot and the call's signature: what
+    /// that slot of each vtable holds, where it may be a function of that signature (one
+    /// without a body here may be any), with the vtable, in `vtables` order.
+    slot_targets: HashMap<(u32, &'m Signature), Vec<(&'m str, &'m str)>>,
+    /// The vtables of callables taking `A`, by `A`: those with a closure's or function's
+    /// `FnOnce<A>::call_once` shim among their entries.
+    callables: HashMap<String, HashSet<&'m str>>,
+    /// The candidates of a call through a plain function pointer, by the call's signature:
+    /// every function whose address is taken somewhere (a function or global) of that
+    /// signature.
+    pointer_targets: HashMap<&'m Signature, Vec<&'m str>>,
 }
 
 impl<'m> Graph<'m> {
@@ -492,16 +567,68 @@ impl<'m> Graph<'m> {
                 }
             }
         }
-        let vtables = module.globals.values().filter(|g| g.vtable).map(|g| g.symbol.as_str()).collect();
-        Graph { module, names, writers, address_taken: taken.into_iter().collect(), vtables }
-    }
-
-    fn signature(&self, symbol: &str) -> Signature {
-        self.module.functions.get(symbol).map(|f| f.signature.clone()).unwrap_or_default()
+        // In symbol order, so that of two paths equally short the report names the same one
+        // on every build.
+        for list in writers.values_mut() {
+            list.sort_unstable();
+            list.dedup();
+        }
+        let mut vtables: Vec<&str> = module.globals.values().filter(|g| g.vtable).map(|g| g.symbol.as_str()).collect();
+        vtables.sort_unstable();
+        let mut graph = Graph {
+            module,
+            names,
+            writers,
+            vtables,
+            slot_targets: HashMap::new(),
+            callables: HashMap::new(),
+            pointer_targets: HashMap::new(),
+        };
+        // Every indirect call's candidates, once for each slot and signature the module calls
+        // through.
+        let admits = |call: &Signature, f: &str| module.functions.get(f).is_none_or(|f| call.admits(&f.signature));
+        let mut slot_targets = HashMap::new();
+        let mut pointer_targets = HashMap::new();
+        for u in module.functions.values().flat_map(|f| &f.uses) {
+            match &u.kind {
+                UseKind::Virtual { slot, signature, .. } => {
+                    slot_targets.entry((*slot, signature)).or_insert_with(|| {
+                        let mut targets = Vec::new();
+                        for vt in &graph.vtables {
+                            if let Some(f) = module.globals[*vt].slot(*slot)
+                                && admits(signature, f)
+                                && let Some(t) = graph.key(f)
+                            {
+                                targets.push((*vt, t));
+                            }
+                        }
+                        targets
+                    });
+                }
+                UseKind::Pointer { signature } => {
+                    pointer_targets
+                        .entry(signature)
+                        .or_insert_with(|| taken.iter().copied().filter(|f| admits(signature, f)).collect());
+                }
+                _ => {}
+            }
+        }
+        let mut callables: HashMap<String, HashSet<&str>> = HashMap::new();
+        for vt in &graph.vtables {
+            for (_, e) in &module.globals[*vt].slots {
+                if let Some(args) = call_once_args(&graph.names.of(e)) {
+                    callables.entry(args).or_default().insert(*vt);
+                }
+            }
+        }
+        graph.slot_targets = slot_targets;
+        graph.pointer_targets = pointer_targets;
+        graph.callables = callables;
+        graph
     }
 
     /// The successors of `symbol` with the location of the edge.
-    fn successors(&self, symbol: &str, indirect: &mut Vec<(String, usize)>) -> Vec<(&'m str, Option<crate::ir::Dbg>)> {
+    fn successors(&self, symbol: &str) -> Vec<(&'m str, Option<crate::ir::Dbg>)> {
         let mut out = Vec::new();
         if let Some(function) = self.module.functions.get(symbol) {
             // An indirect call in the crate's own code may land in any vtable or function of
@@ -509,7 +636,9 @@ impl<'m> Graph<'m> {
             // (a waker, a formatter, `<Box<dyn Fn()> as Fn<()>>::call`) calls what it was
             // handed, and what code on this walk hands out is reached already through the
             // addresses it takes (see `Graph::successors`' callers and the residue).
-            let own = is_own(&self.names.of(symbol));
+            let name = self.names.of(symbol);
+            let own = is_own(&name);
+            let args = std::cell::OnceCell::new();
             for u in &function.uses {
                 match &u.kind {
                     UseKind::Call(target) | UseKind::Address(target) => {
@@ -521,23 +650,11 @@ impl<'m> Graph<'m> {
                     // boxed callable kept anywhere: a static, a thread-local, a receiver): any
                     // closure or function of the crate boxed as a callable taking `A`.
                     UseKind::Virtual { slot, signature, .. } if !own => {
-                        if let Some(args) = fn_trait_args(&self.names.of(symbol)) {
-                            let before = out.len();
-                            for vt in &self.vtables {
-                                let global = &self.module.globals[*vt];
-                                let callable = global
-                                    .slots
-                                    .iter()
-                                    .any(|(_, e)| call_once_args(&self.names.of(e)).is_some_and(|a| a == args));
-                                if callable
-                                    && let Some(f) = global.slot(*slot)
-                                    && signature.admits(&self.signature(f))
-                                    && let Some(t) = self.key(f)
-                                {
-                                    out.push((t, u.dbg));
-                                }
-                            }
-                            indirect.push((self.names.of(symbol), out.len() - before));
+                        let callable =
+                            args.get_or_init(|| fn_trait_args(&name)).as_ref().and_then(|a| self.callables.get(a));
+                        if let Some(callable) = callable {
+                            let targets = self.slot_targets.get(&(*slot, signature)).into_iter().flatten();
+                            out.extend(targets.filter(|(vt, _)| callable.contains(vt)).map(|(_, t)| (*t, u.dbg)));
                         }
                     }
                     UseKind::Pointer { .. } if !own => {}
@@ -546,25 +663,12 @@ impl<'m> Graph<'m> {
                     UseKind::Virtual { source: Some(f), .. }
                         if self.module.declared.contains(f) && !self.module.functions.contains_key(f) => {}
                     UseKind::Virtual { slot, signature, .. } => {
-                        let before = out.len();
-                        for vt in &self.vtables {
-                            if let Some(f) = self.module.globals[*vt].slot(*slot)
-                                && signature.admits(&self.signature(f))
-                                && let Some(t) = self.key(f)
-                            {
-                                out.push((t, u.dbg));
-                            }
-                        }
-                        indirect.push((self.names.of(symbol), out.len() - before));
+                        let targets = self.slot_targets.get(&(*slot, signature)).into_iter().flatten();
+                        out.extend(targets.map(|(_, t)| (*t, u.dbg)));
                     }
                     UseKind::Pointer { signature } => {
-                        let before = out.len();
-                        for f in &self.address_taken {
-                            if signature.admits(&self.signature(f)) {
-                                out.push((f, u.dbg));
-                            }
-                        }
-                        indirect.push((self.names.of(symbol), out.len() - before));
+                        let targets = self.pointer_targets.get(signature).into_iter().flatten();
+                        out.extend(targets.map(|f| (*f, u.dbg)));
                     }
                 }
             }
@@ -610,8 +714,6 @@ pub fn check(module: &Module, policy: &Policy) -> Outcome {
     }
     outcome.roots.sort_by(|a, b| (a.why, &a.function).cmp(&(b.why, &b.function)));
     outcome.findings.sort_by(|a, b| (&a.root, &a.item).cmp(&(&b.root, &b.item)));
-    outcome.indirect.sort();
-    outcome.indirect.dedup();
     outcome
 }
 
@@ -724,8 +826,7 @@ fn walk(
             continue;
         }
         let own = is_own(&name);
-        let mut indirect = Vec::new();
-        let successors = graph.successors(symbol, &mut indirect);
+        let successors = graph.successors(symbol);
         // What the crate's own code does: the forbidden items its functions name, and those
         // named by what they call or take the address of. (Other crates' code reached on the
         // way is walked for the crate's code it calls back, not judged itself.)
@@ -742,7 +843,7 @@ fn walk(
                 let mut path = path_to(graph, &parent, symbol);
                 if target != symbol {
                     if let Some(last) = path.last_mut() {
-                        last.at = at.and_then(|d| graph.module.location(d));
+                        last.at = Location::of(graph, at);
                     }
                     path.push(Step { function: target_name, at: None });
                 }
@@ -767,9 +868,6 @@ fn walk(
                 queue.push_back(next);
             }
         }
-        if kind != RootKind::Boundary {
-            outcome.indirect.extend(indirect);
-        }
     }
     reached
 }
@@ -788,12 +886,17 @@ fn first_forbidden(policy: &Policy, name: &str) -> Option<(String, usize)> {
     let mentioned = mentions(name);
     let path = item_path(name);
     for (index, rule) in policy.forbidden.iter().enumerate() {
-        if rule.calls.iter().any(|c| under(&path, c)) {
-            return Some((path, index));
+        if let Some(call) = rule.calls.iter().find(|c| under(&path, c)) {
+            return Some((call.clone(), index));
         }
         for m in &mentioned {
             if rule.types.iter().any(|p| under(m, p)) {
                 return Some((m.clone(), index));
+            }
+            // A forbidden function handed on as a value (`.map(std::thread::spawn)`): whoever
+            // it is handed to calls it.
+            if let Some(call) = rule.calls.iter().find(|c| *m == **c) {
+                return Some((call.clone(), index));
             }
         }
     }
@@ -804,7 +907,7 @@ fn path_to(graph: &Graph<'_>, parent: &HashMap<&str, (&str, Option<crate::ir::Db
     let mut steps = vec![Step { function: graph.names.of(symbol), at: None }];
     let mut current = symbol;
     while let Some((up, at)) = parent.get(current) {
-        steps.push(Step { function: graph.names.of(up), at: at.and_then(|d| graph.module.location(d)) });
+        steps.push(Step { function: graph.names.of(up), at: Location::of(graph, *at) });
         current = up;
     }
     steps.reverse();
@@ -824,7 +927,9 @@ pub fn failure(outcome: &Outcome) -> Option<String> {
         msg.push_str(&format!("\n[{}] {} reaches {} ({})\n", f.guard_row, f.root, f.item, f.reason));
         for step in &f.path {
             match &step.at {
-                Some((file, line)) => msg.push_str(&format!("   -> {}  (at {file}:{line})\n", step.function)),
+                Some(Location { file, line }) => {
+                    msg.push_str(&format!("   -> {}  (at {file}:{line})\n", step.function))
+                }
                 None => msg.push_str(&format!("   -> {}\n", step.function)),
             }
         }
@@ -872,6 +977,37 @@ mod tests {
     }
 
     #[test]
+    fn the_crates_own_code_includes_its_trait_impls_and_drop_glue() {
+        for own in [
+            "crate::f",
+            "<crate::A>::m",
+            "<u16 as crate::Go>::go",
+            "<&crate::Shown as core::fmt::Display>::fmt",
+            "<alloc::vec::Vec<u8> as crate::Go>::go",
+            "core::ptr::drop_in_place::<crate::Repo>",
+        ] {
+            assert!(is_own(own), "{own}");
+        }
+        for other in [
+            "<u16 as core::fmt::Display>::fmt",
+            "<alloc::vec::Vec<crate::A> as core::ops::drop::Drop>::drop",
+            "core::ptr::drop_in_place::<alloc::vec::Vec<crate::A>>",
+            "core::option::Option<crate::A>::map::<u8, crate::f>",
+        ] {
+            assert!(!is_own(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn higher_ranked_callables_have_their_argument_tuples() {
+        let name = "<alloc::boxed::Box<dyn for<'a> core::ops::function::Fn<(&'a str,), Output = u32>> as \
+                    core::ops::function::Fn<(&str,)>>::call";
+        assert_eq!(fn_trait_args(name).as_deref(), Some("(&str,)"));
+        assert_eq!(remove_binders("dyn for<'a, 'b> Fn<(&'a u8, &'b u8)>"), "dyn Fn<(&'a u8, &'b u8)>");
+        assert_eq!(remove_binders("crate::wait_for<u8> x"), "crate::wait_for<u8> x");
+    }
+
+    #[test]
     fn item_paths() {
         assert_eq!(item_path("<tokio::runtime::handle::Handle>::spawn::<F>"), "tokio::runtime::handle::Handle::spawn");
         assert_eq!(item_path("<crate::A as crate::Tool>::run::{closure#0}"), "crate::A::run");
@@ -887,6 +1023,9 @@ mod tests {
         assert_eq!(module_of("crate::store::open::{closure#0}").as_deref(), Some("crate::store"));
         assert_eq!(module_of("<crate::store::Db>::begin").as_deref(), Some("crate::store"));
         assert_eq!(module_of("<crate::store::Db as core::clone::Clone>::clone").as_deref(), Some("crate::store"));
-        assert_eq!(module_of("core::ptr::drop_in_place::<crate::X>"), None);
+        assert_eq!(module_of("core::ptr::drop_in_place::<crate::gateway::Ctx>").as_deref(), Some("crate::gateway"));
+        assert_eq!(module_of("<u16 as crate::inner::Go>::go").as_deref(), Some("crate::inner"));
+        assert_eq!(module_of("<&crate::store::Db as core::fmt::Debug>::fmt").as_deref(), Some("crate::store"));
+        assert_eq!(module_of("core::ptr::drop_in_place::<alloc::string::String>"), None);
     }
 }

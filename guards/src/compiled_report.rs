@@ -12,6 +12,9 @@ use crate::sarif::SARIF_SCHEMA;
 /// Schema version of the compiled walk's JSON report.
 pub const COMPILED_REPORT_VERSION: &str = "2";
 
+/// The `walk` of a report whose walk did not run.
+const NOT_RUN: &str = "not run";
+
 /// Everything one compiled walk found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompiledReport {
@@ -19,7 +22,8 @@ pub struct CompiledReport {
     pub generator: String,
     /// [`COMPILED_REPORT_VERSION`].
     pub version: String,
-    /// Always `compiled`: the walk read the LLVM IR rustc compiled.
+    /// `compiled`: the walk read the LLVM IR rustc compiled; `not run`: this build was not
+    /// walked (the residue says why) and the report says nothing about its code.
     pub walk: String,
     /// The library walked, as rustc names it.
     pub crate_name: String,
@@ -95,11 +99,6 @@ fn residue(outcome: &Outcome) -> Vec<ResidueClass> {
         ),
         class("executors the rules do not name", "spawn functions of crates other than tokio, std and futures"),
         class("unsafe code and FFI", "a raw pointer or a foreign function can reach anything"),
-        class(
-            "optimised builds",
-            "the walk runs on unoptimised builds (cargo build, cargo test); an optimised build is compiled \
-             untouched",
-        ),
     ]
 }
 
@@ -119,6 +118,27 @@ impl CompiledReport {
         }
     }
 
+    /// The report of a build the compiled walk did not run on, saying why: it has no guard
+    /// table, no roots and no findings, and every format says it was not run.
+    pub fn not_run(crate_name: &str, why: &str) -> Self {
+        Self {
+            generator: "scopegate-guards".into(),
+            version: COMPILED_REPORT_VERSION.into(),
+            walk: NOT_RUN.into(),
+            crate_name: crate_name.into(),
+            ir: IrRead { bytes: 0, units: 0, functions: 0, seconds: 0.0 },
+            guard_rows: Vec::new(),
+            roots: Vec::new(),
+            findings: Vec::new(),
+            residue: vec![ResidueClass { class: NOT_RUN.into(), detail: why.into(), items: Vec::new() }],
+        }
+    }
+
+    /// Did the walk run (or is this [`CompiledReport::not_run`])?
+    pub fn walked(&self) -> bool {
+        self.walk == "compiled"
+    }
+
     /// As JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
@@ -127,6 +147,14 @@ impl CompiledReport {
     /// As Markdown, for auditors.
     pub fn to_markdown(&self) -> String {
         let mut md = format!("# Compiled guard: `{}`\n\n", self.crate_name);
+        if !self.walked() {
+            md.push_str("**Not run.** ");
+            for r in &self.residue {
+                md.push_str(&r.detail);
+                md.push('\n');
+            }
+            return md;
+        }
         let tools = self.roots.iter().filter(|r| r.why != RootKind::Boundary).count();
         md.push_str(&format!(
             "Walked the LLVM IR rustc compiled for the library: {} roots ({} serving tools), {} findings.\n\n",
@@ -223,15 +251,31 @@ impl CompiledReport {
                 "tool": { "driver": { "name": "scopegate-guards", "version": env!("CARGO_PKG_VERSION"), "rules": rules } },
                 "originalUriBaseIds": { "%SRCROOT%": { "description": { "text": "the crate root" } } },
                 "results": results,
-                "properties": { "walk": "compiled", "residue": self.residue }
+                "invocations": [ self.invocation() ],
+                "properties": { "walk": self.walk, "residue": self.residue }
             } ]
         });
         serde_json::to_string_pretty(&log).unwrap_or_default()
     }
 }
 
+impl CompiledReport {
+    /// SARIF's account of the run: a walk that did not run did not execute successfully, so
+    /// its empty results say nothing.
+    fn invocation(&self) -> Value {
+        if self.walked() {
+            return json!({ "executionSuccessful": true });
+        }
+        let why: Vec<&str> = self.residue.iter().map(|r| r.detail.as_str()).collect();
+        json!({
+            "executionSuccessful": false,
+            "toolExecutionNotifications": [ { "level": "error", "message": { "text": why.join(" ") } } ]
+        })
+    }
+}
+
 fn location(s: &Step) -> Value {
-    let (file, line) = s.at.clone().unwrap_or_default();
+    let (file, line) = s.at.as_ref().map(|l| (l.file.as_str(), l.line)).unwrap_or_default();
     json!({
         "physicalLocation": {
             "artifactLocation": { "uri": file, "uriBaseId": "%SRCROOT%" },
@@ -243,7 +287,7 @@ fn location(s: &Step) -> Value {
 
 fn at(step: &Step) -> String {
     match &step.at {
-        Some((file, line)) => format!(" at {file}:{line}"),
+        Some(l) => format!(" at {}:{}", l.file, l.line),
         None => String::new(),
     }
 }
@@ -255,7 +299,7 @@ fn cell(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiled::{Finding, Outcome, Step};
+    use crate::compiled::{Finding, Location, Outcome, Step};
 
     fn report() -> CompiledReport {
         let rules = Rules::parse(crate::rules::DEFAULT_RULES, "rules.toml").unwrap();
@@ -264,7 +308,7 @@ mod tests {
             findings: vec![Finding {
                 root: "crate::tool".into(),
                 path: vec![
-                    Step { function: "crate::tool".into(), at: Some(("src/tool.rs".into(), 7)) },
+                    Step { function: "crate::tool".into(), at: Some(Location { file: "src/tool.rs".into(), line: 7 }) },
                     Step { function: "<sqlx_core::pool::Pool<X>>::acquire".into(), at: None },
                 ],
                 item: "sqlx_core::pool::Pool".into(),
@@ -272,7 +316,6 @@ mod tests {
                 reason: "a pool".into(),
             }],
             opaque: ["std::process::id".to_owned()].into_iter().collect(),
-            indirect: Vec::new(),
         };
         CompiledReport::new("probe", &rules, &outcome, IrRead { bytes: 1, units: 1, functions: 2, seconds: 0.1 })
     }
@@ -291,5 +334,23 @@ mod tests {
         assert_eq!(result["ruleId"], "G2");
         assert_eq!(result["locations"][0]["physicalLocation"]["region"]["startLine"], 7);
         assert_eq!(result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "src/tool.rs");
+        assert_eq!(sarif["runs"][0]["invocations"][0]["executionSuccessful"], true);
+    }
+
+    #[test]
+    fn a_build_not_walked_says_so_in_every_format() {
+        let r = CompiledReport::not_run("probe", "compiled without the wrapper");
+        assert!(!r.walked());
+        assert!(r.to_markdown().contains("**Not run.** compiled without the wrapper"), "{}", r.to_markdown());
+        let json: CompiledReport = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!((json.walk.as_str(), json.guard_rows.len()), ("not run", 0));
+        let sarif: Value = serde_json::from_str(&r.to_sarif()).unwrap();
+        let run = &sarif["runs"][0];
+        assert_eq!(run["invocations"][0]["executionSuccessful"], false);
+        assert_eq!(
+            run["invocations"][0]["toolExecutionNotifications"][0]["message"]["text"],
+            "compiled without the wrapper"
+        );
+        assert_eq!(run["properties"]["walk"], "not run");
     }
 }

@@ -95,7 +95,7 @@ struct Reference {
 }
 
 fn references(opts: &Options) -> Result<(Crate, Vec<Reference>), GuardError> {
-    let krate = Crate::load(&opts.crate_root, &opts.entry_file(), Default::default())?;
+    let krate = Crate::load(&opts.crate_root, &opts.entry_file())?;
     let mut out = Vec::new();
     for file in &krate.files {
         // The module whose own file this is (the shortest path among those read from it).

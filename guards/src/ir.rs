@@ -363,34 +363,42 @@ fn leading_type(text: &str) -> String {
             '[' => ']',
             _ => '>',
         };
-        let mut depth = 0;
-        for (i, c) in text.char_indices() {
-            if c == open {
-                depth += 1;
-            } else if c == close {
-                depth -= 1;
-                if depth == 0 {
-                    return text[..=i].to_owned();
-                }
-            }
-        }
-        return text.to_owned();
+        return match balanced(text.char_indices(), &[open], &[close], false) {
+            Some(end) => text[..=end].to_owned(),
+            None => text.to_owned(),
+        };
     }
     text.split_whitespace().next().unwrap_or_default().to_owned()
 }
 
 /// The byte at which the parenthesised group opening at `open` closes.
 fn matching_paren(text: &str, open: usize) -> Option<usize> {
+    balanced(text[open..].char_indices(), &['('], &[')'], true).map(|end| open + end)
+}
+
+/// Where a bracketed group closes. `chars` runs from the group's opening bracket: a text's
+/// `char_indices()`, or their reverse from a closing bracket (with `open` and `close`
+/// swapped). Each char of `open` nests one level deeper and each char of `close` ends one, so
+/// the caller picks which brackets count; with `quotes`, text between double quotes is
+/// skipped. The byte index of the char that brings the depth back to zero, or `None` when
+/// none does.
+pub(crate) fn balanced(
+    chars: impl Iterator<Item = (usize, char)>,
+    open: &[char],
+    close: &[char],
+    quotes: bool,
+) -> Option<usize> {
     let mut depth = 0;
     let mut quoted = false;
-    for (i, c) in text[open..].char_indices() {
+    for (i, c) in chars {
         match c {
-            '"' => quoted = !quoted,
-            '(' if !quoted => depth += 1,
-            ')' if !quoted => {
+            '"' if quotes => quoted = !quoted,
+            _ if quoted => {}
+            _ if open.contains(&c) => depth += 1,
+            _ if close.contains(&c) => {
                 depth -= 1;
                 if depth == 0 {
-                    return Some(open + i);
+                    return Some(i);
                 }
             }
             _ => {}
@@ -426,7 +434,7 @@ fn parse_function(unit: u32, header: &str, body: &[&str]) -> Option<Function> {
     let mut returned_by: HashMap<&str, Symbol> = HashMap::new();
     let mut vtable_of: HashMap<&str, Symbol> = HashMap::new();
     let mut uses = Vec::new();
-    for line in body {
+    for (index, line) in body.iter().enumerate() {
         let line = line.trim_start();
         if line.starts_with(';') || line.is_empty() {
             continue;
@@ -459,7 +467,11 @@ fn parse_function(unit: u32, header: &str, body: &[&str]) -> Option<Function> {
                 vtable_loads.insert(def, ((offset / 8) as u32, vtable_of.get(base).cloned()));
             }
         }
-        let dbg = line.rfind("!dbg !").and_then(|i| {
+        // An `invoke` continues on the next line (`to label %a unwind label %b, !dbg !N`),
+        // which carries its location.
+        let next = body.get(index + 1).map(|l| l.trim_start()).filter(|l| l.starts_with("to label "));
+        let dbg = [Some(line), next].into_iter().flatten().find_map(|line| {
+            let i = line.rfind("!dbg !")?;
             let rest = &line[i + "!dbg ".len()..];
             let end = rest.find([' ', ',']).unwrap_or(rest.len());
             node_id(&rest[..end]).map(|id| (unit, id))
@@ -513,18 +525,7 @@ fn return_type(before: &str) -> Option<String> {
             ']' => '[',
             _ => '<',
         };
-        let mut depth = 0;
-        for (i, c) in before.char_indices().rev() {
-            if c == close {
-                depth += 1;
-            } else if c == open {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(before[i..].to_owned());
-                }
-            }
-        }
-        return None;
+        return balanced(before.char_indices().rev(), &[close], &[open], false).map(|start| before[start..].to_owned());
     }
     before.split_whitespace().last().map(str::to_owned)
 }
@@ -711,6 +712,8 @@ declare void @_RNvNtCs2_3std7process4exit(i32)
         );
         assert_eq!(module.location(tool.uses[0].dbg.unwrap()), Some(("src/lib.rs".into(), 5)));
         assert_eq!(module.location(tool.uses[1].dbg.unwrap()), Some(("src/lib.rs".into(), 6)));
+        // The `invoke`'s location is on its second line.
+        assert_eq!(module.location(tool.uses[4].dbg.unwrap()), Some(("src/lib.rs".into(), 6)));
         assert_eq!(module.definition(tool), Some(("src/lib.rs".into(), 4)));
         let vtable = &module.globals["unit0:vtable.0"];
         assert!(vtable.vtable);

@@ -1,57 +1,46 @@
-//! Build-time dependency-graph guard for scopegate tools: parses a crate's sources, walks
-//! every tool's dependency graph and reports each path to a forbidden type or call.
+//! Build-time guard for scopegate tools: walks the LLVM IR rustc compiled for a library, from
+//! every tool the library serves, and fails the compilation on any path to a forbidden type or
+//! call (an identity type, a database pool, a thread or task spawned past the call, ...).
 //!
 //! Called from `build.rs`:
 //!
 //! ```no_run
 //! // build.rs, inside `fn main()`:
 //! let opts = guards::Options::new(std::env::var("CARGO_MANIFEST_DIR").unwrap())
-//!     .tool_modules(["crate::tools", "crate::mcp"]) // optional: where tools live
 //!     .extra_rules("guards.toml"); // optional: the crate's own additions
-//! guards::run_build_script(&opts); // prints cargo: lines, panics on any finding
+//! guards::run_build_script(&opts);
 //! ```
 //!
-//! The build script also leaves the report in `OUT_DIR` (see [`write_reports`]), so the crate
-//! can embed the report of the very sources it was built from:
-//! `include_str!(concat!(env!("OUT_DIR"), "/guards-report.md"))`.
+//! with the workspace's `.cargo/config.toml` naming this crate's rustc wrapper
+//! (`[build] rustc-workspace-wrapper = "<path to this crate>/rustc-wrapper"`). The build script
+//! leaves its own binary in `OUT_DIR` as the checker; the wrapper hands the package's
+//! compilations to it ([`rustc`]); it walks the library ([`compiled`], over [`ir`]) and writes
+//! the report ([`compiled_report`]) into `OUT_DIR`, where a binary of the package embeds it.
+//! The rules and the guard table are in `rules.toml`; what the walk cannot see is in the
+//! report's residue.
 //!
-//! Tools are fns with an attribute ending in `tool` (`#[tool]`, `#[rmcp::tool(..)]`, or one
-//! imported under another name), every fn of a `#[tool_router]` impl, and any struct, enum or
-//! impl carrying an attribute ending in `tool_set` (`#[scopegate::tool_set]`), wherever they
-//! are written in the crate; and every `impl ServerHandler for X` in the tool modules. An
-//! item-level macro of the crate that writes tool code fails the check. The walk, the rules
-//! file and what the walk cannot see are described in `rules.toml` and in the report's residue.
+//! [`imports()`](fn@imports) and [`file_imports`] read the sources with `syn` for another
+//! purpose: the project's layering tests (which module may use which).
 
 #![forbid(unsafe_code)]
 
 pub mod compiled;
 pub mod compiled_report;
-mod depinfo;
 mod imports;
 pub mod ir;
 mod model;
-mod report;
 mod rules;
 pub mod rustc;
 mod sarif;
-mod walk;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-pub use depinfo::{dep_info_rules, normalise_path};
 pub use imports::{FileImport, Import, file_imports, imports};
-pub use report::{
-    BoundaryReport, Finding, FindingKind, Held, Hop, HopKind, Mark, REPORT_VERSION, Report, Residue, Site, ToolKind,
-    ToolReport, TreeNode,
-};
-pub use rules::{
-    AllowUnresolved, Boundary, DEFAULT_RULES, Discovery, Enforcement, ForbiddenCall, ForbiddenType, GuardRow,
-    NameScope, Rules, UNRESOLVED_ROW,
-};
+pub use rules::{Boundary, DEFAULT_RULES, Discovery, Enforcement, ForbiddenCall, ForbiddenType, GuardRow, Rules};
 pub use sarif::SARIF_SCHEMA;
 
-/// Why the guard could not run (a run that finds violations is not an error: see [`Report`]).
+/// Why the guard could not run (a walk that finds a forbidden path is not an error: it is
+/// the walk's outcome).
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError {
     /// A file could not be read, or a declared module has no file.
@@ -82,62 +71,29 @@ pub enum GuardError {
     },
 }
 
-/// What to check.
+/// Where the crate is and which rules apply.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The crate root (the directory holding `Cargo.toml`); report paths are relative to it.
+    /// The crate root (the directory holding `Cargo.toml`).
     pub crate_root: PathBuf,
-    /// The entry file relative to the crate root; `None`: `src/lib.rs`, else `src/main.rs`.
+    /// The entry file relative to the crate root, for [`imports`]; `None`: `src/lib.rs`, else
+    /// `src/main.rs`.
     pub entry: Option<PathBuf>,
-    /// Module paths (`crate::tools`) whose handler-trait impls are tool roots, with their
-    /// submodules; empty: the whole crate. Tool-attributed fns, `#[tool_router]` impls and
-    /// tool sets are roots wherever they are; types are walked across the whole crate.
-    pub tool_modules: Vec<String>,
     /// The base rules file; `None`: [`DEFAULT_RULES`].
     pub rules: Option<PathBuf>,
     /// Files that add to the base rules.
     pub extra_rules: Vec<PathBuf>,
-    /// Crate names code may use besides the dependencies `Cargo.toml` lists (for crates linked
-    /// some other way). A path starting with a name that is neither is never called external.
-    pub extern_crates: Vec<String>,
 }
 
 impl Options {
-    /// Checks the crate at `crate_root` with the default rules and every module.
+    /// The crate at `crate_root`, with the shipped rules.
     pub fn new(crate_root: impl Into<PathBuf>) -> Self {
-        Options {
-            crate_root: crate_root.into(),
-            entry: None,
-            tool_modules: Vec::new(),
-            rules: None,
-            extra_rules: Vec::new(),
-            extern_crates: Vec::new(),
-        }
-    }
-
-    /// Adds crate names that are other crates besides the manifest's dependencies.
-    pub fn extern_crates<I, S>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.extern_crates.extend(names.into_iter().map(Into::into));
-        self
+        Options { crate_root: crate_root.into(), entry: None, rules: None, extra_rules: Vec::new() }
     }
 
     /// Sets the entry file (relative to the crate root).
     pub fn entry(mut self, entry: impl Into<PathBuf>) -> Self {
         self.entry = Some(entry.into());
-        self
-    }
-
-    /// Restricts where tools are looked for.
-    pub fn tool_modules<I, S>(mut self, modules: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.tool_modules = modules.into_iter().map(Into::into).collect();
         self
     }
 
@@ -165,11 +121,10 @@ impl Options {
         }
     }
 
-    /// Every input of a run (rules files and, after a run, sources): for `rerun-if-changed`.
+    /// The rules files: for `rerun-if-changed`.
     fn rules_files(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = self.rules.iter().map(|p| self.under_root(p)).collect();
         v.extend(self.extra_rules.iter().map(|p| self.under_root(p)));
-        v.push(self.crate_root.join("Cargo.toml"));
         v
     }
 }
@@ -196,159 +151,28 @@ pub fn load_rules(opts: &Options) -> Result<Rules, GuardError> {
     Ok(rules)
 }
 
-/// The names code uses for the crate's dependencies (`[dependencies]` and every
-/// `[target.*.dependencies]` of `Cargo.toml`, `-` written `_`), plus [`Options::extern_crates`].
-/// Dev- and build-dependencies are not visible to the library's code, so they are not listed.
-fn extern_crates(opts: &Options) -> Result<HashSet<String>, GuardError> {
-    let manifest = opts.crate_root.join("Cargo.toml");
-    let io = |message: String| GuardError::Io { path: "Cargo.toml".into(), message };
-    let text = std::fs::read_to_string(&manifest).map_err(|e| {
-        io(format!(
-            "{e}: the walk needs the crate's dependencies to tell other crates' names from names it cannot resolve"
-        ))
-    })?;
-    let doc: toml::Table = toml::from_str(&text).map_err(|e| io(format!("cannot parse: {e}")))?;
-    let mut tables = vec![doc.get("dependencies")];
-    if let Some(targets) = doc.get("target").and_then(toml::Value::as_table) {
-        tables.extend(targets.values().map(|t| t.get("dependencies")));
-    }
-    let mut out: HashSet<String> = opts.extern_crates.iter().cloned().collect();
-    for table in tables.into_iter().flatten() {
-        let Some(table) = table.as_table() else {
-            return Err(io("a dependencies section is not a table".into()));
-        };
-        out.extend(table.keys().map(|k| k.replace('-', "_")));
-    }
-    Ok(out)
-}
-
-/// Parses the crate and walks every tool; the report lists findings, it does not fail on them.
-pub fn check(opts: &Options) -> Result<Report, GuardError> {
-    let rules = load_rules(opts)?;
-    check_with_rules(opts, &rules)
-}
-
-/// Like [`check`], with rules already loaded.
-pub fn check_with_rules(opts: &Options, rules: &Rules) -> Result<Report, GuardError> {
-    let entry = opts.entry_file();
-    let krate = model::Crate::load(&opts.crate_root, &entry, extern_crates(opts)?)?;
-    let walked = walk::walk_crate(&krate, rules, &opts.tool_modules);
-    Ok(Report {
-        generator: "scopegate-guards".into(),
-        version: REPORT_VERSION.into(),
-        entry: entry.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/"),
-        tool_modules: opts.tool_modules.clone(),
-        files: krate.files.clone(),
-        guard_rows: rules.guard_row.clone(),
-        findings: walked.findings,
-        tools: walked.tools,
-        boundaries: walked.boundaries,
-        residue: report::residue().into_iter().chain(walked.residue).collect(),
-    })
-}
-
-/// One line per finding: `G2 Server::run: tool ... -> field pool (src/x.rs:4) -> ...`.
-pub fn finding_lines(report: &Report) -> Vec<String> {
-    report
-        .findings
-        .iter()
-        .map(|f| {
-            let hops: Vec<String> =
-                f.path.iter().map(|h| format!("{} {} ({})", h.kind.as_str(), h.label, h.location())).collect();
-            format!(
-                "[{}] {} reaches {} {}: {} | {}",
-                f.guard_row,
-                f.root,
-                f.kind.verb(),
-                f.forbidden,
-                f.reason,
-                hops.join(" -> ")
-            )
-        })
-        .collect()
-}
-
-/// The build failure message, or `None` when there are no findings.
-pub fn failure_message(report: &Report) -> Option<String> {
-    if report.findings.is_empty() {
-        return None;
-    }
-    let mut msg = format!("scopegate guards: {} forbidden path(s) from tools:\n", report.findings.len());
-    for (i, f) in report.findings.iter().enumerate() {
-        msg.push_str(&format!(
-            "\n{}. [{}] {} reaches {} {}\n   why: {}\n",
-            i + 1,
-            f.guard_row,
-            f.root,
-            f.kind.verb(),
-            f.forbidden,
-            f.reason
-        ));
-        for h in &f.path {
-            msg.push_str(&format!("   -> {} {} ({})\n", h.kind.as_str(), h.label, h.location()));
-        }
-    }
-    Some(msg)
-}
-
-/// The Markdown copy [`write_reports`] writes.
-pub const REPORT_MD: &str = "guards-report.md";
-/// The JSON copy [`write_reports`] writes (it matches `report.schema.json`).
-pub const REPORT_JSON: &str = "guards-report.json";
-/// The SARIF 2.1.0 copy [`write_reports`] writes.
-pub const REPORT_SARIF: &str = "guards-report.sarif";
-
-/// Writes the report as Markdown, JSON and SARIF into `dir` ([`REPORT_MD`], [`REPORT_JSON`],
-/// [`REPORT_SARIF`]).
-/// The report holds paths relative to the crate root only, so the copies are the same on
-/// every machine.
-pub fn write_reports(report: &Report, dir: &Path) -> Result<(), GuardError> {
-    let files = [(REPORT_MD, report.to_markdown()), (REPORT_JSON, report.to_json()), (REPORT_SARIF, report.to_sarif())];
-    for (name, text) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, text)
-            .map_err(|e| GuardError::Io { path: path.display().to_string(), message: e.to_string() })?;
-    }
-    Ok(())
-}
-
-/// For `build.rs`: runs the check, prints `cargo:rerun-if-changed` for every input, writes
-/// the report copies into `OUT_DIR` (when cargo sets it; see [`write_reports`]), prints a
-/// `cargo:warning=` per finding, and panics (failing the build) with every full path when
-/// anything is found or the check cannot run. The copies are written before failing, so a
-/// failed build still leaves its report behind.
+/// For `build.rs`: checks the rules load, prints `cargo:rerun-if-changed` for each rules
+/// file, and leaves this build script's binary in `OUT_DIR` as the checker the workspace's
+/// rustc wrapper hands the package's compilations to, with the compiled walk's report files
+/// saying the walk has not run (the checker replaces them when it walks the library). The
+/// check itself runs when the library compiles, and fails that compilation on any finding.
 pub fn run_build_script(opts: &Options) {
     run_compiled_check_if_wrapped(opts);
-    if let Some(out) = std::env::var_os("OUT_DIR") {
-        install_checker(Path::new(&out));
-    }
     for f in opts.rules_files() {
         println!("cargo:rerun-if-changed={}", f.display());
     }
-    let report = match check(opts) {
-        Ok(r) => r,
-        Err(e) => panic!("scopegate guards could not run: {e}"),
-    };
-    for f in &report.files {
-        println!("cargo:rerun-if-changed={}", opts.crate_root.join(f).display());
+    // A rules file that does not load fails here, before anything compiles.
+    if let Err(e) = load_rules(opts) {
+        panic!("scopegate guards could not load the rules: {e}");
     }
-    if let Some(out) = std::env::var_os("OUT_DIR")
-        && let Err(e) = write_reports(&report, Path::new(&out))
-    {
-        panic!("scopegate guards could not write the report: {e}");
-    }
-    for line in finding_lines(&report) {
-        println!("cargo:warning={line}");
-    }
-    if let Some(msg) = failure_message(&report) {
-        panic!("{msg}");
-    }
+    let out = std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR for build scripts");
+    install_checker(Path::new(&out));
 }
 
-/// For `build.rs`, first thing: when the workspace's rustc wrapper (`guards/rustc-wrapper`)
+/// First thing in [`run_build_script`]: when the workspace's rustc wrapper (`guards/rustc-wrapper`)
 /// runs this binary instead of cargo, it is the checker of the compiled library: it compiles
 /// as asked, walks the library's LLVM IR, and exits with the outcome. Otherwise returns.
-pub fn run_compiled_check_if_wrapped(opts: &Options) {
+fn run_compiled_check_if_wrapped(opts: &Options) {
     if std::env::args_os().nth(1).is_some_and(|a| a == rustc::WRAPPER_FLAG) {
         std::process::exit(compiled_check(opts));
     }
@@ -364,11 +188,17 @@ fn install_checker(out_dir: &Path) {
     if std::fs::hard_link(&exe, &target).is_err() {
         std::fs::copy(&exe, &target).unwrap_or_else(|e| panic!("scopegate guards: installing the checker: {e}"));
     }
-    let pending = "# Compiled guard\n\nNot run: this build did not compile the library through the workspace's \
-                   rustc wrapper (`.cargo/config.toml`), or it compiled it optimised or without code.\n";
-    let _ = std::fs::write(out_dir.join(COMPILED_MD), pending);
-    for stale in [COMPILED_JSON, COMPILED_SARIF] {
-        let _ = std::fs::remove_file(out_dir.join(stale));
+    let package = std::env::var("CARGO_PKG_NAME").unwrap_or_default().replace('-', "_");
+    let pending = compiled_report::CompiledReport::not_run(
+        &package,
+        "this build did not compile the library through the workspace's rustc wrapper \
+         (`.cargo/config.toml`): a check-only build (cargo check, cargo clippy), or a build with the \
+         wrapper replaced or removed.",
+    );
+    for (file, text) in
+        [(COMPILED_MD, pending.to_markdown()), (COMPILED_JSON, pending.to_json()), (COMPILED_SARIF, pending.to_sarif())]
+    {
+        std::fs::write(out_dir.join(file), text).unwrap_or_else(|e| panic!("scopegate guards: writing {file}: {e}"));
     }
 }
 
@@ -380,7 +210,7 @@ pub const COMPILED_JSON: &str = "guards-compiled.json";
 pub const COMPILED_SARIF: &str = "guards-compiled.sarif";
 
 /// Wrapper mode: compiles as cargo asked (the arguments after the flag are rustc and its
-/// arguments) and, for the library of a debug build, walks the LLVM IR it compiled. The exit
+/// arguments) and, for a library, walks the LLVM IR of its unoptimised code. The exit
 /// code of the whole: rustc's, or 1 on a finding or an unreadable IR.
 fn compiled_check(opts: &Options) -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
@@ -389,18 +219,39 @@ fn compiled_check(opts: &Options) -> i32 {
         return 1;
     };
     let invocation = rustc::Invocation::parse(rest);
-    if !(invocation.library && invocation.codegen && invocation.unoptimised) {
+    if !(invocation.library && invocation.codegen) {
         return rustc::run(rustc_path, rest);
     }
     let Some(out_dir) = invocation.out_dir.clone() else { return rustc::run(rustc_path, rest) };
-    let code = rustc::run(rustc_path, &rustc::guarded_args(rest));
-    let files = rustc::ir_files(&out_dir, &invocation.crate_name, &invocation.extra_filename);
-    if code != 0 {
-        rustc::remove(&files);
-        return code;
-    }
+    let (crate_name, extra) = (&invocation.crate_name, &invocation.extra_filename);
+    // Unoptimised: the IR comes with the compilation cargo asked for. Optimised: that
+    // compilation as asked, then an unoptimised one of the same sources for the IR alone.
+    let (files, walk_dir) = if invocation.unoptimised {
+        let code = rustc::run(rustc_path, &invocation.guarded_args(rest));
+        let files = rustc::ir_files(&out_dir, crate_name, extra);
+        if code != 0 {
+            rustc::remove(&files);
+            return code;
+        }
+        (files, None)
+    } else {
+        let code = rustc::run(rustc_path, rest);
+        if code != 0 {
+            return code;
+        }
+        let dir = out_dir.join(format!("{crate_name}{extra}-guard-walk"));
+        if let Err(output) = rustc::run_quiet(rustc_path, &invocation.walk_args(rest, &dir)) {
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("scopegate guard: the unoptimised compilation of {crate_name} for the walk failed:\n{output}");
+            return 1;
+        }
+        (rustc::ir_files(&dir, crate_name, extra), Some(dir))
+    };
     let outcome = rustc::walk(opts, &invocation, &files);
     rustc::remove(&files);
+    if let Some(dir) = walk_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     match outcome {
         Ok(message) => match message {
             None => 0,

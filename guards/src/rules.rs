@@ -1,5 +1,6 @@
-//! The rules file: forbidden types and calls, sanctioned boundaries, tool discovery and the
-//! guard table; a base file may be extended by more files, which can add but never remove.
+//! The rules file: forbidden types and calls, sanctioned boundaries, what counts as a tool,
+//! and the guard table; a base file may be extended by more files, which can add but never
+//! remove.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -19,97 +20,29 @@ pub struct Rules {
     /// Rows of the guard table.
     #[serde(default)]
     pub guard_row: Vec<GuardRow>,
-    /// Types no tool may reach.
+    /// Types (and traits) no tool may reach.
     #[serde(default)]
     pub forbidden_type: Vec<ForbiddenType>,
-    /// Calls no tool body may make.
+    /// Functions no tool may reach.
     #[serde(default)]
     pub forbidden_call: Vec<ForbiddenCall>,
-    /// Sanctioned bridges where the walk stops.
+    /// Sanctioned bridges where the walk from a tool stops.
     #[serde(default)]
     pub boundary: Vec<Boundary>,
-    /// Names the walk cannot resolve that may pass anyway, each with its reason (listed as
-    /// residue in every report).
-    #[serde(default)]
-    pub allow_unresolved: Vec<AllowUnresolved>,
 }
 
-/// The guard row every finding of an unresolved name belongs to; the rules must define it.
-pub const UNRESOLVED_ROW: &str = "G9";
-
-/// One name the walk cannot resolve, allowed by its exact item path.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AllowUnresolved {
-    /// The item as findings name it: the module it was looked up in and the name
-    /// (`crate::tools::Generated`).
-    pub item: String,
-    /// Why it may pass unwalked.
-    pub reason: String,
-}
-
-/// Attribute and trait names (matched by last path segment) that mark tools.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// What the compiled program serves as a tool.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Discovery {
-    /// Attributes on a fn that make it a tool (`#[tool]`, `#[rmcp::tool(...)]`).
-    #[serde(default = "default_tool_attributes")]
-    pub tool_attributes: Vec<String>,
-    /// Traits whose impl makes the implementing type a tool root (`impl ServerHandler for X`).
-    #[serde(default = "default_handler_traits")]
-    pub handler_traits: Vec<String>,
-    /// Attributes on a struct, enum or impl that make the type a tool root (`#[scopegate::tool_set]`).
-    #[serde(default = "default_tool_set_attributes")]
-    pub tool_set_attributes: Vec<String>,
-    /// Attributes on an impl that serve every fn in it as a tool (rmcp's `#[tool_router]`):
-    /// each of its fns is a root wherever the impl is written.
-    #[serde(default = "default_tool_router_attributes")]
-    pub tool_router_attributes: Vec<String>,
-    /// Names that build tool routes by hand (rmcp's `ToolRoute`, `.with_route(..)`,
-    /// `.add_route(..)`): a fn whose body names one is a root, since the handler it registers
-    /// is served as a tool without any tool attribute.
-    #[serde(default = "default_route_builders")]
-    pub route_builders: Vec<String>,
-    /// Types only a tool handler takes (rmcp's `ToolCallContext`): for the compiled walk,
-    /// every function in a vtable whose methods take one is a tool root, wherever and however
-    /// the route was built.
+    /// Types only a tool handler takes (rmcp's `ToolCallContext`): every function in a vtable
+    /// whose methods take one is a tool root, wherever and however the route was built.
     #[serde(default)]
     pub handler_types: Vec<String>,
-    /// Functions that register tools (`ToolSet::with`): for the compiled walk, every function
-    /// whose address the registering code takes (a tool's argument check, a handler) is a
-    /// tool root.
+    /// Functions that register tools (`ToolSet::with`): every function whose address the
+    /// registering code takes (a tool's argument check, a handler) is a tool root.
     #[serde(default)]
     pub registrations: Vec<String>,
-}
-
-fn default_tool_attributes() -> Vec<String> {
-    vec!["tool".into()]
-}
-fn default_handler_traits() -> Vec<String> {
-    vec!["ServerHandler".into()]
-}
-fn default_tool_set_attributes() -> Vec<String> {
-    vec!["tool_set".into()]
-}
-fn default_tool_router_attributes() -> Vec<String> {
-    vec!["tool_router".into()]
-}
-fn default_route_builders() -> Vec<String> {
-    vec!["ToolRoute".into(), "with_route".into(), "add_route".into()]
-}
-
-impl Default for Discovery {
-    fn default() -> Self {
-        Discovery {
-            tool_attributes: default_tool_attributes(),
-            tool_router_attributes: default_tool_router_attributes(),
-            route_builders: default_route_builders(),
-            handler_traits: default_handler_traits(),
-            tool_set_attributes: default_tool_set_attributes(),
-            handler_types: Vec::new(),
-            registrations: Vec::new(),
-        }
-    }
 }
 
 /// How a protection is enforced.
@@ -167,93 +100,54 @@ pub struct GuardRow {
     pub residue: Vec<String>,
 }
 
-/// Which types a bare-name match applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NameScope {
-    /// Any type with this last segment, defined in the crate or not.
-    #[default]
-    Any,
-    /// Only types from other crates; a type of this name defined in the crate is walked as usual.
-    External,
-    /// No name match at all: only the full `paths` (for names too common to match alone, such
-    /// as `Builder` or `Handle`).
-    Paths,
-}
-
-/// A type no tool may reach.
+/// A type (or trait) no tool may reach.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForbiddenType {
-    /// Matched against the last segment of the resolved path.
+    /// For people: the name the type is known by.
     pub name: String,
-    /// Full paths (`sqlx::PgPool`, `crate::identity::TenantContext`) that match whatever the name.
-    #[serde(default)]
-    pub paths: Vec<String>,
-    /// Which types the name match applies to.
-    #[serde(default)]
-    pub scope: NameScope,
     /// Why it is forbidden.
     pub reason: String,
     /// The guard row it belongs to.
     pub guard_row: String,
-    /// Modules where the type may be named inside a boundary (see [`Boundary`]); never a
-    /// pass for a path that starts at a tool.
+    /// Modules where the type may be used inside a boundary (see [`Boundary`]); never a pass
+    /// for a path that starts at a tool.
     #[serde(default)]
     pub allowed_in: Vec<String>,
-    /// Where the type (or trait) is defined, as the compiled walk matches it: the path rustc
-    /// gives it (`sqlx_core::pool::Pool`, not the re-export `sqlx::PgPool`; `crate::` is the
-    /// guarded crate). A type under one of these paths is matched, an alias or re-export of it
-    /// too, since the compiler has resolved them; a type of the same name elsewhere is not.
-    #[serde(default)]
+    /// Where the type is defined: the path rustc gives it (`sqlx_core::pool::Pool`, not the
+    /// re-export `sqlx::PgPool`; a path starting with the guarded crate's name is its own). A
+    /// type under one of these paths is matched, an alias or re-export of it too, since the
+    /// compiler has resolved them; a type of the same name elsewhere is not.
     pub defined: Vec<String>,
 }
 
-/// A call no tool body may make.
+/// A function no tool may reach.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForbiddenCall {
-    /// Path suffix matched against the resolved call path (`tokio::spawn` matches
-    /// `tokio::spawn`; `spawn_blocking` matches any path ending in it).
-    pub path: String,
-    /// Also match method calls `.name(...)` by the last segment.
-    #[serde(default)]
-    pub method: bool,
-    /// The last segment matches any name it starts (`spawn` matches `spawn_local`).
-    #[serde(default)]
-    pub prefix: bool,
+    /// For people: the name the function is known by.
+    pub name: String,
     /// Why it is forbidden.
     pub reason: String,
     /// The guard row it belongs to.
     pub guard_row: String,
-    /// Where the functions are defined, as the compiled walk matches them
-    /// (`tokio::task::spawn::spawn`, `std::thread::builder::Builder::spawn`): a call of one, or
-    /// its address taken, by the crate's code reached from a tool.
-    #[serde(default)]
+    /// Where the functions are defined (`tokio::task::spawn::spawn`,
+    /// `std::thread::builder::Builder::spawn`): a call of one, or one handed on as a value, by
+    /// the crate's code reached from a tool.
     pub defined: Vec<String>,
 }
 
-impl ForbiddenCall {
-    fn last_matches(&self, got: &str, want: &str) -> bool {
-        if self.prefix { got.starts_with(want) } else { got == want }
-    }
-}
-
-/// A sanctioned bridge type: the walk stops there, and the type's own insides are audited
-/// against `allowed_in` instead.
+/// A sanctioned bridge type: the walk from a tool stops at its functions, which are walked on
+/// their own, where a forbidden type passes only in the modules its rule allows.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Boundary {
-    /// Display name.
+    /// For people.
     pub name: String,
-    /// Full paths that are this boundary; required, so a look-alike type elsewhere is walked.
-    pub paths: Vec<String>,
     /// Why the walk may stop here.
     pub reason: String,
-    /// Where the boundary type and the types it hands out are defined, as the compiled walk
-    /// matches them: their functions (methods, trait impls, async bodies, drop glue) end a
-    /// tool's walk and are walked on their own.
-    #[serde(default)]
+    /// Where the boundary type and the types it hands out are defined: their functions
+    /// (methods, trait impls, async bodies, drop glue) end a tool's walk.
     pub defined: Vec<String>,
 }
 
@@ -275,43 +169,34 @@ impl Rules {
                 });
             }
         }
-        let d = other.discovery;
-        union(&mut self.discovery.tool_attributes, d.tool_attributes);
-        union(&mut self.discovery.tool_router_attributes, d.tool_router_attributes);
-        union(&mut self.discovery.route_builders, d.route_builders);
-        union(&mut self.discovery.handler_traits, d.handler_traits);
-        union(&mut self.discovery.tool_set_attributes, d.tool_set_attributes);
-        union(&mut self.discovery.handler_types, d.handler_types);
-        union(&mut self.discovery.registrations, d.registrations);
+        union(&mut self.discovery.handler_types, other.discovery.handler_types);
+        union(&mut self.discovery.registrations, other.discovery.registrations);
         self.guard_row.extend(other.guard_row);
         self.forbidden_type.extend(other.forbidden_type);
         self.forbidden_call.extend(other.forbidden_call);
         self.boundary.extend(other.boundary);
-        self.allow_unresolved.extend(other.allow_unresolved);
         Ok(())
     }
 
-    /// Checks cross references: every rule names an existing guard row, boundaries have paths.
+    /// Checks the merged rules: every rule names an existing guard row and where its items are
+    /// defined (a rule that names none would match nothing), and the table is honest.
     pub fn validate(&self) -> Result<(), GuardError> {
         let rows: HashSet<&str> = self.guard_row.iter().map(|r| r.id.as_str()).collect();
         let bad = |message: String| GuardError::Rules { origin: "merged rules".into(), message };
-        for t in &self.forbidden_type {
-            if !rows.contains(t.guard_row.as_str()) {
-                return Err(bad(format!("forbidden type `{}` names unknown guard row `{}`", t.name, t.guard_row)));
+        let items = self.forbidden_type.iter().map(|t| ("forbidden type", &t.name, Some(&t.guard_row), &t.defined));
+        let calls = self.forbidden_call.iter().map(|c| ("forbidden call", &c.name, Some(&c.guard_row), &c.defined));
+        let bridges = self.boundary.iter().map(|b| ("boundary", &b.name, None, &b.defined));
+        for (what, name, row, defined) in items.chain(calls).chain(bridges) {
+            if let Some(row) = row
+                && !rows.contains(row.as_str())
+            {
+                return Err(bad(format!("{what} `{name}` names unknown guard row `{row}`")));
             }
-        }
-        for c in &self.forbidden_call {
-            if !rows.contains(c.guard_row.as_str()) {
-                return Err(bad(format!("forbidden call `{}` names unknown guard row `{}`", c.path, c.guard_row)));
+            if defined.is_empty() || defined.iter().any(|d| !is_path(d)) {
+                return Err(bad(format!(
+                    "{what} `{name}` needs `defined`: the paths where its items are defined (`a::b::C`)"
+                )));
             }
-        }
-        for b in &self.boundary {
-            if b.paths.is_empty() {
-                return Err(bad(format!("boundary `{}` needs at least one path", b.name)));
-            }
-        }
-        if !rows.contains(UNRESOLVED_ROW) {
-            return Err(bad(format!("guard row `{UNRESOLVED_ROW}` (names the walk cannot resolve) is missing")));
         }
         for r in &self.guard_row {
             let status = r.status.as_str();
@@ -325,64 +210,18 @@ impl Rules {
                 return Err(bad(format!("guard row `{}` reads `partly` but names no residue", r.id)));
             }
         }
-        for t in &self.forbidden_type {
-            if t.scope == NameScope::Paths && t.paths.is_empty() {
-                return Err(bad(format!("forbidden type `{}` matches by paths only but lists none", t.name)));
-            }
-        }
-        for a in &self.allow_unresolved {
-            if !a.item.starts_with("crate::") || a.reason.trim().is_empty() {
-                return Err(bad(format!(
-                    "allow_unresolved `{}` needs an item path starting `crate::` and a reason",
-                    a.item
-                )));
-            }
-        }
         Ok(())
     }
+}
 
-    /// The forbidden-type rule a resolved type matches, if any.
-    pub(crate) fn forbidden_type(&self, full: &str, is_local: bool) -> Option<&ForbiddenType> {
-        let last = full.rsplit("::").next().unwrap_or(full);
-        self.forbidden_type.iter().find(|r| {
-            r.paths.iter().any(|p| p == full)
-                || (r.name == last
-                    && match r.scope {
-                        NameScope::Any => true,
-                        NameScope::External => !is_local,
-                        NameScope::Paths => false,
-                    })
+/// `a::b::C`: two or more identifier segments.
+fn is_path(text: &str) -> bool {
+    let segments: Vec<&str> = text.split("::").collect();
+    segments.len() >= 2
+        && segments.iter().all(|s| {
+            s.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                && s.chars().all(|c| c.is_alphanumeric() || c == '_')
         })
-    }
-
-    /// The forbidden-call rule a resolved path matches, if any.
-    pub(crate) fn forbidden_path_call(&self, path: &[String]) -> Option<&ForbiddenCall> {
-        self.forbidden_call.iter().find(|r| {
-            let want: Vec<&str> = r.path.split("::").collect();
-            let Some((last, before)) = want.split_last() else { return false };
-            let Some((got_last, got_before)) = path.split_last() else { return false };
-            before.len() <= got_before.len()
-                && got_before[got_before.len() - before.len()..].iter().zip(before).all(|(a, b)| a == b)
-                && r.last_matches(got_last, last)
-        })
-    }
-
-    /// The forbidden-call rule a method call matches, if any.
-    pub(crate) fn forbidden_method_call(&self, name: &str) -> Option<&ForbiddenCall> {
-        self.forbidden_call
-            .iter()
-            .find(|r| r.method && r.path.rsplit("::").next().is_some_and(|last| r.last_matches(name, last)))
-    }
-
-    /// The allowance for an unresolved item, if any.
-    pub(crate) fn allowed_unresolved(&self, item: &str) -> Option<&AllowUnresolved> {
-        self.allow_unresolved.iter().find(|a| a.item == item)
-    }
-
-    /// The boundary a resolved type path is, if any.
-    pub(crate) fn boundary(&self, full: &str) -> Option<&Boundary> {
-        self.boundary.iter().find(|b| b.paths.iter().any(|p| p == full))
-    }
 }
 
 fn union(into: &mut Vec<String>, from: Vec<String>) {

@@ -2,13 +2,15 @@
 //! plus its LLVM IR, and walks what was compiled before the build may go on.
 //!
 //! Cargo runs the workspace's wrapper (`.cargo/config.toml`, `build.rustc-workspace-wrapper`,
-//! a four-line shell script shipped in this crate) for every compilation of a workspace
-//! crate. The script hands the compilation to the checker its package's build script left in
-//! `OUT_DIR` (the build script binary itself, see [`crate::build_script`]); a package without
-//! one is compiled untouched. The checker compiles every target as asked; for the library
-//! target it adds `llvm-ir` to the outputs (in a directory of its own) and v0 symbol mangling,
-//! then walks the IR and writes the report next to the build script's outputs. Any finding, or
-//! IR that cannot be read, fails that compilation, so `cargo build` and `cargo test` fail.
+//! a short bash script shipped in this crate) for every compilation of a workspace crate. The
+//! script hands the compilation to the checker its package's build script left in `OUT_DIR`
+//! (the build script binary itself, see [`crate::run_build_script`]); a package without one
+//! is compiled untouched. The checker compiles every target as asked. For the library of an
+//! unoptimised build it adds `llvm-ir` to the outputs and v0 symbol mangling; for the library
+//! of an optimised build it compiles a second time, unoptimised, for the IR alone
+//! ([`Invocation::walk_args`]). Then it walks the IR and writes the report next to the build
+//! script's outputs. Any finding, or IR that cannot be read, fails that compilation, so
+//! `cargo build`, `cargo test` and `cargo build --release` fail.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -18,8 +20,6 @@ use std::process::Command;
 pub const WRAPPER_FLAG: &str = "--scopegate-guard-rustc";
 /// The checker's file name in `OUT_DIR`.
 pub const CHECKER: &str = "scopegate-guard";
-/// The options the build script leaves for the checker (JSON).
-pub const OPTIONS: &str = "scopegate-guard-options.json";
 
 /// What a rustc command line is compiling, as far as the guard cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,10 @@ pub struct Invocation {
     /// No `-C opt-level` other than 0: a debug build, whose code is what the source says
     /// (an optimised build inlines and merges functions, so a call's callee may vanish).
     pub unoptimised: bool,
+    /// `-C codegen-units`, when given.
+    pub codegen_units: Option<String>,
+    /// `-C incremental`, when given: the incremental compilation's directory.
+    pub incremental: Option<PathBuf>,
 }
 
 impl Invocation {
@@ -76,46 +80,113 @@ impl Invocation {
         };
         let extra_filename = option("extra-filename").unwrap_or_default();
         let unoptimised = option("opt-level").is_none_or(|o| o == "0");
-        Self { crate_name, library, codegen, out_dir, extra_filename, unoptimised }
+        let codegen_units = option("codegen-units");
+        let incremental = option("incremental").map(PathBuf::from);
+        Self { crate_name, library, codegen, out_dir, extra_filename, unoptimised, codegen_units, incremental }
+    }
+
+    /// Arguments for the guarded compilation of `args` (the arguments this was parsed from):
+    /// `llvm-ir` added to `--emit` (one `.ll` file per codegen unit, next to the other
+    /// outputs), and v0 symbol mangling, whose names carry every generic argument. Everything
+    /// else as cargo asked.
+    pub fn guarded_args(&self, args: &[OsString]) -> Vec<OsString> {
+        let mut out = Vec::with_capacity(args.len() + 4);
+        let mut iter = args.iter();
+        while let Some(a) = iter.next() {
+            let text = a.to_string_lossy();
+            if text == "--emit" {
+                if let Some(v) = iter.next() {
+                    out.push(a.clone());
+                    out.push(format!("{},llvm-ir", v.to_string_lossy()).into());
+                }
+                continue;
+            }
+            if let Some(v) = text.strip_prefix("--emit=") {
+                out.push(format!("--emit={v},llvm-ir").into());
+                continue;
+            }
+            out.push(a.clone());
+        }
+        out.push("-Csymbol-mangling-version=v0".into());
+        // rustc compiles into one codegen unit when asked for IR unless the number is given;
+        // keep what the profile would have used (256 incremental, else 16), so code generation
+        // stays parallel and incremental.
+        if self.codegen_units.is_none() {
+            out.push(if self.incremental.is_some() { "-Ccodegen-units=256" } else { "-Ccodegen-units=16" }.into());
+        }
+        out
     }
 }
 
-/// Arguments for the guarded compilation: `llvm-ir` added to `--emit` (one `.ll` file per
-/// codegen unit, next to the other outputs), and v0 symbol mangling, whose names carry every
-/// generic argument. Everything else as cargo asked.
-pub fn guarded_args(args: &[OsString]) -> Vec<OsString> {
-    let mut out = Vec::with_capacity(args.len() + 4);
-    let mut iter = args.iter().peekable();
-    while let Some(a) = iter.next() {
-        let text = a.to_string_lossy();
-        if text == "--emit" {
-            if let Some(v) = iter.next() {
+/// The `-C` options [`Invocation::walk_args`] sets itself: how code is optimised and emitted,
+/// none of which changes what the source means.
+const WALK_SETS: [&str; 8] = [
+    "opt-level",
+    "incremental",
+    "lto",
+    "embed-bitcode",
+    "linker-plugin-lto",
+    "debuginfo",
+    "codegen-units",
+    "symbol-mangling-version",
+];
+
+impl Invocation {
+    /// Arguments for a second compilation of an optimised library's `args`, for the walk
+    /// alone: the same sources, `cfg`, features and dependencies, unoptimised (optimisation
+    /// inlines and folds calls away), emitting only LLVM IR into `dir`, with line tables and
+    /// v0 mangling. `debug_assertions` (and `overflow_checks`, which follows it) stays as the
+    /// optimised compilation had it: an unoptimised one would turn it on by default.
+    pub fn walk_args(&self, args: &[OsString], dir: &Path) -> Vec<OsString> {
+        let mut out = Vec::with_capacity(args.len() + 8);
+        let mut debug_assertions = false;
+        let mut iter = args.iter();
+        while let Some(a) = iter.next() {
+            let text = a.to_string_lossy();
+            let (option, separate) = match text.as_ref() {
+                "--emit" | "--out-dir" | "-o" => {
+                    iter.next();
+                    continue;
+                }
+                "-C" | "--codegen" => (iter.next().map(|v| v.to_string_lossy().into_owned()), true),
+                t if t.starts_with("--emit=") || t.starts_with("--out-dir=") => continue,
+                t => (t.strip_prefix("-C").or_else(|| t.strip_prefix("--codegen=")).map(str::to_owned), false),
+            };
+            let Some(option) = option else {
                 out.push(a.clone());
-                out.push(format!("{},llvm-ir", v.to_string_lossy()).into());
+                continue;
+            };
+            let key = option.split('=').next().unwrap_or_default();
+            if WALK_SETS.contains(&key) {
+                continue;
             }
-            continue;
+            debug_assertions |= key == "debug-assertions";
+            if separate {
+                out.push("-C".into());
+            }
+            out.push(if separate { option.into() } else { a.clone() });
         }
-        if let Some(v) = text.strip_prefix("--emit=") {
-            out.push(format!("--emit={v},llvm-ir").into());
-            continue;
+        out.push("--emit=llvm-ir".into());
+        out.push("--out-dir".into());
+        out.push(dir.as_os_str().to_owned());
+        for option in ["opt-level=0", "debuginfo=line-tables-only", "symbol-mangling-version=v0", "codegen-units=16"] {
+            out.push(format!("-C{option}").into());
         }
-        out.push(a.clone());
+        if !debug_assertions {
+            out.push("-Cdebug-assertions=off".into());
+        }
+        out
     }
-    out.push("-Csymbol-mangling-version=v0".into());
-    // rustc compiles into one codegen unit when asked for IR unless the number is given; keep
-    // what the profile would have used (256 incremental, else 16), so code generation stays
-    // parallel and incremental.
-    let given = |key: &str| {
-        args.iter().enumerate().any(|(i, a)| {
-            let a = a.to_string_lossy();
-            a.starts_with(&format!("-C{key}"))
-                || (a == "-C" && args.get(i + 1).is_some_and(|v| v.to_string_lossy().starts_with(key)))
-        })
-    };
-    if !given("codegen-units") {
-        out.push(if given("incremental") { "-Ccodegen-units=256" } else { "-Ccodegen-units=16" }.into());
+}
+
+/// Runs `rustc` with `args`, keeping its output (the diagnostics are the first compilation's
+/// to show); rustc's output when it fails.
+pub fn run_quiet(rustc: &OsString, args: &[OsString]) -> Result<(), String> {
+    match Command::new(rustc).args(args).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))),
+        Err(e) => Err(format!("cannot run {}: {e}", rustc.to_string_lossy())),
     }
-    out
 }
 
 /// Removes the IR files once read (they are large).
@@ -195,5 +266,65 @@ pub fn run(rustc: &OsString, args: &[OsString]) -> i32 {
             eprintln!("scopegate guard: cannot run {}: {e}", rustc.to_string_lossy());
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<OsString> {
+        text.split(' ').map(OsString::from).collect()
+    }
+
+    #[test]
+    fn guarded_args_add_ir_mangling_and_keep_the_codegen_units() {
+        let debug = args("--crate-name lib --crate-type lib --emit=dep-info,metadata,link -C incremental=inc");
+        let invocation = Invocation::parse(&debug);
+        assert_eq!(invocation.incremental, Some(PathBuf::from("inc")));
+        assert_eq!(invocation.codegen_units, None);
+        let guarded_args = |a: &[OsString]| Invocation::parse(a).guarded_args(a);
+        assert_eq!(
+            guarded_args(&debug),
+            args(
+                "--crate-name lib --crate-type lib --emit=dep-info,metadata,link,llvm-ir -C incremental=inc \
+                 -Csymbol-mangling-version=v0 -Ccodegen-units=256"
+            )
+        );
+        let given = args("--emit link -Ccodegen-units=4");
+        assert_eq!(Invocation::parse(&given).codegen_units.as_deref(), Some("4"));
+        assert_eq!(guarded_args(&given), args("--emit link,llvm-ir -Ccodegen-units=4 -Csymbol-mangling-version=v0"));
+        assert_eq!(
+            guarded_args(&args("--emit=link")),
+            args("--emit=link,llvm-ir -Csymbol-mangling-version=v0 -Ccodegen-units=16")
+        );
+    }
+
+    #[test]
+    fn walk_args_compile_the_same_sources_unoptimised_for_the_ir_alone() {
+        let release = args(
+            "--crate-name lib --edition=2024 src/lib.rs --error-format=json --crate-type lib \
+             --emit=dep-info,metadata,link -C opt-level=3 -C embed-bitcode=no -C lto=off --cfg feature=\"x\" \
+             -C metadata=abc -C extra-filename=-abc --out-dir target/release/deps -Ccodegen-units=4 \
+             -C strip=debuginfo -L dependency=target/release/deps --extern serde=libserde.rlib",
+        );
+        let invocation = Invocation::parse(&release);
+        assert!(!invocation.unoptimised && invocation.library && invocation.codegen);
+        let walk = invocation.walk_args(&release, Path::new("walk"));
+        assert_eq!(
+            walk,
+            args(
+                "--crate-name lib --edition=2024 src/lib.rs --error-format=json --crate-type lib \
+                 --cfg feature=\"x\" -C metadata=abc -C extra-filename=-abc -C strip=debuginfo \
+                 -L dependency=target/release/deps --extern serde=libserde.rlib --emit=llvm-ir --out-dir walk \
+                 -Copt-level=0 -Cdebuginfo=line-tables-only -Csymbol-mangling-version=v0 -Ccodegen-units=16 \
+                 -Cdebug-assertions=off"
+            )
+        );
+        // A profile that asks for debug assertions keeps them, as it says.
+        let asserted = args("--crate-type lib --emit=link -Copt-level=2 -C debug-assertions=on --out-dir d");
+        let walk = Invocation::parse(&asserted).walk_args(&asserted, Path::new("w"));
+        assert_eq!(walk.iter().filter(|a| a.to_string_lossy().contains("debug-assertions")).count(), 1, "{walk:?}");
+        assert!(walk.contains(&OsString::from("debug-assertions=on")), "{walk:?}");
     }
 }

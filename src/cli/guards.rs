@@ -1,5 +1,6 @@
-//! `scopegate guards report`: prints the guard report of the sources this binary was built
-//! from, as `build.rs` wrote it. It never re-runs the guard and never reads the sources.
+//! `scopegate guards report`: prints the guard report of the library this binary was built
+//! from, as the compiled walk wrote it while rustc compiled the library. It never re-runs the
+//! guard and never reads the sources.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -48,7 +49,7 @@ pub struct ReportError {
     source: std::io::Error,
 }
 
-fn text(format: Format) -> &'static str {
+fn text(format: Format) -> Option<&'static str> {
     report::text(match format {
         Format::Md => ReportFormat::Md,
         Format::Json => ReportFormat::Json,
@@ -58,7 +59,7 @@ fn text(format: Format) -> &'static str {
 
 pub fn run(args: GuardsArgs) -> Result<(), CliError> {
     let GuardsCommand::Report(args) = args.command;
-    let text = text(args.format);
+    let text = text(args.format).ok_or(CliError::NoGuardReport)?;
     let written = match &args.output {
         Some(path) => {
             std::fs::write(path, text).map_err(|source| ReportError { path: path.display().to_string(), source })

@@ -64,6 +64,8 @@ pub enum CliError {
     Checkpoint(#[from] crate::audit::checkpoint::CheckpointError),
     #[error(transparent)]
     GuardsReport(#[from] guards::ReportError),
+    #[error("this program carries no guard report")]
+    NoGuardReport,
     #[error(transparent)]
     Vault(#[from] crate::store::vault::VaultError),
     #[error("{0}")]

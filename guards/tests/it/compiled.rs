@@ -14,7 +14,7 @@ use guards::ir::Module;
 /// `ToolCallContext`, a registry whose `with` takes argument checks, the boundary
 /// `McpCallContext` (which, like a careless one, also hands out the database), and the
 /// forbidden `TenantContext`, `Db` and `Pool`.
-const PRELUDE: &str = r#"
+pub(crate) const PRELUDE: &str = r#"
 #![allow(dead_code, unused_imports, unused_variables, unused_macros)]
 pub mod rmcp {
     pub struct ToolCallContext<S> { pub receiver: S, pub args: String }
@@ -51,7 +51,7 @@ use gateway::*;
 use rmcp::*;
 "#;
 
-fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     let rule = |types: &[&str], calls: &[&str], row: &str, allowed: &[&str]| Forbidden {
         types: types.iter().map(|s| s.to_string()).collect(),
         calls: calls.iter().map(|s| s.to_string()).collect(),
@@ -79,7 +79,12 @@ fn policy() -> Policy {
 
 /// Compiles `source` (after the prelude; `files` beside it) as the library `fixture` and
 /// walks it.
-fn walk(source: &str, files: &[(&str, &str)]) -> Outcome {
+pub(crate) fn walk(source: &str, files: &[(&str, &str)]) -> Outcome {
+    walk_with(source, files, &policy())
+}
+
+/// [`walk`] under `policy`.
+pub(crate) fn walk_with(source: &str, files: &[(&str, &str)], policy: &Policy) -> Outcome {
     let dir = std::env::temp_dir().join(format!("scopegate-compiled-{}-{}", std::process::id(), unique()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, text) in files {
@@ -108,7 +113,7 @@ fn walk(source: &str, files: &[(&str, &str)]) -> Outcome {
     }
     std::fs::remove_dir_all(&dir).ok();
     assert!(read > 0, "rustc wrote the IR");
-    check(&module, &policy())
+    check(&module, policy)
 }
 
 fn unique() -> u64 {
@@ -118,7 +123,7 @@ fn unique() -> u64 {
 }
 
 /// The finding for `item` from a root whose name contains `root`, with its whole path.
-fn finding<'o>(outcome: &'o Outcome, root: &str, item: &str) -> &'o guards::compiled::Finding {
+pub(crate) fn finding<'o>(outcome: &'o Outcome, root: &str, item: &str) -> &'o guards::compiled::Finding {
     outcome
         .findings
         .iter()
@@ -126,12 +131,12 @@ fn finding<'o>(outcome: &'o Outcome, root: &str, item: &str) -> &'o guards::comp
         .unwrap_or_else(|| panic!("no finding of {item} from {root}: {:#?}", outcome.findings))
 }
 
-fn path_has(f: &guards::compiled::Finding, function: &str) -> bool {
+pub(crate) fn path_has(f: &guards::compiled::Finding, function: &str) -> bool {
     f.path.iter().any(|s| s.function.contains(function))
 }
 
 /// The tool router of the fixture: `tool` served as a handler, with the registry called.
-fn served(tools: &[&str]) -> String {
+pub(crate) fn served(tools: &[&str]) -> String {
     let mut s = String::from(
         "pub struct Tools;\npub fn router() -> ToolRouter<Tools> {\n    ToolRouter { routes: Vec::new() }",
     );
@@ -153,7 +158,7 @@ pub fn tool(ctx: &McpCallContext, _a: &str) -> u32 { fetch(ctx) + fetch::go() }
     let f = finding(&out, "router", "crate::gateway::Db");
     assert!(path_has(f, "crate::fetch") && path_has(f, "crate::tool"), "{f:#?}");
     // The line of the call in the tool is in the path.
-    assert!(f.path.iter().any(|s| s.at.as_ref().is_some_and(|(_, line)| *line > 0)), "{f:#?}");
+    assert!(f.path.iter().any(|s| s.at.as_ref().is_some_and(|l| l.line > 0)), "{f:#?}");
 }
 
 #[test]

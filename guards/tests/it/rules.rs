@@ -1,66 +1,54 @@
 //! The rules file: the shipped rules, extension by a second file, and validation.
 
+use guards::compiled::Policy;
 use guards::{Enforcement, Options, Rules};
 
-use crate::{finding, fixture, hops};
+use crate::compiled::{PRELUDE, finding, path_has, served, walk_with};
 
 #[test]
 fn shipped_rules_cover_the_design() {
     let rules = Rules::parse(guards::DEFAULT_RULES, "rules.toml").unwrap();
     rules.validate().unwrap();
     let ids: Vec<&str> = rules.guard_row.iter().map(|r| r.id.as_str()).collect();
-    assert_eq!(ids, ["G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9"]);
-    let names: Vec<&str> = rules.forbidden_type.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(ids, ["G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8"]);
+    let defined: Vec<&str> = rules.forbidden_type.iter().flat_map(|t| t.defined.iter().map(String::as_str)).collect();
     for want in [
-        "TenantContext",
-        "CurrentUserContext",
-        "FlockScope",
-        "ResolvedIdentity",
-        "Claims",
-        "Pool",
-        "PgPool",
-        "SqlitePool",
-        "AnyPool",
-        "MySqlPool",
-        "PoolConnection",
-        "PgConnection",
-        "SqliteConnection",
-        "AnyConnection",
-        "Transaction",
-        "Executor",
-        "Acquire",
-        "Parts",
-        "Extensions",
-        "HeaderMap",
-        "Request",
-        "RequestContext",
+        "scopegate::identity::tenant::TenantContext",
+        "scopegate::identity::user::CurrentUserContext",
+        "scopegate::identity::flock_scope::FlockScope",
+        "scopegate::identity::ResolvedIdentity",
+        "scopegate::auth::Claims",
+        "sqlx_core::pool::Pool",
+        "sqlx_core::pool::connection::PoolConnection",
+        "sqlx_core::transaction::Transaction",
+        "sqlx_core::executor::Executor",
+        "sqlx_core::acquire::Acquire",
+        "sqlx_core::connection::Connection",
+        "scopegate::store::Db",
+        "http::request::Parts",
+        "http::header::map::HeaderMap",
+        "rmcp::service::RequestContext",
+        "tokio::runtime::handle::Handle",
+        "tokio::task::join_set::JoinSet",
+        "std::thread::builder::Builder",
+        "std::process::Command",
     ] {
-        assert!(names.contains(&want), "rules.toml lacks forbidden type {want}");
+        assert!(defined.contains(&want), "rules.toml lacks forbidden type {want}");
     }
-    let calls: Vec<&str> = rules.forbidden_call.iter().map(|c| c.path.as_str()).collect();
-    for want in ["spawn", "block_on", "thread::scope"] {
+    let calls: Vec<&str> = rules.forbidden_call.iter().flat_map(|c| c.defined.iter().map(String::as_str)).collect();
+    for want in ["tokio::task::spawn::spawn", "std::thread::functions::spawn", "std::thread::scoped::scope"] {
         assert!(calls.contains(&want), "rules.toml lacks forbidden call {want}");
-    }
-    for want in ["Runtime", "Builder", "Handle", "JoinSet", "LocalSet"] {
-        assert!(names.contains(&want), "rules.toml lacks G5 type {want}");
-    }
-    // No row reads "enforced" while it names what passes it.
-    for row in &rules.guard_row {
-        assert!(!row.status.starts_with("enforced") || row.residue.is_empty(), "{}", row.id);
     }
     let g6 = rules.guard_row.iter().find(|r| r.id == "G6").unwrap();
     assert_eq!(g6.enforced_by, [Enforcement::RuntimeFailClosedFactory]);
     assert_eq!(rules.boundary[0].name, "McpCallContext");
+    assert_eq!(rules.discovery.handler_types, ["rmcp::handler::server::tool::ToolCallContext"]);
 }
 
 #[test]
 fn every_walk_row_names_a_test_of_this_binary() {
     let rules = Rules::parse(guards::DEFAULT_RULES, "rules.toml").unwrap();
-    let sources = [
-        ("fixtures", include_str!("fixtures.rs")),
-        ("evasions", include_str!("evasions.rs")),
-        ("rules", include_str!("rules.rs")),
-    ];
+    let sources = [("compiled", include_str!("compiled.rs")), ("ported", include_str!("ported.rs"))];
     for row in rules.guard_row.iter().filter(|r| r.enforced_by.contains(&Enforcement::BuildTimeWalk)) {
         for test in row.test.split(", ") {
             let (module, name) = test
@@ -77,48 +65,98 @@ fn every_walk_row_names_a_test_of_this_binary() {
     }
 }
 
+/// A SaaS's extension, as a file next to its manifest.
+const EXTENSION: &str = r#"
+[[guard_row]]
+id = "S1"
+title = "Billing secrets stay out of tools"
+forbids = "the billing secret"
+enforced_by = ["build-time walk"]
+test = "it::rules::extension_adds_rules"
+status = "enforced"
+
+[[forbidden_type]]
+name = "BillingSecret"
+reason = "it charges any customer"
+guard_row = "S1"
+allowed_in = ["crate::billing"]
+defined = ["fixture::billing::BillingSecret"]
+"#;
+
+fn with_extension(text: &str) -> Result<Rules, guards::GuardError> {
+    let dir = tempfile_dir();
+    std::fs::write(dir.join("guards.toml"), text).unwrap();
+    let loaded = guards::load_rules(&Options::new(&dir).extra_rules("guards.toml"));
+    std::fs::remove_dir_all(&dir).ok();
+    loaded
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "scopegate-rules-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[test]
 fn extension_adds_rules() {
-    let base = guards::check(&Options::new(fixture("extension"))).unwrap();
-    assert!(base.findings.is_empty());
-    let r = guards::check(&Options::new(fixture("extension")).extra_rules("guards.toml")).unwrap();
-    assert_eq!(r.guard_rows.last().unwrap().id, "S1");
-    assert_eq!(r.guard_rows.len(), 10);
-    let f = finding(&r, "crate::BillingSecret");
+    let rules = with_extension(EXTENSION).unwrap();
+    assert_eq!(rules.guard_row.last().unwrap().id, "S1");
+    assert_eq!(rules.guard_row.len(), 9);
+    // The crate's own type, named by its crate, is `crate::` to the walk of that crate.
+    let mut policy = Policy::from_rules(&rules, "fixture");
+    let s1 = policy.forbidden.iter().find(|f| f.guard_row == "S1").unwrap();
+    assert_eq!(s1.types, ["crate::billing::BillingSecret"]);
+    // The fixture's stand-ins for the gateway, as the harness names them.
+    policy.handler_types = vec!["crate::rmcp::ToolCallContext".into()];
+    let src = r#"
+pub mod billing {
+    pub struct BillingSecret(String);
+    impl BillingSecret { pub fn len(&self) -> usize { self.0.len() } }
+    pub static KEY: std::sync::OnceLock<BillingSecret> = std::sync::OnceLock::new();
+}
+pub fn tool(_c: &McpCallContext, _a: &str) -> u32 { billing::KEY.get().map(|k| k.len() as u32).unwrap_or(0) }
+"#;
+    let out = walk_with(&format!("{src}{}", served(&["tool"])), &[], &policy);
+    let f = finding(&out, "router", "crate::billing::BillingSecret");
     assert_eq!(f.guard_row, "S1");
-    assert_eq!(
-        hops(f),
-        ["tool Billing::invoice src/lib.rs:9", "param secret src/lib.rs:9", "type crate::BillingSecret src/lib.rs:1",]
-    );
+    assert!(path_has(f, "crate::tool"), "{f:#?}");
+    assert!(PRELUDE.contains("pub mod rmcp"));
 }
 
 #[test]
 fn an_extension_cannot_replace_a_row() {
-    let err = guards::check(&Options::new(fixture("extension")).extra_rules("duplicate.toml")).unwrap_err();
+    let err = with_extension(&EXTENSION.replace("id = \"S1\"", "id = \"G1\"")).unwrap_err();
     assert!(err.to_string().contains("`G1` is already defined"), "{err}");
 }
 
 #[test]
-fn validation_rejects_dangling_rows_and_pathless_boundaries() {
-    let dangling = r#"
-        [[forbidden_type]]
-        name = "X"
-        reason = "r"
-        guard_row = "NOPE"
-    "#;
+fn validation_rejects_dangling_rows_and_rules_that_name_no_definition() {
+    let dangling = "[[forbidden_type]]\nname = \"X\"\nreason = \"r\"\nguard_row = \"NOPE\"\ndefined = [\"a::X\"]\n";
     let err = Rules::parse(dangling, "t").unwrap().validate().unwrap_err();
     assert!(err.to_string().contains("unknown guard row `NOPE`"), "{err}");
 
-    let pathless = r#"
-        [[boundary]]
-        name = "McpCallContext"
-        paths = []
-        reason = "r"
-    "#;
-    let err = Rules::parse(pathless, "t").unwrap().validate().unwrap_err();
-    assert!(err.to_string().contains("needs at least one path"), "{err}");
+    // A rule without `defined` would match nothing: refused, for every kind.
+    for undefined in [
+        "[[boundary]]\nname = \"McpCallContext\"\nreason = \"r\"\ndefined = []\n",
+        "[[boundary]]\nname = \"McpCallContext\"\nreason = \"r\"\ndefined = [\"McpCallContext\"]\n",
+    ] {
+        let err = Rules::parse(undefined, "t").unwrap().validate().unwrap_err();
+        assert!(err.to_string().contains("needs `defined`"), "{err}");
+    }
+    let err = shipped_with(|t| {
+        t.replacen("defined = [\"std::process::Command\", \"tokio::process::Command\"]", "defined = []", 1)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("forbidden type `Command` needs `defined`"), "{err}");
+    assert!(Rules::parse("[[forbidden_call]]\nname = \"spawn\"\nreason = \"r\"\nguard_row = \"G5\"\n", "t").is_err());
 
-    let unknown_key = "[[boundary]]\nname = \"A\"\npaths = [\"a\"]\nreason = \"r\"\nallowed = 1\n";
+    let unknown_key = "[[boundary]]\nname = \"A\"\nreason = \"r\"\ndefined = [\"a::A\"]\npaths = [\"a\"]\n";
     assert!(Rules::parse(unknown_key, "t").is_err());
 }
 
@@ -136,16 +174,4 @@ fn validation_keeps_the_table_honest() {
     // "partly" names what passes.
     let err = shipped_with(|t| t.replacen("status = \"enforced\"", "status = \"partly\"", 1)).unwrap_err();
     assert!(err.to_string().contains("names no residue"), "{err}");
-    // The unresolved-names row can't be dropped from a base file.
-    let err = shipped_with(|t| t.replace("id = \"G9\"", "id = \"G10\"")).unwrap_err();
-    assert!(err.to_string().contains("`G9`"), "{err}");
-    // A path-only type needs paths; an allowance needs a crate item and a reason.
-    let err = shipped_with(|t| t.replace("paths = [\"tokio::task::JoinSet\"]", "paths = []")).unwrap_err();
-    assert!(err.to_string().contains("matches by paths only"), "{err}");
-    let err =
-        shipped_with(|t| format!("{t}\n[[allow_unresolved]]\nitem = \"Generated\"\nreason = \"r\"\n")).unwrap_err();
-    assert!(err.to_string().contains("allow_unresolved `Generated`"), "{err}");
-    let err = shipped_with(|t| format!("{t}\n[[allow_unresolved]]\nitem = \"crate::Generated\"\nreason = \" \"\n"))
-        .unwrap_err();
-    assert!(err.to_string().contains("and a reason"), "{err}");
 }

@@ -547,26 +547,36 @@ pub(super) fn executors(who: &Authority, csrf: &str, list: &[ExecutorStatus], se
     respond(StatusCode::OK, page("Executors", nav(who, csrf), body))
 }
 
-fn tree(node: &Value) -> Markup {
+/// One function on a finding's path, with where it calls the next.
+fn step(step: &Value) -> Markup {
     html! {
         li {
-            span.kind { (text(&node["kind"])) }
-            code { (text(&node["label"])) }
-            @if let Some(file) = node["file"].as_str() { " " span.muted { (file) ":" (text(&node["line"])) } }
-            @if let Some(children) = node["children"].as_array().filter(|c| !c.is_empty()) {
-                ul.tree { @for child in children { (tree(child)) } }
-            }
+            code { (text(&step["function"])) }
+            @if let Some(at) = step["at"].as_array() { " " span.muted { (text(&at[0])) ":" (text(&at[1])) } }
         }
     }
 }
 
+/// The compiled walk's report (`guards/report.schema.json`), for the auditor.
 pub(super) fn guards(who: &Authority, csrf: &str, report: &Value) -> Response {
     let empty = Vec::new();
     let list = |key: &str| report[key].as_array().unwrap_or(&empty).clone();
     let findings = list("findings");
+    let walked = report["walk"] == "compiled";
     let body = html! {
         h1 { "Guard report" }
-        p.muted { "Written at build time from this binary's own sources (" code { "scopegate guards report" } " prints the same)." }
+        p.muted {
+            "What the compiled walk found when rustc compiled this binary's library: every path from a \
+             tool it serves to a forbidden type or call (" code { "scopegate guards report" } " prints the same)."
+        }
+        @if !walked {
+            p.error id="not-run" { "Not run: " (text(&report["residue"][0]["detail"])) }
+        } @else {
+            p id="walked" {
+                "Walked " (text(&report["ir"]["functions"])) " functions of " code { (text(&report["crate_name"])) }
+                " from " (list("roots").len()) " roots."
+            }
+        }
         h2 { "Guards" }
         table id="guard-rows" {
             thead { tr { th { "Id" } th { "Guard" } th { "Forbids" } th { "Enforced by" } th { "Status" } th { "Residue" } } }
@@ -585,20 +595,38 @@ pub(super) fn guards(who: &Authority, csrf: &str, report: &Value) -> Response {
         }
         h2 { "Findings" }
         @if findings.is_empty() {
-            p id="findings" { "None: the build would have failed on any." }
+            p id="findings" { @if walked { "None: the build would have failed on any." } @else { "None seen: the walk did not run." } }
         } @else {
-            ul id="findings" { @for f in &findings { li { (f.to_string()) } } }
+            ul id="findings" {
+                @for f in &findings {
+                    li {
+                        strong { (text(&f["guard_row"])) } " " code { (text(&f["root"])) } " reaches " code { (text(&f["item"])) }
+                        ": " (text(&f["reason"]))
+                        ol.path { @for s in f["path"].as_array().unwrap_or(&empty) { (step(s)) } }
+                    }
+                }
+            }
         }
-        h2 { "Each tool's dependency tree" }
-        @for tool in list("tools") {
-            details {
-                summary { code { (text(&tool["name"])) } " " span.muted { (text(&tool["file"])) ":" (text(&tool["line"])) } }
-                ul.tree { (tree(&tool["tree"])) }
+        h2 { "Roots: what the walk starts from" }
+        table id="roots" {
+            thead { tr { th { "Function" } th { "Why" } th { "Functions reached" } } }
+            tbody {
+                @for r in list("roots") {
+                    tr { td { code { (text(&r["function"])) } } td { (text(&r["why"])) } td { (text(&r["reached"])) } }
+                }
             }
         }
         h2 { "Residue: what the walk can't see" }
         dl id="residue" {
-            @for r in list("residue") { dt { (text(&r["title"])) } dd { (text(&r["detail"])) } }
+            @for r in list("residue") {
+                dt { (text(&r["class"])) }
+                dd {
+                    (text(&r["detail"]))
+                    @if let Some(items) = r["items"].as_array().filter(|i| !i.is_empty()) {
+                        details { summary { (items.len()) " on this walk" } ul { @for i in items { li { code { (text(i)) } } } } }
+                    }
+                }
+            }
         }
     };
     respond(StatusCode::OK, page("Guard report", nav(who, csrf), body))

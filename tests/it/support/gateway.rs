@@ -274,6 +274,8 @@ pub struct Running {
 
 impl Running {
     pub async fn start(config: Config, tools: ToolSet) -> Self {
+        // As the binary does: this build's compiled walk is the report the gateway serves.
+        scopegate::admin::report::install(scopegate::embedded_guard_report!());
         let gateway = Gateway::build_with_tools(config, tools).await.expect("the gateway builds");
         let (addr, state, agents) = (gateway.local_addr(), gateway.state().clone(), Arc::clone(gateway.agents()));
         let metrics_addr = gateway.metrics_addr();
