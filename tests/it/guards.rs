@@ -132,22 +132,6 @@ fn the_session_and_audit_rows_name_tests_that_exist() {
 
 // ---------------------------------------------------------------- the compiled walk
 
-/// The newest `lib<name>-*.rlib` beside this test binary (the one this build compiled).
-fn rlib(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let prefix = format!("lib{name}-");
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with(&prefix) && n.ends_with(".rlib")
-        })
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no lib{name}-*.rlib in {}", deps.display()))
-}
-
 /// The build script output directory of `package` in this build (`target/<profile>/build/
 /// <package>-<hash>/out`) holding the checker its build script installed, the newest.
 fn checker_dir(package: &str) -> PathBuf {
@@ -183,8 +167,8 @@ fn compile_through(package: &str, manifest_dir: &Path, crate_name: &str, source:
     std::fs::create_dir_all(&out_dir).unwrap();
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let checker = checker_dir(package).join("scopegate-guard");
-    let rmcp = rlib("rmcp");
-    let scopegate = rlib("scopegate");
+    let rmcp = crate::support::built_rlib("rmcp");
+    let scopegate = crate::support::built_rlib("scopegate");
     let out = Command::new(&checker)
         .arg("--scopegate-guard-rustc")
         .arg(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))

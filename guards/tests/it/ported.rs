@@ -1,5 +1,5 @@
-//! The source walk's fixtures (tests/fixtures, with `fixtures.rs` and `evasions.rs`), ported to
-//! the compiled walk: each class of case the source walk catches, written as a std-only crate
+//! The retired source walk's fixtures and evasion cases (deleted with it), ported to the
+//! compiled walk: each class of case the source walk caught, written as a std-only crate
 //! over the stand-ins of `compiled.rs`. Where a fixture only named a type in a signature, the
 //! port does something with it (calls a method, or drops it), since the compiled walk judges
 //! what code does. The harness policy has no G3 (HTTP request types) or G4 (rmcp's

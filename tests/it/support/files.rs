@@ -1,6 +1,7 @@
-//! The workspace's own files: its documentation pages, and copies of its trees.
+//! The workspace's own files: its documentation pages, copies of its trees, and the libraries
+//! this build compiled.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `README.md` and every `*.md` under `docs/`, as (path from the repository root, text), in
 /// path order, read at run time (editing a page needs no rebuild).
@@ -41,4 +42,21 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// The newest `lib<name>-*.rlib` beside this test binary (the one this build compiled), for
+/// compiling a crate of a test's own against the gateway's libraries.
+pub fn built_rlib(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let prefix = format!("lib{name}-");
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&prefix) && n.ends_with(".rlib")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no lib{name}-*.rlib in {}", deps.display()))
 }
