@@ -156,6 +156,7 @@ pub fn load_rules(opts: &Options) -> Result<Rules, GuardError> {
 /// rustc wrapper hands the package's compilations to, with the compiled walk's report files
 /// saying the walk has not run (the checker replaces them when it walks the library). The
 /// check itself runs when the library compiles, and fails that compilation on any finding.
+/// Warns when no workspace wrapper is configured (then nothing walks the library).
 pub fn run_build_script(opts: &Options) {
     run_compiled_check_if_wrapped(opts);
     for f in opts.rules_files() {
@@ -167,6 +168,17 @@ pub fn run_build_script(opts: &Options) {
     }
     let out = std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR for build scripts");
     install_checker(Path::new(&out));
+    // Cargo tells a workspace member's build script the wrapper it compiles members with, and
+    // sets none when no configuration names one: then nothing hands the library to the
+    // checker. Said out loud, not refused: a package built as another workspace's dependency
+    // is never a member, so never walked there, and must still build.
+    if std::env::var_os("RUSTC_WORKSPACE_WRAPPER").is_none() {
+        println!(
+            "cargo:warning=scopegate guards: no rustc workspace wrapper, so this library compiles unwalked and its \
+             report says `not run`; name the guard's wrapper in the workspace's .cargo/config.toml: \
+             [build] rustc-workspace-wrapper = \"<path to the guards crate>/rustc-wrapper\""
+        );
+    }
 }
 
 /// First thing in [`run_build_script`]: when the workspace's rustc wrapper (`guards/rustc-wrapper`)

@@ -354,9 +354,10 @@ fn a_violating_tool_fails_cargo_build() {
              fn helper() -> usize {{\n{helper_body}\n}}\n"
         )
     };
+    // Not `--quiet`, which also silences the build script's warnings.
     let build = || {
         Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(["build", "--offline", "--quiet"])
+            .args(["build", "--offline"])
             .current_dir(root)
             .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("guards-cargo-build"))
             .env_remove("RUSTFLAGS")
@@ -390,6 +391,13 @@ fn a_violating_tool_fails_cargo_build() {
         report.findings.is_empty() && report.roots.iter().any(|r| r.function.contains("crate::tool")),
         "{report:#?}"
     );
+
+    // Without the wrapper named, nothing walks the library: the build says so out loud.
+    std::fs::remove_file(root.join(".cargo/config.toml")).unwrap();
+    write("src/lib.rs", &lib("    std::thread::spawn(|| ());\n    1"));
+    let out = build();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no rustc workspace wrapper, so this library compiles unwalked"), "{stderr}");
 }
 
 // ---------------------------------------------------------------- the SaaS example
