@@ -139,6 +139,22 @@ impl CompiledReport {
         self.walk == "compiled"
     }
 
+    /// Writes the report into `dir` in its three formats ([`crate::COMPILED_MD`],
+    /// [`crate::COMPILED_JSON`], [`crate::COMPILED_SARIF`]).
+    pub fn write_to(&self, dir: &std::path::Path) -> Result<(), crate::GuardError> {
+        let files = [
+            (crate::COMPILED_MD, self.to_markdown()),
+            (crate::COMPILED_JSON, self.to_json()),
+            (crate::COMPILED_SARIF, self.to_sarif()),
+        ];
+        for (name, text) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| crate::GuardError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        }
+        Ok(())
+    }
+
     /// As JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()

@@ -207,11 +207,7 @@ fn install_checker(out_dir: &Path) {
          (`.cargo/config.toml`): a check-only build (cargo check, cargo clippy), or a build with the \
          wrapper replaced or removed.",
     );
-    for (file, text) in
-        [(COMPILED_MD, pending.to_markdown()), (COMPILED_JSON, pending.to_json()), (COMPILED_SARIF, pending.to_sarif())]
-    {
-        std::fs::write(out_dir.join(file), text).unwrap_or_else(|e| panic!("scopegate guards: writing {file}: {e}"));
-    }
+    pending.write_to(out_dir).unwrap_or_else(|e| panic!("scopegate guards: {e}"));
 }
 
 /// The compiled walk's Markdown report in `OUT_DIR`.

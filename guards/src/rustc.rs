@@ -224,16 +224,7 @@ pub fn walk(
     };
     let report = crate::compiled_report::CompiledReport::new(&invocation.crate_name, &rules, &outcome, ir);
     if let Some(out) = std::env::var_os("OUT_DIR") {
-        let files = [
-            (crate::COMPILED_MD, report.to_markdown()),
-            (crate::COMPILED_JSON, report.to_json()),
-            (crate::COMPILED_SARIF, report.to_sarif()),
-        ];
-        for (name, text) in files {
-            let path = Path::new(&out).join(name);
-            std::fs::write(&path, text)
-                .map_err(|e| crate::GuardError::Io { path: path.display().to_string(), message: e.to_string() })?;
-        }
+        report.write_to(Path::new(&out))?;
     }
     if outcome.roots.iter().all(|r| r.why == crate::compiled::RootKind::Boundary) {
         // Nothing served: a crate without tools passes (its report says so).

@@ -28,15 +28,13 @@ fn the_gateways_library_passes_the_compiled_walk() {
     assert_eq!(report.crate_name, "scopegate");
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
     // The boundary's insides were walked on their own.
-    assert!(
-        report
-            .roots
-            .iter()
-            .any(|r| r.why == RootKind::Boundary && r.function.contains("crate::identity::context::McpCallContext")),
-        "{:#?}",
-        report.roots
-    );
+    has_root(&report, RootKind::Boundary, "crate::identity::context::McpCallContext");
     assert!(report.guard_rows.iter().any(|r| r.id == "G1"));
+}
+
+/// Asserts `report` has a root of kind `why` whose function names `function`.
+fn has_root(report: &CompiledReport, why: RootKind, function: &str) {
+    assert!(report.roots.iter().any(|r| r.why == why && r.function.contains(function)), "{:#?}", report.roots);
 }
 
 fn scopegate_guards(args: &[&str]) -> std::process::Output {
@@ -167,8 +165,7 @@ fn compile_through(package: &str, manifest_dir: &Path, crate_name: &str, source:
     std::fs::create_dir_all(&out_dir).unwrap();
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let checker = checker_dir(package).join("scopegate-guard");
-    let rmcp = crate::support::built_rlib("rmcp");
-    let scopegate = crate::support::built_rlib("scopegate");
+    let (scopegate, rmcp) = crate::support::built_libraries();
     let out = Command::new(&checker)
         .arg("--scopegate-guard-rustc")
         .arg(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
@@ -410,14 +407,7 @@ fn saas_example_passes_its_own_rules() {
     let report: CompiledReport = serde_json::from_str(&json).unwrap();
     assert!(report.walked(), "{:?}", report.residue);
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
-    assert!(
-        report
-            .roots
-            .iter()
-            .any(|r| r.why == RootKind::Handler && r.function.contains("<crate::tools::greet::Greeter>::greet")),
-        "{:#?}",
-        report.roots
-    );
+    has_root(&report, RootKind::Handler, "<crate::tools::greet::Greeter>::greet");
     assert!(report.guard_rows.iter().any(|r| r.id == "S1"));
 }
 

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::built_rlib;
+use crate::support::built_libraries;
 
 /// What of rustc's output a case's `.stderr` holds: the errors, and their places in the case.
 fn errors(stderr: &str) -> String {
@@ -35,6 +35,7 @@ fn outside_code_cannot_reach_raw_identity_or_the_pool() {
         .collect();
     cases.sort();
     assert!(cases.len() >= 4, "the cases are in tests/ui: {cases:?}");
+    let (scopegate, rmcp) = built_libraries();
     for case in cases {
         let name = case.strip_prefix(root).unwrap();
         let compiled = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
@@ -45,9 +46,9 @@ fn outside_code_cannot_reach_raw_identity_or_the_pool() {
             .arg("-L")
             .arg(format!("dependency={}", deps.display()))
             .arg("--extern")
-            .arg(format!("scopegate={}", built_rlib("scopegate").display()))
+            .arg(format!("scopegate={}", scopegate.display()))
             .arg("--extern")
-            .arg(format!("rmcp={}", built_rlib("rmcp").display()))
+            .arg(format!("rmcp={}", rmcp.display()))
             .arg(name)
             .output()
             .unwrap();

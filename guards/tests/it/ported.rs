@@ -653,7 +653,7 @@ pub struct Store { pub pool: Pool }
 #[cfg(not(feature = "lite"))]
 pub struct Store { pub conn: Db }
 #[cfg(feature = "lite")]
-fn open_store() -> Store { unimplemented!() }
+fn open_store() -> Store { Store { pool: gateway::open() } }
 #[cfg(not(feature = "lite"))]
 fn open_store() -> Store { Store { conn: Db { pool: gateway::open() } } }
 pub fn count(_c: &McpCallContext, _a: &str) -> u32 { open_store().conn.begin() }

@@ -44,19 +44,60 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The newest `lib<name>-*.rlib` beside this test binary (the one this build compiled), for
-/// compiling a crate of a test's own against the gateway's libraries.
-pub fn built_rlib(name: &str) -> PathBuf {
+/// Every `lib<name>-*.rlib` beside this test binary, newest first.
+fn rlibs(name: &str) -> Vec<PathBuf> {
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let prefix = format!("lib{name}-");
-    std::fs::read_dir(&deps)
+    let mut found: Vec<(Option<std::time::SystemTime>, PathBuf)> = std::fs::read_dir(&deps)
         .unwrap()
         .filter_map(Result::ok)
         .filter(|e| {
             let n = e.file_name().to_string_lossy().into_owned();
             n.starts_with(&prefix) && n.ends_with(".rlib")
         })
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no lib{name}-*.rlib in {}", deps.display()))
+        .map(|e| (e.metadata().and_then(|m| m.modified()).ok(), e.path()))
+        .collect();
+    found.sort_by_key(|b| std::cmp::Reverse(b.0));
+    found.into_iter().map(|(_, path)| path).collect()
+}
+
+/// The `scopegate` and `rmcp` libraries this build compiled, for compiling a crate of a test's
+/// own against them: a pair that belongs together (the target directory may also hold others,
+/// of other feature sets, from `cargo build` or `cargo clippy`), found by compiling a line that
+/// hands scopegate's rmcp type to rmcp, newest pair first.
+pub fn built_libraries() -> &'static (PathBuf, PathBuf) {
+    static PAIR: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    PAIR.get_or_init(|| {
+        let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+        let dir = tempfile::tempdir().unwrap();
+        let probe = dir.path().join("pair.rs");
+        std::fs::write(
+            &probe,
+            "pub fn id(c: &scopegate::McpCallContext) -> &rmcp::model::RequestId { c.request_id() }\n",
+        )
+        .unwrap();
+        for scopegate in rlibs("scopegate") {
+            for rmcp in rlibs("rmcp") {
+                let ok = std::process::Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+                    .args(["--edition", "2024", "--crate-type", "lib", "--emit=metadata"])
+                    .arg("--out-dir")
+                    .arg(dir.path())
+                    .arg("-L")
+                    .arg(format!("dependency={}", deps.display()))
+                    .arg("--extern")
+                    .arg(format!("scopegate={}", scopegate.display()))
+                    .arg("--extern")
+                    .arg(format!("rmcp={}", rmcp.display()))
+                    .arg(&probe)
+                    .output()
+                    .unwrap()
+                    .status
+                    .success();
+                if ok {
+                    return (scopegate, rmcp);
+                }
+            }
+        }
+        panic!("no scopegate and rmcp libraries of one build in {}", deps.display())
+    })
 }
