@@ -135,7 +135,11 @@ impl Gateway {
             cache,
         });
         crate::telemetry::metrics::install();
-        let audit = AuditWriter::start(db.clone(), config.audit.max_batch);
+        let audit = AuditWriter::start(
+            db.clone(),
+            config.audit.max_batch,
+            std::time::Duration::from_millis(config.audit.outcome_linger_ms),
+        );
         let assertions = Arc::new(
             AssertionSigner::new(config.public_url(), Duration::from_secs(config.upstream.assertion_ttl_secs))?
                 .with_reuse(Duration::from_millis(config.upstream.assertion_reuse_ms)),
@@ -282,6 +286,8 @@ impl Gateway {
                 Ok(())
             }
         };
+        // The outcomes of the calls answered last go in before the database closes.
+        self.state.audit.flush().await;
         self.state.cluster.leave().await;
         self.state.db.close().await;
         result

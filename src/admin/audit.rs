@@ -20,7 +20,8 @@ pub struct EventFilter {
     pub user: Option<String>,
     /// The tool called (or, for an administrative change, the resource changed).
     pub tool: Option<String>,
-    /// `ok`, `denied` or `failed`.
+    /// `ok`, `denied`, `failed` or `unknown` (a call that was recorded and ran, forwarded or
+    /// native, whose outcome was never recorded).
     pub outcome: Option<String>,
     /// From this time on (Unix milliseconds).
     pub since: Option<i64>,
@@ -43,6 +44,8 @@ pub struct EventView {
     pub actor: Option<String>,
     pub action: String,
     pub tool: Option<String>,
+    /// `ok`, `denied`, `failed`, or `unknown`: a call that ran (forwarded, or a native tool's)
+    /// whose record no outcome follows (it runs, or the gateway stopped while it ran).
     pub outcome: String,
     pub error_class: Option<String>,
     pub duration_us: i64,
@@ -50,7 +53,13 @@ pub struct EventView {
     pub request_id: Option<String>,
     pub session_id: Option<String>,
     pub client_name: Option<String>,
+    /// The hash of the event (of a call that ran: of its record).
     pub hash: String,
+    /// The outcome of a call that ran: its place in the chain (the row's `seq` is the record's).
+    pub outcome_seq: Option<i64>,
+    /// The outcome of a call that ran: the SHA-256 of the canonical JSON of the result the
+    /// caller was given.
+    pub result_digest: Option<String>,
 }
 
 /// Whether a tenant's chain holds, and the newest checkpoint that vouches for it.
@@ -67,6 +76,18 @@ pub struct ChainStatus {
     pub checkpoint: Option<CheckpointView>,
     /// Checkpoints of the tenant that do not hold.
     pub checkpoint_problems: Vec<String>,
+    /// Calls that ran (forwarded, or native) whose record no outcome follows: the gateway stopped
+    /// while they ran, or they run now (an outcome may follow its answer by
+    /// `audit.outcome_linger_ms`). The chain holds; what became of them is not known.
+    pub outcome_unknown: Vec<UnknownView>,
+}
+
+/// A call that ran and whose outcome is unknown.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UnknownView {
+    pub seq: i64,
+    pub tool: Option<String>,
+    pub occurred_at: i64,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -87,12 +108,19 @@ pub struct CheckpointView {
 /// The lines of a checkpoint file, each a checkpoint or why it is not one.
 type CheckpointLines = Vec<(usize, Result<checkpoint::Checkpoint, String>)>;
 
+/// One row per event, a call's record and its outcome (if any) as one: the record's place,
+/// the outcome's `outcome`, class and duration (`unknown` when none follows the record).
 const EVENTS: &str = "\
-SELECT e.seq, e.occurred_at, u.subject, e.action, e.tool, e.outcome, e.error_class, e.duration_us, e.calls, \
-       e.request_id, e.session_id, e.client_name, e.args_raw, e.hash \
+SELECT e.seq, e.occurred_at, u.subject, e.action, e.tool, \
+       CASE WHEN e.outcome = 'started' THEN COALESCE(o.outcome, 'unknown') ELSE e.outcome END AS outcome, \
+       CASE WHEN e.outcome = 'started' THEN o.error_class ELSE e.error_class END AS error_class, \
+       COALESCE(o.duration_us, e.duration_us) AS duration_us, e.calls, \
+       e.request_id, e.session_id, e.client_name, e.args_raw, e.hash, o.seq AS outcome_seq, o.result_digest \
   FROM audit_events e LEFT JOIN users u ON u.tenant_id = e.tenant_id AND u.id = e.user_id \
- WHERE e.tenant_id = $1 AND e.seq < $2 \
-   AND ($3 = '' OR u.subject = $3) AND ($4 = '' OR e.tool = $4) AND ($5 = '' OR e.outcome = $5) \
+  LEFT JOIN audit_events o ON o.tenant_id = e.tenant_id AND o.call_id = e.id \
+ WHERE e.tenant_id = $1 AND e.call_id IS NULL AND e.seq < $2 \
+   AND ($3 = '' OR u.subject = $3) AND ($4 = '' OR e.tool = $4) \
+   AND ($5 = '' OR (CASE WHEN e.outcome = 'started' THEN COALESCE(o.outcome, 'unknown') ELSE e.outcome END) = $5) \
    AND e.occurred_at >= $6 AND e.occurred_at < $7 \
  ORDER BY e.seq DESC LIMIT $8";
 
@@ -110,9 +138,12 @@ impl Admin {
             None => i64::MAX,
         };
         if let Some(outcome) = &filter.outcome
-            && crate::audit::Outcome::parse(outcome).is_none()
+            && !["ok", "denied", "failed", "unknown"].contains(&outcome.as_str())
         {
-            return Err(AdminError::Invalid { field: "outcome", message: "must be ok, denied or failed".into() });
+            return Err(AdminError::Invalid {
+                field: "outcome",
+                message: "must be ok, denied, failed or unknown".into(),
+            });
         }
         let mut conn = self.db.begin_read().await?;
         let tenant = super::tenant_id(&mut conn, slug).await?;
@@ -151,6 +182,8 @@ impl Admin {
                 session_id: r.try_get("session_id")?,
                 client_name: r.try_get("client_name")?,
                 hash: r.try_get("hash")?,
+                outcome_seq: r.try_get("outcome_seq")?,
+                result_digest: r.try_get("result_digest")?,
             });
         }
         let more = items.len() > limit as usize;
@@ -184,6 +217,11 @@ impl Admin {
             broken: report.broken.map(|b| BrokenView { seq: b.seq, reason: b.reason }),
             checkpoint,
             checkpoint_problems: report.checkpoint_problems,
+            outcome_unknown: report
+                .outcome_unknown
+                .into_iter()
+                .map(|u| UnknownView { seq: u.seq, tool: u.tool, occurred_at: u.occurred_at })
+                .collect(),
         })
     }
 

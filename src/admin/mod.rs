@@ -18,7 +18,7 @@ mod write;
 
 use sqlx::AnyConnection;
 
-pub use audit::{BrokenView, ChainStatus, CheckpointView, EventFilter, EventView};
+pub use audit::{BrokenView, ChainStatus, CheckpointView, EventFilter, EventView, UnknownView};
 pub use authority::{Authority, Member, Need};
 pub use idempotency::Idempotency;
 pub use read::{Collection, Target};

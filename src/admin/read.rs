@@ -283,7 +283,7 @@ impl Target {
         }
         if let Target::Tenant { slug } = self {
             let row =
-                sqlx::query("SELECT slug, name, status, created_at, retired_at, org_id FROM tenants WHERE slug = $1")
+                sqlx::query("SELECT slug, name, status, created_at, retired_at, org_id, audit_write_ahead FROM tenants WHERE slug = $1")
                     .bind(slug)
                     .fetch_optional(&mut *conn)
                     .await?;
@@ -409,7 +409,7 @@ impl Collection {
             (Collection::Tenants, _) => {
                 let after = query.cursor(1)?.map(|k| k[0].clone()).unwrap_or_default();
                 let rows = sqlx::query(
-                    "SELECT slug, name, status, created_at, retired_at, org_id FROM tenants \
+                    "SELECT slug, name, status, created_at, retired_at, org_id, audit_write_ahead FROM tenants \
                      WHERE slug > $1 AND slug <> $2 ORDER BY slug LIMIT $3",
                 )
                 .bind(after)
@@ -547,6 +547,7 @@ fn tenant_row(r: &sqlx::any::AnyRow) -> Result<TenantView, AdminError> {
         created_at: r.try_get("created_at")?,
         retired_at,
         org_id: r.try_get("org_id")?,
+        audit_write_ahead: r.try_get::<i64, _>("audit_write_ahead")? != 0,
     })
 }
 

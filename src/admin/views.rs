@@ -27,6 +27,10 @@ pub struct TenantView {
     /// tenant claim holds it names this tenant (`auth.tenant_match = "org_id"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub org_id: Option<String>,
+    /// Each call's audit record is committed before the call is forwarded (else while the
+    /// upstream works; either way before its answer).
+    #[serde(default)]
+    pub audit_write_ahead: bool,
 }
 
 /// A user of a tenant, with its roles there.

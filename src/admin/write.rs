@@ -34,6 +34,9 @@ pub enum Write {
         /// The organization id at the identity provider; `""` clears it.
         #[serde(skip_serializing_if = "Option::is_none")]
         org_id: Option<String>,
+        /// Whether a call's record is committed before the call is forwarded.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        audit_write_ahead: Option<bool>,
     },
     /// Retires the tenant (the admin API's DELETE): suspended for good, its data and its
     /// audit chain kept. Nothing erases a tenant's chain.
@@ -566,6 +569,8 @@ impl Admin {
             duration_us: 0,
             calls: 1,
             policy: None,
+            call_id: None,
+            result_digest: None,
         };
         audit::append(&mut tx, &None, &event).await?;
         tx.commit().await?;
@@ -673,6 +678,8 @@ impl Admin {
                 duration_us: started.elapsed().as_micros() as i64,
                 calls: 1,
                 policy: None,
+                call_id: None,
+                result_digest: None,
             };
             // No cached head: the tenant's head row is locked and read in this transaction.
             audit::append(&mut tx, &None, &event).await?;
@@ -719,7 +726,7 @@ impl Admin {
             Write::CreateTenant { slug, name } => {
                 admin::create_tenant(c, slug, name).await?;
             }
-            Write::UpdateTenant { slug, name, status, org_id } => {
+            Write::UpdateTenant { slug, name, status, org_id, audit_write_ahead } => {
                 if let Some(name) = name {
                     admin::rename_tenant(&mut *c, slug, name).await?;
                 }
@@ -729,7 +736,10 @@ impl Admin {
                 if let Some(org_id) = org_id {
                     admin::set_tenant_org_id(&mut *c, slug, Some(org_id.as_str()).filter(|o| !o.is_empty())).await?;
                 }
-                if name.is_none() && status.is_none() && org_id.is_none() {
+                if let Some(on) = audit_write_ahead {
+                    admin::set_tenant_write_ahead(&mut *c, slug, *on).await?;
+                }
+                if name.is_none() && status.is_none() && org_id.is_none() && audit_write_ahead.is_none() {
                     super::tenant_id(c, slug).await?;
                 }
             }

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::AuditEvent;
 use crate::store::{AuditEventId, TenantId, UserId};
-pub use crate::vocab::digest::{arguments_digest, canonical_arguments, canonical_json, sha256_hex};
+pub use crate::vocab::digest::{arguments_digest, canonical_arguments, canonical_json, result_digest, sha256_hex};
 use crate::vocab::digest::{hex, put, write_json};
 
 /// What a chain link hashes, with its members declared in sorted key order: serialized as
@@ -17,6 +17,10 @@ struct ChainBody<'a> {
     action: &'a str,
     args_digest: &'a Option<String>,
     args_raw: &'a Option<String>,
+    // Absent except on an outcome (so every event written before the member existed hashes as
+    // it did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call_id: Option<AuditEventId>,
     // Absent when 1, so the events written before the member existed hash as they did.
     #[serde(skip_serializing_if = "is_one")]
     calls: i64,
@@ -33,6 +37,9 @@ struct ChainBody<'a> {
     policy: &'a Option<String>,
     prev_hash: &'a str,
     request_id: &'a Option<String>,
+    // Absent except on an outcome that gave a result.
+    #[serde(skip_serializing_if = "is_absent")]
+    result_digest: &'a Option<String>,
     seq: i64,
     session_id: &'a Option<String>,
     tenant_id: TenantId,
@@ -44,8 +51,8 @@ fn is_one(n: &i64) -> bool {
     *n == 1
 }
 
-fn is_absent(policy: &&Option<String>) -> bool {
-    policy.is_none()
+fn is_absent(text: &&Option<String>) -> bool {
+    text.is_none()
 }
 
 /// The hash of one chain link: over the predecessor's hash, the sequence number and
@@ -78,6 +85,7 @@ fn chain_body<'a>(prev_hash: &'a str, seq: i64, event: &'a AuditEvent) -> ChainB
         action: &event.action,
         args_digest: &event.args_digest,
         args_raw: &event.args_raw,
+        call_id: event.call_id,
         calls: event.calls,
         client_name: &event.client_name,
         client_version: &event.client_version,
@@ -89,6 +97,7 @@ fn chain_body<'a>(prev_hash: &'a str, seq: i64, event: &'a AuditEvent) -> ChainB
         policy: &event.policy,
         prev_hash,
         request_id: &event.request_id,
+        result_digest: &event.result_digest,
         seq,
         session_id: &event.session_id,
         tenant_id: event.tenant,
@@ -163,6 +172,12 @@ mod tests {
         if let Some(policy) = &event.policy {
             body["policy"] = policy.clone().into();
         }
+        if let Some(call) = event.call_id {
+            body["call_id"] = call.to_string().into();
+        }
+        if let Some(result) = &event.result_digest {
+            body["result_digest"] = result.clone().into();
+        }
         let digest = Sha256::digest(reference_canonical(&body).as_bytes());
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -204,11 +219,14 @@ mod tests {
             prev in "[0-9a-f]{64}",
             seq in any::<i64>(),
             times in (any::<i64>(), any::<i64>()),
-            outcome in prop_oneof![Just(Outcome::Ok), Just(Outcome::Denied), Just(Outcome::Failed)],
+            outcome in prop_oneof![
+                Just(Outcome::Ok), Just(Outcome::Denied), Just(Outcome::Failed), Just(Outcome::Started)
+            ],
             action in any::<String>(),
             texts in (text(), text(), text(), text(), text(), text(), text(), text()),
             calls in prop_oneof![Just(1i64), any::<i64>()],
             policy in proptest::option::of(".*"),
+            follows in (any::<bool>(), text()),
         ) {
             let (session_id, request_id, client_name, client_version, tool, args_digest, args_raw, error_class) = texts;
             let event = AuditEvent {
@@ -229,6 +247,8 @@ mod tests {
                 duration_us: times.1,
                 calls,
                 policy,
+                call_id: follows.0.then(AuditEventId::generate),
+                result_digest: follows.1,
             };
             prop_assert_eq!(chain_hash(&prev, seq, &event), reference_chain_hash(&prev, seq, &event));
         }

@@ -27,9 +27,10 @@ pub enum Format {
     Csv,
 }
 
-/// The CSV header, and the order of a CSV row's fields. `policy` came last, later: an export
-/// written before it (the first 19 columns) is read too.
-pub const COLUMNS: [&str; 20] = [
+/// The CSV header, and the order of a CSV row's fields. `policy` came later, and `call_id` and
+/// `result_digest` later still, each at the end: an export written before them (the first 19 or
+/// 20 columns) is read too.
+pub const COLUMNS: [&str; 22] = [
     "seq",
     "id",
     "tenant_id",
@@ -50,10 +51,15 @@ pub const COLUMNS: [&str; 20] = [
     "prev_hash",
     "hash",
     "policy",
+    "call_id",
+    "result_digest",
 ];
 
 /// The columns of an export written before `policy` existed.
 const COLUMNS_BEFORE_POLICY: usize = 19;
+
+/// The columns of an export written before `call_id` and `result_digest` existed.
+const COLUMNS_BEFORE_OUTCOMES: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -155,6 +161,7 @@ enum Cell<'a> {
 fn write_csv_row(out: &mut dyn Write, seq: i64, prev_hash: &str, hash: &str, e: &AuditEvent) -> std::io::Result<()> {
     use Cell::{Number, Text};
     let (id, tenant, user) = (e.id.to_string(), e.tenant.to_string(), e.user.to_string());
+    let call_id = e.call_id.map(|c| c.to_string());
     // In `COLUMNS` order.
     let cells = [
         Number(seq),
@@ -177,6 +184,8 @@ fn write_csv_row(out: &mut dyn Write, seq: i64, prev_hash: &str, hash: &str, e: 
         Text(Some(prev_hash)),
         Text(Some(hash)),
         Text(e.policy.as_deref()),
+        Text(call_id.as_deref()),
+        Text(e.result_digest.as_deref()),
     ];
     for (i, cell) in cells.iter().enumerate() {
         if i > 0 {
@@ -257,6 +266,10 @@ struct JsonRow {
     user_id: UserId,
     #[serde(default)]
     policy: Option<String>,
+    #[serde(default)]
+    call_id: Option<AuditEventId>,
+    #[serde(default)]
+    result_digest: Option<String>,
 }
 
 fn one() -> i64 {
@@ -299,6 +312,8 @@ fn json_row(text: &str) -> Result<ReadRow, String> {
             duration_us: r.duration_us,
             calls: r.calls,
             policy: r.policy,
+            call_id: r.call_id,
+            result_digest: r.result_digest,
         },
     })
 }
@@ -385,6 +400,12 @@ fn csv_row(cells: Vec<Option<String>>, width: usize) -> Result<ReadRow, String> 
     let prev_hash = required(text())?;
     let hash = required(text())?;
     let policy = if width > COLUMNS_BEFORE_POLICY { text().0 } else { None };
+    let (call_id, result_digest) = match width > COLUMNS_BEFORE_OUTCOMES {
+        true => {
+            (text().0.map(|c| c.parse::<AuditEventId>().map_err(|_| "`call_id` is not an id")).transpose()?, text().0)
+        }
+        false => (None, None),
+    };
     Ok(ReadRow {
         seq,
         prev_hash,
@@ -407,6 +428,8 @@ fn csv_row(cells: Vec<Option<String>>, width: usize) -> Result<ReadRow, String> 
             duration_us,
             calls,
             policy,
+            call_id,
+            result_digest,
         },
     })
 }
@@ -426,8 +449,11 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
     if csv {
         let header = csv_record(input, &mut line).map_err(|r| problem(1, r))?.unwrap_or_default();
         let names = || header.iter().map(|h| h.as_deref().unwrap_or(""));
-        if names().eq(COLUMNS[..COLUMNS_BEFORE_POLICY].iter().copied()) {
-            width = COLUMNS_BEFORE_POLICY;
+        if let Some(older) = [COLUMNS_BEFORE_POLICY, COLUMNS_BEFORE_OUTCOMES]
+            .into_iter()
+            .find(|n| names().eq(COLUMNS[..*n].iter().copied()))
+        {
+            width = older;
         } else if names().ne(COLUMNS) {
             return Err(problem(1, format!("not an export: the CSV header is not `{}`", COLUMNS.join(","))));
         }
@@ -506,14 +532,17 @@ mod tests {
             duration_us: 7,
             calls: if n == 2 { 3 } else { 1 },
             policy: (n == 3).then(|| r#"{"decision":"allow"}"#.to_owned()),
+            // Row 4 is an outcome: it names its call and the result's digest.
+            call_id: (n == 4).then(AuditEventId::generate),
+            result_digest: (n == 4).then(|| "r".repeat(64)),
         }
     }
 
-    /// A chain of three events written both ways.
+    /// A chain of four events written both ways.
     fn exports() -> (String, String) {
         let mut prev = GENESIS.to_owned();
         let (mut jsonl, mut csv) = (String::new(), format!("{}\n", COLUMNS.join(",")));
-        for n in 1..=3 {
+        for n in 1..=4 {
             let e = event(n, (n == 3).then_some("{\"a\":\"x\r\ny\"}"));
             let hash = chain_hash(&prev, n, &e);
             jsonl.push_str(&chain_line(&prev, n, &e, &hash));
@@ -551,7 +580,7 @@ mod tests {
         let a = check(&jsonl).unwrap();
         let b = check(&csv).unwrap();
         assert_eq!(a, b);
-        assert_eq!(a.events, 3);
+        assert_eq!(a.events, 4);
         assert_eq!(a.first, Some((1, GENESIS.to_owned())));
     }
 
@@ -592,6 +621,11 @@ mod tests {
         assert_eq!(err.line, 2, "{err}");
         let err = check(&jsonl.replacen("\"seq\":1", "\"seq\":1,\"extra\":1", 1)).unwrap_err();
         assert!(err.reason.contains("unknown field"), "{err}");
+        // An outcome's call is part of what its hash covers.
+        let fourth: serde_json::Value = serde_json::from_str(jsonl.lines().nth(3).unwrap()).unwrap();
+        let call = fourth["call_id"].as_str().unwrap();
+        let err = check(&jsonl.replace(call, &AuditEventId::generate().to_string())).unwrap_err();
+        assert_eq!((err.line, err.reason.contains("hash does not match")), (4, true), "{err}");
         let err = check("seq,id\n").unwrap_err();
         assert!(err.reason.contains("header"), "{err}");
     }
@@ -601,7 +635,7 @@ mod tests {
         let (jsonl, _) = exports();
         let tail: String = jsonl.lines().skip(1).map(|l| l.to_owned() + "\n").collect();
         let c = check(&tail).unwrap();
-        assert_eq!(c.events, 2);
+        assert_eq!(c.events, 3);
         assert_eq!(c.first.unwrap().0, 2);
         assert_eq!(check("").unwrap().events, 0);
     }

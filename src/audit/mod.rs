@@ -16,7 +16,7 @@ pub mod digest;
 pub mod export;
 pub(crate) mod refusal;
 pub mod verify;
-mod writer;
+pub(crate) mod writer;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,7 +29,7 @@ use sqlx::AnyConnection;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::store::{AuditEventId, StoreError, TenantId, UserId};
-pub use writer::{AuditWriter, Withheld};
+pub use writer::{AuditError, AuditWriter, Begun, Withheld};
 
 /// What became of an audited call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,6 +41,10 @@ pub enum Outcome {
     Denied,
     /// The tool ran and failed (bad input, not found, timeout, internal error).
     Failed,
+    /// A call's record, committed while its upstream (or native tool) works: its outcome
+    /// follows in an event of its own that names it ([`AuditEvent::call_id`]). A record that
+    /// no outcome names is a call whose outcome is unknown.
+    Started,
 }
 
 impl Outcome {
@@ -49,6 +53,7 @@ impl Outcome {
             Outcome::Ok => "ok",
             Outcome::Denied => "denied",
             Outcome::Failed => "failed",
+            Outcome::Started => "started",
         }
     }
 
@@ -58,6 +63,7 @@ impl Outcome {
             "ok" => Some(Outcome::Ok),
             "denied" => Some(Outcome::Denied),
             "failed" => Some(Outcome::Failed),
+            "started" => Some(Outcome::Started),
             _ => None,
         }
     }
@@ -87,6 +93,12 @@ pub struct AuditEvent {
     /// The policies that decided a call, when the tenant's policies took part (JSON, see
     /// [`crate::policy::audit_text`]); `None` when grants alone decided.
     pub policy: Option<String>,
+    /// An outcome's call: the id of the call's record (outcome [`Outcome::Started`]), earlier in
+    /// the same chain. `None` for every other event.
+    pub call_id: Option<AuditEventId>,
+    /// An outcome's result: the SHA-256 of the canonical JSON of the result the caller was
+    /// given (`None` when it was given an error, and for every other event).
+    pub result_digest: Option<String>,
 }
 
 /// The newest event of a tenant's chain (seq 0 and [`GENESIS`] for a chain with no events).
@@ -200,12 +212,12 @@ pub(crate) fn link<'a>(head: &Head, event: &'a AuditEvent) -> Link<'a> {
     Link { event, seq, prev_hash: head.hash.clone(), hash }
 }
 
-const COLUMNS: usize = 20;
+const COLUMNS: usize = 22;
 
 /// The columns of an event row, in the order [`bind_links`] binds them.
 const EVENT_COLUMNS: &str = "INSERT INTO audit_events (id, tenant_id, seq, occurred_at, user_id, session_id, \
      request_id, client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, \
-     duration_us, calls, policy, prev_hash, hash) ";
+     duration_us, calls, policy, call_id, result_digest, prev_hash, hash) ";
 
 /// Appends the placeholders of `rows` event rows to `sql`: `(?, ...), (...)` when
 /// `anonymous` (SQLite binds a numbered placeholder by looking its name up among all of the
@@ -254,6 +266,8 @@ fn bind_links<'q>(mut query: AnyQuery<'q>, links: &[Link<'_>]) -> AnyQuery<'q> {
             .bind(e.duration_us)
             .bind(e.calls)
             .bind(e.policy.clone())
+            .bind(e.call_id)
+            .bind(e.result_digest.clone())
             .bind(l.prev_hash.clone())
             .bind(l.hash.clone());
     }
@@ -336,6 +350,22 @@ pub struct CallAudit {
     policy: std::sync::OnceLock<String>,
     /// Who confirmed the call, when it needed a confirmation (JSON: see `mcp::confirm`).
     confirmation: std::sync::OnceLock<serde_json::Value>,
+    /// The call's record, once it was forwarded ([`CallAudit::start`]).
+    record: Mutex<Record>,
+}
+
+/// Where the record of a forwarded call stands.
+#[derive(Debug, Default)]
+pub enum Record {
+    /// Not forwarded: the call's one event is written when it ends.
+    #[default]
+    None,
+    /// Handed to the writer; its commit runs while the call does.
+    Pending(Begun),
+    /// Committed (before the call was forwarded, under write-ahead).
+    Committed(AuditEventId),
+    /// Could not be committed (logged): the answer is withheld.
+    Failed,
 }
 
 impl CallAudit {
@@ -369,6 +399,77 @@ impl CallAudit {
             recorded: AtomicBool::new(false),
             policy: std::sync::OnceLock::new(),
             confirmation: std::sync::OnceLock::new(),
+            record: Mutex::new(Record::None),
+        }
+    }
+
+    /// Starts the append of this call's record (outcome [`Outcome::Started`]: who, what, with
+    /// which arguments, as decided) as the call is forwarded: its commit runs while the
+    /// upstream (or the tool) works, and the call's answer waits for both (see
+    /// `mcp::pipeline::conclude`). With `write_ahead` (the tenant's `audit_write_ahead`) the
+    /// commit is waited for here, so nothing sees the call before its record is durable.
+    /// `Err(Withheld)`: the record could not be written (logged and counted): the call must not
+    /// go on, and its answer is an internal error.
+    pub async fn start(&self, audit: &AuditWriter, write_ahead: bool) -> Result<(), Withheld> {
+        let event = self.event(Outcome::Started, None);
+        // Boxed: the call's own future (already large) does not grow by the event and the send.
+        let state = Box::pin(async move {
+            match audit.begin(event).await {
+                Ok(begun) if !write_ahead => Ok(Record::Pending(begun)),
+                Ok(begun) => begun.committed().await.map(Record::Committed),
+                Err(e) => Err(e),
+            }
+        })
+        .await;
+        let (state, result) = match state {
+            Ok(state) => (state, Ok(())),
+            Err(e) => (Record::Failed, Err(writer::withheld(&e, &self.tool))),
+        };
+        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        result
+    }
+
+    /// The call's record, once committed (waited for here when it is still on its way), for
+    /// a unit of work that writes the call's outcome with its write: `Ok(None)` when the call
+    /// has no record (its one event is the unit's). `Err(Withheld)`: the record could not be
+    /// committed, and nothing may be written.
+    pub async fn committed_record(&self) -> Result<Option<AuditEventId>, Withheld> {
+        let state = std::mem::take(&mut *self.record.lock().unwrap_or_else(|p| p.into_inner()));
+        let (state, result) = match state {
+            Record::None => (Record::None, Ok(None)),
+            Record::Committed(id) => (Record::Committed(id), Ok(Some(id))),
+            Record::Failed => (Record::Failed, Err(Withheld)),
+            Record::Pending(begun) => match begun.committed().await {
+                Ok(id) => (Record::Committed(id), Ok(Some(id))),
+                Err(e) => (Record::Failed, Err(writer::withheld(&e, &self.tool))),
+            },
+        };
+        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        result
+    }
+
+    /// Where the call's record stands, taken (the call concludes once).
+    pub fn take_record(&self) -> Record {
+        std::mem::take(&mut *self.record.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The outcome of the call whose record is `record`: how it ended, the digest of the result
+    /// the caller was given, and how long it took. It names the call as the record does (tool,
+    /// caller, session, request, the arguments' digest), but does not repeat the arguments'
+    /// text or what decided the call: those are the record's.
+    pub fn outcome_event(
+        &self,
+        record: AuditEventId,
+        outcome: Outcome,
+        error_class: Option<&str>,
+        result_digest: Option<String>,
+    ) -> AuditEvent {
+        AuditEvent {
+            args_raw: None,
+            policy: None,
+            call_id: Some(record),
+            result_digest,
+            ..self.event(outcome, error_class)
         }
     }
 
@@ -428,6 +529,8 @@ impl CallAudit {
             duration_us: self.started.elapsed().as_micros() as i64,
             calls: 1,
             policy: self.decided(),
+            call_id: None,
+            result_digest: None,
         }
     }
 

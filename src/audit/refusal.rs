@@ -41,6 +41,8 @@ pub(crate) fn refusal_event(principal: Principal, refused: Refused<'_>, calls: i
         duration_us: 0,
         calls,
         policy: None,
+        call_id: None,
+        result_digest: None,
     }
 }
 

@@ -24,6 +24,18 @@ pub struct ChainReport {
     /// Checkpoints of this tenant that fail: a bad signature, an unknown key, or a head the
     /// chain no longer reaches.
     pub checkpoint_problems: Vec<String>,
+    /// Calls whose record no outcome follows: the gateway stopped while they ran (or they run
+    /// now). Not a break of the chain: what is known of them is there.
+    pub outcome_unknown: Vec<UnknownOutcome>,
+}
+
+/// A call whose record stands without an outcome.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct UnknownOutcome {
+    pub seq: i64,
+    pub event_id: String,
+    pub tool: Option<String>,
+    pub occurred_at: i64,
 }
 
 /// Checkpoint lines to hold the chains against (see [`super::checkpoint::parse_lines`]), and
@@ -111,13 +123,16 @@ pub async fn verify_with_checkpoints(
         let mut broken = None;
         let mut count = 0;
         let mut hashes: HashMap<i64, String> = HashMap::new();
+        let mut calls = Calls::default();
         for row in &rows {
             count += 1;
             let seq: i64 = row.try_get("seq")?;
             let stored_prev: String = row.try_get("prev_hash")?;
             let stored_hash: String = row.try_get("hash")?;
             let event = event_from_row(row)?;
-            if let Some(reason) = link_problem(Some(&before), seq, &stored_prev, &stored_hash, &event) {
+            let problem = link_problem(Some(&before), seq, &stored_prev, &stored_hash, &event)
+                .or_else(|| calls.follow(seq, &event));
+            if let Some(reason) = problem {
                 broken = Some(BrokenLink { seq, event_id: event.id.to_string(), reason });
                 break;
             }
@@ -134,6 +149,7 @@ pub async fn verify_with_checkpoints(
             checkpoints_reached: 0,
             newest_checkpoint: None,
             checkpoint_problems: Vec::new(),
+            outcome_unknown: calls.unknown(),
         };
         for (line, cp) in by_tenant.remove(tenant_id.as_str()).unwrap_or_default() {
             match held_by_chain(cp, keys, &hashes) {
@@ -160,6 +176,58 @@ pub async fn verify_with_checkpoints(
         ));
     }
     Ok(Verdict { chains: reports, problems })
+}
+
+/// The calls of a chain read so far: each record (outcome `started`) waits for its one outcome.
+#[derive(Default)]
+struct Calls {
+    open: HashMap<crate::store::AuditEventId, UnknownOutcome>,
+    closed: HashMap<crate::store::AuditEventId, i64>,
+}
+
+impl Calls {
+    /// Takes `event` (at `seq`) into account; why it does not hold as a record or an outcome.
+    fn follow(&mut self, seq: i64, event: &AuditEvent) -> Option<String> {
+        match (event.outcome, event.call_id) {
+            (Outcome::Started, Some(_)) => Some("a call's record names a call of its own".to_owned()),
+            (Outcome::Started, None) => {
+                let unknown = UnknownOutcome {
+                    seq,
+                    event_id: event.id.to_string(),
+                    tool: event.tool.clone(),
+                    occurred_at: event.occurred_at,
+                };
+                self.open.insert(event.id, unknown);
+                None
+            }
+            (_, None) => None,
+            (_, Some(call)) => {
+                if let Some(at) = self.closed.get(&call) {
+                    return Some(format!("a second outcome of the call recorded at seq {at}"));
+                }
+                let Some(record) = self.open.get(&call) else {
+                    return Some(format!("an outcome of call {call}, which no record before it in the chain is"));
+                };
+                if record.tool != event.tool {
+                    return Some(format!(
+                        "an outcome of another tool than its call's (recorded at seq {})",
+                        record.seq
+                    ));
+                }
+                let seq = record.seq;
+                self.open.remove(&call);
+                self.closed.insert(call, seq);
+                None
+            }
+        }
+    }
+
+    /// The records no outcome followed, in chain order.
+    fn unknown(self) -> Vec<UnknownOutcome> {
+        let mut open: Vec<UnknownOutcome> = self.open.into_values().collect();
+        open.sort_by_key(|u| u.seq);
+        open
+    }
 }
 
 /// Why an intact chain (`hashes`: the seq and hash of each of its `count` events) does not
@@ -237,7 +305,7 @@ pub(crate) fn link_problem(
 /// The columns [`event_from_row`] reads, with `seq`, `prev_hash` and `hash`.
 pub(crate) const EVENT_COLUMNS: &str = "id, tenant_id, seq, occurred_at, user_id, session_id, request_id, \
      client_name, client_version, action, tool, args_digest, args_raw, outcome, error_class, duration_us, calls, \
-     policy, prev_hash, hash";
+     policy, call_id, result_digest, prev_hash, hash";
 
 pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, StoreError> {
     let text: String = row.try_get("outcome")?;
@@ -262,5 +330,60 @@ pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<AuditEvent, Stor
         duration_us: row.try_get("duration_us")?,
         calls: row.try_get("calls")?,
         policy: row.try_get("policy")?,
+        call_id: row.try_get("call_id")?,
+        result_digest: row.try_get("result_digest")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{AuditEventId, TenantId, UserId};
+
+    fn event(outcome: Outcome, tool: &str, call: Option<AuditEventId>) -> AuditEvent {
+        AuditEvent {
+            id: AuditEventId::generate(),
+            tenant: TenantId::nil(),
+            occurred_at: 1,
+            user: UserId::nil(),
+            session_id: None,
+            request_id: None,
+            client_name: None,
+            client_version: None,
+            action: "tools/call".into(),
+            tool: Some(tool.into()),
+            args_digest: None,
+            args_raw: None,
+            outcome,
+            error_class: None,
+            duration_us: 0,
+            calls: 1,
+            policy: None,
+            call_id: call,
+            result_digest: None,
+        }
+    }
+
+    #[test]
+    fn every_outcome_follows_its_own_record_once() {
+        let mut calls = Calls::default();
+        let a = event(Outcome::Started, "fx__echo", None);
+        let b = event(Outcome::Started, "fx__echo", None);
+        assert_eq!(calls.follow(1, &a), None);
+        assert_eq!(calls.follow(2, &b), None);
+        assert_eq!(calls.follow(3, &event(Outcome::Ok, "fx__echo", Some(a.id))), None);
+        // One event, a refusal: no record, no outcome.
+        assert_eq!(calls.follow(4, &event(Outcome::Denied, "fx__other", None)), None);
+        let second = calls.follow(5, &event(Outcome::Failed, "fx__echo", Some(a.id)));
+        assert!(second.is_some_and(|r| r.contains("second outcome of the call recorded at seq 1")));
+        let orphan = calls.follow(5, &event(Outcome::Ok, "fx__echo", Some(AuditEventId::generate())));
+        assert!(orphan.is_some_and(|r| r.contains("which no record before it")));
+        let other_tool = calls.follow(5, &event(Outcome::Ok, "fx__other", Some(b.id)));
+        assert!(other_tool.is_some_and(|r| r.contains("another tool")));
+        let record_naming = calls.follow(5, &event(Outcome::Started, "fx__echo", Some(b.id)));
+        assert!(record_naming.is_some_and(|r| r.contains("names a call of its own")));
+        // b never got one: its outcome is unknown.
+        let unknown = calls.unknown();
+        assert_eq!(unknown.iter().map(|u| u.seq).collect::<Vec<_>>(), [2]);
+    }
 }

@@ -112,6 +112,21 @@ pub enum TenantCmd {
         #[arg(long, conflicts_with = "org_id")]
         clear: bool,
     },
+    /// Turns the tenant's write-ahead audit on or off: on, each call's record is committed
+    /// before the call is forwarded (no upstream sees a call that is not recorded), and the call
+    /// waits for the commit, then for the upstream; off (the default), the record commits while
+    /// the upstream works, and the answer still waits for it.
+    WriteAhead {
+        slug: String,
+        #[arg(value_enum)]
+        on: OnOff,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Subcommand)]
@@ -720,14 +735,30 @@ async fn execute(service: &Admin, command: AdminCommand) -> Result<Output, CliEr
         AdminCommand::Tenant(cmd) => match cmd {
             TenantCmd::Create { slug, name } => W::CreateTenant { slug, name },
             TenantCmd::List => return Ok(list(Collection::Tenants).await?),
-            TenantCmd::Suspend { slug } => {
-                W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Suspended), org_id: None }
-            }
-            TenantCmd::Activate { slug } => {
-                W::UpdateTenant { slug, name: None, status: Some(TenantStatus::Active), org_id: None }
-            }
-            TenantCmd::OrgId { slug, org_id, clear: _ } => {
-                W::UpdateTenant { slug, name: None, status: None, org_id: Some(org_id.unwrap_or_default()) }
+            TenantCmd::Suspend { slug } => W::UpdateTenant {
+                slug,
+                name: None,
+                status: Some(TenantStatus::Suspended),
+                org_id: None,
+                audit_write_ahead: None,
+            },
+            TenantCmd::Activate { slug } => W::UpdateTenant {
+                slug,
+                name: None,
+                status: Some(TenantStatus::Active),
+                org_id: None,
+                audit_write_ahead: None,
+            },
+            TenantCmd::OrgId { slug, org_id, clear: _ } => W::UpdateTenant {
+                slug,
+                name: None,
+                status: None,
+                org_id: Some(org_id.unwrap_or_default()),
+                audit_write_ahead: None,
+            },
+            TenantCmd::WriteAhead { slug, on } => {
+                let audit_write_ahead = Some(on == OnOff::On);
+                W::UpdateTenant { slug, name: None, status: None, org_id: None, audit_write_ahead }
             }
             TenantCmd::Retire { slug } => W::RetireTenant { slug },
             TenantCmd::Purge { slug } => W::PurgeTenant { slug },

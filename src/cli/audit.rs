@@ -129,6 +129,13 @@ async fn verify(
         for problem in &r.checkpoint_problems {
             println!("{}: {problem}", r.tenant);
         }
+        for u in &r.outcome_unknown {
+            let tool = u.tool.as_deref().unwrap_or("-");
+            println!(
+                "{}: outcome unknown: the call of `{tool}` recorded at seq {} (event {}, {} ms) has no outcome",
+                r.tenant, u.seq, u.event_id, u.occurred_at
+            );
+        }
     }
     for problem in &verdict.problems {
         println!("{problem}");

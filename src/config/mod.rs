@@ -224,6 +224,9 @@ pub struct AuditConfig {
     pub record_raw_arguments: bool,
     /// Most events one group commit writes.
     pub max_batch: usize,
+    /// How long a call's outcome (appended after its answer) waits for a commit to ride in
+    /// before it is committed on its own, in milliseconds.
+    pub outcome_linger_ms: u64,
     /// Where signed checkpoints of the chain heads go: "" (off), `file:PATH`, `stdout`, or an
     /// http(s) URL.
     pub checkpoint_sink: String,
@@ -569,6 +572,9 @@ impl Config {
         }
         if self.audit.max_batch == 0 || self.audit.max_batch > 1000 {
             return Err(ConfigError::invalid("audit.max_batch", "must be 1 to 1000"));
+        }
+        if !(1..=1000).contains(&self.audit.outcome_linger_ms) {
+            return Err(ConfigError::invalid("audit.outcome_linger_ms", "must be 1 to 1000"));
         }
         match CheckpointSink::parse(&self.audit.checkpoint_sink) {
             Err(e) => return Err(ConfigError::invalid("audit.checkpoint_sink", e)),

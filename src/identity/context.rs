@@ -197,6 +197,11 @@ impl McpCallContext {
         &self.tenant().name
     }
 
+    /// Whether the tenant wants a call's record committed before the call is forwarded.
+    pub fn audit_write_ahead(&self) -> bool {
+        self.tenant().audit_write_ahead
+    }
+
     pub fn user_id(&self) -> UserId {
         self.user().id
     }

@@ -79,6 +79,8 @@ pub(super) async fn provision(db: &Db, tenant: TenantId, slug: &str, claims: &Cl
         duration_us: 0,
         calls: 1,
         policy: None,
+        call_id: None,
+        result_digest: None,
     };
     audit::append(&mut tx, &None, &event).await?;
     tx.commit().await?;

@@ -68,8 +68,12 @@ pub(in crate::identity) async fn resolve(
     if tenant_row.status != "active" {
         return Err(IdentityError::SuspendedTenant);
     }
-    let tenant =
-        TenantContext::resolved(Tenant { id: tenant_row.id, slug: tenant_row.slug.clone(), name: tenant_row.name });
+    let tenant = TenantContext::resolved(Tenant {
+        id: tenant_row.id,
+        slug: tenant_row.slug.clone(),
+        name: tenant_row.name,
+        audit_write_ahead: tenant_row.audit_write_ahead,
+    });
 
     if is_service {
         return Ok(ResolvedIdentity {

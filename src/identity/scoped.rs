@@ -47,6 +47,8 @@ pub struct AuditEntry {
     /// Subject of the caller ("" when the user no longer exists).
     pub user: String,
     pub tool: Option<String>,
+    /// `ok`, `denied`, `failed`, or `unknown`: the call was recorded and forwarded, and no
+    /// outcome was recorded (it runs, or the gateway stopped while it ran).
     pub outcome: String,
     pub error_class: Option<String>,
     pub duration_us: i64,
@@ -197,6 +199,12 @@ impl<'a> ScopedStore<'a> {
         let Some(audit) = &self.audit else {
             return Err(StoreError::Invalid { field: "audit", message: "a write needs an audited call".into() });
         };
+        // The call's record is in the chain before its write (it committed while the tool
+        // ran): the write commits with the call's outcome.
+        let record = audit.call.committed_record().await.map_err(|_| StoreError::Invalid {
+            field: "audit",
+            message: "the call's record could not be written".into(),
+        })?;
         // The chain lock first, then the transaction (see `audit`).
         let mut head = audit.writer.chains().lock(self.tenant).await;
         let mut tx = self.db.begin().await?;
@@ -221,7 +229,10 @@ impl<'a> ScopedStore<'a> {
         .bind(now_millis())
         .execute(&mut *tx)
         .await?;
-        let event = audit.call.event(audit::Outcome::Ok, None);
+        let event = match record {
+            Some(id) => audit.call.outcome_event(id, audit::Outcome::Ok, None, None),
+            None => audit.call.event(audit::Outcome::Ok, None),
+        };
         let new_head = audit::append(&mut tx, &head, &event).await.inspect_err(|_| *head = None)?;
         tx.commit().await.inspect_err(|_| *head = None)?;
         *head = Some(new_head);
@@ -232,10 +243,14 @@ impl<'a> ScopedStore<'a> {
     /// The tenant's newest audit events.
     pub async fn recent_audit_events(&self, limit: i64) -> Result<Vec<AuditEntry>, StoreError> {
         let rows = sqlx::query(
-            "SELECT a.seq, a.occurred_at, COALESCE(u.subject, '') AS subject, a.tool, a.outcome, \
-             a.error_class, a.duration_us, a.calls FROM audit_events a \
+            // A call's record and its outcome are one row (a record with none: `unknown`).
+            "SELECT a.seq, a.occurred_at, COALESCE(u.subject, '') AS subject, a.tool, \
+             CASE WHEN a.outcome = 'started' THEN COALESCE(o.outcome, 'unknown') ELSE a.outcome END AS outcome, \
+             CASE WHEN a.outcome = 'started' THEN o.error_class ELSE a.error_class END AS error_class, \
+             COALESCE(o.duration_us, a.duration_us) AS duration_us, a.calls FROM audit_events a \
+             LEFT JOIN audit_events o ON o.tenant_id = a.tenant_id AND o.call_id = a.id \
              LEFT JOIN users u ON u.id = a.user_id AND u.tenant_id = a.tenant_id \
-             WHERE a.tenant_id = $1 ORDER BY a.seq DESC LIMIT $2",
+             WHERE a.tenant_id = $1 AND a.call_id IS NULL ORDER BY a.seq DESC LIMIT $2",
         )
         .bind(self.tenant)
         .bind(limit)

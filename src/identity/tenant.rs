@@ -7,6 +7,8 @@ pub(in crate::identity) struct Tenant {
     pub id: TenantId,
     pub slug: String,
     pub name: String,
+    /// Its call records are committed before a call is forwarded (`audit_write_ahead`).
+    pub audit_write_ahead: bool,
 }
 
 /// The tenant of the request. Starts unresolved; only the resolver makes it resolved.

@@ -684,18 +684,20 @@ impl Relay {
             Exchange { downstream, timeout: shared.call_timeout, cancelled: cancelled.clone(), passed: None };
         target.connection().calls.lean.increment(1);
         let alone = caller.rounds.is_some();
-        let verdict = match caller.rounds {
-            None => Verdict::from(
+        // The call's record commits while the upstream works (or first, under write-ahead).
+        let verdict = match (call.start(&shared.audit, ctx.audit_write_ahead()).await, caller.rounds) {
+            (Err(_), _) => Verdict::ProxyFailed(ProxyError::Unavailable("the call was not recorded".to_owned())),
+            (Ok(()), None) => Verdict::from(
                 shared.upstreams.call_lean(&target, &ctx, &upstream_tool, arguments.as_deref(), parsed, exchange).await,
             ),
-            Some(ByRounds { binding, passed: true }) => {
+            (Ok(()), Some(ByRounds { binding, passed: true })) => {
                 let mut exchange = exchange;
                 exchange.passed = Some(PassedInput::default());
                 let called =
                     shared.upstreams.call_lean(&target, &ctx, &upstream_tool, arguments.as_deref(), parsed, exchange);
                 Verdict::from(called.await.and_then(|done| self.sealed(&binding, done)))
             }
-            Some(ByRounds { binding, passed: false }) => {
+            (Ok(()), Some(ByRounds { binding, passed: false })) => {
                 let call = LeanCall { ctx: ctx.clone(), target, tool: upstream_tool, arguments, parsed };
                 self.by_rounds(binding, call, exchange).await
             }

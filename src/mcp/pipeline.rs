@@ -10,7 +10,8 @@ use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode};
 use serde_json::{Map, Value};
 
 use super::shared::{Shared, unknown_tool};
-use crate::audit::{CallAudit, Outcome, digest};
+use crate::audit::writer::withheld;
+use crate::audit::{CallAudit, Outcome, Record, Withheld, digest};
 use crate::context::McpCallContext;
 use crate::proxy::{LeanResult, ProxyError};
 use crate::telemetry::{metrics, trace};
@@ -53,6 +54,9 @@ pub(super) fn call_audit(
 pub(super) trait Answer: Sized {
     fn classify(result: &Result<Self, ErrorData>) -> (Outcome, Option<String>);
 
+    /// The SHA-256 of the canonical JSON of the answer as a result (what the caller is given).
+    fn digest(&self) -> Option<String>;
+
     /// A tool error result as this leg's answer.
     fn tool_error(result: CallToolResult) -> Result<Self, ErrorData>;
 }
@@ -70,6 +74,15 @@ impl Answer for CallToolResponse {
         }
     }
 
+    fn digest(&self) -> Option<String> {
+        match self {
+            CallToolResponse::Complete(result) => digest::result_digest(result),
+            CallToolResponse::InputRequired(input) => digest::result_digest(input),
+            CallToolResponse::Task(task) => digest::result_digest(task),
+            _ => None,
+        }
+    }
+
     fn tool_error(result: CallToolResult) -> Result<Self, ErrorData> {
         Ok(CallToolResponse::Complete(result))
     }
@@ -82,6 +95,10 @@ impl Answer for LeanResult {
             Ok(_) => (Outcome::Ok, None),
             Err(e) => error_class(e),
         }
+    }
+
+    fn digest(&self) -> Option<String> {
+        digest::result_digest(&self.result)
     }
 
     fn tool_error(result: CallToolResult) -> Result<Self, ErrorData> {
@@ -177,10 +194,13 @@ impl<A: Answer> Verdict<A> {
     }
 }
 
-/// Concludes a call of `tool` by the caller of `ctx`: its metrics and trace, and its audit event
-/// (unless the tool wrote it itself), before the answer. Fail closed: when the event can't be
-/// written, the answer is withheld and the caller told the call was not recorded. `proxied`:
-/// the call went to an upstream.
+/// Concludes a call of `tool` by the caller of `ctx`: its metrics and trace, and its audit,
+/// before the answer. A call that was forwarded ([`CallAudit::start`]) is answered once its
+/// record committed (the commit ran while the upstream worked); its outcome is then appended
+/// without waiting. Any other call's one event (unless the tool wrote it itself) is written
+/// before the answer. Fail closed: when the record or the event can't be written, the answer is
+/// withheld and the caller told the call was not recorded. `proxied`: the call went to an
+/// upstream.
 pub(super) async fn conclude<A: Answer>(
     shared: &Shared,
     ctx: &McpCallContext,
@@ -194,8 +214,29 @@ pub(super) async fn conclude<A: Answer>(
     let tenant_label = if shared.label_tenant { ctx.tenant_slug() } else { "" };
     metrics::tool_call(if known { tool } else { "(unknown)" }, outcome.as_str(), tenant_label, call.started.elapsed());
     trace::record_tool(known.then_some(tool), proxied);
-    if !call.is_recorded() {
-        shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), tool).await?;
-    }
+    let record = match call.take_record() {
+        Record::None => {
+            if !call.is_recorded() {
+                shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), tool).await?;
+            }
+            return result;
+        }
+        // Logged and counted where it failed.
+        Record::Failed => return Err(Withheld.into()),
+        // A unit of work wrote the outcome with its write.
+        Record::Committed(_) if call.is_recorded() => return result,
+        Record::Committed(id) => id,
+        Record::Pending(begun) => {
+            // The result's digest is taken while the record may still be committing.
+            let digest = result.as_ref().ok().and_then(A::digest);
+            use tracing::Instrument;
+            let span = trace::audit_span(Outcome::Started.as_str());
+            let id = begun.committed().instrument(span).await.map_err(|e| withheld(&e, tool))?;
+            shared.audit.follow(call.outcome_event(id, outcome, class.as_deref(), digest));
+            return result;
+        }
+    };
+    let digest = result.as_ref().ok().and_then(A::digest);
+    shared.audit.follow(call.outcome_event(record, outcome, class.as_deref(), digest));
     result
 }

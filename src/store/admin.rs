@@ -156,6 +156,21 @@ pub async fn set_tenant_org_id(conn: &mut AnyConnection, slug: &str, org_id: Opt
     Ok(())
 }
 
+/// Turns the tenant's write-ahead audit on or off: with it, a call's record is committed before
+/// the call is forwarded (no side effect without a record), and the call waits for both in turn.
+pub async fn set_tenant_write_ahead(conn: &mut AnyConnection, slug: &str, on: bool) -> Result<(), StoreError> {
+    let done = sqlx::query("UPDATE tenants SET audit_write_ahead = $1 WHERE slug = $2 AND slug <> $3")
+        .bind(i64::from(on))
+        .bind(slug)
+        .bind(PLATFORM_SLUG)
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("tenant `{slug}` does not exist")));
+    }
+    Ok(())
+}
+
 pub async fn rename_tenant(conn: &mut AnyConnection, slug: &str, name: &str) -> Result<(), StoreError> {
     validate_text("name", name, 200)?;
     let done =

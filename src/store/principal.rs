@@ -19,6 +19,8 @@ pub struct TenantRow {
     pub slug: String,
     pub name: String,
     pub status: String,
+    /// The tenant's call records are committed before the call is forwarded.
+    pub audit_write_ahead: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -51,7 +53,7 @@ impl TenantKey<'_> {
 macro_rules! lookup {
     ($by:literal) => {
         concat!(
-            "SELECT t.id, t.status, t.name, t.slug, u.id, u.status, u.display_name, ",
+            "SELECT t.id, t.status, t.name, t.slug, t.audit_write_ahead, u.id, u.status, u.display_name, ",
             "(SELECT string_agg(r.role, ',') FROM user_roles r WHERE r.user_id = u.id AND r.tenant_id = t.id), ",
             "(SELECT string_agg(fa.flock_id, ',') FROM flock_assignments fa ",
             "WHERE fa.user_id = u.id AND fa.tenant_id = t.id) ",
@@ -65,8 +67,10 @@ const LOOKUP_BY_SLUG: &str = lookup!("slug");
 const LOOKUP_BY_ORG: &str = lookup!("org_id");
 
 /// Only the tenant: for system actors, who have no user row.
-const TENANT_BY_SLUG: &str = "SELECT t.id, t.status, t.name, t.slug FROM tenants t WHERE t.slug = $1";
-const TENANT_BY_ORG: &str = "SELECT t.id, t.status, t.name, t.slug FROM tenants t WHERE t.org_id = $1";
+const TENANT_BY_SLUG: &str =
+    "SELECT t.id, t.status, t.name, t.slug, t.audit_write_ahead FROM tenants t WHERE t.slug = $1";
+const TENANT_BY_ORG: &str =
+    "SELECT t.id, t.status, t.name, t.slug, t.audit_write_ahead FROM tenants t WHERE t.org_id = $1";
 
 impl Db {
     /// The identity change counter: bumped by a trigger on every change of tenants, users,
@@ -111,17 +115,18 @@ impl Db {
             status: row.try_get(1)?,
             name: row.try_get(2)?,
             slug: row.try_get(3)?,
+            audit_write_ahead: row.try_get::<i64, _>(4)? != 0,
         });
         if subject.is_none() {
             return Ok(out);
         }
-        if let Some(id) = row.try_get::<Option<String>, _>(4)? {
-            out.user = Some(UserRow { id: parse_id(&id)?, status: row.try_get(5)?, display_name: row.try_get(6)? });
+        if let Some(id) = row.try_get::<Option<String>, _>(5)? {
+            out.user = Some(UserRow { id: parse_id(&id)?, status: row.try_get(6)?, display_name: row.try_get(7)? });
         }
-        if let Some(roles) = row.try_get::<Option<String>, _>(7)? {
+        if let Some(roles) = row.try_get::<Option<String>, _>(8)? {
             out.roles = roles.split(',').map(str::to_owned).collect();
         }
-        if let Some(flocks) = row.try_get::<Option<String>, _>(8)? {
+        if let Some(flocks) = row.try_get::<Option<String>, _>(9)? {
             out.assigned_flocks = flocks.split(',').map(parse_id).collect::<Result<_, _>>()?;
         }
         Ok(out)

@@ -65,6 +65,11 @@ pub fn denial(reason: &'static str) {
     metrics::counter!("scopegate_denials_total", "reason" => reason).increment(1);
 }
 
+/// A call's outcome that could not be recorded after its answer (its record stands without one).
+pub fn audit_outcome_lost() {
+    metrics::counter!("scopegate_audit_outcomes_lost_total").increment(1);
+}
+
 pub fn tool_call(tool: &str, outcome: &'static str, tenant: &str, elapsed: Duration) {
     if tenant.is_empty() {
         metrics::counter!("scopegate_tool_calls_total", "tool" => tool.to_owned(), "outcome" => outcome).increment(1);

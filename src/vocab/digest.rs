@@ -98,6 +98,20 @@ pub fn definition_digest<T: Serialize>(definition: &T) -> (String, String) {
     (canonical, digest)
 }
 
+/// SHA-256 of the canonical JSON of `value` (a call's result as its caller is given it),
+/// without its `resultType` member (which protocol 2026-07-28 adds to every result to name its
+/// kind, and older revisions do not send): the same result digests alike whichever revision
+/// carried it. Written into the hasher as it is produced. `None` when it does not serialize.
+pub fn result_digest<T: Serialize + ?Sized>(value: &T) -> Option<String> {
+    let mut value = serde_json::to_value(value).ok()?;
+    if let Value::Object(map) = &mut value {
+        map.remove("resultType");
+    }
+    let mut hasher = Sha256::new();
+    write_canonical(&mut hasher, &value);
+    Some(hex(&hasher.finalize()))
+}
+
 /// SHA-256 of the canonical JSON of a tool call's arguments (absent arguments = `{}`).
 /// The canonical form is written into the hasher as it is produced: a large argument (a body
 /// near the size limit) is not copied into a buffer first.

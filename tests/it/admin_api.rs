@@ -879,14 +879,18 @@ async fn openapi_matches_the_routes() {
     assert_eq!((wordy.status, wordy.body["field"].clone()), (422, json!("name")), "{}", wordy.body);
 }
 
-/// The auditor's view: a call made through `/mcp` is in the events (filtered by user, tool,
-/// outcome), the chain verifies, the export checks itself, and one altered row is reported.
+/// The auditor's view: a call made through `/mcp` is in the events as one row, its record and
+/// its outcome folded (filtered by user, tool, outcome), the chain verifies, the export checks
+/// itself, and one altered row is reported.
 async fn audit_trail(backend: Backend) {
     let live = admin_gateway(backend).await;
     let audrey = live.token_for("audrey@acme.test");
     let client = live.client("wanda@acme.test").await;
     ok(client.peer(), "list_flocks", json!({})).await;
     client.cancel().await.unwrap();
+    // The call's outcome is appended after its answer: committed before the change below, the
+    // chain is the call's record (seq 1), its outcome (seq 2), the change (seq 3).
+    live.settle_audit().await;
     let olivia = live.token_for("olivia@acme.test");
     send(
         &live,
@@ -900,6 +904,7 @@ async fn audit_trail(backend: Backend) {
     let all = get(&live, "/admin/v1/tenants/acme/audit/events", &audrey).await;
     assert_eq!(all.status, 200, "{}", all.body);
     let items = all.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "the call and the change, one row each: {}", all.body);
     assert_eq!(items[0]["action"], "admin.flock.create", "newest first");
     assert_eq!(items[0]["actor"], "tenant:acme:olivia@acme.test");
     assert_eq!(items[0]["user"], "olivia@acme.test");
@@ -909,6 +914,7 @@ async fn audit_trail(backend: Backend) {
     let calls = mine.body["items"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{}", mine.body);
     assert_eq!((calls[0]["action"].as_str(), calls[0]["user"].as_str()), (Some("tools/call"), Some("wanda@acme.test")));
+    assert_eq!((&calls[0]["seq"], &calls[0]["outcome_seq"]), (&json!(1), &json!(2)), "{}", mine.body);
     let none = get(&live, "/admin/v1/tenants/acme/audit/events?user=wanda@acme.test&outcome=denied", &audrey).await;
     assert_eq!(none.body["items"], json!([]));
     let paged = get(&live, "/admin/v1/tenants/acme/audit/events?limit=1", &audrey).await;
@@ -916,9 +922,10 @@ async fn audit_trail(backend: Backend) {
     let bad = get(&live, "/admin/v1/tenants/acme/audit/events?outcome=maybe", &audrey).await;
     assert_eq!((bad.status, bad.body["field"].clone()), (422, json!("outcome")));
 
+    // Three events: the call's record and outcome, the change.
     let status = get(&live, "/admin/v1/tenants/acme/audit/verification", &audrey).await;
     assert_eq!(status.body["verified"], true, "{}", status.body);
-    assert_eq!(status.body["events"], 2);
+    assert_eq!(status.body["events"], 3);
 
     let export = request(&live, Method::GET, "/admin/v1/tenants/acme/audit/export", Some(&audrey), None, &[]).await;
     assert_eq!(export.header("content-type"), Some("application/x-ndjson"));
@@ -927,17 +934,17 @@ async fn audit_trail(backend: Backend) {
         other => other.to_string(),
     };
     let checked = scopegate::audit::export::verify_export(&mut text.as_bytes(), &Default::default()).unwrap();
-    assert_eq!(checked.events, 2);
+    assert_eq!(checked.events, 3);
     let csv =
         request(&live, Method::GET, "/admin/v1/tenants/acme/audit/export?format=csv", Some(&audrey), None, &[]).await;
     let csv = csv.body.as_str().unwrap().to_owned();
-    assert_eq!(scopegate::audit::export::verify_export(&mut csv.as_bytes(), &Default::default()).unwrap().events, 2);
+    assert_eq!(scopegate::audit::export::verify_export(&mut csv.as_bytes(), &Default::default()).unwrap().events, 3);
 
-    // One altered row: the verification names it.
-    live.execute("UPDATE audit_events SET outcome = 'denied' WHERE seq = 1 AND action = 'tools/call'").await;
+    // One altered row, the call's outcome made a denial: the verification names it.
+    live.execute("UPDATE audit_events SET outcome = 'denied' WHERE seq = 2 AND call_id IS NOT NULL").await;
     let status = get(&live, "/admin/v1/tenants/acme/audit/verification", &audrey).await;
     assert_eq!(status.body["verified"], false, "{}", status.body);
-    assert_eq!(status.body["broken"]["seq"], 1);
+    assert_eq!(status.body["broken"]["seq"], 2);
 }
 both_dbs!(auditors_read_verify_and_export_the_trail, audit_trail);
 

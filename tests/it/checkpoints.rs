@@ -45,12 +45,14 @@ fn audit_apart(live: &Live, dir: &Path, args: &[&str]) -> (bool, String, String)
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
+/// `n` calls of a native tool: two events each (the record, the outcome), all committed.
 async fn some_calls(live: &Live, subject: &str, n: usize) {
     let client = live.client(subject).await;
     for _ in 0..n {
         ok(&client, "whoami", json!({})).await;
     }
     client.cancel().await.ok();
+    live.settle_audit().await;
 }
 
 async fn exec(live: &Live, sql: &str) {
@@ -72,14 +74,14 @@ async fn truncation_after_a_checkpoint(backend: Backend) {
     let lines: Vec<Value> =
         std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let acme = lines.iter().find(|l| l["tenant"] == "acme").expect("a checkpoint for acme");
-    assert_eq!(acme["seq"], 5, "{acme}");
-    assert!(lines.iter().any(|l| l["tenant"] == "globex" && l["seq"] == 2), "{lines:?}");
+    assert_eq!(acme["seq"], 10, "{acme}");
+    assert!(lines.iter().any(|l| l["tenant"] == "globex" && l["seq"] == 4), "{lines:?}");
 
     // Untouched, and grown past the checkpoint: ok, with the configured key or a given one.
     some_calls(&live, "olivia@acme.test", 2).await;
     let (ok_, out) = audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl"]);
     assert!(ok_, "{out}");
-    assert!(out.contains("acme: ok (7 events; 1 checkpoint(s) reached, the newest at seq 5)"), "{out}");
+    assert!(out.contains("acme: ok (14 events; 1 checkpoint(s) reached, the newest at seq 10)"), "{out}");
     let (ok_, out) =
         audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl", "--public-key", &public]);
     assert!(ok_, "{out}");
@@ -98,12 +100,12 @@ async fn truncation_after_a_checkpoint(backend: Backend) {
     // Someone deletes acme's newest events, from the checkpointed one on, and fixes the head
     // row to match: the chain itself still verifies, the checkpoint does not.
     let acme_id = "(SELECT id FROM tenants WHERE slug = 'acme')";
-    exec(&live, &format!("DELETE FROM audit_events WHERE tenant_id = {acme_id} AND seq >= 5")).await;
+    exec(&live, &format!("DELETE FROM audit_events WHERE tenant_id = {acme_id} AND seq >= 10")).await;
     exec(
         &live,
         &format!(
-            "UPDATE audit_heads SET seq = 4, hash = (SELECT hash FROM audit_events WHERE tenant_id = {acme_id} \
-             AND seq = 4) WHERE tenant_id = {acme_id}"
+            "UPDATE audit_heads SET seq = 9, hash = (SELECT hash FROM audit_events WHERE tenant_id = {acme_id} \
+             AND seq = 9) WHERE tenant_id = {acme_id}"
         ),
     )
     .await;
@@ -111,9 +113,9 @@ async fn truncation_after_a_checkpoint(backend: Backend) {
     assert!(ok_, "without checkpoints the cut goes unnoticed: {out}");
     let (ok_, out) = audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl"]);
     assert!(!ok_, "{out}");
-    assert!(out.contains("acme: CHECKPOINT FAILED (4 events)"), "{out}");
-    assert!(out.contains("no longer reaches the checkpointed head: it was at seq 5"), "{out}");
-    assert!(out.contains("globex: ok (2 events; 1 checkpoint(s) reached"), "{out}");
+    assert!(out.contains("acme: CHECKPOINT FAILED (9 events)"), "{out}");
+    assert!(out.contains("no longer reaches the checkpointed head: it was at seq 10"), "{out}");
+    assert!(out.contains("globex: ok (4 events; 1 checkpoint(s) reached"), "{out}");
 
     // A checkpoint line edited to claim an older head fails its signature.
     let text = std::fs::read_to_string(&file).unwrap();
@@ -122,7 +124,7 @@ async fn truncation_after_a_checkpoint(backend: Backend) {
         .map(|l| {
             let mut v: Value = serde_json::from_str(l).unwrap();
             if v["tenant"] == "acme" {
-                v["seq"] = json!(4);
+                v["seq"] = json!(9);
             }
             format!("{v}\n")
         })
@@ -159,12 +161,13 @@ async fn periodic_writer_writes_moved_heads(backend: Backend) {
     some_calls(&live, "olivia@acme.test", 1).await;
     assert_eq!(checkpointer.round().await.unwrap(), 1);
     assert_eq!(tenants_in(), ["acme", "globex", "acme"]);
-    // `audit checkpoint`'s way: every chain, the platform chain's too.
+    // `audit checkpoint`'s way: every chain, the platform chain's too. Each call is two
+    // events (its record, its outcome): acme's four calls end at seq 8, globex's one at 2.
     assert_eq!(checkpointer.all().await.unwrap(), 3);
     let heads = checkpoint::heads(&live.db).await.unwrap();
     assert_eq!(
         heads.iter().map(|h| (h.slug.as_str(), h.seq)).collect::<Vec<_>>(),
-        [("@platform", 0), ("acme", 4), ("globex", 1)]
+        [("@platform", 0), ("acme", 8), ("globex", 2)]
     );
 }
 both_dbs!(checkpoints_periodic_writer_writes_moved_heads, periodic_writer_writes_moved_heads);
@@ -193,7 +196,8 @@ async fn gateway_writes_checkpoints(backend: Backend) {
     .await;
     let (ok_, out) = audit(&live, dir.path(), &["verify", "--checkpoints", "checkpoints.jsonl"]);
     assert!(ok_, "{out}");
-    assert!(out.contains("acme: ok (2 events; 1 checkpoint(s) reached, the newest at seq 2)"), "{out}");
+    // Two calls, each its record and its outcome.
+    assert!(out.contains("acme: ok (4 events; 1 checkpoint(s) reached, the newest at seq 4)"), "{out}");
 }
 both_dbs!(checkpoints_written_by_the_gateway, gateway_writes_checkpoints);
 
@@ -231,7 +235,8 @@ async fn checkpoint_key_settings_are_checked_at_start_up() {
 
 // ---- audit export ----
 
-/// The chain of acme (six events, the fourth checkpointed) exported both ways and from a time
+/// The chain of acme (six calls, so twelve events: each call's record and its outcome; the
+/// eighth event, the end of the fourth call, checkpointed) exported both ways and from a time
 /// on; each JSON line hashes to its `hash` by the documented recipe; `verify-export` accepts the
 /// files and names the line of an edited row; a row changed in the database is exported as
 /// stored and makes the export exit non-zero; an unknown tenant or a bad time writes nothing.
@@ -247,9 +252,9 @@ async fn export_and_verify(backend: Backend) {
 
     let (ok_, jsonl, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme"]);
     assert!(ok_, "{stderr}");
-    assert!(stderr.contains("acme: 6 event(s) exported, seq 1 to 6"), "{stderr}");
+    assert!(stderr.contains("acme: 12 event(s) exported, seq 1 to 12"), "{stderr}");
     let rows: Vec<Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(rows.iter().map(|r| r["seq"].as_i64().unwrap()).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(rows.iter().map(|r| r["seq"].as_i64().unwrap()).collect::<Vec<_>>(), (1..=12).collect::<Vec<_>>());
     let tenant = rows[0]["tenant_id"].clone();
     for row in &rows {
         assert_eq!(row["tenant_id"], tenant, "one tenant's chain only");
@@ -261,9 +266,9 @@ async fn export_and_verify(backend: Backend) {
     std::fs::write(dir.path().join("acme.jsonl"), &jsonl).unwrap();
     let (ok_, out) = audit(&live, dir.path(), &["verify-export", "acme.jsonl", "--checkpoints", "checkpoints.jsonl"]);
     assert!(ok_, "{out}");
-    let head = rows[5]["hash"].as_str().unwrap();
-    assert!(out.contains(&format!("ok: 6 event(s) of tenant {}, seq 1", tenant.as_str().unwrap())), "{out}");
-    assert!(out.contains(&format!("to 6, head {head}")), "{out}");
+    let head = rows[11]["hash"].as_str().unwrap();
+    assert!(out.contains(&format!("ok: 12 event(s) of tenant {}, seq 1", tenant.as_str().unwrap())), "{out}");
+    assert!(out.contains(&format!("to 12, head {head}")), "{out}");
     assert!(out.contains("1 row(s) hold the hash a signed checkpoint gives them"), "{out}");
 
     let (ok_, csv, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--format", "csv"]);
@@ -272,7 +277,7 @@ async fn export_and_verify(backend: Backend) {
     std::fs::write(dir.path().join("acme.csv"), &csv).unwrap();
     let (ok_, out) = audit(&live, dir.path(), &["verify-export", "acme.csv"]);
     assert!(ok_, "{out}");
-    assert!(out.contains(&format!("to 6, head {head}")), "{out}");
+    assert!(out.contains(&format!("to 12, head {head}")), "{out}");
 
     // From a time on: from the first event at or after it, every later link.
     let third = rows[2]["occurred_at"].as_i64().unwrap();
@@ -281,7 +286,7 @@ async fn export_and_verify(backend: Backend) {
     assert!(ok_, "{stderr}");
     let seqs: Vec<i64> =
         since.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_i64().unwrap()).collect();
-    assert!(seqs[0] <= 3 && seqs.last() == Some(&6) && seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(seqs[0] <= 3 && seqs.last() == Some(&12) && seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
     let (ok_, all, _) =
         audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--since", "2000-01-01T00:00:00Z"]);
     assert!(ok_);
@@ -290,7 +295,8 @@ async fn export_and_verify(backend: Backend) {
         audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--since", "2999-01-01T00:00:00Z"]);
     assert!(ok_ && none.is_empty() && stderr.contains("no event"), "{none}{stderr}");
 
-    // An edited row of the file is named by its line.
+    // An edited row of the file is named by its line: the first call's outcome, made a denial.
+    assert_eq!((&rows[1]["outcome"], &rows[1]["call_id"]), (&json!("ok"), &rows[0]["id"]), "{}", rows[1]);
     let edited: String = rows
         .iter()
         .map(|r| {
@@ -318,7 +324,7 @@ async fn export_and_verify(backend: Backend) {
     .await;
     let (ok_, tampered, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme"]);
     assert!(!ok_, "{stderr}");
-    assert_eq!(tampered.lines().count(), 6);
+    assert_eq!(tampered.lines().count(), 12);
     assert!(stderr.contains("does not hold at seq 2: hash does not match"), "{stderr}");
 
     // Bad input: a clear error and no output.
@@ -346,8 +352,9 @@ async fn export_cut_below_a_checkpoint(backend: Backend) {
     let verify = |file: &str| audit(&live, dir.path(), &["verify-export", file, "--checkpoints", "checkpoints.jsonl"]);
     let first_lines = |text: &str, n: usize| text.lines().take(n).map(|l| format!("{l}\n")).collect::<String>();
 
+    // Seven calls, each its record and its outcome: fourteen events, the tenth checkpointed.
     let (ok_, jsonl, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme"]);
-    assert!(ok_ && jsonl.lines().count() == 7, "{stderr}");
+    assert!(ok_ && jsonl.lines().count() == 14, "{stderr}");
     std::fs::write(dir.path().join("whole.jsonl"), &jsonl).unwrap();
     let (ok_, out) = verify("whole.jsonl");
     assert!(ok_, "{out}");
@@ -355,26 +362,32 @@ async fn export_cut_below_a_checkpoint(backend: Backend) {
     std::fs::write(dir.path().join("cut.jsonl"), first_lines(&jsonl, 3)).unwrap();
     let (ok_, out) = verify("cut.jsonl");
     assert!(!ok_, "an export cut below the checkpoint must fail: {out}");
-    assert!(out.contains("cut.jsonl: line 4: the export ends at seq 3, below the signed checkpoint at seq 5"), "{out}");
+    assert!(
+        out.contains("cut.jsonl: line 4: the export ends at seq 3, below the signed checkpoint at seq 10"),
+        "{out}"
+    );
     let (ok_, out) = audit(&live, dir.path(), &["verify-export", "cut.jsonl"]);
     assert!(ok_, "without checkpoints nothing shows the cut: {out}");
 
     let (ok_, csv, _) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--format", "csv"]);
     assert!(ok_);
-    std::fs::write(dir.path().join("cut.csv"), first_lines(&csv, 5)).unwrap();
+    // The header and nine rows: one short of the checkpoint.
+    std::fs::write(dir.path().join("cut.csv"), first_lines(&csv, 10)).unwrap();
     let (ok_, out) = verify("cut.csv");
-    assert!(!ok_ && out.contains("ends at seq 4, below the signed checkpoint at seq 5"), "{out}");
+    assert!(!ok_ && out.contains("ends at seq 9, below the signed checkpoint at seq 10"), "{out}");
 
     // Cut at the checkpointed row itself: what was signed is all there.
-    std::fs::write(dir.path().join("to-checkpoint.jsonl"), first_lines(&jsonl, 5)).unwrap();
+    std::fs::write(dir.path().join("to-checkpoint.jsonl"), first_lines(&jsonl, 10)).unwrap();
     let (ok_, out) = verify("to-checkpoint.jsonl");
     assert!(ok_, "{out}");
 
     // From a time on: it starts past the checkpoint and runs to the head.
-    let sixth: Value = serde_json::from_str(jsonl.lines().nth(5).unwrap()).unwrap();
-    let since = sixth["occurred_at"].as_i64().unwrap().to_string();
+    let eleventh: Value = serde_json::from_str(jsonl.lines().nth(10).unwrap()).unwrap();
+    let since = eleventh["occurred_at"].as_i64().unwrap().to_string();
     let (ok_, later, stderr) = audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--since", &since]);
     assert!(ok_ && later.lines().last() == jsonl.lines().last(), "{stderr}");
+    let first: Value = serde_json::from_str(later.lines().next().unwrap()).unwrap();
+    assert!(first["seq"].as_i64().unwrap() > 10, "{first}");
     std::fs::write(dir.path().join("later.jsonl"), &later).unwrap();
     let (ok_, out) = verify("later.jsonl");
     assert!(ok_, "{out}");

@@ -184,11 +184,14 @@ impl Site {
 
     /// The audit events of `action` in the tenant's chain: (user's subject, outcome, class, policy).
     async fn events(&self, action: &str) -> Vec<(String, String, Option<String>, Option<String>)> {
-        let sql = "SELECT COALESCE(u.subject, ''), e.outcome, e.error_class, e.policy FROM audit_events e \
-                   JOIN tenants t ON t.id = e.tenant_id LEFT JOIN users u ON u.id = e.user_id \
-                   WHERE t.slug = $1 AND e.action = $2 ORDER BY e.seq";
+        self.live.settle_audit().await;
+        let sql = format!(
+            "SELECT COALESCE(u.subject, ''), e.outcome, e.error_class, e.policy FROM {AUDITED_CALLS} e \
+             JOIN tenants t ON t.id = e.tenant_id LEFT JOIN users u ON u.id = e.user_id \
+             WHERE t.slug = $1 AND e.action = $2 ORDER BY e.seq"
+        );
         let mut tx = self.live.db.begin().await.unwrap();
-        sqlx::query_as(sql).bind(&self.slug).bind(action).fetch_all(&mut *tx).await.unwrap()
+        sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(&self.slug).bind(action).fetch_all(&mut *tx).await.unwrap()
     }
 }
 

@@ -221,6 +221,13 @@ async fn in_a_browser(backend: Backend) {
     browser.wait_for_url("/console/tenants/acme?done=1").await;
     let recorded = "SELECT COUNT(*) FROM tenants WHERE slug = 'acme' AND org_id = 'org_AbC123'";
     assert_eq!(live.count(recorded).await, 1, "the organization id is recorded");
+    // acme's write-ahead audit, turned on through its form.
+    browser.goto(&format!("{}/console/tenants/acme", live.base_url())).await;
+    browser.select("#tenant-write-ahead", "true").await;
+    browser.click("#set-write-ahead").await;
+    browser.wait_for_url("/console/tenants/acme?done=1").await;
+    let ahead = "SELECT COUNT(*) FROM tenants WHERE slug = 'acme' AND audit_write_ahead = 1";
+    assert_eq!(live.count(ahead).await, 1, "write-ahead is on");
     // Globex retired, then its data purged: its trail stays, and both acts are in its chain
     // and in the platform chain, which the platform administrator reads like a tenant's.
     browser.goto(&format!("{}/console/tenants/globex", live.base_url())).await;

@@ -55,15 +55,21 @@ async fn hostile_text(backend: Backend) {
     let unknown = post(&live, &token, Some(&session), &tool_call(5, "who\u{0}ami", json!({})), &[]).await;
     assert_eq!(unknown.message["error"]["message"], "tool not found", "{:?}", unknown.message);
 
+    live.settle_audit().await;
+    let sql = format!("SELECT outcome, tool, client_name, client_version, calls FROM {AUDITED_CALLS} e ORDER BY seq");
+    let calls = rows(&live, &sql).await;
+    assert_eq!(calls.len(), 4, "every call audited: {calls:?}");
+    assert_eq!(calls[3].1.as_deref(), Some("who\u{FFFD}ami"));
+    assert_eq!(calls[3].0, "denied");
+    // Every event of them (three calls that ran, a record and an outcome each; the refusal) in
+    // the safe rendering.
     let events =
         rows(&live, "SELECT outcome, tool, client_name, client_version, calls FROM audit_events ORDER BY seq").await;
-    assert_eq!(events.len(), 4, "every call audited: {events:?}");
+    assert_eq!(events.len(), 7, "{events:?}");
     for (_, _, name, version, _) in &events {
         assert_eq!(name.as_deref(), Some("evil\u{FFFD}client"));
         assert_eq!(version.as_deref(), Some("1\u{FFFD}"));
     }
-    assert_eq!(events[3].1.as_deref(), Some("who\u{FFFD}ami"));
-    assert_eq!(events[3].0, "denied");
     chain_ok(&live).await;
 
     // A validly signed token whose `sub` or `tid` holds U+0000: 403, as any unknown principal.
@@ -138,11 +144,6 @@ async fn rate_limited_calls_are_audited(backend: Backend) {
 }
 both_dbs!(hardening_rate_limited_calls_are_audited, rate_limited_calls_are_audited);
 
-/// How long a request sent to the gateway on loopback takes at most to be under way there: a
-/// local round trip is a millisecond or two, and the slow call then stays in flight for its 2 s
-/// timeout, well past the duplicate sent after this.
-const UNDER_WAY: Duration = Duration::from_millis(500);
-
 /// A second request of a session with an id already in flight there is refused at once with
 /// a JSON-RPC error; nothing of it runs; the id is free again once the first is answered.
 async fn duplicate_request_id(backend: Backend) {
@@ -173,8 +174,11 @@ async fn duplicate_request_id(backend: Backend) {
             (text, started.elapsed())
         })
     };
-    // Wait until the first call is running (its audit event is not written before it ends).
-    tokio::time::sleep(UNDER_WAY).await;
+    // Wait until the first call is running: its record is committed as it starts.
+    eventually("the slow call is under way", || async {
+        live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'slow_report' AND outcome = 'started'").await == 1
+    })
+    .await;
     let eggs_before = live.count("SELECT COUNT(*) FROM egg_counts").await;
     let write = tool_call(7, "record_egg_count", json!({"flock": "north-barn", "day": yesterday(), "eggs": 5}));
     let started = Instant::now();
@@ -193,15 +197,31 @@ async fn duplicate_request_id(backend: Backend) {
     let again = post(&live, &token, Some(&session), &tool_call(7, "whoami", json!({})), &[]).await;
     assert_eq!(again.message["result"]["structuredContent"]["user"], "olivia@acme.test", "{:?}", again.message);
 
-    let events =
-        rows(&live, "SELECT outcome, tool, error_class, request_id, calls FROM audit_events ORDER BY seq").await;
-    let classes: Vec<_> = events.iter().map(|e| (e.0.as_str(), e.1.as_deref(), e.2.as_deref())).collect();
+    // The calls, each as one row (its record's place): the slow call began first.
+    live.settle_audit().await;
+    let sql = format!("SELECT outcome, tool, error_class, request_id, calls FROM {AUDITED_CALLS} e ORDER BY seq");
+    let calls = rows(&live, &sql).await;
+    let classes: Vec<_> = calls.iter().map(|e| (e.0.as_str(), e.1.as_deref(), e.2.as_deref())).collect();
     assert_eq!(
         classes,
         [
-            ("denied", Some("record_egg_count"), Some("duplicate_request_id")),
             ("failed", Some("slow_report"), Some("timeout")),
+            ("denied", Some("record_egg_count"), Some("duplicate_request_id")),
             ("ok", Some("whoami"), None),
+        ]
+    );
+    // In the chain, the duplicate is one event, between the slow call's record and outcome.
+    let events =
+        rows(&live, "SELECT outcome, tool, error_class, request_id, calls FROM audit_events ORDER BY seq").await;
+    let chain: Vec<_> = events.iter().map(|e| (e.0.as_str(), e.1.as_deref())).collect();
+    assert_eq!(
+        chain,
+        [
+            ("started", Some("slow_report")),
+            ("denied", Some("record_egg_count")),
+            ("failed", Some("slow_report")),
+            ("started", Some("whoami")),
+            ("ok", Some("whoami")),
         ]
     );
     chain_ok(&live).await;
@@ -452,16 +472,18 @@ async fn verify_reaches_the_head(backend: Backend) {
         client.peer().call_tool(rmcp::model::CallToolRequestParams::new("whoami")).await.unwrap();
     }
     client.cancel().await.unwrap();
-    eventually("three calls audited", || async { live.count("SELECT COUNT(*) FROM audit_events").await == 3 }).await;
+    // Three calls, each its record and its outcome: six events.
+    eventually("three calls audited", || async { live.count("SELECT COUNT(*) FROM audit_events").await == 6 }).await;
+    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE call_id IS NULL").await, 3);
     chain_ok(&live).await;
     let acme = |reports: Vec<scopegate::audit::verify::ChainReport>| {
         reports.into_iter().find(|r| r.tenant == "acme").and_then(|r| r.broken).map(|b| b.reason).unwrap_or_default()
     };
-    live.execute("DELETE FROM audit_events WHERE seq = 3").await;
+    live.execute("DELETE FROM audit_events WHERE seq = 6").await;
     let reason = acme(scopegate::audit::verify::verify(&live.db, None).await.unwrap());
     assert!(reason.contains("events at its end were removed"), "{reason}");
     // A chain rebuilt to end in another event: the head row names another hash.
-    live.execute("UPDATE audit_heads SET seq = 2").await;
+    live.execute("UPDATE audit_heads SET seq = 5").await;
     let reason = acme(scopegate::audit::verify::verify(&live.db, None).await.unwrap());
     assert!(reason.contains("is not the one the chain's head row names"), "{reason}");
 }

@@ -138,14 +138,12 @@ impl Gateway {
 
     /// Audit rows of acme's calls of `tool`: (outcome, error class).
     async fn audited(&self, tool: &str, expected: usize) -> Vec<(String, Option<String>)> {
+        self.live.settle_audit().await;
         eventually(format!("{expected} audit events of {tool}"), || async {
             let mut tx = self.live.db.begin().await.unwrap();
+            let sql = format!("SELECT outcome, error_class FROM {AUDITED_CALLS} e WHERE tool = $1 ORDER BY seq");
             let rows: Vec<(String, Option<String>)> =
-                sqlx::query_as("SELECT outcome, error_class FROM audit_events WHERE tool = $1 ORDER BY seq")
-                    .bind(tool)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .unwrap();
+                sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(tool).fetch_all(&mut *tx).await.unwrap();
             if rows.len() >= expected { Ok(rows) } else { Err(format!("{rows:?}")) }
         })
         .await

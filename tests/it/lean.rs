@@ -398,7 +398,8 @@ async fn serves_2026_callers(backend: Backend) {
     bare["params"]["_meta"].as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
     let no_caps = post(live, &gary, None, &bare.to_string(), &alone_headers(tool)).await;
     assert_eq!(no_caps.status, StatusCode::BAD_REQUEST, "{:?}", no_caps.message);
-    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream'").await, 1);
+    let calls = "SELECT COUNT(*) FROM audit_events WHERE tool = 'fx__whoami_upstream' AND call_id IS NULL";
+    assert_eq!(live.count(calls).await, 1);
 
     // The everything fixture over HTTP on 2025-11-25 asks its client in the middle of a call.
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@ mod support;
 
 mod admin_api;
 mod agent;
+mod audit_calls;
 mod auth;
 mod checkpoints;
 mod cli;

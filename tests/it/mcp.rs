@@ -156,8 +156,14 @@ async fn registered_tool_set(backend: Backend, mode: Mode) {
     let denied = call(&wanda, "tenant_report", json!({})).await.unwrap_err();
     let unknown = call(&wanda, "no_such_tool", json!({})).await.unwrap_err();
     assert_eq!((denied.code, denied.message), (unknown.code, unknown.message));
-    // Audited like native calls.
-    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'tenant_report'").await, 3);
+    // Audited like native calls: the two that ran as a record and its outcome, the refusal as
+    // one event.
+    let audited = |outcome: &str| {
+        format!("SELECT COUNT(*) FROM {AUDITED_CALLS} e WHERE tool = 'tenant_report' AND outcome = '{outcome}'")
+    };
+    assert_eq!(live.count(&audited("ok")).await, 2);
+    assert_eq!(live.count(&audited("denied")).await, 1);
+    assert_eq!(live.count("SELECT COUNT(*) FROM audit_events WHERE tool = 'tenant_report'").await, 5);
     for c in [olivia, gary, wanda] {
         c.cancel().await.ok();
     }

@@ -39,7 +39,8 @@ async fn session_hijack(backend: Backend) {
     assert_eq!(mine.status, StatusCode::OK);
     assert_eq!(mine.message["result"]["structuredContent"]["user"], "olivia@acme.test", "{:?}", mine.message);
 
-    // The refusals are audited in the presenter's tenant (globex); acme's trail only has Olivia's call.
+    // The refusals are audited in the presenter's tenant (globex); acme's trail only has Olivia's
+    // call (its record and its outcome).
     let refused = live
         .count(
             "SELECT COUNT(*) FROM audit_events a JOIN tenants t ON t.id = a.tenant_id \
@@ -69,7 +70,12 @@ async fn session_hijack(backend: Backend) {
     let acme_after = live
         .count("SELECT COUNT(*) FROM audit_events a JOIN tenants t ON t.id = a.tenant_id WHERE t.slug = 'acme'")
         .await;
-    assert_eq!(acme_after, acme_events + 1);
+    assert_eq!(acme_after, acme_events + 2);
+    let olivias = format!(
+        "SELECT COUNT(*) FROM {AUDITED_CALLS} e JOIN tenants t ON t.id = e.tenant_id \
+         WHERE t.slug = 'acme' AND e.tool = 'whoami' AND e.outcome = 'ok'"
+    );
+    assert_eq!(live.count(&olivias).await, 1);
 
     // Olivia can end her own session; afterwards it is gone for her too.
     let status = other_method(&live, reqwest::Method::DELETE, &olivia, &session).await;
@@ -191,33 +197,40 @@ async fn audit_chain_detects_tampering(backend: Backend) {
     }
     let day = yesterday();
     ok(&olivia, "record_egg_count", json!({"flock": "north-barn", "day": day, "eggs": 12})).await;
+    live.settle_audit().await;
     let reports = scopegate::audit::verify::verify(&live.db, None).await.unwrap();
     let acme = reports.iter().find(|r| r.tenant == "acme").unwrap();
-    assert_eq!((acme.events, &acme.broken), (4, &None));
+    // Four calls, each its record and its outcome.
+    assert_eq!((acme.events, &acme.broken), (8, &None));
 
-    // Rewrite history: a changed outcome breaks the chain at that event, in that tenant only.
+    // Rewrite history: a changed outcome (the second call's, an event of its own) breaks the
+    // chain at that event, in that tenant only.
     let mut tx = live.db.begin().await.unwrap();
-    sqlx::query(
-        "UPDATE audit_events SET outcome = 'denied' WHERE seq = 2 AND tenant_id = (SELECT id FROM tenants WHERE slug = 'acme')",
+    let edited = sqlx::query(
+        "UPDATE audit_events SET outcome = 'denied' WHERE seq = 4 AND call_id IS NOT NULL AND outcome = 'ok' \
+         AND tenant_id = (SELECT id FROM tenants WHERE slug = 'acme')",
     )
     .execute(&mut *tx)
     .await
     .unwrap();
+    assert_eq!(edited.rows_affected(), 1, "seq 4 is the second call's outcome");
     tx.commit().await.unwrap();
     let reports = scopegate::audit::verify::verify(&live.db, None).await.unwrap();
     let acme = reports.iter().find(|r| r.tenant == "acme").unwrap();
-    assert_eq!(acme.broken.as_ref().map(|b| b.seq), Some(2), "{reports:?}");
+    assert_eq!(acme.broken.as_ref().map(|b| b.seq), Some(4), "{reports:?}");
     let globex = reports.iter().find(|r| r.tenant == "globex").unwrap();
     assert!(globex.broken.is_none());
 
-    // A deleted event is found too.
+    // A deleted event (globex's first call's record) is found too.
     let mut tx = live.db.begin().await.unwrap();
-    sqlx::query(
-        "DELETE FROM audit_events WHERE seq = 1 AND tenant_id = (SELECT id FROM tenants WHERE slug = 'globex')",
+    let deleted = sqlx::query(
+        "DELETE FROM audit_events WHERE seq = 1 AND call_id IS NULL \
+         AND tenant_id = (SELECT id FROM tenants WHERE slug = 'globex')",
     )
     .execute(&mut *tx)
     .await
     .unwrap();
+    assert_eq!(deleted.rows_affected(), 1, "seq 1 is the first call's record");
     tx.commit().await.unwrap();
     let reports = scopegate::audit::verify::verify(&live.db, Some("globex")).await.unwrap();
     assert_eq!(reports[0].broken.as_ref().map(|b| b.seq), Some(2), "{reports:?}");
@@ -234,19 +247,28 @@ async fn raw_arguments_are_stored_canonically(backend: Backend) {
     let olivia = live.client("olivia@acme.test").await;
     let day = yesterday();
     ok(&olivia, "record_egg_count", json!({"flock": "north-barn", "eggs": 12, "day": day})).await;
+    live.settle_audit().await;
+    // The arguments are the call's record's; its outcome does not repeat them.
     let mut tx = live.db.begin().await.unwrap();
-    let rows: Vec<(Option<String>, Option<String>)> =
-        sqlx::query_as("SELECT args_raw, args_digest FROM audit_events WHERE tool = 'record_egg_count'")
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap();
+    let sql = format!("SELECT args_raw, args_digest, outcome FROM {AUDITED_CALLS} e WHERE tool = 'record_egg_count'");
+    let rows: Vec<(Option<String>, Option<String>, String)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *tx).await.unwrap();
+    let repeated: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM audit_events WHERE tool = 'record_egg_count' AND call_id IS NOT NULL \
+         AND args_raw IS NOT NULL",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
     drop(tx);
     let expected = format!(r#"{{"day":"{day}","eggs":12,"flock":"north-barn"}}"#);
-    assert!(!rows.is_empty(), "the call is audited");
-    for (raw, digest) in rows {
+    assert_eq!(rows.len(), 1, "the call is audited: {rows:?}");
+    for (raw, digest, outcome) in rows {
         assert_eq!(raw.as_deref(), Some(expected.as_str()));
         assert_eq!(digest, Some(scopegate::audit::digest::sha256_hex(expected.as_bytes())));
+        assert_eq!(outcome, "ok");
     }
+    assert_eq!(repeated, 0);
     let reports = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
     assert_eq!(reports[0].broken, None, "{reports:?}");
     olivia.cancel().await.ok();
@@ -287,9 +309,13 @@ async fn concurrent_calls_keep_the_chain(backend: Backend) {
     for t in tasks {
         t.await.unwrap();
     }
+    // Forty calls, each its record and its outcome: eighty events, every record followed by
+    // its outcome.
+    live.settle_audit().await;
     let reports = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
-    assert_eq!(reports[0].events, 40);
+    assert_eq!(reports[0].events, 80);
     assert!(reports[0].broken.is_none(), "{reports:?}");
+    assert!(reports[0].outcome_unknown.is_empty(), "{reports:?}");
 }
 both_dbs!(mcp_concurrent_calls_keep_the_chain, concurrent_calls_keep_the_chain);
 
@@ -315,10 +341,13 @@ async fn concurrent_writes_of_two_tenants(backend: Backend) {
     for t in tasks {
         t.await.unwrap();
     }
+    // Eighty calls a tenant, each its record and its outcome.
+    live.settle_audit().await;
     for slug in ["acme", "globex"] {
         let reports = scopegate::audit::verify::verify(&live.db, Some(slug)).await.unwrap();
-        assert_eq!(reports[0].events, 80, "{slug}");
+        assert_eq!(reports[0].events, 160, "{slug}");
         assert!(reports[0].broken.is_none(), "{reports:?}");
+        assert!(reports[0].outcome_unknown.is_empty(), "{reports:?}");
     }
 }
 both_dbs!(mcp_concurrent_writes_of_two_tenants, concurrent_writes_of_two_tenants);

@@ -40,15 +40,13 @@ type EventRow =
 
 /// The audit rows of `subject`'s calls, oldest first.
 async fn events_of(live: &Live, subject: &str) -> Vec<Value> {
+    live.settle_audit().await;
     let mut tx = live.db.begin().await.unwrap();
-    let rows: Vec<EventRow> = sqlx::query_as(
+    let sql = format!(
         "SELECT a.tool, a.outcome, a.error_class, a.session_id, a.request_id, a.client_name, a.client_version \
-             FROM audit_events a JOIN users u ON u.id = a.user_id WHERE u.subject = $1 ORDER BY a.seq",
-    )
-    .bind(subject)
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
+             FROM {AUDITED_CALLS} a JOIN users u ON u.id = a.user_id WHERE u.subject = $1 ORDER BY a.seq"
+    );
+    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(subject).fetch_all(&mut *tx).await.unwrap();
     rows.into_iter()
         .map(|(tool, outcome, class, session, request, name, version)| {
             json!({"tool": tool, "outcome": outcome, "class": class, "session": session,

@@ -26,19 +26,21 @@ async fn call_timeout(backend: Backend, mode: Mode) {
     assert!(elapsed < slow_tools::SLEEP, "the tool was not cut off: {elapsed:?}");
 
     // Audited as a failed call of class `timeout`.
+    live.settle_audit().await;
     let mut tx = live.db.begin().await.unwrap();
+    let sql = format!("SELECT outcome, error_class FROM {AUDITED_CALLS} e WHERE tool = 'slow_report'");
     let events: Vec<(String, Option<String>)> =
-        sqlx::query_as("SELECT outcome, error_class FROM audit_events WHERE tool = 'slow_report'")
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap();
+        sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *tx).await.unwrap();
     drop(tx);
     assert_eq!(events, [("failed".to_owned(), Some("timeout".to_owned()))]);
 
-    // The gateway answers the next call, on the same client.
+    // The gateway answers the next call, on the same client. Two calls, each its record and its
+    // outcome: four events.
     assert_eq!(ok(&olivia, "whoami", json!({})).await["user"], "olivia@acme.test");
+    live.settle_audit().await;
     let reports = scopegate::audit::verify::verify(&live.db, Some("acme")).await.unwrap();
-    assert_eq!((reports[0].events, &reports[0].broken), (2, &None), "{reports:?}");
+    assert_eq!((reports[0].events, &reports[0].broken), (4, &None), "{reports:?}");
+    assert!(reports[0].outcome_unknown.is_empty(), "{reports:?}");
     olivia.cancel().await.ok();
 }
 all_modes!(mcp_call_timeout, call_timeout);

@@ -49,16 +49,14 @@ async fn recorded(live: &Live, client: &RunningService<RoleClient, ()>) {
 
 /// The newest audited calls of `tool`: (outcome, error class, policy JSON).
 async fn audited(live: &Live, tool: &str, n: i64) -> Vec<(String, Option<String>, Option<Value>)> {
+    live.settle_audit().await;
     let mut tx = live.db.begin().await.unwrap();
-    let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT outcome, error_class, policy FROM audit_events WHERE tool = $1 AND action = 'tools/call' \
-         ORDER BY occurred_at DESC, seq DESC LIMIT $2",
-    )
-    .bind(tool)
-    .bind(n)
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
+    let sql = format!(
+        "SELECT outcome, error_class, policy FROM {AUDITED_CALLS} e WHERE tool = $1 AND action = 'tools/call' \
+         ORDER BY occurred_at DESC, seq DESC LIMIT $2"
+    );
+    let rows: Vec<(String, Option<String>, Option<String>)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(tool).bind(n).fetch_all(&mut *tx).await.unwrap();
     rows.into_iter().map(|(o, c, p)| (o, c, p.map(|p| serde_json::from_str(&p).unwrap()))).collect()
 }
 

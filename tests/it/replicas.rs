@@ -66,7 +66,12 @@ async fn two_replicas_append_to_one_chain(backend: Backend) {
         &failures[..failures.len().min(3)],
         replicas.iter().map(|r| r.log.lock().unwrap_or_else(|p| p.into_inner()).clone()).collect::<Vec<_>>()
     );
-    drop(replicas);
+    // Stopped as a service is stopped (SIGTERM): each records the outcomes it still holds.
+    for mut replica in replicas {
+        let pid = replica.child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        assert!(replica.child.wait().unwrap().success(), "the replica stops cleanly");
+    }
 
     let out = scopegate(dir.path())
         .args(["audit", "verify", "--tenant", "acme"])
@@ -75,7 +80,8 @@ async fn two_replicas_append_to_one_chain(backend: Backend) {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.trim(), format!("acme: ok ({calls} events)"), "every call left one event");
+    // Every call ran: its record and its outcome.
+    assert_eq!(stdout.trim(), format!("acme: ok ({} events)", 2 * calls), "every call left its two events");
     db.close().await;
 }
 both_dbs!(replicas_append_to_one_chain, two_replicas_append_to_one_chain);
@@ -116,6 +122,13 @@ impl Balancer {
                 _ => {
                     config.push_str(line);
                     config.push('\n');
+                    // Every request is logged to stderr (kept in `log`), with how it ended: a
+                    // failure message names what HAProxy saw.
+                    match word {
+                        "global" => config.push_str("    log stderr format raw local0 info\n"),
+                        "defaults" => config.push_str("    log global\n    option httplog\n"),
+                        _ => {}
+                    }
                 }
             }
         }
@@ -255,7 +268,8 @@ impl Cluster {
     }
 }
 
-/// `scopegate audit verify --tenant acme`: the chain holds; returns how many events it has.
+/// `scopegate audit verify --tenant acme`: the chain holds (calls whose outcome is unknown, in
+/// flight at a kill, are listed after the verdict); returns how many events it has.
 fn verified_events(dir: &std::path::Path, db_url: &str) -> usize {
     let out = scopegate(dir)
         .args(["audit", "verify", "--tenant", "acme"])
@@ -264,7 +278,8 @@ fn verified_events(dir: &std::path::Path, db_url: &str) -> usize {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let count = stdout.trim().strip_prefix("acme: ok (").and_then(|r| r.strip_suffix(" events)"));
+    let verdict = stdout.lines().next().unwrap_or_default();
+    let count = verdict.strip_prefix("acme: ok (").and_then(|r| r.strip_suffix(" events)"));
     count.and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("unexpected verdict: {stdout}"))
 }
 
@@ -368,9 +383,11 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     }
 
     // In which sessions each writer's writes were audited.
+    // A write is its record (with the raw arguments) and its outcome, committed with the write.
     let rows: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
         "SELECT e.session_id, e.args_raw FROM audit_events e JOIN tenants t ON t.id = e.tenant_id \
-         WHERE t.slug = 'acme' AND e.tool = 'record_egg_count' AND e.outcome = 'ok'",
+         WHERE t.slug = 'acme' AND e.tool = 'record_egg_count' AND e.outcome = 'started' AND EXISTS \
+         (SELECT 1 FROM audit_events o WHERE o.tenant_id = e.tenant_id AND o.call_id = e.id AND o.outcome = 'ok')",
     )
     .fetch_all(&mut *cluster.db.begin_read().await.unwrap())
     .await
@@ -426,14 +443,23 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     let vanish_calls = vanish_under_load(&mut cluster, 2).await;
 
     cluster.stop();
-    // Every answered call has its event; a call in flight at the kill may have committed its
-    // event without its answer reaching the client, never the other way round.
-    let events = verified_events(cluster.dir.path(), &cluster.test_db.url);
+    // The chain holds. Every answered call is in it (a record and its outcome, or one event); a
+    // call in flight at the kill may have its record without its answer reaching the client
+    // (its outcome then unknown), never the other way round.
+    verified_events(cluster.dir.path(), &cluster.test_db.url);
+    let calls: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM audit_events e JOIN tenants t ON t.id = e.tenant_id \
+         WHERE t.slug = 'acme' AND e.call_id IS NULL",
+    )
+    .fetch_one(&mut *cluster.db.begin_read().await.unwrap())
+    .await
+    .unwrap();
+    let calls = calls as usize;
     let lost: usize = failed.iter().map(|(_, f)| f.len()).sum();
     let stateless_calls = 9 + vanish_calls;
     assert!(
-        (answered + stateless_calls..=answered + stateless_calls + lost).contains(&events),
-        "{events} events for {answered} answered calls, {lost} in flight at the kill"
+        (answered + stateless_calls..=answered + stateless_calls + lost).contains(&calls),
+        "{calls} calls audited for {answered} answered calls, {lost} in flight at the kill"
     );
     cluster.db.close().await;
 }
@@ -977,7 +1003,7 @@ async fn vanish_under_load(cluster: &mut Cluster, victim: usize) -> usize {
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
         let (url, token, done) = (cluster.balancer.mcp(), cluster.token.clone(), Arc::clone(&done));
-        let gone = Arc::clone(&gone);
+        let (gone, log) = (Arc::clone(&gone), Arc::clone(&cluster.balancer.log));
         tasks.push(tokio::spawn(async move {
             let lifecycle = rmcp::ClientLifecycleMode::Discover {
                 preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
@@ -996,7 +1022,12 @@ async fn vanish_under_load(cluster: &mut Cluster, victim: usize) -> usize {
                     // connection that HAProxy is closing after that loss (the balancer cut it,
                     // not a replica): lost with it, once.
                     other if after && !just_lost => {
-                        panic!("stateless call {i}, after a replica vanished, failed: {other:?}")
+                        let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                        panic!(
+                            "stateless call {i}, after a replica vanished, failed: {other:?}\nHAProxy's last lines:\n{}",
+                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        )
                     }
                     _ => {
                         lost += 1;

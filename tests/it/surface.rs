@@ -88,14 +88,13 @@ impl Surface {
 
     /// Audit rows of `tenant` whose tool starts with `prefix`: (tool, outcome, error class).
     async fn audited(&self, prefix: &str) -> Vec<(String, String, Option<String>)> {
+        self.live.settle_audit().await;
         eventually(format!("audit events of {prefix}"), || async {
             let mut tx = self.live.db.begin().await.unwrap();
+            let sql =
+                format!("SELECT tool, outcome, error_class FROM {AUDITED_CALLS} e WHERE tool LIKE $1 ORDER BY seq");
             let rows: Vec<(String, String, Option<String>)> =
-                sqlx::query_as("SELECT tool, outcome, error_class FROM audit_events WHERE tool LIKE $1 ORDER BY seq")
-                    .bind(format!("{prefix}%"))
-                    .fetch_all(&mut *tx)
-                    .await
-                    .unwrap();
+                sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(format!("{prefix}%")).fetch_all(&mut *tx).await.unwrap();
             (!rows.is_empty()).then_some(rows)
         })
         .await

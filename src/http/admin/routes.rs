@@ -150,6 +150,9 @@ struct TenantPatch {
     status: Option<TenantStatus>,
     /// The tenant's organization id at the identity provider (`org_AbC123`); `""` clears it.
     org_id: Option<String>,
+    /// Commit each call's audit record before the call is forwarded (no upstream sees a call
+    /// that is not recorded), at the cost of waiting for the commit and then the upstream.
+    audit_write_ahead: Option<bool>,
 }
 
 /// Every tenant (platform administrators).
@@ -186,8 +189,8 @@ async fn get_tenant(State(api): State<AdminApi>, Extension(who): Who, Path(tenan
     one(&api, &who, Target::Tenant { slug: tenant }).await
 }
 
-/// Rename, suspend or activate a tenant, or record its organization id at the identity
-/// provider (platform administrators).
+/// Rename, suspend or activate a tenant, record its organization id at the identity
+/// provider, or turn its write-ahead audit on or off (platform administrators).
 #[utoipa::path(patch, path = "/admin/v1/tenants/{tenant}", tag = "tenants", request_body = TenantPatch,
     params(("tenant" = String, Path), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = TenantView), (status = 412, body = Problem), (status = 422, body = Problem)))]
@@ -198,8 +201,9 @@ async fn update_tenant(
     headers: HeaderMap,
     body: JsonBody<TenantPatch>,
 ) -> Answer {
-    let TenantPatch { name, status, org_id } = body.value;
-    change(&api, &who, &headers, None, Write::UpdateTenant { slug: tenant, name, status, org_id }).await
+    let TenantPatch { name, status, org_id, audit_write_ahead } = body.value;
+    let write = Write::UpdateTenant { slug: tenant, name, status, org_id, audit_write_ahead };
+    change(&api, &who, &headers, None, write).await
 }
 
 /// Retire a tenant (platform administrators): it is suspended for good (no token of it is

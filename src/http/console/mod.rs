@@ -66,6 +66,7 @@ pub(crate) fn router(api: AdminApi, config: &crate::config::Config) -> Router {
         .route("/console/tenants/{tenant}", get(tenant))
         .route("/console/tenants/{tenant}/retire", post(retire_tenant))
         .route("/console/tenants/{tenant}/org-id", post(set_org_id))
+        .route("/console/tenants/{tenant}/write-ahead", post(set_write_ahead))
         .route("/console/tenants/{tenant}/purge", post(purge_tenant))
         .route("/console/tenants/{tenant}/users", post(create_user))
         .route("/console/tenants/{tenant}/users/{subject}/status", post(user_status))
@@ -391,8 +392,27 @@ async fn set_org_id(
     Path(tenant): Path<String>,
     Form(f): Form<OrgIdForm>,
 ) -> Response {
-    let write =
-        Write::UpdateTenant { slug: tenant, name: None, status: None, org_id: Some(f.org_id.trim().to_owned()) };
+    let org_id = Some(f.org_id.trim().to_owned());
+    let write = Write::UpdateTenant { slug: tenant, name: None, status: None, org_id, audit_write_ahead: None };
+    on_tenant(&console, &headers, &f.csrf, write).await
+}
+
+#[derive(Deserialize)]
+struct WriteAheadForm {
+    csrf: String,
+    /// `true` or `false` (anything else is refused by the form's parsing).
+    audit_write_ahead: bool,
+}
+
+/// Turns the tenant's write-ahead audit on or off.
+async fn set_write_ahead(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(f): Form<WriteAheadForm>,
+) -> Response {
+    let audit_write_ahead = Some(f.audit_write_ahead);
+    let write = Write::UpdateTenant { slug: tenant, name: None, status: None, org_id: None, audit_write_ahead };
     on_tenant(&console, &headers, &f.csrf, write).await
 }
 

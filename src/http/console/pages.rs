@@ -406,6 +406,22 @@ pub(super) fn tenant(
                     button type="submit" id="set-org-id" { "Save" }
                 }
             }
+            h2 { "Audit order" }
+            p { "Off (the default), each forwarded call's record is committed while the upstream works, and the answer waits for both. On, the record is committed before the upstream sees the call: no side effect without a record, and each call waits for the commit, then for the upstream." }
+            @if retired {
+                p id="write-ahead" { (if tenant["audit_write_ahead"] == true { "Write-ahead" } else { "While the upstream works" }) }
+            } @else {
+                form.inline id="write-ahead" method="post" action={ (base) "/write-ahead" } {
+                    (hidden(csrf))
+                    label { "Record before forwarding"
+                        select name="audit_write_ahead" id="tenant-write-ahead" {
+                            option value="false" selected[tenant["audit_write_ahead"] != true] { "off: while the upstream works" }
+                            option value="true" selected[tenant["audit_write_ahead"] == true] { "on: write-ahead" }
+                        }
+                    }
+                    button type="submit" id="set-write-ahead" { "Save" }
+                }
+            }
             h2 { "Retirement" }
             @if retired {
                 p { "Retired " (when(&tenant["retired_at"])) ". Its audit trail stays; purging removes its users, flocks, servers, grants and credentials, and keeps the trail." }
@@ -470,6 +486,17 @@ pub(super) fn audit(
                 @for p in &status.checkpoint_problems { br; (p) }
             }
         }
+        @if !status.outcome_unknown.is_empty() {
+            div id="outcome-unknown" {
+                span.badge.broken { "Outcome unknown" }
+                " " (status.outcome_unknown.len()) " call(s) have a record and no outcome: the gateway stopped while they ran (or they run now). What they did is not recorded. The newest:"
+                ul {
+                    @for u in status.outcome_unknown.iter().rev().take(20) {
+                        li { "seq " (u.seq) ", " code { (u.tool.clone().unwrap_or_default()) } ", " (when(&Value::from(u.occurred_at))) }
+                    }
+                }
+            }
+        }
         p id="checkpoint" {
             @match &status.checkpoint {
                 Some(c) => {
@@ -487,7 +514,7 @@ pub(super) fn audit(
             label { "Tool" input name="tool" value=(filter.tool); }
             label { "Outcome" select name="outcome" {
                 option value="" selected[filter.outcome.is_empty()] { "any" }
-                @for o in ["ok", "denied", "failed"] { option value=(o) selected[filter.outcome == o] { (o) } }
+                @for o in ["ok", "denied", "failed", "unknown"] { option value=(o) selected[filter.outcome == o] { (o) } }
             } }
             label { "Since (UTC)" input type="datetime-local" name="since" value=(filter.since); }
             label { "Until (UTC)" input type="datetime-local" name="until" value=(filter.until); }
@@ -503,7 +530,10 @@ pub(super) fn audit(
                         td.mono { (text(&e["user"])) @if let Some(actor) = e["actor"].as_str() { br; span.muted { (actor) } } }
                         td { (text(&e["action"])) }
                         td.mono { (text(&e["tool"])) }
-                        td { (text(&e["outcome"])) @if let Some(c) = e["error_class"].as_str() { " (" (c) ")" } }
+                        td {
+                            @if e["outcome"] == "unknown" { strong.unknown { "outcome unknown" } } @else { (text(&e["outcome"])) }
+                            @if let Some(c) = e["error_class"].as_str() { " (" (c) ")" }
+                        }
                         td.mono { (text(&e["hash"]).get(..16).unwrap_or_default()) "…" }
                     }
                 }

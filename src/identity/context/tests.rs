@@ -19,7 +19,12 @@ fn call_id() -> RequestId {
 }
 
 fn tenant() -> TenantContext {
-    TenantContext::resolved(Tenant { id: TenantId::generate(), slug: "acme".into(), name: "Acme".into() })
+    TenantContext::resolved(Tenant {
+        id: TenantId::generate(),
+        slug: "acme".into(),
+        name: "Acme".into(),
+        audit_write_ahead: false,
+    })
 }
 
 fn user(roles: Vec<Role>) -> CurrentUserContext {

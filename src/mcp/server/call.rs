@@ -67,6 +67,11 @@ impl GatewayServer {
                 Err(e) => return Verdict::from(Err::<CallToolResponse, _>(e)),
             }
         }
+        // The call's record commits while the tool runs (or first, under write-ahead); a write
+        // of the tool waits for it, and commits the call's outcome with the write.
+        if call.start(&shared.audit, ctx.audit_write_ahead()).await.is_err() {
+            return Verdict::ProxyFailed(ProxyError::Unavailable("the call was not recorded".to_owned()));
+        }
         context.extensions.insert(Arc::new(CallEnv {
             db: shared.db.clone(),
             audit: shared.audit.clone(),

@@ -170,6 +170,8 @@ impl GatewayServer {
             let start = task_run::Start { origin, binding, modern_upstream: modern, input_first, first, call };
             return self.run_as_task(ctx, context, start).await;
         }
+        // The call's record commits while the upstream works (or first, under write-ahead).
+        call.start(&self.shared.audit, ctx.audit_write_ahead()).await.map_err(|w| ProxyError::Upstream(w.into()))?;
         let (tool, arguments) = (tool.to_owned(), request.arguments);
         let start = move |exchange: Exchange| async move {
             let Exchange { downstream, timeout, cancelled, passed } = exchange;

@@ -144,6 +144,17 @@ pub async fn sabotage_audit(db: &Db, backend: Backend) {
     tx.commit().await.unwrap();
 }
 
+/// The audit chain's events with the record and the outcome of a call that ran as one row (as the admin
+/// API shows them): the record's columns, the outcome's `outcome` and `error_class` (`unknown`
+/// when no outcome follows the record). Use it where a query names `audit_events`:
+/// `format!("... FROM {AUDITED_CALLS} e ...")`.
+pub const AUDITED_CALLS: &str = "(SELECT r.id, r.tenant_id, r.seq, r.occurred_at, r.user_id, r.session_id, \
+     r.request_id, r.client_name, r.client_version, r.action, r.tool, r.args_digest, r.args_raw, r.calls, r.policy, \
+     CASE WHEN r.outcome = 'started' THEN COALESCE(o.outcome, 'unknown') ELSE r.outcome END AS outcome, \
+     CASE WHEN r.outcome = 'started' THEN o.error_class ELSE r.error_class END AS error_class \
+     FROM audit_events r LEFT JOIN audit_events o ON o.tenant_id = r.tenant_id AND o.call_id = r.id \
+     WHERE r.call_id IS NULL)";
+
 /// Undoes [`sabotage_audit`]: audit events can be inserted again.
 pub async fn restore_audit(db: &Db, backend: Backend) {
     let statements: &[&str] = match backend {
