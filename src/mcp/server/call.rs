@@ -24,18 +24,20 @@ impl GatewayServer {
 
         let native = shared.tools.has(&tool);
         let ask = ask_for(shared, &ctx, &context).await;
+        // Each leg's future is boxed: a proxied call's is large, and polled in place it would
+        // take that much more of the worker's stack (debug builds overflowed it).
         let verdict = if !native {
-            Verdict::from(self.call_upstream(&ctx, request, &context, &call, &ask).await)
+            Verdict::from(Box::pin(self.call_upstream(&ctx, request, &context, &call, &ask)).await)
         } else if !tool_allowed(&shared.tools, &tool, ctx.roles()) {
             // Not listed for this caller: answered exactly as a tool that does not exist.
             Verdict::Unknown { listed: true }
         } else {
             match native_decided(shared, &ask, &tool, request.arguments.as_ref(), &call) {
                 Err(class) => Verdict::Refused { class },
-                Ok(confirm) => self.call_native(&ctx, request, context, &call, confirm).await,
+                Ok(confirm) => Box::pin(self.call_native(&ctx, request, context, &call, confirm)).await,
             }
         };
-        conclude(shared, &ctx, &call, &tool, !native, verdict).await
+        Box::pin(conclude(shared, &ctx, &call, &tool, !native, verdict)).await
     }
 }
 
