@@ -464,13 +464,7 @@ impl CallAudit {
         error_class: Option<&str>,
         result_digest: Option<String>,
     ) -> AuditEvent {
-        AuditEvent {
-            args_raw: None,
-            policy: None,
-            call_id: Some(record),
-            result_digest,
-            ..self.event(outcome, error_class)
-        }
+        AuditEvent { call_id: Some(record), result_digest, ..self.base(outcome, error_class, None, None) }
     }
 
     /// What the call's event records beside its outcome: the policies' decision (when they
@@ -511,6 +505,18 @@ impl CallAudit {
     }
 
     pub fn event(&self, outcome: Outcome, error_class: Option<&str>) -> AuditEvent {
+        self.base(outcome, error_class, self.args_raw.clone(), self.decided())
+    }
+
+    /// The call's event with the arguments' text and the decision given (an outcome carries
+    /// neither: they are not built for it).
+    fn base(
+        &self,
+        outcome: Outcome,
+        error_class: Option<&str>,
+        args_raw: Option<String>,
+        policy: Option<String>,
+    ) -> AuditEvent {
         AuditEvent {
             id: AuditEventId::generate(),
             tenant: self.tenant,
@@ -523,12 +529,12 @@ impl CallAudit {
             action: "tools/call".to_owned(),
             tool: Some(self.tool.clone()),
             args_digest: Some(self.args_digest.clone()),
-            args_raw: self.args_raw.clone(),
+            args_raw,
             outcome,
             error_class: error_class.map(str::to_owned),
             duration_us: self.started.elapsed().as_micros() as i64,
             calls: 1,
-            policy: self.decided(),
+            policy,
             call_id: None,
             result_digest: None,
         }

@@ -80,11 +80,6 @@ pub struct Begun {
 }
 
 impl Begun {
-    /// The record's id, which its outcome names.
-    pub fn id(&self) -> AuditEventId {
-        self.id
-    }
-
     /// Waits for the record's commit.
     pub async fn committed(self) -> Result<AuditEventId, AuditError> {
         let stopped = || AuditError("the audit writer stopped".into());

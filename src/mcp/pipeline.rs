@@ -214,7 +214,7 @@ pub(super) async fn conclude<A: Answer>(
     let tenant_label = if shared.label_tenant { ctx.tenant_slug() } else { "" };
     metrics::tool_call(if known { tool } else { "(unknown)" }, outcome.as_str(), tenant_label, call.started.elapsed());
     trace::record_tool(known.then_some(tool), proxied);
-    let record = match call.take_record() {
+    let pending = match call.take_record() {
         Record::None => {
             if !call.is_recorded() {
                 shared.audit.record_or_withhold(call.event(outcome, class.as_deref()), tool).await?;
@@ -225,18 +225,19 @@ pub(super) async fn conclude<A: Answer>(
         Record::Failed => return Err(Withheld.into()),
         // A unit of work wrote the outcome with its write.
         Record::Committed(_) if call.is_recorded() => return result,
-        Record::Committed(id) => id,
-        Record::Pending(begun) => {
-            // The result's digest is taken while the record may still be committing.
-            let digest = result.as_ref().ok().and_then(A::digest);
+        Record::Committed(id) => Err(id),
+        Record::Pending(begun) => Ok(begun),
+    };
+    // The result's digest is taken while the record may still be committing.
+    let digest = result.as_ref().ok().and_then(A::digest);
+    let id = match pending {
+        Err(id) => id,
+        Ok(begun) => {
             use tracing::Instrument;
             let span = trace::audit_span(Outcome::Started.as_str());
-            let id = begun.committed().instrument(span).await.map_err(|e| withheld(&e, tool))?;
-            shared.audit.follow(call.outcome_event(id, outcome, class.as_deref(), digest));
-            return result;
+            begun.committed().instrument(span).await.map_err(|e| withheld(&e, tool))?
         }
     };
-    let digest = result.as_ref().ok().and_then(A::digest);
-    shared.audit.follow(call.outcome_event(record, outcome, class.as_deref(), digest));
+    shared.audit.follow(call.outcome_event(id, outcome, class.as_deref(), digest));
     result
 }
