@@ -228,6 +228,9 @@ pub struct Checked {
     pub head: Option<(i64, String)>,
     /// Rows that a signed checkpoint names, all with the checkpointed hash.
     pub anchored: usize,
+    /// Calls whose record no outcome in the export follows (the gateway stopped while they
+    /// ran, or the export was taken while they ran).
+    pub outcome_unknown: Vec<super::verify::UnknownOutcome>,
 }
 
 /// The first thing wrong with an export: the line (1-based; a CSV row spanning lines is named
@@ -442,7 +445,11 @@ fn csv_row(cells: Vec<Option<String>>, width: usize) -> Result<ReadRow, String> 
 pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Checked, ExportProblem> {
     let problem = |line: usize, reason: String| ExportProblem { line, reason };
     let first_byte = input.fill_buf().map_err(|e| problem(1, format!("reading: {e}")))?.first().copied();
-    let mut checked = Checked { events: 0, tenant: None, first: None, head: None, anchored: 0 };
+    let mut checked =
+        Checked { events: 0, tenant: None, first: None, head: None, anchored: 0, outcome_unknown: Vec::new() };
+    // Each outcome follows its own record once; an export `--since` may hold outcomes of calls
+    // recorded before its first row.
+    let mut calls = None;
     let mut line = 0;
     let csv = first_byte.is_some_and(|b| b != b'{');
     let mut width = COLUMNS.len();
@@ -479,6 +486,13 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
         if let Some(reason) = link_problem(checked.head.as_ref(), row.seq, &row.prev_hash, &row.hash, &row.event) {
             return Err(problem(at, format!("seq {}: {reason}", row.seq)));
         }
+        let calls = calls.get_or_insert_with(|| match row.seq {
+            1 => super::verify::Calls::default(),
+            _ => super::verify::Calls::from_the_middle(),
+        });
+        if let Some(reason) = calls.follow(row.seq, &row.event) {
+            return Err(problem(at, format!("seq {}: {reason}", row.seq)));
+        }
         if let Some(signed) = anchors.0.get(&(row.event.tenant, row.seq)) {
             if *signed != row.hash {
                 return Err(problem(at, format!("seq {}: the signed checkpoint has another hash", row.seq)));
@@ -504,6 +518,7 @@ pub fn verify_export(input: &mut dyn BufRead, anchors: &Anchors) -> Result<Check
             ),
         ));
     }
+    checked.outcome_unknown = calls.map(super::verify::Calls::unknown).unwrap_or_default();
     Ok(checked)
 }
 
@@ -527,23 +542,33 @@ mod tests {
             tool: Some("record_egg_count".into()),
             args_digest: Some("d".into()),
             args_raw: raw.map(str::to_owned),
-            outcome: Outcome::Ok,
+            // Row 1 is a call's record, row 4 its outcome (`exports` names the call).
+            outcome: if n == 1 { Outcome::Started } else { Outcome::Ok },
             error_class: None,
             duration_us: 7,
             calls: if n == 2 { 3 } else { 1 },
             policy: (n == 3).then(|| r#"{"decision":"allow"}"#.to_owned()),
-            // Row 4 is an outcome: it names its call and the result's digest.
-            call_id: (n == 4).then(AuditEventId::generate),
+            call_id: None,
             result_digest: (n == 4).then(|| "r".repeat(64)),
         }
     }
 
-    /// A chain of four events written both ways.
+    /// A chain of four events written both ways: a call's record, two events, its outcome.
     fn exports() -> (String, String) {
+        chain(&[None, None, None, Some(0)])
+    }
+
+    /// A chain of an event per item of `calls`, written both ways; an item names the event
+    /// (by its index) whose call the event is the outcome of.
+    fn chain(calls: &[Option<usize>]) -> (String, String) {
         let mut prev = GENESIS.to_owned();
         let (mut jsonl, mut csv) = (String::new(), format!("{}\n", COLUMNS.join(",")));
-        for n in 1..=4 {
-            let e = event(n, (n == 3).then_some("{\"a\":\"x\r\ny\"}"));
+        let mut ids = Vec::new();
+        for (n, call) in (1..).zip(calls) {
+            let mut e = event(n, (n == 3).then_some("{\"a\":\"x\r\ny\"}"));
+            // An index not yet written names a call no event of the chain is.
+            e.call_id = call.map(|i: usize| ids.get(i).copied().unwrap_or_else(AuditEventId::generate));
+            ids.push(e.id);
             let hash = chain_hash(&prev, n, &e);
             jsonl.push_str(&chain_line(&prev, n, &e, &hash));
             jsonl.push('\n');
@@ -624,7 +649,9 @@ mod tests {
         // An outcome's call is part of what its hash covers.
         let fourth: serde_json::Value = serde_json::from_str(jsonl.lines().nth(3).unwrap()).unwrap();
         let call = fourth["call_id"].as_str().unwrap();
-        let err = check(&jsonl.replace(call, &AuditEventId::generate().to_string())).unwrap_err();
+        let other = jsonl.lines().nth(3).unwrap().replace(call, &AuditEventId::generate().to_string());
+        let lines: Vec<&str> = jsonl.lines().take(3).chain([other.as_str()]).collect();
+        let err = check(&(lines.join("\n") + "\n")).unwrap_err();
         assert_eq!((err.line, err.reason.contains("hash does not match")), (4, true), "{err}");
         let err = check("seq,id\n").unwrap_err();
         assert!(err.reason.contains("header"), "{err}");
@@ -638,5 +665,32 @@ mod tests {
         assert_eq!(c.events, 3);
         assert_eq!(c.first.unwrap().0, 2);
         assert_eq!(check("").unwrap().events, 0);
+    }
+
+    #[test]
+    fn each_outcome_in_an_export_follows_its_own_record_once() {
+        let (jsonl, csv) = exports();
+        for text in [&jsonl, &csv] {
+            assert_eq!(check(text).unwrap().outcome_unknown, []);
+        }
+        // A record without its outcome: listed, not a failure.
+        let (jsonl, _) = chain(&[None, None, None]);
+        let c = check(&jsonl).unwrap();
+        assert_eq!(c.outcome_unknown.iter().map(|u| u.seq).collect::<Vec<_>>(), [1]);
+        // A second outcome of one call, from the whole chain and from its middle.
+        let (jsonl, _) = chain(&[None, None, Some(0), Some(0)]);
+        let err = check(&jsonl).unwrap_err();
+        assert_eq!(err.line, 4);
+        assert!(err.reason.contains("second outcome of the call recorded at seq 1"), "{err}");
+        let tail: String = jsonl.lines().skip(1).map(|l| l.to_owned() + "\n").collect();
+        let err = check(&tail).unwrap_err();
+        assert!(err.reason.contains("seq 4: a second outcome of call"), "{err}");
+        // An outcome of a call recorded before: only an export from the middle may hold one.
+        let (jsonl, _) = chain(&[None, Some(0)]);
+        let tail: String = jsonl.lines().skip(1).map(|l| l.to_owned() + "\n").collect();
+        assert_eq!(check(&tail).unwrap().events, 1);
+        let (jsonl, _) = chain(&[None, Some(9)]);
+        let err = check(&jsonl).unwrap_err();
+        assert!(err.reason.contains("which no record before it"), "{err}");
     }
 }

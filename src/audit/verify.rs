@@ -180,14 +180,24 @@ pub async fn verify_with_checkpoints(
 
 /// The calls of a chain read so far: each record (outcome `started`) waits for its one outcome.
 #[derive(Default)]
-struct Calls {
+pub(crate) struct Calls {
     open: HashMap<crate::store::AuditEventId, UnknownOutcome>,
-    closed: HashMap<crate::store::AuditEventId, i64>,
+    /// Calls that had their outcome: where each was recorded (`None`: before what was read).
+    closed: HashMap<crate::store::AuditEventId, Option<i64>>,
+    /// What is read starts after the chain's first event (an export `--since`): an outcome may
+    /// follow a record before it.
+    partial: bool,
 }
 
 impl Calls {
+    /// The calls of what is read from the middle of a chain on: an outcome whose record is
+    /// not among them may follow one before them (a second outcome of a call is still found).
+    pub(crate) fn from_the_middle() -> Self {
+        Self { partial: true, ..Self::default() }
+    }
+
     /// Takes `event` (at `seq`) into account; why it does not hold as a record or an outcome.
-    fn follow(&mut self, seq: i64, event: &AuditEvent) -> Option<String> {
+    pub(crate) fn follow(&mut self, seq: i64, event: &AuditEvent) -> Option<String> {
         match (event.outcome, event.call_id) {
             (Outcome::Started, Some(_)) => Some("a call's record names a call of its own".to_owned()),
             (Outcome::Started, None) => {
@@ -202,10 +212,16 @@ impl Calls {
             }
             (_, None) => None,
             (_, Some(call)) => {
-                if let Some(at) = self.closed.get(&call) {
-                    return Some(format!("a second outcome of the call recorded at seq {at}"));
+                match self.closed.get(&call) {
+                    Some(Some(at)) => return Some(format!("a second outcome of the call recorded at seq {at}")),
+                    Some(None) => return Some(format!("a second outcome of call {call}")),
+                    None => {}
                 }
                 let Some(record) = self.open.get(&call) else {
+                    if self.partial {
+                        self.closed.insert(call, None);
+                        return None;
+                    }
                     return Some(format!("an outcome of call {call}, which no record before it in the chain is"));
                 };
                 if record.tool != event.tool {
@@ -216,14 +232,14 @@ impl Calls {
                 }
                 let seq = record.seq;
                 self.open.remove(&call);
-                self.closed.insert(call, seq);
+                self.closed.insert(call, Some(seq));
                 None
             }
         }
     }
 
     /// The records no outcome followed, in chain order.
-    fn unknown(self) -> Vec<UnknownOutcome> {
+    pub(crate) fn unknown(self) -> Vec<UnknownOutcome> {
         let mut open: Vec<UnknownOutcome> = self.open.into_values().collect();
         open.sort_by_key(|u| u.seq);
         open
@@ -385,5 +401,16 @@ mod tests {
         // b never got one: its outcome is unknown.
         let unknown = calls.unknown();
         assert_eq!(unknown.iter().map(|u| u.seq).collect::<Vec<_>>(), [2]);
+
+        // Read from the middle: an outcome of a call recorded before is taken, once.
+        let mut middle = Calls::from_the_middle();
+        let before = AuditEventId::generate();
+        assert_eq!(middle.follow(7, &event(Outcome::Ok, "fx__echo", Some(before))), None);
+        let again = middle.follow(8, &event(Outcome::Ok, "fx__echo", Some(before)));
+        assert!(again.is_some_and(|r| r.contains("second outcome of call")));
+        let c = event(Outcome::Started, "fx__echo", None);
+        assert_eq!(middle.follow(9, &c), None);
+        let other_tool = middle.follow(10, &event(Outcome::Ok, "fx__other", Some(c.id)));
+        assert!(other_tool.is_some_and(|r| r.contains("another tool")));
     }
 }

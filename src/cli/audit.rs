@@ -239,6 +239,13 @@ fn verify_export(
     if checkpoints.is_some() {
         println!("{} row(s) hold the hash a signed checkpoint gives them", checked.anchored);
     }
+    for u in &checked.outcome_unknown {
+        let tool = u.tool.as_deref().unwrap_or("-");
+        println!(
+            "outcome unknown: the call of `{tool}` recorded at seq {} (event {}, {} ms) has no outcome in the export",
+            u.seq, u.event_id, u.occurred_at
+        );
+    }
     Ok(())
 }
 

@@ -287,6 +287,16 @@ async fn export_and_verify(backend: Backend) {
     let seqs: Vec<i64> =
         since.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_i64().unwrap()).collect();
     assert!(seqs[0] <= 3 && seqs.last() == Some(&12) && seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // It starts at the second call's outcome or later: outcomes of calls recorded before it
+    // are taken, every record in it has its outcome.
+    std::fs::write(dir.path().join("since.jsonl"), &since).unwrap();
+    let (ok_, out) = audit(&live, dir.path(), &["verify-export", "since.jsonl"]);
+    assert!(ok_ && out.contains("to 12, head") && !out.contains("outcome unknown"), "{out}");
+    // The last call's outcome cut off: its record is listed, the rest verifies.
+    let cut: String = jsonl.lines().take(11).map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.path().join("cut.jsonl"), cut).unwrap();
+    let (ok_, out) = audit(&live, dir.path(), &["verify-export", "cut.jsonl"]);
+    assert!(ok_ && out.contains("outcome unknown: the call of `whoami` recorded at seq 11"), "{out}");
     let (ok_, all, _) =
         audit_apart(&live, dir.path(), &["export", "--tenant", "acme", "--since", "2000-01-01T00:00:00Z"]);
     assert!(ok_);

@@ -577,6 +577,24 @@ async fn gateway_run(backend: Backend) {
             ("tasks/completed", Some("nx__test_tool_with_task")),
         ]
     );
+    // The call a task of the gateway's starts is recorded as any forwarded call: its record
+    // (committed while the task's first leg runs), then its outcome (the task handed over).
+    // Two calls of slow_compute: the task, and the plain call of a caller without the extension.
+    let paired = live
+        .count(
+            "SELECT COUNT(*) FROM audit_events r JOIN audit_events o ON o.tenant_id = r.tenant_id AND o.call_id = r.id \
+             WHERE r.action = 'tools/call' AND r.tool = 'nx__slow_compute' AND r.outcome = 'started' \
+             AND o.outcome = 'ok' AND o.seq > r.seq",
+        )
+        .await;
+    assert_eq!(paired, 2, "each call of slow_compute a record, then its outcome");
+    let whole = live
+        .count(
+            "SELECT COUNT(*) FROM audit_events WHERE action = 'tools/call' AND tool = 'nx__slow_compute' \
+             AND outcome <> 'started' AND call_id IS NULL",
+        )
+        .await;
+    assert_eq!(whole, 0, "no call of slow_compute recorded only once it was answered");
 }
 both_dbs!(the_gateway_runs_tasks_for_a_server_without_the_extension, gateway_run);
 

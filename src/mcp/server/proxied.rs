@@ -151,7 +151,7 @@ impl GatewayServer {
                 None => None,
             };
             let (tool, arguments) = (tool.to_owned(), request.arguments);
-            let call: task_run::Call = Arc::new(move |exchange: Exchange| {
+            let leg: task_run::Call = Arc::new(move |exchange: Exchange| {
                 let (upstreams, connection, call_ctx, upstream) =
                     (Arc::clone(&upstreams), Arc::clone(&connection), call_ctx.clone(), upstream.clone());
                 let (tool, arguments) = (tool.clone(), arguments.clone());
@@ -163,11 +163,17 @@ impl GatewayServer {
             });
             let first = PassedInput { responses, state: upstream_state, tasks: false };
             let input_first = by_gateway.is_some_and(|t| t.input_before_task) && approval.is_none();
-            let call = match approval {
-                Some(new) => super::confirm::after_approval(self.shared.db.clone(), new, call),
-                None => call,
+            let leg = match approval {
+                Some(new) => super::confirm::after_approval(self.shared.db.clone(), new, leg),
+                None => leg,
             };
-            let start = task_run::Start { origin, binding, modern_upstream: modern, input_first, first, call };
+            let start = task_run::Start { origin, binding, modern_upstream: modern, input_first, first, call: leg };
+            // The call's record commits while the task's first leg runs (or first, under
+            // write-ahead); its outcome is the task handed to the caller (or the first question),
+            // and the task's end is audited when it comes.
+            call.start(&self.shared.audit, ctx.audit_write_ahead())
+                .await
+                .map_err(|w| ProxyError::Upstream(w.into()))?;
             return self.run_as_task(ctx, context, start).await;
         }
         // The call's record commits while the upstream works (or first, under write-ahead).
