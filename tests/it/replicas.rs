@@ -440,7 +440,7 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     assert!(gone.is_some(), "one of {:?} (e.g. {dead}) was the killed replica's and answers 404", sessions[moved[0]]);
 
     // Then another replica vanishes, as a stopped container does.
-    let vanish_calls = vanish_under_load(&mut cluster, 2).await;
+    let (vanish_calls, vanish_lost) = vanish_under_load(&mut cluster, 2).await;
 
     cluster.stop();
     // The chain holds. Every answered call is in it (a record and its outcome, or one event); a
@@ -455,11 +455,13 @@ async fn haproxy_keeps_sessions_on_their_replica_and_a_killed_replica_loses_only
     .await
     .unwrap();
     let calls = calls as usize;
-    let lost: usize = failed.iter().map(|(_, f)| f.len()).sum();
+    // A call lost with a replica may have had its record committed before it went (the
+    // record commits while the tool runs), in either loss.
+    let lost: usize = failed.iter().map(|(_, f)| f.len()).sum::<usize>() + vanish_lost;
     let stateless_calls = 9 + vanish_calls;
     assert!(
         (answered + stateless_calls..=answered + stateless_calls + lost).contains(&calls),
-        "{calls} calls audited for {answered} answered calls, {lost} in flight at the kill"
+        "{calls} calls audited for {answered} answered calls, {lost} in flight at the kills"
     );
     cluster.db.close().await;
 }
@@ -994,8 +996,8 @@ both_dbs!(the_link_route_serves_only_the_replicas_of_its_database, link_route);
 /// (its answer is gone with it); every call started after that succeeds: HAProxy gives up on a
 /// connection to the victim after `timeout connect` and sends the call to another replica
 /// (nothing reached the first, so nothing ran twice). The waits are printed. Returns the calls
-/// answered.
-async fn vanish_under_load(cluster: &mut Cluster, victim: usize) -> usize {
+/// answered and the calls lost.
+async fn vanish_under_load(cluster: &mut Cluster, victim: usize) -> (usize, usize) {
     const CLIENTS: usize = 6;
     const CALLS: usize = 30;
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1078,5 +1080,5 @@ async fn vanish_under_load(cluster: &mut Cluster, victim: usize) -> usize {
         waits[waits.len() / 2],
         waits[waits.len() - 1],
     );
-    waits.len()
+    (waits.len(), lost)
 }
