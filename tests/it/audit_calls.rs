@@ -186,20 +186,12 @@ async fn record_fails_mid_call(backend: Backend) {
 
     // The audit's writes wait on the test's transaction, which makes them fail once it commits.
     let mut held = live.db.begin().await.unwrap();
-    let statements: &[&str] = match backend {
-        // `begin` takes SQLite's write lock (BEGIN IMMEDIATE).
-        Backend::Sqlite => &[
-            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit sabotaged'); END",
-        ],
-        Backend::Postgres => &[
-            "LOCK TABLE audit_heads IN EXCLUSIVE MODE",
-            "CREATE FUNCTION audit_sabotage() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'audit sabotaged'; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_sabotage()",
-        ],
-    };
-    for sql in statements {
-        sqlx::query(*sql).execute(&mut *held).await.unwrap();
+    // `begin` takes SQLite's write lock (BEGIN IMMEDIATE); on PostgreSQL, the heads' table is
+    // locked.
+    if backend == Backend::Postgres {
+        sqlx::query("LOCK TABLE audit_heads IN EXCLUSIVE MODE").execute(&mut *held).await.unwrap();
     }
+    sabotage_audit_in(&mut held, backend).await;
     let call = {
         let (url, token, session, body) = (live.url(), olivia.clone(), session.clone(), echo(3, "mid"));
         tokio::spawn(async move { raw_post(&url, &token, &session, &body).await })

@@ -129,6 +129,13 @@ pub fn yesterday() -> String {
 /// Makes every audit insert fail from now on (a trigger that raises).
 pub async fn sabotage_audit(db: &Db, backend: Backend) {
     let mut tx = db.begin().await.unwrap();
+    sabotage_audit_in(&mut tx, backend).await;
+    tx.commit().await.unwrap();
+}
+
+/// Creates the trigger of [`sabotage_audit`] in `conn`'s transaction: audit inserts fail once it
+/// commits.
+pub async fn sabotage_audit_in(conn: &mut sqlx::AnyConnection, backend: Backend) {
     let statements: &[&str] = match backend {
         Backend::Sqlite => &[
             "CREATE TRIGGER audit_sabotage BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit sabotaged'); END",
@@ -139,9 +146,8 @@ pub async fn sabotage_audit(db: &Db, backend: Backend) {
         ],
     };
     for sql in statements {
-        sqlx::query(*sql).execute(&mut *tx).await.unwrap();
+        sqlx::query(*sql).execute(&mut *conn).await.unwrap();
     }
-    tx.commit().await.unwrap();
 }
 
 /// The audit chain's events with the record and the outcome of a call that ran as one row (as the admin
