@@ -38,6 +38,17 @@ pub struct UnknownOutcome {
     pub occurred_at: i64,
 }
 
+impl std::fmt::Display for UnknownOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tool = self.tool.as_deref().unwrap_or("-");
+        write!(
+            f,
+            "the call of `{tool}` recorded at seq {} (event {}, {} ms) has no outcome",
+            self.seq, self.event_id, self.occurred_at
+        )
+    }
+}
+
 /// Checkpoint lines to hold the chains against (see [`super::checkpoint::parse_lines`]), and
 /// the keys they may be signed with.
 pub struct Checkpoints<'a> {
